@@ -1,0 +1,508 @@
+/* clocksync.c: the per-host clock estimator (window-best probes, weighted line fit) and the
+ * slewed, causality-clamped piecewise-linear mapping built from it. See clocksync.h for the
+ * contract, the error bound and the remote_clock_sync encoding.
+ *
+ * Numbers: timestamps are int64 ns below 2^62. Offsets between hosts can be months, more than a
+ * double holds to the ns, so the fit works on values relative to the newest sample (base_off,
+ * h_ref) and only those small residues are doubles. The mapping itself is integers: knots, and
+ * 128-bit products between them, with floor division so it stays monotonic. */
+#include "relay/clocksync.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "relay/tr_error.h"
+
+#define TS_LIMIT ((int64_t)1 << 62)
+#define MAX_REJECTS_IN_ROW 4
+#define MAX_FIT 256 /* bounds fit_samples, so the fit's scratch lives on the stack */
+
+struct sample { /* the best probe of one window */
+  struct tr_clocksync_probe p;
+  int64_t h;      /* host midpoint (t2+t3)/2 */
+  int64_t theta2; /* twice the offset: (t1-t2) + (t4-t3) */
+  int64_t rtt;
+  bool outlier;
+};
+
+struct knot {
+  int64_t h, s;
+  int64_t bound; /* error bound at h, from the fit when the knot was placed */
+};
+
+struct fit { /* offset(h) = base_off + a + drift*(h - h_ref) */
+  bool valid;
+  bool drift_fitted; /* from >= 2 samples, else the previous drift */
+  int64_t h_ref, base_off;
+  double a, drift;
+  double hbar;     /* weighted mean host time, relative to h_ref */
+  double half_rtt; /* weighted mean rtt/2 */
+  double drift_err;
+  int64_t rtt_min;
+};
+
+struct tr_clocksync {
+  struct tr_clocksync_config cfg;
+  struct sample *hist; /* ring of window bests, oldest at hist_start */
+  uint32_t hist_start, hist_n;
+  bool window_open;
+  int64_t window_start;
+  struct sample window_best;
+  struct knot *knots; /* ring, oldest at knot_start */
+  uint32_t knot_start, knot_n;
+  struct fit fit;
+  int64_t fit_after; /* the path changed here: older samples describe another path */
+  uint32_t rejected_in_row;
+  struct tr_clocksync_stats stats;
+};
+
+void tr_clocksync_config_default(struct tr_clocksync_config *cfg) {
+  cfg->window_ns = 2000000000;
+  cfg->fit_samples = 64;
+  cfg->fit_span_ns = 300000000000;
+  cfg->outlier_slack_ns = 200000;
+  cfg->rtt_noise_ns = 2000;
+  cfg->slew_max_ppm = 500;
+  cfg->max_drift_ppm = 1000;
+  cfg->max_knots = 16384;
+  cfg->history = 4096;
+}
+
+int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_config *cfg) {
+  struct tr_clocksync_config c;
+  if (cfg)
+    c = *cfg;
+  else
+    tr_clocksync_config_default(&c);
+  if (c.window_ns <= 0 || c.fit_samples == 0 || c.fit_span_ns <= 0 || c.outlier_slack_ns < 0 ||
+      c.fit_samples > MAX_FIT || c.rtt_noise_ns <= 0 || !(c.slew_max_ppm > 0 && c.slew_max_ppm < 1e5) ||
+      !(c.max_drift_ppm > 0 && c.max_drift_ppm < 1e5) || c.max_knots < 2 || c.history == 0)
+    return TR_ERR_INVAL;
+  struct tr_clocksync *est = calloc(1, sizeof(*est));
+  if (!est)
+    goto fail;
+  est->cfg = c;
+  est->hist = calloc(c.history, sizeof(*est->hist));
+  if (!est->hist)
+    goto fail_est;
+  est->knots = calloc(c.max_knots, sizeof(*est->knots));
+  if (!est->knots)
+    goto fail_hist;
+  *out = est;
+  return 0;
+fail_hist:
+  free(est->hist);
+fail_est:
+  free(est);
+fail:
+  return TR_ERR_NOMEM;
+}
+
+void tr_clocksync_free(struct tr_clocksync *est) {
+  if (!est)
+    return;
+  free(est->knots);
+  free(est->hist);
+  free(est);
+}
+
+static const struct sample *hist_at(const struct tr_clocksync *est, uint32_t i) {
+  return &est->hist[(est->hist_start + i) % est->cfg.history];
+}
+
+static const struct knot *knot_at(const struct tr_clocksync *est, uint32_t i) {
+  return &est->knots[(est->knot_start + i) % est->cfg.max_knots];
+}
+
+static int64_t floor_div(__int128 a, __int128 b) { /* b > 0 */
+  __int128 q = a / b;
+  if (a % b < 0)
+    q -= 1;
+  return (int64_t)q;
+}
+
+static int64_t ceil_div(__int128 a, __int128 b) { /* b > 0 */
+  return -floor_div(-a, b);
+}
+
+/* ---- the estimate ---- */
+
+/* The kept samples the fit uses, newest first: non-outliers younger than fit_span_ns before
+ * `newest` and not before the last path change, at most fit_samples of them. Returns how many
+ * were stored in idx. */
+static uint32_t fit_set(const struct tr_clocksync *est, int64_t newest, uint32_t *idx) {
+  uint32_t n = 0;
+  for (uint32_t i = est->hist_n; i-- > 0 && n < est->cfg.fit_samples;) {
+    const struct sample *s = hist_at(est, i);
+    if (newest - s->h > est->cfg.fit_span_ns || s->h < est->fit_after)
+      break;
+    if (!s->outlier)
+      idx[n++] = i;
+  }
+  return n;
+}
+
+static int64_t set_rtt_min(const struct tr_clocksync *est, const uint32_t *idx, uint32_t n) {
+  int64_t m = INT64_MAX;
+  for (uint32_t i = 0; i < n; i++)
+    if (hist_at(est, idx[i])->rtt < m)
+      m = hist_at(est, idx[i])->rtt;
+  return m;
+}
+
+static bool plausible(const struct tr_clocksync *est, const struct sample *s, int64_t rtt_floor) {
+  return rtt_floor == INT64_MAX || s->rtt <= 2 * rtt_floor + est->cfg.outlier_slack_ns;
+}
+
+/* Weighted least squares of offset against host time over the fit set plus `extra` (the open
+ * window's best, when plausible). Keeps the previous drift when the samples cannot give one. */
+static void refit(struct tr_clocksync *est, const struct sample *extra) {
+  uint32_t idx[MAX_FIT];
+  int64_t newest = extra ? extra->h : hist_at(est, est->hist_n - 1)->h;
+  uint32_t n = fit_set(est, newest, idx);
+  const struct sample *set[MAX_FIT + 1];
+  uint32_t m = 0;
+  if (extra)
+    set[m++] = extra;
+  for (uint32_t i = 0; i < n; i++)
+    set[m++] = hist_at(est, idx[i]);
+  if (m == 0)
+    return;
+
+  struct fit f = {.valid = true, .h_ref = set[0]->h, .base_off = set[0]->theta2 / 2};
+  f.rtt_min = INT64_MAX;
+  for (uint32_t i = 0; i < m; i++)
+    if (set[i]->rtt < f.rtt_min)
+      f.rtt_min = set[i]->rtt;
+  double w_sum = 0, w2_sum = 0, x_sum = 0, y_sum = 0, r_sum = 0, x_min = 0, x_max = 0;
+  double w[MAX_FIT + 1], x[MAX_FIT + 1], y[MAX_FIT + 1];
+  for (uint32_t i = 0; i < m; i++) {
+    double d = (double)(set[i]->rtt - f.rtt_min + est->cfg.rtt_noise_ns);
+    w[i] = 1.0 / (d * d);
+    x[i] = (double)(set[i]->h - f.h_ref);
+    y[i] = (double)(set[i]->theta2 - 2 * f.base_off) / 2.0;
+    w_sum += w[i];
+    w2_sum += w[i] * w[i];
+    x_sum += w[i] * x[i];
+    y_sum += w[i] * y[i];
+    r_sum += w[i] * (double)set[i]->rtt;
+    x_min = fmin(x_min, x[i]);
+    x_max = fmax(x_max, x[i]);
+  }
+  double xbar = x_sum / w_sum, ybar = y_sum / w_sum;
+  double sxx = 0, sxy = 0;
+  for (uint32_t i = 0; i < m; i++) {
+    sxx += w[i] * (x[i] - xbar) * (x[i] - xbar);
+    sxy += w[i] * (x[i] - xbar) * (y[i] - ybar);
+  }
+  sxx /= w_sum;
+  sxy /= w_sum;
+  double max_drift = est->cfg.max_drift_ppm * 1e-6;
+  double span = x_max - x_min;
+  f.half_rtt = r_sum / w_sum / 2.0;
+  f.hbar = xbar;
+  if (m >= 2 && span > 0 && sxx > 0) {
+    f.drift = fmax(-max_drift, fmin(max_drift, sxy / sxx));
+    f.drift_fitted = true;
+  } else {
+    f.drift = est->fit.valid ? est->fit.drift : 0.0;
+  }
+  f.a = ybar - f.drift * xbar;
+  if (f.drift_fitted) {
+    double res = 0;
+    for (uint32_t i = 0; i < m; i++) {
+      double r = y[i] - f.a - f.drift * x[i];
+      res += w[i] * r * r;
+    }
+    double n_eff = w_sum * w_sum / w2_sum;
+    double se = sqrt(res / w_sum / (sxx * fmax(n_eff - 2.0, 1.0)));
+    f.drift_err = fmax(3.0 * se, 2.0 * f.half_rtt / span);
+  } else {
+    f.drift_err = max_drift;
+  }
+  est->fit = f;
+}
+
+/* The estimated offset at h, as an integer base plus a small double residue. */
+static double est_residue(const struct fit *f, int64_t h) {
+  return f->a + f->drift * (double)(h - f->h_ref);
+}
+
+static int64_t est_service(const struct fit *f, int64_t h) {
+  return h + f->base_off + llround(est_residue(f, h));
+}
+
+static void close_window(struct tr_clocksync *est) {
+  struct sample s = est->window_best;
+  uint32_t idx[MAX_FIT];
+  uint32_t n = fit_set(est, s.h, idx);
+  bool ok = plausible(est, &s, set_rtt_min(est, idx, n));
+  if (!ok && est->rejected_in_row < MAX_REJECTS_IN_ROW) {
+    s.outlier = true;
+    est->rejected_in_row++;
+    est->stats.outliers++;
+  } else {
+    if (!ok) /* a new path: its samples would all be rejected against the old floor */
+      est->fit_after = s.h;
+    est->rejected_in_row = 0;
+  }
+  if (est->hist_n == est->cfg.history) {
+    est->hist_start = (est->hist_start + 1) % est->cfg.history;
+    est->hist_n--;
+  }
+  est->hist[(est->hist_start + est->hist_n) % est->cfg.history] = s;
+  est->hist_n++;
+  est->stats.windows++;
+  est->window_open = false;
+}
+
+/* ---- the mapping ---- */
+
+/* Index of the last knot at or below h, or -1 if h is before the first. O(log knots). */
+static int64_t knot_find(const struct tr_clocksync *est, int64_t h) {
+  int64_t lo = 0, hi = (int64_t)est->knot_n - 1, found = -1;
+  while (lo <= hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (knot_at(est, (uint32_t)mid)->h <= h) {
+      found = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return found;
+}
+
+static int64_t map_at(const struct tr_clocksync *est, int64_t h) {
+  int64_t i = knot_find(est, h);
+  if (i < 0) {
+    const struct knot *k0 = knot_at(est, 0);
+    return k0->s - (k0->h - h);
+  }
+  const struct knot *k = knot_at(est, (uint32_t)i);
+  int64_t d = h - k->h;
+  if (i == (int64_t)est->knot_n - 1)
+    return k->s + d + (int64_t)floor((double)d * est->fit.drift);
+  const struct knot *n = knot_at(est, (uint32_t)i + 1);
+  return k->s + floor_div((__int128)d * (n->s - k->s), n->h - k->h);
+}
+
+/* bound(h) of clocksync.h with the current fit, for a mapped value s = M(h). */
+static int64_t fit_bound(const struct fit *f, int64_t h, int64_t s) {
+  double lag = (double)(s - h - f->base_off) - est_residue(f, h);
+  double from_hbar = fabs((double)(h - f->h_ref) - f->hbar);
+  return (int64_t)ceil(f->half_rtt + f->drift_err * from_hbar + fabs(lag)) + 1;
+}
+
+static void push_knot(struct tr_clocksync *est, int64_t h, int64_t s) {
+  if (est->knot_n == est->cfg.max_knots) {
+    est->knot_start = (est->knot_start + 1) % est->cfg.max_knots;
+    est->knot_n--;
+  }
+  est->knots[(est->knot_start + est->knot_n) % est->cfg.max_knots] =
+      (struct knot){h, s, fit_bound(&est->fit, h, s)};
+  est->knot_n++;
+}
+
+/* The knot of probe p at t3: toward the estimate within the slew bound, then into the causality
+ * corridor, then strictly after the previous knot. */
+static void place_knot(struct tr_clocksync *est, const struct tr_clocksync_probe *p) {
+  int64_t target = est_service(&est->fit, p->t3);
+  if (est->knot_n == 0) { /* before the first knot M has slope 1 */
+    int64_t lower = p->t1 + (p->t3 - p->t2);
+    int64_t s = target < lower ? lower : target;
+    push_knot(est, p->t3, s > p->t4 ? p->t4 : s);
+    return;
+  }
+  const struct knot prev = *knot_at(est, est->knot_n - 1);
+  int64_t span = p->t3 - prev.h;
+  double slew = est->cfg.slew_max_ppm * 1e-6;
+  int64_t slew_lo = prev.s + span + (int64_t)floor((double)span * (est->fit.drift - slew));
+  int64_t slew_hi = prev.s + span + (int64_t)ceil((double)span * (est->fit.drift + slew));
+  int64_t s = target < slew_lo ? slew_lo : target > slew_hi ? slew_hi : target;
+
+  /* M(t2) on the chord prev -> (t3, s) must reach t1. */
+  int64_t lower = INT64_MIN;
+  if (p->t2 > prev.h && p->t1 > prev.s)
+    lower = prev.s + ceil_div((__int128)(p->t1 - prev.s) * span, p->t2 - prev.h);
+  if (s < lower)
+    s = lower;
+  if (s > p->t4)
+    s = p->t4;
+  int64_t mono = prev.s + (span + 1) / 2;
+  if (s < mono)
+    s = mono;
+  bool early_ok = p->t2 > prev.h || map_at(est, p->t2) >= p->t1;
+  if (s < lower || s > p->t4 || !early_ok)
+    est->stats.conflicts++;
+  push_knot(est, p->t3, s);
+}
+
+int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int64_t t3,
+                           int64_t t4) {
+  if (t1 < 0 || t2 < 0 || t3 < 0 || t4 < 0 || t1 >= TS_LIMIT || t2 >= TS_LIMIT ||
+      t3 >= TS_LIMIT || t4 >= TS_LIMIT || t4 < t1 || t3 < t2)
+    return TR_ERR_INVAL;
+  if (est->knot_n > 0 && t3 <= knot_at(est, est->knot_n - 1)->h)
+    return TR_ERR_INVAL;
+  struct sample s = {.p = {t1, t2, t3, t4}, .h = t2 + (t3 - t2) / 2};
+  s.theta2 = (t1 - t2) + (t4 - t3);
+  s.rtt = (t4 - t1) - (t3 - t2);
+  if (s.rtt < 0) /* a host clock running fast over a very short exchange */
+    s.rtt = 0;
+
+  if (est->window_open && s.h - est->window_start >= est->cfg.window_ns)
+    close_window(est);
+  if (!est->window_open) {
+    est->window_open = true;
+    est->window_start = s.h;
+    est->window_best = s;
+  } else if (s.rtt < est->window_best.rtt) {
+    est->window_best = s;
+  }
+  est->stats.probes++;
+
+  uint32_t idx[MAX_FIT];
+  uint32_t n = est->hist_n ? fit_set(est, est->window_best.h, idx) : 0;
+  bool use_open = n == 0 || plausible(est, &est->window_best, set_rtt_min(est, idx, n));
+  refit(est, use_open ? &est->window_best : NULL);
+  place_knot(est, &s.p);
+  return 0;
+}
+
+int tr_clocksync_map(const struct tr_clocksync *est, int64_t host_ts, int64_t *service_ts) {
+  if (est->knot_n == 0)
+    return TR_ERR_STATE;
+  *service_ts = map_at(est, host_ts);
+  return 0;
+}
+
+int64_t tr_clocksync_error_bound(const struct tr_clocksync *est, int64_t host_ts) {
+  if (est->knot_n == 0)
+    return TR_ERR_STATE;
+  int64_t i = knot_find(est, host_ts);
+  if (i < 0 || i == (int64_t)est->knot_n - 1)
+    return fit_bound(&est->fit, host_ts, map_at(est, host_ts));
+  /* Between knots M is linear and so is a linear truth: the error is linear too, and bounded
+   * by the interpolation of the bounds at both ends. */
+  const struct knot *k = knot_at(est, (uint32_t)i), *n = knot_at(est, (uint32_t)i + 1);
+  return k->bound + ceil_div((__int128)(n->bound - k->bound) * (host_ts - k->h), n->h - k->h);
+}
+
+int64_t tr_clocksync_frontier(const struct tr_clocksync *est) {
+  if (est->knot_n == 0)
+    return TR_ERR_STATE;
+  return knot_at(est, est->knot_n - 1)->h;
+}
+
+int64_t tr_clocksync_offset_ns(const struct tr_clocksync *est) {
+  return est->fit.valid ? est->fit.base_off + llround(est->fit.a) : 0;
+}
+
+double tr_clocksync_drift_ppm(const struct tr_clocksync *est) {
+  return est->fit.valid ? est->fit.drift * 1e6 : 0.0;
+}
+
+int64_t tr_clocksync_rtt_ns(const struct tr_clocksync *est) {
+  return est->fit.valid ? est->fit.rtt_min : 0;
+}
+
+void tr_clocksync_get_stats(const struct tr_clocksync *est, struct tr_clocksync_stats *out) {
+  *out = est->stats;
+}
+
+/* ---- export ---- */
+
+/* Slope of M minus 1 on the segment that starts at knot i (-1: before the first knot). */
+static double segment_drift(const struct tr_clocksync *est, int64_t i) {
+  if (i < 0)
+    return 0.0;
+  if (i == (int64_t)est->knot_n - 1)
+    return est->fit.drift;
+  const struct knot *k = knot_at(est, (uint32_t)i), *n = knot_at(est, (uint32_t)i + 1);
+  return (double)((n->s - k->s) - (n->h - k->h)) / (double)(n->h - k->h);
+}
+
+int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64_t host_to,
+                        int64_t tolerance_ns, struct tr_clocksync_breakpoint *out, size_t cap) {
+  if (est->knot_n == 0)
+    return TR_ERR_STATE;
+  if (host_from < 0 || host_to >= TS_LIMIT || host_to < host_from || tolerance_ns < 1)
+    return TR_ERR_INVAL;
+  size_t n = 0;
+  int64_t h = host_from;
+  while (h <= host_to) {
+    int64_t i = knot_find(est, h);
+    int64_t seg_end = i + 1 < (int64_t)est->knot_n ? knot_at(est, (uint32_t)(i + 1))->h : INT64_MAX;
+    double drift = fabs(segment_drift(est, i));
+    int64_t step = host_to - h + 1;
+    if (drift * (double)step > (double)tolerance_ns)
+      step = (int64_t)fmax(1.0, floor((double)tolerance_ns / drift));
+    int64_t next = seg_end - h < step ? seg_end : h + step;
+    int64_t s = map_at(est, h);
+    if (n == 0 || s > out[n - 1].service_ts) {
+      if (n == cap)
+        return TR_ERR_FULL;
+      out[n++] = (struct tr_clocksync_breakpoint){h, s};
+    }
+    h = next;
+  }
+  return (int)n;
+}
+
+/* ---- remote_clock_sync ---- */
+
+int tr_clocksync_pair_from_exchange(const struct tr_clocksync_probe *p,
+                                    struct tr_clocksync_sync_pair *out) {
+  if (p->t1 < 0 || p->t2 < 0 || p->t3 < 0 || p->t4 < 0 || p->t1 >= TS_LIMIT ||
+      p->t2 >= TS_LIMIT || p->t3 >= TS_LIMIT || p->t4 >= TS_LIMIT || p->t4 < p->t1 ||
+      p->t3 < p->t2)
+    return TR_ERR_INVAL;
+  int64_t m = p->t2 + (p->t3 - p->t2) / 2;
+  int64_t r = p->t4 - p->t1;
+  *out = (struct tr_clocksync_sync_pair){
+      .ping_remote = m - r, .ping_service = p->t1, .update_remote = m, .update_service = p->t4};
+  return 0;
+}
+
+/* The exchange t1 = s-2, t2 = t3 = h-1, t4 = s through the formula above: m = h-1, r = 2. */
+void tr_clocksync_pair_from_breakpoint(const struct tr_clocksync_breakpoint *bp,
+                                       struct tr_clocksync_sync_pair *out) {
+  *out = (struct tr_clocksync_sync_pair){.ping_remote = bp->host_ts - 3,
+                                         .ping_service = bp->service_ts - 2,
+                                         .update_remote = bp->host_ts - 1,
+                                         .update_service = bp->service_ts};
+}
+
+int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_from,
+                                int64_t host_to, int64_t period_ns,
+                                struct tr_clocksync_probe *out, size_t cap) {
+  if (host_to < host_from || period_ns < 1)
+    return TR_ERR_INVAL;
+  size_t n = 0;
+  struct tr_clocksync_sync_pair last = {0};
+  const struct sample *best = NULL;
+  int64_t best_bucket = -1;
+  for (uint32_t i = 0; i <= est->hist_n && n < cap; i++) {
+    const struct sample *s = i < est->hist_n ? hist_at(est, i) : NULL;
+    if (s && (s->outlier || s->h < host_from || s->h > host_to))
+      continue;
+    int64_t bucket = s ? (s->h - host_from) / period_ns : -2;
+    if (best && bucket != best_bucket) {
+      struct tr_clocksync_sync_pair pair;
+      tr_clocksync_pair_from_exchange(&best->p, &pair);
+      if (n == 0 || (pair.ping_remote > last.update_remote &&
+                     pair.ping_service > last.update_service)) {
+        out[n++] = best->p;
+        last = pair;
+      }
+      best = NULL;
+    }
+    if (s && (!best || s->rtt < best->rtt)) {
+      best = s;
+      best_bucket = bucket;
+    }
+  }
+  return (int)n;
+}

@@ -1,0 +1,161 @@
+/* clocksync.h: the clock estimator of one remote host: from NTP-style probes on the relay link it
+ * builds the mapping host BOOTTIME -> service BOOTTIME that puts the host on the trace timeline.
+ *
+ * Input, per probe: t1 service send, t2 agent receive, t3 agent send, t4 service receive (t1/t4
+ * on the service's BOOTTIME, t2/t3 on the host's), all in ns. Add probes in the order they were
+ * taken and keep one probe in flight at a time (t2 of a probe after t3 of the previous one).
+ *
+ * Estimate. Each probe gives a sample at host time h = (t2+t3)/2: offset
+ * theta = ((t1-t2) + (t4-t3))/2 (service minus host) and rtt = (t4-t1) - (t3-t2). Probes are
+ * grouped into windows of window_ns of host time and only the minimum-RTT probe of each window
+ * is kept. A window's best is rejected as an outlier when its rtt exceeds 2 * (the smallest rtt
+ * among the kept samples) + outlier_slack_ns, unless the last 4 windows were all rejected:
+ * then the path changed, the window is kept and the fit restarts from it. Offset and drift come
+ * from a weighted least-squares line over the last fit_samples kept samples younger than
+ * fit_span_ns (plus the best of the open window), weight 1/(rtt - rtt_min + rtt_noise_ns)^2, so
+ * the samples with the least queueing dominate. Drift is clamped to +-max_drift_ppm.
+ *
+ * Mapping M. Piecewise linear, with one knot per probe at host time t3:
+ * - the knot's value heads for the estimate, but the slope of the segment from the previous knot
+ *   stays within 1 + drift +- slew_max_ppm: M slews toward a new estimate, it never steps;
+ * - then it is clamped into the probe's causality corridor: M(t2) >= t1 and M(t3) <= t4;
+ * - then it is kept strictly increasing (slope >= 1/2); if that ever conflicts with causality
+ *   (inconsistent probes only), order wins and stats.conflicts counts it.
+ * Beyond the last knot M continues with slope 1 + drift; before the first, with slope 1.
+ * Guarantees: M is continuous and non-decreasing (strictly increasing wherever its slope is >= 1,
+ * i.e. for all but 1-ns neighbours under negative drift), so one host's events keep their order
+ * on the trace timeline; M at host times up to the frontier (the last knot) never changes
+ * afterwards, later probes only re-plan what lies beyond it; no probe added so far has its
+ * corridor violated. All three hold for the host times covered by the retained knots
+ * (max_knots, about 4.5 h at one probe a second by default; export breakpoints before then).
+ *
+ * Error bound (tr_clocksync_error_bound). Each knot stores, when it is placed,
+ *     bound(h) = R/2 + D * |h - hbar| + |M(h) - E(h)| + 1 ns
+ * at its host time; between two knots the bound is the linear interpolation of theirs (M is
+ * linear there, and so is the error against a linear truth); before the first knot and beyond
+ * the frontier it is bound(h) with the current fit. The terms:
+ * R/2: the fit-weighted mean of rtt/2 over the fit samples (the true offset at a sample lies
+ * within +-rtt/2 of theta whatever the path asymmetry, and the line passes through the weighted
+ * mean at hbar; the weights make it close to half the best RTT); D: the drift uncertainty,
+ * max(3 standard errors of the fitted slope, 2*(R/2)/span of the samples), or max_drift_ppm while
+ * fewer than two samples exist; hbar: the weighted mean host time of the samples; E: the current
+ * estimate, so the third term is what the slew has not caught up yet; 1 ns for rounding.
+ *
+ * Cost: tr_clocksync_add_probe O(fit_samples), tr_clocksync_map O(log max_knots), memory
+ * O(max_knots + history), all fixed at init. Not thread-safe: one estimator per host, one owner. */
+#ifndef TR_CLOCKSYNC_H
+#define TR_CLOCKSYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tr_clocksync;
+
+struct tr_clocksync_config {
+  int64_t window_ns;        /* best-of window on host time (default 2 s) */
+  uint32_t fit_samples;     /* kept samples in the fit, at most 256 (default 64) */
+  int64_t fit_span_ns;      /* oldest sample age in the fit (default 300 s) */
+  int64_t outlier_slack_ns; /* see outliers above (default 200 us) */
+  int64_t rtt_noise_ns;     /* weight floor (default 2 us) */
+  double slew_max_ppm;      /* slew rate bound on top of the drift (default 500 ppm) */
+  double max_drift_ppm;     /* drift clamp (default 1000 ppm) */
+  uint32_t max_knots;       /* mapping knots kept, one per probe (default 16384) */
+  uint32_t history;         /* window bests kept for tr_clocksync_best_exchanges (default 4096) */
+};
+
+struct tr_clocksync_probe {
+  int64_t t1, t2, t3, t4;
+};
+
+/* One point of the mapping for writers: host BOOTTIME -> service BOOTTIME. */
+struct tr_clocksync_breakpoint {
+  int64_t host_ts, service_ts;
+};
+
+/* A remote_clock_sync PING/UPDATE pair: BOOTTIME values of the remote host (client_clocks in
+ * RemoteClockSync.SyncedClocks) and of the service (host_clocks). */
+struct tr_clocksync_sync_pair {
+  int64_t ping_remote, ping_service, update_remote, update_service;
+};
+
+struct tr_clocksync_stats {
+  uint64_t probes;    /* accepted by tr_clocksync_add_probe */
+  uint64_t windows;   /* closed windows */
+  uint64_t outliers;  /* window bests rejected */
+  uint64_t conflicts; /* knots where order had to win over causality (should stay 0) */
+};
+
+void tr_clocksync_config_default(struct tr_clocksync_config *cfg);
+/* cfg NULL: defaults. TR_ERR_INVAL for a count or span out of range, TR_ERR_NOMEM. */
+int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_config *cfg);
+void tr_clocksync_free(struct tr_clocksync *est);
+
+/* TR_ERR_INVAL for t4 < t1, t3 < t2, values outside [0, 2^62), or t3 not after the previous
+ * probe's t3; the estimator is unchanged then. */
+int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int64_t t3,
+                           int64_t t4);
+
+/* M(host_ts). TR_ERR_STATE before the first probe. */
+int tr_clocksync_map(const struct tr_clocksync *est, int64_t host_ts, int64_t *service_ts);
+/* The error bound at host_ts in ns, as defined above; TR_ERR_STATE before the first probe. */
+int64_t tr_clocksync_error_bound(const struct tr_clocksync *est, int64_t host_ts);
+/* Host time of the last knot: M up to here is final. TR_ERR_STATE before the first probe. */
+int64_t tr_clocksync_frontier(const struct tr_clocksync *est);
+
+/* For status displays: the current estimate at the newest sample (service minus host), its
+ * drift, and the smallest rtt among the fit samples. 0 before the first probe. */
+int64_t tr_clocksync_offset_ns(const struct tr_clocksync *est);
+double tr_clocksync_drift_ppm(const struct tr_clocksync *est);
+int64_t tr_clocksync_rtt_ns(const struct tr_clocksync *est);
+void tr_clocksync_get_stats(const struct tr_clocksync *est, struct tr_clocksync_stats *out);
+
+/* The mapping over host times [host_from, host_to] as breakpoints for trace_processor, which
+ * converts a value by the pure offset of the latest breakpoint at or below it (the first if
+ * none). Breakpoints lie on M (service_ts = M(host_ts)): one at host_from, one at every knot
+ * inside the range, and more within a segment of slope k every tolerance_ns/|k-1| of host time,
+ * so for every h in [host_from, host_to]
+ *     |h + (service_ts - host_ts of the breakpoint used) - M(h)| <= tolerance_ns + 2
+ * (2 ns: integer rounding of M, and the left-out breakpoints below).
+ * host_ts and service_ts strictly increase along the list (a breakpoint that would not, in a
+ * 1-2 ns piece before a knot, is left out). Write one ClockSnapshot (or one
+ * remote_clock_sync, see tr_clocksync_pair_from_breakpoint) per breakpoint. Returns the count
+ * written, TR_ERR_FULL if cap is too small (export a shorter range), TR_ERR_INVAL for an empty
+ * range, one outside [0, 2^62) or tolerance < 1, TR_ERR_STATE before the first probe.
+ * Cost O(count * log knots). */
+int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64_t host_to,
+                        int64_t tolerance_ns, struct tr_clocksync_breakpoint *out, size_t cap);
+
+/* The real exchanges to write as remote_clock_sync in the `machines` encoding: for each period
+ * [host_from + k*period_ns, ...) of host time up to host_to, the minimum-RTT non-outlier window
+ * best whose midpoint falls in it, oldest first, skipping any whose pair (see below) would not
+ * come strictly after the previous one on both clocks. Returns the count (<= cap),
+ * TR_ERR_INVAL for an empty range or period < 1. */
+int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_from,
+                                int64_t host_to, int64_t period_ns,
+                                struct tr_clocksync_probe *out, size_t cap);
+
+/* One NTP exchange as a remote_clock_sync PING/UPDATE pair that trace_processor reads back as
+ * its offset. TP takes a pair as client PING (t1c), host (t1h), client UPDATE (t2c), host (t2h)
+ * and averages o1 = (t1c+t2c)/2 - t1h and o2 = t2c - (t1h+t2h)/2 (client minus host). With
+ * m = (t2+t3)/2 the host's midpoint and r = t4-t1, we write
+ *     PING {remote m - r, service t1}, UPDATE {remote m, service t4}
+ * i.e. the host-initiated round trip t1 -> m -> t4 that o2 reads exactly (o2 = m - (t1+t4)/2, the
+ * NTP offset with the agent's turnaround taken out), and a PING placed one round trip before m so
+ * that o1 reads the same value: o1 = (2m - r)/2 - t1 = m - (t1+t4)/2. Both are the NTP offset
+ * (remote minus service, TP's sign) to within 1 ns of integer rounding. Service values are real; the
+ * remote ones are derived. Write ONE exchange per remote_clock_sync packet: TP also pairs
+ * an UPDATE with the next exchange's PING when they are < 30 s apart, and that cross pair would
+ * read half the gap between exchanges as offset. TP then makes one edge per packet at the
+ * service's last reading (t4). TR_ERR_INVAL for an invalid probe. */
+int tr_clocksync_pair_from_exchange(const struct tr_clocksync_probe *p,
+                                    struct tr_clocksync_sync_pair *out);
+/* A breakpoint (h, s) as the exchange t1 = s-2, t2 = t3 = h-1, t4 = s:
+ *     PING {remote h-3, service s-2}, UPDATE {remote h-1, service s}
+ * TP reads offset h - s exactly and places its edge at service s <-> remote h. For breakpoints at
+ * least 3 ns apart on both clocks (tr_clocksync_export's are, but for 1-2 ns pieces at the very
+ * end of a range) the values written only increase on both clocks, as TP needs: a remote clock
+ * going backwards would become target-only, the trace clock going backwards is rejected. */
+void tr_clocksync_pair_from_breakpoint(const struct tr_clocksync_breakpoint *bp,
+                                       struct tr_clocksync_sync_pair *out);
+
+#endif

@@ -1,0 +1,127 @@
+/* ipc_host.h: a Perfetto IPC host (reference sections 1.3-1.5) on a libuv loop.
+ *
+ * Listens on an AF_UNIX SOCK_STREAM path, accepts connections, and speaks the IPCFrame
+ * protocol: BindService by name, InvokeMethod dispatched to a per-service method table,
+ * replies (streamed with has_more), fds passed with SCM_RIGHTS. It knows frames and methods,
+ * not tracing: the ProducerPort and ConsumerPort are method tables built on top.
+ *
+ * Guarantees, per connection: the kernel's SO_PEERCRED is the peer's identity (SetPeerIdentity
+ * is accepted and ignored); at most one maximal frame is buffered for reading, at most
+ * max_out_bytes are queued for writing (over it the connection is dropped), at most one
+ * received fd is held; a bounded number of frames is handled per loop turn, so one client
+ * cannot starve the others. A misbehaving peer loses only its own connection.
+ *
+ * Lifecycle, libuv style: tr_ipc_host_init, tr_ipc_host_start, tr_ipc_host_close with a
+ * callback after which the caller may free the host. Connections are owned by the host;
+ * on_disconnect runs once for every accepted connection, from the loop (never inside the
+ * call that closed it), and the connection is freed right after it returns. */
+#ifndef TR_IPC_HOST_H
+#define TR_IPC_HOST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#define TR_IPC_DEFAULT_MAX_OUT (8u << 20)
+#define TR_IPC_DEFAULT_MAX_CONNS 1024u
+
+typedef struct tr_ipc_host tr_ipc_host;
+typedef struct tr_ipc_conn tr_ipc_conn;
+
+/* Handles one InvokeMethod. args are the serialised request (valid only during the call;
+ * the handler decodes them and answers with tr_ipc_conn_reply, now or later; undecodable
+ * args deserve a failure reply). A successful reply to a drop_reply call made during the
+ * call is not sent; a handler that answers drop_reply calls later must skip successes
+ * itself. */
+typedef void (*tr_ipc_method_fn)(tr_ipc_conn *conn, uint64_t request_id, const uint8_t *args,
+                                 size_t args_len, bool drop_reply);
+
+/* Method ids are 1-based positions in the table. A NULL fn keeps its id but is left out of
+ * BindServiceReply, so Perfetto clients fail that call locally (reference 1.4). */
+typedef struct tr_ipc_method {
+  const char *name;
+  tr_ipc_method_fn fn;
+} tr_ipc_method;
+
+typedef struct tr_ipc_service {
+  const char *name; /* bare proto name: "ProducerPort" */
+  const tr_ipc_method *methods;
+  size_t num_methods;
+} tr_ipc_service;
+
+typedef struct tr_ipc_peer {
+  uid_t uid;
+  gid_t gid;
+  pid_t pid;
+} tr_ipc_peer;
+
+typedef void (*tr_ipc_conn_cb)(tr_ipc_conn *conn);
+typedef void (*tr_ipc_host_close_cb)(tr_ipc_host *host);
+
+typedef struct tr_ipc_host_config {
+  const char *name;                /* for log lines: "producer socket" */
+  const tr_ipc_service *services;  /* service id = index + 1; must outlive the host */
+  size_t num_services;
+  /* Optional. A negative return refuses the connection (then no on_disconnect). */
+  int (*on_connect)(tr_ipc_conn *conn);
+  tr_ipc_conn_cb on_disconnect;    /* optional */
+  size_t max_out_bytes;            /* 0: TR_IPC_DEFAULT_MAX_OUT */
+  size_t max_conns;                /* 0: TR_IPC_DEFAULT_MAX_CONNS; more are refused */
+} tr_ipc_host_config;
+
+/* Caller-allocated like a uv handle; fields other than `data` are private. */
+struct tr_ipc_host {
+  void *data;
+  uv_loop_t *loop;
+  tr_ipc_host_config cfg;
+  uv_poll_t listen_poll;
+  uv_idle_t backlog_idle;
+  int listen_fd;
+  char path[108];
+  dev_t path_dev;
+  ino_t path_ino;
+  tr_ipc_conn *conns;
+  size_t num_conns;
+  unsigned handles_closing;
+  bool listening;
+  bool closing;
+  tr_ipc_host_close_cb close_cb;
+};
+
+/* Prepares the host; no socket yet. Returns 0 or TR_ERR_INVAL / a libuv failure. Once it
+ * succeeded, tr_ipc_host_close must be called, whether tr_ipc_host_start succeeds or not. */
+int tr_ipc_host_init(tr_ipc_host *host, uv_loop_t *loop, const tr_ipc_host_config *cfg);
+/* Binds `path`, chmods it to `mode` and listens (in that order, so no client can connect
+ * while the default mode is on it). A stale socket file is replaced; a live one (someone
+ * accepts) gives TR_ERR_SYS(EADDRINUSE), a non-socket file TR_ERR_SYS(EEXIST). */
+int tr_ipc_host_start(tr_ipc_host *host, const char *path, mode_t mode);
+/* Closes every connection and the listener, unlinks the socket path if it is still ours,
+ * and calls cb (may be NULL) from the loop once nothing refers to the host any more. */
+void tr_ipc_host_close(tr_ipc_host *host, tr_ipc_host_close_cb cb);
+
+/* Sends an InvokeMethodReply. success=true carries reply (may be empty); a failure carries
+ * neither success nor reply, as traced does. fd >= 0 is duplicated and passed with the
+ * frame (the caller keeps its own). Returns 0, TR_ERR_TOO_BIG if the frame would exceed
+ * the IPC limit (nothing sent), TR_ERR_CLOSED once the connection is closing, or
+ * TR_ERR_FULL when the output cap was hit (the connection is then being closed). */
+int tr_ipc_conn_reply(tr_ipc_conn *conn, uint64_t request_id, bool success, bool has_more,
+                      const uint8_t *reply, size_t reply_len, int fd);
+/* The last fd received on this connection, now owned by the caller; -1 if none. */
+int tr_ipc_conn_take_fd(tr_ipc_conn *conn);
+/* Logs the reason and closes this connection only; on_disconnect follows from the loop.
+ * Safe to call more than once and from inside a method handler. */
+void tr_ipc_conn_close(tr_ipc_conn *conn, const char *reason);
+/* Bytes queued for this connection and not yet accepted by the kernel. */
+size_t tr_ipc_conn_out_bytes(const tr_ipc_conn *conn);
+/* Calls cb once, from the loop, when the output queue is empty and the socket writable:
+ * a streaming reply (ReadBuffers) waits here instead of queueing without bound. A second
+ * call replaces the callback; NULL cancels it. */
+void tr_ipc_conn_on_drain(tr_ipc_conn *conn, tr_ipc_conn_cb cb);
+tr_ipc_peer tr_ipc_conn_peer(const tr_ipc_conn *conn);
+tr_ipc_host *tr_ipc_conn_host(const tr_ipc_conn *conn);
+void tr_ipc_conn_set_data(tr_ipc_conn *conn, void *data);
+void *tr_ipc_conn_data(const tr_ipc_conn *conn);
+
+#endif

@@ -1,0 +1,611 @@
+/* tls_uv.c: runs tr_tls sessions over libuv TCP handles (see tls_uv.h for the contract).
+ *
+ * Each connection owns two handles, the TCP stream and a timer (handshake deadline, then close
+ * linger), and is freed when both close callbacks have run. All ways out (errors, deadline,
+ * peer close, tr_tls_uv_close, server shutdown) go through close_conn(), which stops reading,
+ * ships pending ciphertext (an alert tells the peer why it was refused), and closes the
+ * handles once the writes are done or the linger timer fires.
+ *
+ * Every write request carries one buffer of ciphertext: all records for one tr_tls_uv_write()
+ * call, or what a handshake step or a read produced. The session's own output buffer is always
+ * emptied into such a request before control returns to libuv, so records leave in order. */
+#include "relay/tls_uv.h"
+
+#include "relay/log.h"
+#include "relay/tr_error.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEEPALIVE_DELAY_S 30
+#define READ_BUFFER (64 * 1024)
+
+struct tr_tls_uv_server {
+  uv_tcp_t tcp;
+  uv_loop_t *loop;
+  tr_tls_config *cfg;
+  struct tr_tls_uv_options opts;
+  struct tr_tls_uv_callbacks cbs;
+  void *data;
+  tr_tls_uv_conn *handshaking; /* list of connections not yet given to the application */
+  unsigned n_handshaking;
+  uint64_t refused;
+  bool closing;
+  bool tcp_closed;
+};
+
+struct tr_tls_uv_conn {
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  uv_connect_t connect_req;
+  tr_tls_session *tls;
+  tr_tls_uv_server *server; /* set while a server-side handshake runs */
+  tr_tls_uv_conn *prev, *next;
+  struct tr_tls_uv_callbacks cbs;
+  void *data;
+  unsigned handshake_timeout_ms;
+  size_t max_queued;
+  size_t queued;
+  unsigned writes_pending;
+  uint64_t bytes_in;
+  int handles_open;
+  bool app_owned; /* on_close is owed: client connections, server ones after on_connect */
+  bool want_drain;
+  bool closing;
+  bool handles_closing;
+  int close_reason;
+  char close_why[600];
+  char peer_addr[64];
+  unsigned char rbuf[READ_BUFFER];
+  unsigned char pbuf[TR_TLS_RECORD_PLAINTEXT];
+};
+
+struct write_req {
+  uv_write_t req;
+  tr_tls_uv_conn *conn;
+  size_t len, cap;
+  unsigned char data[];
+};
+
+static void close_conn(tr_tls_uv_conn *c, int reason, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void close_handles(tr_tls_uv_conn *c);
+
+static void apply_defaults(struct tr_tls_uv_options *o, const struct tr_tls_uv_options *in) {
+  if (in != NULL)
+    *o = *in;
+  if (o->handshake_timeout_ms == 0)
+    o->handshake_timeout_ms = TR_TLS_UV_HANDSHAKE_TIMEOUT_MS;
+  if (o->max_queued == 0)
+    o->max_queued = TR_TLS_UV_MAX_QUEUED;
+  if (o->max_handshakes == 0)
+    o->max_handshakes = TR_TLS_UV_MAX_HANDSHAKES;
+}
+
+static void format_addr(const struct sockaddr *sa, char *out, size_t cap) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+    uv_ip4_name(in, ip, sizeof ip);
+    port = ntohs(in->sin_port);
+    snprintf(out, cap, "%s:%d", ip, port);
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+    uv_ip6_name(in6, ip, sizeof ip);
+    port = ntohs(in6->sin6_port);
+    snprintf(out, cap, "[%s]:%d", ip, port);
+  } else {
+    snprintf(out, cap, "(unknown address family %d)", sa->sa_family);
+  }
+}
+
+/* ---- writing ---- */
+
+static struct write_req *write_req_new(tr_tls_uv_conn *c, size_t cap) {
+  struct write_req *w = malloc(sizeof *w + cap);
+  if (w == NULL)
+    return NULL;
+  w->conn = c;
+  w->len = 0;
+  w->cap = cap;
+  return w;
+}
+
+/* Appends the session's pending ciphertext to *wp, growing it as needed. */
+static int take_cipher(tr_tls_uv_conn *c, struct write_req **wp) {
+  size_t pending = tr_tls_cipher_pending(c->tls);
+  struct write_req *w = *wp;
+  if (w->len + pending > w->cap) {
+    size_t cap = (w->len + pending) * 2;
+    struct write_req *grown = realloc(w, sizeof *w + cap);
+    if (grown == NULL)
+      return TR_ERR_NOMEM;
+    grown->cap = cap;
+    *wp = w = grown;
+  }
+  w->len += tr_tls_take_cipher(c->tls, w->data + w->len, w->cap - w->len);
+  return 0;
+}
+
+static void on_write(uv_write_t *req, int status) {
+  struct write_req *w = (struct write_req *)req;
+  tr_tls_uv_conn *c = w->conn;
+  c->queued -= w->len;
+  c->writes_pending--;
+  free(w);
+  if (c->handles_closing)
+    return;
+  if (status < 0 && !c->closing) {
+    close_conn(c, status, "sending failed: %s", uv_strerror(status));
+    return;
+  }
+  if (c->closing) {
+    if (c->writes_pending == 0)
+      close_handles(c);
+    return;
+  }
+  if (c->want_drain && c->queued <= c->max_queued / 2) {
+    c->want_drain = false;
+    if (c->cbs.on_drain != NULL)
+      c->cbs.on_drain(c);
+  }
+}
+
+/* Hands w to libuv (or frees it if it is empty). */
+static int submit(tr_tls_uv_conn *c, struct write_req *w) {
+  if (w->len == 0) {
+    free(w);
+    return 0;
+  }
+  uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)w->len);
+  int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
+  if (rc < 0) {
+    free(w);
+    return rc;
+  }
+  c->queued += w->len;
+  c->writes_pending++;
+  return 0;
+}
+
+/* Sends whatever ciphertext the session produced (handshake messages, alerts). */
+static int flush_cipher(tr_tls_uv_conn *c) {
+  size_t pending = tr_tls_cipher_pending(c->tls);
+  if (pending == 0)
+    return 0;
+  struct write_req *w = write_req_new(c, pending);
+  if (w == NULL)
+    return TR_ERR_NOMEM;
+  int rc = take_cipher(c, &w);
+  if (rc < 0) {
+    free(w);
+    return rc;
+  }
+  return submit(c, w);
+}
+
+int tr_tls_uv_write(tr_tls_uv_conn *c, const void *data, size_t len) {
+  if (c->closing)
+    return TR_ERR_CLOSED;
+  if (!tr_tls_handshake_done(c->tls))
+    return TR_ERR_STATE;
+  if (c->queued >= c->max_queued) {
+    c->want_drain = true;
+    return TR_ERR_FULL;
+  }
+  if (len == 0)
+    return (int)c->queued;
+  /* Room for the plaintext plus record overhead (under 0.4% at 16 KiB records). */
+  struct write_req *w = write_req_new(c, len + len / 256 + 256);
+  if (w == NULL)
+    return TR_ERR_NOMEM;
+  const unsigned char *p = data;
+  size_t off = 0;
+  int rc = 0;
+  while (off < len) {
+    rc = tr_tls_write(c->tls, p + off, len - off);
+    if (rc > 0)
+      off += (size_t)rc;
+    else if (rc != TR_ERR_AGAIN)
+      goto fail;
+    rc = take_cipher(c, &w);
+    if (rc < 0)
+      goto fail;
+  }
+  rc = submit(c, w);
+  if (rc < 0) {
+    close_conn(c, rc, "sending failed: %s", uv_strerror(rc));
+    return rc;
+  }
+  if (c->queued > c->max_queued / 2)
+    c->want_drain = true;
+  return c->queued > INT32_MAX ? INT32_MAX : (int)c->queued;
+
+fail:
+  free(w);
+  if (rc == TR_ERR_NOMEM)
+    close_conn(c, rc, "out of memory while writing");
+  else
+    close_conn(c, rc, "TLS failure while writing: %s", tr_tls_last_error(c->tls));
+  return rc;
+}
+
+size_t tr_tls_uv_queued(const tr_tls_uv_conn *c) { return c->queued; }
+
+/* ---- closing ---- */
+
+static void unlink_handshaking(tr_tls_uv_conn *c) {
+  tr_tls_uv_server *srv = c->server;
+  if (srv == NULL)
+    return;
+  if (c->prev != NULL)
+    c->prev->next = c->next;
+  else
+    srv->handshaking = c->next;
+  if (c->next != NULL)
+    c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+  c->server = NULL;
+  srv->n_handshaking--;
+}
+
+static void maybe_free_server(tr_tls_uv_server *srv) {
+  if (srv->tcp_closed && srv->handshaking == NULL) {
+    tr_tls_config_unref(srv->cfg);
+    free(srv);
+  }
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  tr_tls_uv_conn *c = h->data;
+  if (--c->handles_open > 0)
+    return;
+  if (c->app_owned && c->cbs.on_close != NULL)
+    c->cbs.on_close(c, c->close_reason, c->close_why);
+  tr_tls_uv_server *srv = c->server;
+  unlink_handshaking(c);
+  if (srv != NULL && srv->closing)
+    maybe_free_server(srv);
+  tr_tls_session_free(c->tls);
+  free(c);
+}
+
+static void close_handles(tr_tls_uv_conn *c) {
+  c->handles_closing = true;
+  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+}
+
+static void on_timer(uv_timer_t *t) {
+  tr_tls_uv_conn *c = t->data;
+  if (c->closing) {
+    close_handles(c); /* linger over: drop what could not be sent */
+    return;
+  }
+  close_conn(c, TR_ERR_TIMEOUT,
+             "TLS handshake not finished after %u ms (%llu bytes received): a slow or non-TLS "
+             "peer, or a network problem", c->handshake_timeout_ms,
+             (unsigned long long)c->bytes_in);
+}
+
+/* The one way a connection ends: records the first reason, stops reading, and closes the
+ * handles once the queued writes are out (on_write) or the linger timer fires (on_timer). */
+static void close_conn(tr_tls_uv_conn *c, int reason, const char *fmt, ...) {
+  if (c->closing)
+    return;
+  c->closing = true;
+  c->close_reason = reason;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->close_why, sizeof c->close_why, fmt, ap);
+  va_end(ap);
+  if (!c->app_owned && c->server != NULL && !c->server->closing) {
+    c->server->refused++;
+    TR_WARN("tls", "refused connection from %s: %s", c->peer_addr, c->close_why);
+  }
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  /* Ship the alert or close_notify, unless the socket itself failed. */
+  if (reason == TR_ERR_TLS || reason == TR_ERR_TIMEOUT || reason == 0 || reason == TR_ERR_CLOSED)
+    flush_cipher(c);
+  if (c->writes_pending > 0)
+    uv_timer_start(&c->timer, on_timer, TR_TLS_UV_CLOSE_LINGER_MS, 0);
+  else
+    close_handles(c);
+}
+
+void tr_tls_uv_close(tr_tls_uv_conn *c) {
+  if (c->closing)
+    return;
+  /* close_notify only fails when the session already failed; then there is nothing to say. */
+  int rc = tr_tls_close_notify(c->tls);
+  while (rc == TR_ERR_AGAIN && flush_cipher(c) == 0)
+    rc = tr_tls_close_notify(c->tls);
+  close_conn(c, 0, "closed by this side");
+}
+
+/* ---- reading and the handshake ---- */
+
+static void handshake_complete(tr_tls_uv_conn *c) {
+  uv_timer_stop(&c->timer);
+  unlink_handshaking(c);
+  c->app_owned = true;
+  if (c->cbs.on_connect != NULL)
+    c->cbs.on_connect(c);
+}
+
+static void close_on_tls_error(tr_tls_uv_conn *c, int rc) {
+  if (rc == TR_ERR_CLOSED)
+    close_conn(c, rc, "the peer closed the TLS session");
+  else
+    close_conn(c, rc, "%s", tr_tls_last_error(c->tls));
+}
+
+/* Runs the session on the input it has: the handshake, then plaintext to on_read. Returns
+ * false once the connection is closing. */
+static bool drive(tr_tls_uv_conn *c) {
+  if (!tr_tls_handshake_done(c->tls)) {
+    int rc = tr_tls_handshake(c->tls);
+    if (rc == TR_ERR_AGAIN)
+      return true;
+    if (rc < 0) {
+      close_on_tls_error(c, rc);
+      return false;
+    }
+    handshake_complete(c);
+    if (c->closing)
+      return false;
+  }
+  for (;;) {
+    int n = tr_tls_read(c->tls, c->pbuf, sizeof c->pbuf);
+    if (n == TR_ERR_AGAIN)
+      return true;
+    if (n < 0) {
+      close_on_tls_error(c, n);
+      return false;
+    }
+    c->cbs.on_read(c, c->pbuf, (size_t)n);
+    if (c->closing)
+      return false;
+  }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  tr_tls_uv_conn *c = h->data;
+  *buf = uv_buf_init((char *)c->rbuf, sizeof c->rbuf);
+}
+
+static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+  tr_tls_uv_conn *c = stream->data;
+  if (nread == 0 || c->closing)
+    return;
+  if (nread < 0) {
+    if (nread != UV_EOF)
+      close_conn(c, (int)nread, "receiving failed: %s", uv_strerror((int)nread));
+    else if (tr_tls_handshake_done(c->tls))
+      close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection without close_notify");
+    else
+      close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection during the handshake");
+    return;
+  }
+  c->bytes_in += (uint64_t)nread;
+  const unsigned char *p = (const unsigned char *)buf->base;
+  size_t off = 0;
+  /* The session's input buffer is smaller than a read; driving it drains it. */
+  while (off < (size_t)nread) {
+    off += tr_tls_feed_cipher(c->tls, p + off, (size_t)nread - off);
+    if (!drive(c))
+      return;
+  }
+  int rc = flush_cipher(c);
+  if (rc < 0)
+    close_conn(c, rc, "sending failed: %s", tr_strerror(rc));
+}
+
+/* Common setup of both sides once the TCP connection exists. */
+static void start_session(tr_tls_uv_conn *c) {
+  uv_tcp_nodelay(&c->tcp, 1);
+  uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_DELAY_S);
+  int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_tcp_read);
+  if (rc < 0) {
+    close_conn(c, rc, "cannot read: %s", uv_strerror(rc));
+    return;
+  }
+  if (drive(c)) {
+    rc = flush_cipher(c);
+    if (rc < 0)
+      close_conn(c, rc, "sending failed: %s", tr_strerror(rc));
+  }
+}
+
+/* A connection with its session and both handles initialised, the deadline running. */
+static int conn_new(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name,
+                    const struct tr_tls_uv_options *opts, const struct tr_tls_uv_callbacks *cbs,
+                    void *data, tr_tls_uv_conn **out) {
+  tr_tls_uv_conn *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return TR_ERR_NOMEM;
+  int rc = tr_tls_session_new(cfg, server_name, &c->tls);
+  if (rc < 0) {
+    free(c);
+    return rc;
+  }
+  c->cbs = *cbs;
+  c->data = data;
+  c->handshake_timeout_ms = opts->handshake_timeout_ms;
+  c->max_queued = opts->max_queued;
+  snprintf(c->peer_addr, sizeof c->peer_addr, "(unknown peer)");
+  /* Neither init can fail for an AF_UNSPEC TCP handle or a timer. */
+  uv_tcp_init(loop, &c->tcp);
+  uv_timer_init(loop, &c->timer);
+  c->tcp.data = c->timer.data = c;
+  c->handles_open = 2;
+  uv_timer_start(&c->timer, on_timer, c->handshake_timeout_ms, 0);
+  *out = c;
+  return 0;
+}
+
+/* ---- client ---- */
+
+static void on_connected(uv_connect_t *req, int status) {
+  tr_tls_uv_conn *c = req->data;
+  if (c->closing)
+    return;
+  if (status < 0) {
+    close_conn(c, status, "cannot connect to %s: %s", c->peer_addr, uv_strerror(status));
+    return;
+  }
+  start_session(c);
+}
+
+int tr_tls_uv_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name,
+                      const struct sockaddr *addr, const struct tr_tls_uv_options *opts,
+                      const struct tr_tls_uv_callbacks *cbs, void *data, tr_tls_uv_conn **out) {
+  if (tr_tls_config_role(cfg) != TR_TLS_CLIENT || cbs == NULL || cbs->on_read == NULL ||
+      cbs->on_close == NULL || addr == NULL)
+    return TR_ERR_INVAL;
+  struct tr_tls_uv_options o = {0};
+  apply_defaults(&o, opts);
+  tr_tls_uv_conn *c;
+  int rc = conn_new(loop, cfg, server_name, &o, cbs, data, &c);
+  if (rc < 0)
+    return rc;
+  c->app_owned = true;
+  format_addr(addr, c->peer_addr, sizeof c->peer_addr);
+  c->connect_req.data = c;
+  rc = uv_tcp_connect(&c->connect_req, &c->tcp, addr, on_connected);
+  if (rc < 0) /* reported through on_close like any other failure */
+    close_conn(c, rc, "cannot connect to %s: %s", c->peer_addr, uv_strerror(rc));
+  *out = c;
+  return 0;
+}
+
+/* ---- server ---- */
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+/* Takes the pending connection off the listener and closes it: libuv stops accepting until the
+ * pending one is taken. */
+static void reject(uv_stream_t *listener) {
+  uv_tcp_t *t = malloc(sizeof *t);
+  if (t == NULL)
+    return;
+  uv_tcp_init(listener->loop, t);
+  uv_accept(listener, (uv_stream_t *)t);
+  uv_close((uv_handle_t *)t, free_handle);
+}
+
+static void on_connection(uv_stream_t *listener, int status) {
+  tr_tls_uv_server *srv = listener->data;
+  if (status < 0) {
+    TR_WARN("tls", "accepting a connection failed: %s", uv_strerror(status));
+    return;
+  }
+  tr_tls_uv_conn *c;
+  int rc = conn_new(srv->loop, srv->cfg, NULL, &srv->opts, &srv->cbs, srv->data, &c);
+  if (rc < 0) {
+    TR_WARN("tls", "cannot take a new connection: %s", tr_strerror(rc));
+    srv->refused++;
+    reject(listener);
+    return;
+  }
+  c->server = srv;
+  c->next = srv->handshaking;
+  if (c->next != NULL)
+    c->next->prev = c;
+  srv->handshaking = c;
+  srv->n_handshaking++;
+  rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
+  if (rc < 0) {
+    close_conn(c, rc, "accept failed: %s", uv_strerror(rc));
+    return;
+  }
+  struct sockaddr_storage ss;
+  int len = sizeof ss;
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
+    format_addr((struct sockaddr *)&ss, c->peer_addr, sizeof c->peer_addr);
+  if (srv->n_handshaking > srv->opts.max_handshakes) {
+    close_conn(c, TR_ERR_FULL, "%u TLS handshakes already in progress", srv->opts.max_handshakes);
+    return;
+  }
+  start_session(c);
+}
+
+int tr_tls_uv_listen(uv_loop_t *loop, tr_tls_config *cfg, const struct sockaddr *addr,
+                     const struct tr_tls_uv_options *opts, const struct tr_tls_uv_callbacks *cbs,
+                     void *data, tr_tls_uv_server **out) {
+  if (tr_tls_config_role(cfg) != TR_TLS_SERVER || cbs == NULL || cbs->on_read == NULL ||
+      cbs->on_close == NULL || addr == NULL)
+    return TR_ERR_INVAL;
+  tr_tls_uv_server *srv = calloc(1, sizeof *srv);
+  if (srv == NULL)
+    return TR_ERR_NOMEM;
+  srv->loop = loop;
+  srv->cfg = tr_tls_config_ref(cfg);
+  apply_defaults(&srv->opts, opts);
+  srv->cbs = *cbs;
+  srv->data = data;
+  uv_tcp_init(loop, &srv->tcp);
+  srv->tcp.data = srv;
+  int rc = uv_tcp_bind(&srv->tcp, addr, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&srv->tcp, 128, on_connection);
+  if (rc < 0)
+    goto fail;
+  *out = srv;
+  return 0;
+
+fail:
+  /* The handle is initialised: it must be closed, and the server freed in the callback. */
+  tr_tls_uv_server_close(srv);
+  return rc;
+}
+
+int tr_tls_uv_server_port(const tr_tls_uv_server *srv) {
+  struct sockaddr_storage ss;
+  int len = sizeof ss;
+  int rc = uv_tcp_getsockname(&srv->tcp, (struct sockaddr *)&ss, &len);
+  if (rc < 0)
+    return rc;
+  if (ss.ss_family == AF_INET)
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  if (ss.ss_family == AF_INET6)
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  return TR_ERR_UNSUPPORTED;
+}
+
+void tr_tls_uv_server_set_config(tr_tls_uv_server *srv, tr_tls_config *cfg) {
+  tr_tls_config *old = srv->cfg;
+  srv->cfg = tr_tls_config_ref(cfg);
+  tr_tls_config_unref(old);
+}
+
+uint64_t tr_tls_uv_server_refused(const tr_tls_uv_server *srv) { return srv->refused; }
+
+static void on_server_closed(uv_handle_t *h) {
+  tr_tls_uv_server *srv = h->data;
+  srv->tcp_closed = true;
+  maybe_free_server(srv);
+}
+
+void tr_tls_uv_server_close(tr_tls_uv_server *srv) {
+  if (srv->closing)
+    return;
+  srv->closing = true;
+  uv_close((uv_handle_t *)&srv->tcp, on_server_closed);
+  for (tr_tls_uv_conn *c = srv->handshaking; c != NULL; c = c->next)
+    close_conn(c, TR_ERR_CLOSED, "the server is shutting down");
+}
+
+/* ---- accessors ---- */
+
+const char *tr_tls_uv_peer_name(const tr_tls_uv_conn *c) { return tr_tls_peer_name(c->tls); }
+const char *tr_tls_uv_peer_address(const tr_tls_uv_conn *c) { return c->peer_addr; }
+const char *tr_tls_uv_ciphersuite(const tr_tls_uv_conn *c) { return tr_tls_ciphersuite(c->tls); }
+void *tr_tls_uv_get_data(const tr_tls_uv_conn *c) { return c->data; }
+void tr_tls_uv_set_data(tr_tls_uv_conn *c, void *data) { c->data = data; }

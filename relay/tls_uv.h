@@ -1,0 +1,108 @@
+/* tls_uv.h: tr_tls sessions over libuv TCP, the transport of the relay link.
+ *
+ * A server (tr_tls_uv_listen) accepts TCP connections and runs the TLS handshake under a
+ * deadline; a client (tr_tls_uv_connect) connects and does the same. Once the handshake is
+ * done the connection is a reliable, ordered, message-agnostic pipe: tr_tls_uv_write() queues
+ * bytes, on_read delivers decrypted bytes as they arrive (no framing: the relay protocol does
+ * that), on_close says why it ended.
+ *
+ * Guarantees:
+ * - A server connection is shown to the application (on_connect) only after the peer proved a
+ *   valid agent certificate; tr_tls_uv_peer_name() is then its machine name. Connections
+ *   refused before that (bad certificate, not TLS, handshake deadline, too many handshakes at
+ *   once) are logged with the peer address and the reason, and counted; the application never
+ *   sees them.
+ * - Memory per connection is bounded: about 200 KiB of buffers plus the write queue, which the
+ *   caller bounds by honouring TR_ERR_FULL / on_drain.
+ * - One close path: every connection the application was given gets exactly one on_close,
+ *   after which the pointer is invalid. Callbacks never run after on_close.
+ * - TCP_NODELAY and TCP keepalive are on for every connection.
+ *
+ * Threads: everything runs on the loop's thread. */
+#ifndef TR_TLS_UV_H
+#define TR_TLS_UV_H
+
+#include "relay/tls.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define TR_TLS_UV_HANDSHAKE_TIMEOUT_MS 10000
+#define TR_TLS_UV_MAX_QUEUED (4u << 20)
+#define TR_TLS_UV_MAX_HANDSHAKES 128
+/* How long a closing connection may take to send what is queued and its close_notify. */
+#define TR_TLS_UV_CLOSE_LINGER_MS 2000
+
+typedef struct tr_tls_uv_conn tr_tls_uv_conn;
+typedef struct tr_tls_uv_server tr_tls_uv_server;
+
+struct tr_tls_uv_callbacks {
+  /* The handshake is done: the connection may write, and the peer's name is known. */
+  void (*on_connect)(tr_tls_uv_conn *conn);
+  /* Decrypted bytes, valid during the call only. */
+  void (*on_read)(tr_tls_uv_conn *conn, const void *data, size_t len);
+  /* The write queue fell to half of max_queued after having been above it (optional). */
+  void (*on_drain)(tr_tls_uv_conn *conn);
+  /* The connection is gone. reason: 0 after tr_tls_uv_close, TR_ERR_CLOSED when the peer
+   * closed, TR_ERR_TLS, TR_ERR_TIMEOUT or a TR_ERR_SYS code; why says it in words
+   * (the peer address is in tr_tls_uv_peer_address). */
+  void (*on_close)(tr_tls_uv_conn *conn, int reason, const char *why);
+};
+
+struct tr_tls_uv_options {
+  unsigned handshake_timeout_ms; /* 0: TR_TLS_UV_HANDSHAKE_TIMEOUT_MS */
+  size_t max_queued;             /* bytes of ciphertext queued per connection; 0: default */
+  unsigned max_handshakes;       /* server: handshakes in progress at once; 0: default */
+};
+
+/* Listens on addr (port 0 picks one, see tr_tls_uv_server_port) with a server config, which
+ * it references. data is the initial user pointer of every accepted connection. Returns 0,
+ * TR_ERR_INVAL, TR_ERR_NOMEM or the libuv error as TR_ERR_SYS (e.g. address in use); after a
+ * libuv error the loop frees the half-made server on its next run. */
+int tr_tls_uv_listen(uv_loop_t *loop, tr_tls_config *cfg, const struct sockaddr *addr,
+                     const struct tr_tls_uv_options *opts, const struct tr_tls_uv_callbacks *cbs,
+                     void *data, tr_tls_uv_server **out);
+/* The port the server listens on, or a negative code. */
+int tr_tls_uv_server_port(const tr_tls_uv_server *srv);
+/* Uses cfg (referenced) for connections accepted from now on, e.g. after SIGHUP reloaded the
+ * certificates; connections already accepted keep their config. */
+void tr_tls_uv_server_set_config(tr_tls_uv_server *srv, tr_tls_config *cfg);
+/* Connections dropped before their handshake finished. */
+uint64_t tr_tls_uv_server_refused(const tr_tls_uv_server *srv);
+/* Stops listening and drops connections still in their handshake; the server is freed once
+ * its handles are closed. Connections given to the application stay open. */
+void tr_tls_uv_server_close(tr_tls_uv_server *srv);
+
+/* Connects to addr and runs the handshake against server_name (the name the service
+ * certificate must carry); the handshake deadline covers the TCP connect too. Every outcome
+ * is reported through cbs: on_connect, or on_close with the reason (connection refused,
+ * certificate refused, deadline). Returns 0 (conn is valid until on_close), TR_ERR_INVAL or
+ * TR_ERR_NOMEM (no callback then). */
+int tr_tls_uv_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name,
+                      const struct sockaddr *addr, const struct tr_tls_uv_options *opts,
+                      const struct tr_tls_uv_callbacks *cbs, void *data, tr_tls_uv_conn **out);
+
+/* Queues len bytes, encrypted in records of up to TR_TLS_RECORD_PLAINTEXT bytes (write in
+ * batches of that size for the least overhead). The whole buffer is taken or none of it.
+ * Returns the ciphertext bytes now queued (>= 0), TR_ERR_FULL if the queue is already at
+ * max_queued (wait for on_drain), TR_ERR_STATE before on_connect, TR_ERR_CLOSED once closing. */
+int tr_tls_uv_write(tr_tls_uv_conn *conn, const void *data, size_t len);
+/* Ciphertext bytes handed to libuv and not yet written to the socket. */
+size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
+/* Closes gracefully: queued bytes and a close_notify are sent (for at most
+ * TR_TLS_UV_CLOSE_LINGER_MS), then on_close(conn, 0, ...) runs. Safe to call from any
+ * callback and more than once. */
+void tr_tls_uv_close(tr_tls_uv_conn *conn);
+
+/* The peer's machine name (server side) or the service's certificate name (client side);
+ * NULL before on_connect. */
+const char *tr_tls_uv_peer_name(const tr_tls_uv_conn *conn);
+/* "address:port" of the peer, for log lines. */
+const char *tr_tls_uv_peer_address(const tr_tls_uv_conn *conn);
+/* The negotiated ciphersuite, or NULL before on_connect. */
+const char *tr_tls_uv_ciphersuite(const tr_tls_uv_conn *conn);
+void *tr_tls_uv_get_data(const tr_tls_uv_conn *conn);
+void tr_tls_uv_set_data(tr_tls_uv_conn *conn, void *data);
+
+#endif

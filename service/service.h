@@ -1,0 +1,96 @@
+/* service.h: the central service's shared state, and the calls between its parts.
+ *
+ *   link_server.c  accepts agents over TLS; one tr_host per machine name (from the certificate)
+ *   hosts.c        the host table: producers and data sources per host, per-host link stats,
+ *                  the clock estimator per host
+ *   session.c      tracing sessions: config, per-host buffers, data source instances, timers,
+ *                  flush and stop bookkeeping
+ *   consumer_port.c  Perfetto's ConsumerPort on a UNIX socket (tr_ipc_host)
+ *   trace_output.c   turns a session into trace packets (service packets + buffers + stats)
+ *
+ * Everything runs on one libuv loop; nothing here is thread-safe. Upward calls (link ->
+ * sessions) go through the tr_service_on_* functions below, implemented in session.c;
+ * downward calls (sessions -> an agent) through tr_host_send_command in link_server.c. */
+#ifndef TR_SERVICE_H
+#define TR_SERVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "perfetto/common/data_source_descriptor.pb-c.h"
+#include "perfetto/trace/system_info.pb-c.h"
+#include "relay/clocksync.h"
+#include "tracerelay/relay.pb-c.h"
+
+typedef struct tr_service tr_service;
+typedef struct tr_host tr_host;
+typedef struct tr_session tr_session;
+typedef struct tr_link_peer tr_link_peer; /* one agent connection, owned by link_server.c */
+
+/* A producer on a remote host, as its agent described it (ProducerUpdate). */
+typedef struct tr_remote_producer {
+  uint32_t id;             /* agent-local producer id, never reused within an agent instance */
+  char *name;
+  uint32_t uid;
+  int32_t pid;
+  char *sdk_version;
+  bool connected;
+  Perfetto__Protos__DataSourceDescriptor **data_sources; /* owned, unknown fields kept */
+  size_t num_data_sources;
+} tr_remote_producer;
+
+/* Loss and traffic counters of one host, monotonic over the service's life. Agent-side
+ * counters are the latest AgentStats values summed over producers. */
+typedef struct tr_host_stats {
+  uint64_t batches_received;
+  uint64_t batches_duplicate;     /* resent after a reconnect and already stored */
+  uint64_t chunks_received;
+  uint64_t bytes_received;        /* chunk payload bytes */
+  uint64_t link_lost_batches;     /* seq gaps: batches the agent dropped from its spill queue */
+  uint64_t link_lost_chunks;
+  uint64_t link_lost_bytes;
+  uint64_t agent_queue_dropped_chunks;
+  uint64_t agent_queue_dropped_bytes;
+  uint64_t agent_spill_dropped_chunks;
+  uint64_t agent_spill_dropped_bytes;
+  uint64_t agent_smb_full;
+  uint64_t agent_abi_violations;
+  uint64_t disconnects;
+  uint64_t flushes_missed;        /* flushes this host did not ack within the timeout */
+} tr_host_stats;
+
+struct tr_host {
+  char name[65];                  /* machine name, from the agent's certificate */
+  uint32_t machine_id;            /* tr_machine_id(name) */
+  uint64_t agent_instance_id;     /* from Hello; a new one means the agent restarted */
+  tr_link_peer *link;             /* NULL while disconnected; the host entry stays */
+  uint64_t connected_since_ns;    /* service BOOTTIME of the current (or last) connection */
+  Perfetto__Protos__SystemInfo *system_info; /* from Hello, machine_name set by us; owned */
+  tr_remote_producer *producers;  /* array */
+  size_t num_producers;
+  struct tr_clocksync *clock;     /* host BOOTTIME -> service BOOTTIME */
+  tr_host_stats stats;
+  tr_host *next;
+};
+
+/* Upward calls, made by link_server.c, implemented in session.c. Each is safe to call
+ * at any time; a call for a host or producer no session uses is a no-op. */
+void tr_service_on_host_connected(tr_service *svc, tr_host *host);
+void tr_service_on_host_disconnected(tr_service *svc, tr_host *host, const char *reason);
+/* After hosts.c applied the update to host->producers. */
+void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id);
+void tr_service_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk);
+void tr_service_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch);
+void tr_service_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack);
+void tr_service_on_command_reply(tr_service *svc, tr_host *host,
+                                 const Tracerelay__CommandReply *reply);
+
+/* Downward: queue a command for the host's agent. The caller keeps ownership of cmd.
+ * Returns TR_ERR_CLOSED if the host is not connected. */
+int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd);
+/* Asks the host's agent to answer a clock probe now (before a flush), if connected. */
+void tr_host_probe_clock(tr_host *host);
+
+#endif

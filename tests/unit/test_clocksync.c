@@ -1,0 +1,498 @@
+/* test_clocksync.c: the estimator against simulated hosts whose clock is known exactly.
+ *
+ * A host's BOOTTIME is H(t) = t + offset + drift*(t - t0) of the service's BOOTTIME t (the true
+ * time). Probes cross a link with a fixed base delay, exponential jitter each way and occasional
+ * huge outliers; the agent's turnaround varies. Accuracy is asserted on the error against the
+ * known truth only (no wall-clock timing), together with the mapping's guarantees: causality of
+ * every probe, monotonic, past values final, bounded slope, error bound, breakpoint export, and
+ * the remote_clock_sync encoding read back with trace_processor's formula. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay/clocksync.h"
+#include "relay/tr_error.h"
+
+#define SEC 1000000000LL
+#define MS 1000000LL
+#define US 1000LL
+
+struct host {
+  long double offset, drift, t0;
+};
+
+static int64_t host_clock(const struct host *h, long double t) {
+  return (int64_t)floorl(t + h->offset + h->drift * (t - h->t0));
+}
+
+/* The service time at which the host's clock read hv: the truth the mapping should give. */
+static long double truth(const struct host *h, int64_t hv) {
+  return h->t0 + ((long double)hv - h->offset - h->t0) / (1.0L + h->drift);
+}
+
+static uint64_t rng_state;
+static double uniform(void) { /* xorshift64*, deterministic */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+static double expo(double mean) {
+  return -mean * log(1.0 - uniform());
+}
+
+struct link {
+  double base_ns, jitter_mean_ns, outlier_prob, turnaround_ns;
+};
+
+static struct tr_clocksync_probe probe_at(const struct host *h, const struct link *l,
+                                          int64_t t1) {
+  double fwd = l->base_ns + expo(l->jitter_mean_ns);
+  double back = l->base_ns + expo(l->jitter_mean_ns);
+  if (uniform() < l->outlier_prob)
+    fwd += 5 * MS + uniform() * 45 * MS;
+  if (uniform() < l->outlier_prob)
+    back += 5 * MS + uniform() * 45 * MS;
+  double turn = l->turnaround_ns * (0.5 + uniform());
+  long double recv = (long double)t1 + fwd;
+  struct tr_clocksync_probe p = {.t1 = t1};
+  p.t2 = host_clock(h, recv);
+  p.t3 = host_clock(h, recv + turn);
+  p.t4 = (int64_t)ceill(recv + turn + back);
+  return p;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+struct run_result {
+  double median_us, p99_us, max_us;
+  double live_median_us, live_p99_us;
+  double bound_median_us;
+  uint64_t bound_misses, outliers;
+};
+
+#define MAX_PROBES 4000
+#define CHECKS 4000
+
+/* The probes of the last simulate() run: their t3 are the mapping's knots. */
+static struct tr_clocksync_probe probes[MAX_PROBES];
+static size_t np;
+
+/* Runs one simulated host for `seconds` with probes at 10 Hz for 10 s then 1 Hz, checking every
+ * guarantee on the way. Errors are measured on host times after `warmup_s`. Returns the
+ * estimator (the caller frees it). */
+static struct tr_clocksync *simulate(const struct host *h, const struct link *l, int seconds,
+                                     int warmup_s, struct run_result *res) {
+  struct tr_clocksync *est;
+  assert_int_equal(tr_clocksync_init(&est, NULL), 0);
+  static int64_t check_h[CHECKS], check_s[CHECKS];
+  static double live[MAX_PROBES * 4];
+  size_t nchecks = 0, nlive = 0;
+  np = 0;
+  int64_t t = (int64_t)h->t0;
+  int64_t end = t + seconds * SEC;
+  int64_t warm = t + warmup_s * SEC;
+  int64_t host_warm = host_clock(h, (long double)warm);
+  int64_t prev_frontier = 0;
+
+  while (t < end) {
+    struct tr_clocksync_probe p = probe_at(h, l, t);
+    assert_true(np < MAX_PROBES);
+    probes[np++] = p;
+    assert_int_equal(tr_clocksync_add_probe(est, p.t1, p.t2, p.t3, p.t4), 0);
+    int64_t frontier = tr_clocksync_frontier(est);
+    assert_int_equal(frontier, p.t3);
+
+    /* the new segment: continuous from the old frontier, slope within drift + slew */
+    if (prev_frontier) {
+      int64_t s0, s1;
+      assert_int_equal(tr_clocksync_map(est, prev_frontier, &s0), 0);
+      assert_int_equal(tr_clocksync_map(est, frontier, &s1), 0);
+      double slope = (double)(s1 - s0) / (double)(frontier - prev_frontier);
+      /* causality outranks the slew bound: only a knot on a corridor edge may exceed it */
+      int64_t m2;
+      assert_int_equal(tr_clocksync_map(est, p.t2, &m2), 0);
+      assert_true(fabs(slope - 1.0) <= (1000 + 500) * 1e-6 + 1e-9 || s1 == p.t4 || m2 - p.t1 <= 1);
+    }
+    /* causality of this probe, right away */
+    int64_t m2, m3;
+    assert_int_equal(tr_clocksync_map(est, p.t2, &m2), 0);
+    assert_int_equal(tr_clocksync_map(est, p.t3, &m3), 0);
+    assert_true(m2 >= p.t1);
+    assert_true(m3 <= p.t4);
+
+    /* remember a few final values to check they never change */
+    if (nchecks < CHECKS) {
+      int64_t hc = prev_frontier ? prev_frontier + (int64_t)(uniform() * (double)(frontier - prev_frontier)) : p.t2;
+      check_h[nchecks] = hc;
+      assert_int_equal(tr_clocksync_map(est, hc, &check_s[nchecks]), 0);
+      nchecks++;
+    }
+    /* live error: events just after the frontier, mapped before the next probe */
+    if (p.t1 >= warm)
+      for (int k = 0; k < 4; k++) {
+        int64_t hv = frontier + (int64_t)(uniform() * SEC);
+        int64_t sv;
+        assert_int_equal(tr_clocksync_map(est, hv, &sv), 0);
+        live[nlive++] = fabs((double)((long double)sv - truth(h, hv)));
+      }
+    prev_frontier = frontier;
+    t += (t - (int64_t)h->t0 < 10 * SEC) ? 100 * MS : SEC;
+  }
+
+  /* past values are final */
+  for (size_t i = 0; i < nchecks; i++) {
+    int64_t s;
+    assert_int_equal(tr_clocksync_map(est, check_h[i], &s), 0);
+    assert_int_equal(s, check_s[i]);
+  }
+  /* every probe's causality, with the final mapping */
+  for (size_t i = 0; i < np; i++) {
+    int64_t m2, m3;
+    tr_clocksync_map(est, probes[i].t2, &m2);
+    tr_clocksync_map(est, probes[i].t3, &m3);
+    assert_true(m2 >= probes[i].t1);
+    assert_true(m3 <= probes[i].t4);
+  }
+  struct tr_clocksync_stats st;
+  tr_clocksync_get_stats(est, &st);
+  assert_int_equal(st.conflicts, 0);
+  assert_int_equal(st.probes, np);
+
+  /* accuracy, monotonicity and the error bound over the whole run after warm-up */
+  int64_t first = probes[0].t2, last = tr_clocksync_frontier(est);
+  static double err[CHECKS], bounds[CHECKS];
+  size_t ne = 0;
+  int64_t prev_s = INT64_MIN, step = (last - host_warm) / CHECKS;
+  res->bound_misses = 0;
+  for (int64_t hv = host_warm; hv <= last && ne < CHECKS; hv += step) {
+    int64_t sv, sv1;
+    assert_int_equal(tr_clocksync_map(est, hv, &sv), 0);
+    assert_int_equal(tr_clocksync_map(est, hv + 2, &sv1), 0);
+    assert_true(sv > prev_s);
+    assert_true(sv1 > sv); /* distinct events stay distinct */
+    prev_s = sv;
+    double e = fabs((double)((long double)sv - truth(h, hv)));
+    int64_t bound = tr_clocksync_error_bound(est, hv);
+    assert_true(bound > 0);
+    bounds[ne] = (double)bound;
+    err[ne++] = e;
+    if (e > (double)bound)
+      res->bound_misses++;
+  }
+  qsort(err, ne, sizeof(double), cmp_double);
+  qsort(bounds, ne, sizeof(double), cmp_double);
+  res->bound_median_us = bounds[ne / 2] / 1000.0;
+  res->outliers = st.outliers;
+  qsort(live, nlive, sizeof(double), cmp_double);
+  res->median_us = err[ne / 2] / 1000.0;
+  res->p99_us = err[ne * 99 / 100] / 1000.0;
+  res->max_us = err[ne - 1] / 1000.0;
+  res->live_median_us = live[nlive / 2] / 1000.0;
+  res->live_p99_us = live[nlive * 99 / 100] / 1000.0;
+  (void)first;
+  return est;
+}
+
+static const struct link jittery = {
+    .base_ns = 30 * US, .jitter_mean_ns = 50 * US, .outlier_prob = 0.02, .turnaround_ns = 10 * US};
+
+static void test_accuracy(void **state) {
+  (void)state;
+  const struct host hosts[] = {
+      {.offset = 3.0L * 3600 * SEC, .drift = 200e-6L, .t0 = 36000.0L * SEC},
+      {.offset = -2.0L * 3600 * SEC, .drift = -200e-6L, .t0 = 36000.0L * SEC},
+      {.offset = 12345678.0L, .drift = 0.0L, .t0 = 36000.0L * SEC},
+      {.offset = -7.5L * 3600 * SEC, .drift = 37.5e-6L, .t0 = 50000.0L * SEC},
+  };
+  for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++)
+    for (uint64_t seed = 0; seed < 3; seed++) {
+      rng_state = 0x9e3779b97f4a7c15ull + i * 1000 + seed * 7919;
+      struct run_result r;
+      tr_clocksync_free(simulate(&hosts[i], &jittery, 900, 60, &r));
+      print_message("host %zu/%llu: offset %.0f s drift %+.1f ppm: error median %.2f us "
+                    "p99 %.2f us max %.2f us; live median %.2f us p99 %.2f us; "
+                    "bound median %.1f us, misses %llu; outlier windows %llu\n",
+                    i, (unsigned long long)seed, (double)(hosts[i].offset / SEC),
+                    (double)(hosts[i].drift * 1e6L), r.median_us, r.p99_us, r.max_us,
+                    r.live_median_us, r.live_p99_us, r.bound_median_us,
+                    (unsigned long long)r.bound_misses, (unsigned long long)r.outliers);
+      assert_true(r.median_us <= 3.0);
+      assert_true(r.p99_us <= 15.0);
+      assert_true(r.live_p99_us <= 15.0);
+      assert_int_equal(r.bound_misses, 0);
+
+    }
+}
+
+/* trace_processor's pure-offset reading of breakpoints: the latest at or below h, else the first. */
+static int64_t tp_lookup(const struct tr_clocksync_breakpoint *bp, int n, int64_t h) {
+  int lo = 0, hi = n - 1, found = 0;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (bp[mid].host_ts <= h) {
+      found = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return h + (bp[found].service_ts - bp[found].host_ts);
+}
+
+/* trace_processor's offset of one PING/UPDATE pair (CalculateClockOffsets, reference 7.5). */
+static int64_t tp_pair_offset(const struct tr_clocksync_sync_pair *p) {
+  int64_t t1c = p->ping_remote, t1h = p->ping_service;
+  int64_t t2c = p->update_remote, t2h = p->update_service;
+  int64_t o1 = (t1c + t2c) / 2 - t1h;
+  int64_t o2 = t2c - (t1h + t2h) / 2;
+  return (o1 + o2) / 2;
+}
+
+static void test_export_reproduces_mapping(void **state) {
+  (void)state;
+  const struct host h = {.offset = 3.0L * 3600 * SEC, .drift = -200e-6L, .t0 = 36000.0L * SEC};
+  rng_state = 42;
+  struct run_result r;
+  struct tr_clocksync *est = simulate(&h, &jittery, 120, 20, &r);
+  static struct tr_clocksync_breakpoint bp[200000];
+  int64_t from = host_clock(&h, h.t0) - SEC, to = tr_clocksync_frontier(est) + 2 * SEC;
+  const int64_t tolerances[] = {200, 1000, 20000};
+  for (size_t t = 0; t < 3; t++) {
+    int n = tr_clocksync_export(est, from, to, tolerances[t], bp, 200000);
+    assert_true(n > 0);
+    print_message("tolerance %lld ns: %d breakpoints for %.1f s\n", (long long)tolerances[t], n,
+                  (double)(to - from) / SEC);
+    assert_int_equal(bp[0].host_ts, from);
+    for (int i = 0; i < n; i++) {
+      int64_t m;
+      assert_int_equal(tr_clocksync_map(est, bp[i].host_ts, &m), 0);
+      assert_int_equal(bp[i].service_ts, m); /* on the mapping */
+      if (i) {
+        assert_true(bp[i].host_ts > bp[i - 1].host_ts);
+        assert_true(bp[i].service_ts > bp[i - 1].service_ts);
+      }
+    }
+    /* TP's staircase stays within the tolerance everywhere, knots included */
+    for (int k = 0; k < 20000; k++) {
+      int64_t hv = from + (int64_t)(uniform() * (double)(to - from));
+      if (k < 2000) /* and right around knots, where segments change */
+        hv = probes[(size_t)(uniform() * (double)np)].t3 + (int64_t)(uniform() * 7) - 3;
+      int64_t m;
+      assert_int_equal(tr_clocksync_map(est, hv, &m), 0);
+      int64_t d = tp_lookup(bp, n, hv) - m;
+      assert_true(d <= tolerances[t] + 2 && d >= -(tolerances[t] + 2));
+    }
+    /* every breakpoint as a remote_clock_sync pair: TP reads back exactly its offset, and the
+     * values only increase on both clocks across consecutive packets */
+    for (int i = 0; i < n; i++) {
+      struct tr_clocksync_sync_pair pair, prev;
+      tr_clocksync_pair_from_breakpoint(&bp[i], &pair);
+      assert_int_equal(tp_pair_offset(&pair), bp[i].host_ts - bp[i].service_ts);
+      assert_true(pair.ping_remote < pair.update_remote);
+      assert_true(pair.ping_service < pair.update_service);
+      if (i) {
+        tr_clocksync_pair_from_breakpoint(&bp[i - 1], &prev);
+        assert_true(pair.ping_remote > prev.update_remote);
+        assert_true(pair.ping_service > prev.update_service);
+      }
+    }
+  }
+  assert_int_equal(tr_clocksync_export(est, from, to, 1000, bp, 3), TR_ERR_FULL);
+  assert_int_equal(tr_clocksync_export(est, to, from, 1000, bp, 10), TR_ERR_INVAL);
+  assert_int_equal(tr_clocksync_export(est, from, to, 0, bp, 10), TR_ERR_INVAL);
+  tr_clocksync_free(est);
+}
+
+static void test_best_exchanges_as_remote_clock_sync(void **state) {
+  (void)state;
+  const struct host h = {.offset = -1.5L * 3600 * SEC, .drift = 120e-6L, .t0 = 36000.0L * SEC};
+  rng_state = 7;
+  struct run_result r;
+  struct tr_clocksync *est = simulate(&h, &jittery, 300, 20, &r);
+  struct tr_clocksync_probe ex[64];
+  int64_t from = host_clock(&h, h.t0), to = tr_clocksync_frontier(est);
+  int n = tr_clocksync_best_exchanges(est, from, to, 10 * SEC, ex, 64);
+  assert_true(n >= 25 && n <= 31);
+  struct tr_clocksync_sync_pair prev = {0};
+  for (int i = 0; i < n; i++) {
+    struct tr_clocksync_sync_pair pair;
+    assert_int_equal(tr_clocksync_pair_from_exchange(&ex[i], &pair), 0);
+    /* TP reads the NTP offset (remote minus service) to within integer rounding */
+    int64_t m = ex[i].t2 + (ex[i].t3 - ex[i].t2) / 2;
+    long double ntp = (long double)m - ((long double)ex[i].t1 + ex[i].t4) / 2;
+    int64_t got = tp_pair_offset(&pair);
+    assert_true(fabsl((long double)got - ntp) <= 1.5L);
+    /* and it is as right as the exchange allows: within rtt/2 of the truth at its midpoint */
+    int64_t rtt = (ex[i].t4 - ex[i].t1) - (ex[i].t3 - ex[i].t2);
+    long double true_off = (long double)m - truth(&h, m);
+    assert_true(fabsl((long double)got - true_off) <= rtt / 2.0L + 2);
+    assert_true(rtt < 200 * US); /* the best of 10 s, never an outlier */
+    if (i) {
+      assert_true(pair.ping_remote > prev.update_remote);
+      assert_true(pair.ping_service > prev.update_service);
+    }
+    prev = pair;
+  }
+  assert_int_equal(tr_clocksync_best_exchanges(est, from, to, 10 * SEC, ex, 3), 3);
+  assert_int_equal(tr_clocksync_best_exchanges(est, from, to, 0, ex, 3), TR_ERR_INVAL);
+  struct tr_clocksync_probe bad = {10, 5, 4, 20};
+  struct tr_clocksync_sync_pair pair;
+  assert_int_equal(tr_clocksync_pair_from_exchange(&bad, &pair), TR_ERR_INVAL);
+  tr_clocksync_free(est);
+}
+
+static int64_t frontier_value(const struct tr_clocksync *est) {
+  int64_t s;
+  assert_int_equal(tr_clocksync_map(est, tr_clocksync_frontier(est), &s), 0);
+  return s;
+}
+
+/* Probes every second through a link without jitter. */
+static void feed(struct tr_clocksync *est, const struct host *h, const struct link *l,
+                 int64_t *t, int count) {
+  for (int i = 0; i < count; i++, *t += SEC) {
+    struct tr_clocksync_probe p = probe_at(h, l, *t);
+    assert_int_equal(tr_clocksync_add_probe(est, p.t1, p.t2, p.t3, p.t4), 0);
+  }
+}
+
+static void test_outliers_and_path_change(void **state) {
+  (void)state;
+  const struct host h = {.offset = 1.0L * SEC, .drift = 50e-6L, .t0 = 1000.0L * SEC};
+  struct link clean = {.base_ns = 40 * US, .turnaround_ns = 10 * US};
+  struct tr_clocksync *est;
+  assert_int_equal(tr_clocksync_init(&est, NULL), 0);
+  rng_state = 3;
+  int64_t t = (int64_t)h.t0;
+  feed(est, &h, &clean, &t, 30);
+  struct tr_clocksync_stats st;
+  tr_clocksync_get_stats(est, &st);
+  assert_int_equal(st.outliers, 0);
+  assert_true(fabs(tr_clocksync_drift_ppm(est) + 50.0 / (1 + 50e-6)) < 0.01);
+  assert_true(fabsl((long double)frontier_value(est) - truth(&h, tr_clocksync_frontier(est))) < 50);
+
+  /* one window of probes 20 ms slower (the third one opens the next window): rejected, the
+   * estimate does not move */
+  struct link late = clean;
+  late.base_ns = 10 * MS;
+  feed(est, &h, &late, &t, 3);
+  feed(est, &h, &clean, &t, 2);
+  tr_clocksync_get_stats(est, &st);
+  assert_int_equal(st.outliers, 1);
+  assert_true(fabsl((long double)frontier_value(est) - truth(&h, tr_clocksync_frontier(est))) < 50);
+
+  /* the path gets 2 ms longer for good: after 4 rejected windows the new baseline is taken */
+  struct link longer = clean;
+  longer.base_ns = 2 * MS;
+  feed(est, &h, &longer, &t, 20);
+  tr_clocksync_get_stats(est, &st);
+  assert_int_equal(st.outliers, 1 + 4);
+  assert_true(tr_clocksync_rtt_ns(est) >= 4 * MS);
+  feed(est, &h, &longer, &t, 20);
+  tr_clocksync_get_stats(est, &st);
+  assert_int_equal(st.outliers, 1 + 4);
+  assert_int_equal(st.conflicts, 0);
+  tr_clocksync_free(est);
+}
+
+static void test_slews_never_steps(void **state) {
+  (void)state;
+  /* The path becomes asymmetric (+300 us one way): the estimate moves by 150 us, while the truth
+   * does not. The mapping must get there by slewing, at most slew_max_ppm beyond the drift. */
+  const struct host h = {.offset = 5.0L * SEC, .drift = 0, .t0 = 1000.0L * SEC};
+  struct link sym = {.base_ns = 200 * US, .turnaround_ns = 10 * US};
+  struct tr_clocksync_config cfg;
+  tr_clocksync_config_default(&cfg);
+  cfg.fit_samples = 4;
+  struct tr_clocksync *est;
+  assert_int_equal(tr_clocksync_init(&est, &cfg), 0);
+  rng_state = 5;
+  int64_t t = (int64_t)h.t0;
+  feed(est, &h, &sym, &t, 20);
+  int64_t off0 = tr_clocksync_offset_ns(est);
+  int64_t f0 = tr_clocksync_frontier(est), s0;
+  tr_clocksync_map(est, f0, &s0);
+  double max_slope = 0;
+  for (int i = 0; i < 200; i++) {
+    struct tr_clocksync_probe p = probe_at(&h, &sym, t);
+    p.t4 += 300 * US; /* the return leg is 300 us slower */
+    t += SEC / 10;
+    assert_int_equal(tr_clocksync_add_probe(est, p.t1, p.t2, p.t3, p.t4), 0);
+    int64_t f1 = tr_clocksync_frontier(est), s1;
+    tr_clocksync_map(est, f1, &s1);
+    double slope = (double)(s1 - s0) / (double)(f1 - f0);
+    /* the slew bound is relative to the drift of the moment */
+    assert_true(fabs(slope - 1 - tr_clocksync_drift_ppm(est) * 1e-6) <= 500e-6 + 1e-8);
+    if (fabs(slope - 1) > max_slope)
+      max_slope = fabs(slope - 1);
+    f0 = f1;
+    s0 = s1;
+  }
+  int64_t moved = tr_clocksync_offset_ns(est) - off0;
+  assert_true(moved > 140 * US && moved < 160 * US);
+  assert_true(max_slope >= 400e-6); /* it did slew, at the bound, and never stepped */
+  int64_t s;
+  tr_clocksync_map(est, f0, &s);
+  assert_true(llabs(s - f0 - tr_clocksync_offset_ns(est)) < 2 * US); /* and caught up */
+  tr_clocksync_free(est);
+}
+
+static void test_invalid_input(void **state) {
+  (void)state;
+  struct tr_clocksync *est;
+  struct tr_clocksync_config cfg;
+  tr_clocksync_config_default(&cfg);
+  cfg.fit_samples = 0;
+  assert_int_equal(tr_clocksync_init(&est, &cfg), TR_ERR_INVAL);
+  cfg.fit_samples = 1000;
+  assert_int_equal(tr_clocksync_init(&est, &cfg), TR_ERR_INVAL);
+  tr_clocksync_config_default(&cfg);
+  cfg.slew_max_ppm = 0;
+  assert_int_equal(tr_clocksync_init(&est, &cfg), TR_ERR_INVAL);
+
+  assert_int_equal(tr_clocksync_init(&est, NULL), 0);
+  int64_t v;
+  assert_int_equal(tr_clocksync_map(est, 5, &v), TR_ERR_STATE);
+  assert_int_equal(tr_clocksync_error_bound(est, 5), TR_ERR_STATE);
+  assert_int_equal(tr_clocksync_frontier(est), TR_ERR_STATE);
+  assert_int_equal(tr_clocksync_offset_ns(est), 0);
+  struct tr_clocksync_breakpoint bp[4];
+  assert_int_equal(tr_clocksync_export(est, 0, 10, 10, bp, 4), TR_ERR_STATE);
+  assert_int_equal(tr_clocksync_add_probe(est, 100, 50, 40, 200), TR_ERR_INVAL); /* t3 < t2 */
+  assert_int_equal(tr_clocksync_add_probe(est, 100, 50, 60, 90), TR_ERR_INVAL);  /* t4 < t1 */
+  assert_int_equal(tr_clocksync_add_probe(est, -1, 50, 60, 90), TR_ERR_INVAL);
+  assert_int_equal(tr_clocksync_add_probe(est, 1, 50, 60, INT64_MAX), TR_ERR_INVAL);
+  assert_int_equal(tr_clocksync_map(est, 5, &v), TR_ERR_STATE); /* nothing was taken */
+
+  assert_int_equal(tr_clocksync_add_probe(est, 1000, 5000, 5010, 1100), 0);
+  assert_int_equal(tr_clocksync_map(est, 5010, &v), 0);
+  assert_true(v <= 1100 && v >= 1000 + 10);
+  assert_int_equal(tr_clocksync_add_probe(est, 2000, 5005, 5010, 2100), TR_ERR_INVAL); /* not after */
+  struct tr_clocksync_stats st;
+  tr_clocksync_get_stats(est, &st);
+  assert_int_equal(st.probes, 1);
+  tr_clocksync_free(est);
+  tr_clocksync_free(NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_accuracy),
+      cmocka_unit_test(test_export_reproduces_mapping),
+      cmocka_unit_test(test_best_exchanges_as_remote_clock_sync),
+      cmocka_unit_test(test_outliers_and_path_change),
+      cmocka_unit_test(test_slews_never_steps),
+      cmocka_unit_test(test_invalid_input),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

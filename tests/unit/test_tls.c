@@ -1,0 +1,375 @@
+/* test_tls.c: two tr_tls sessions handing bytes to each other in memory, no sockets.
+ *
+ * Certificates come from certs/make-certs.sh, run into a temporary directory at start: one CA
+ * with a service certificate and agents that are good, expired, not yet valid or lack the
+ * clientAuth usage, and a second, unrelated CA with an agent of the same name. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "relay/tls.h"
+#include "relay/tr_error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char dir[256];
+
+static void path(char *out, size_t cap, const char *sub, const char *file) {
+  snprintf(out, cap, "%s/%s/%s", dir, sub, file);
+}
+
+static int make_certs(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/test_tls.XXXXXX");
+  if (mkdtemp(dir) == NULL)
+    return -1;
+  static const char *const runs[] = {
+      "good --service-name relay.test --localhost --agent web-1",
+      "good --agent old --expired",
+      "good --agent future --not-yet-valid",
+      "good --agent noclient --no-client-auth",
+      "rogue --ca-name 'rogue CA' --agent web-1",
+  };
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/certs/make-certs.sh %s/%s >/dev/null", TR_SOURCE_DIR, dir, runs[i]);
+    if (system(cmd) != 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int remove_certs(void **state) {
+  (void)state;
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static tr_tls_config *config(enum tr_tls_role role, const char *ca_sub, const char *sub,
+                             const char *name, bool chacha) {
+  char ca[512], crt[512], key[512], file[128], err[512];
+  path(ca, sizeof ca, ca_sub, "ca.crt");
+  snprintf(file, sizeof file, "%s.crt", name);
+  path(crt, sizeof crt, sub, file);
+  snprintf(file, sizeof file, "%s.key", name);
+  path(key, sizeof key, sub, file);
+  struct tr_tls_config_opts opts = {
+      .role = role, .ca_path = ca, .cert_path = crt, .key_path = key, .prefer_chacha20 = chacha};
+  tr_tls_config *cfg = NULL;
+  int rc = tr_tls_config_new(&opts, &cfg, err, sizeof err);
+  if (rc != 0)
+    fail_msg("config %s/%s: %s", sub, name, err);
+  return cfg;
+}
+
+/* Moves every pending ciphertext byte from one session to the other. */
+static void transfer(tr_tls_session *from, tr_tls_session *to) {
+  unsigned char buf[4096];
+  size_t n;
+  while ((n = tr_tls_take_cipher(from, buf, sizeof buf)) > 0)
+    assert_int_equal(tr_tls_feed_cipher(to, buf, n), n);
+}
+
+/* Runs both handshakes until neither waits any more; each side's result lands in its rc. */
+static void handshake(tr_tls_session *c, tr_tls_session *s, int *rc_client, int *rc_server) {
+  for (int i = 0; i < 20; i++) {
+    *rc_client = tr_tls_handshake(c);
+    transfer(c, s);
+    *rc_server = tr_tls_handshake(s);
+    transfer(s, c);
+    if (*rc_client != TR_ERR_AGAIN && *rc_server != TR_ERR_AGAIN)
+      return;
+  }
+  *rc_client = tr_tls_handshake(c);
+}
+
+struct pair {
+  tr_tls_config *scfg, *ccfg;
+  tr_tls_session *server, *client;
+  int rc_server, rc_client;
+};
+
+static void pair_run(struct pair *p, const char *ca_sub, const char *sub, const char *agent,
+                     const char *server_name, bool chacha) {
+  p->scfg = config(TR_TLS_SERVER, "good", "good", "service", chacha);
+  p->ccfg = config(TR_TLS_CLIENT, ca_sub, sub, agent, false);
+  assert_int_equal(tr_tls_session_new(p->scfg, NULL, &p->server), 0);
+  assert_int_equal(tr_tls_session_new(p->ccfg, server_name, &p->client), 0);
+  handshake(p->client, p->server, &p->rc_client, &p->rc_server);
+}
+
+static void pair_free(struct pair *p) {
+  tr_tls_session_free(p->client);
+  tr_tls_session_free(p->server);
+  tr_tls_config_unref(p->ccfg);
+  tr_tls_config_unref(p->scfg);
+}
+
+/* Sends len bytes from one session to the other through the bounded buffers. */
+static void send_all(tr_tls_session *from, tr_tls_session *to, const unsigned char *data,
+                     size_t len, unsigned char *got) {
+  size_t sent = 0, recvd = 0;
+  while (recvd < len) {
+    if (sent < len) {
+      int n = tr_tls_write(from, data + sent, len - sent);
+      assert_true(n > 0 || n == TR_ERR_AGAIN);
+      if (n > 0) {
+        assert_true(n <= TR_TLS_RECORD_PLAINTEXT);
+        sent += (size_t)n;
+      }
+    }
+    transfer(from, to);
+    int n = 0;
+    while (recvd < len && (n = tr_tls_read(to, got + recvd, len - recvd)) > 0)
+      recvd += (size_t)n;
+    if (recvd < len)
+      assert_int_equal(n, TR_ERR_AGAIN);
+  }
+}
+
+static void test_handshake_and_data(void **state) {
+  (void)state;
+  struct pair p = {0};
+  pair_run(&p, "good", "good", "agent-web-1", "relay.test", false);
+  assert_int_equal(p.rc_server, 0);
+  assert_int_equal(p.rc_client, 0);
+  assert_string_equal(tr_tls_peer_name(p.server), "web-1");
+  assert_string_equal(tr_tls_peer_name(p.client), "relay.test");
+  assert_string_equal(tr_tls_ciphersuite(p.server), "TLS-ECDHE-ECDSA-WITH-AES-128-GCM-SHA256");
+
+  size_t len = 300 * 1000;
+  unsigned char *data = malloc(len), *got = malloc(len);
+  assert_non_null(data);
+  assert_non_null(got);
+  for (size_t i = 0; i < len; i++)
+    data[i] = (unsigned char)(i * 7 + (i >> 9));
+  send_all(p.client, p.server, data, len, got);
+  assert_memory_equal(data, got, len);
+  send_all(p.server, p.client, data + 1, len - 1, got);
+  assert_memory_equal(data + 1, got, len - 1);
+  free(data);
+  free(got);
+
+  /* close_notify reaches the server as a clean close. */
+  assert_int_equal(tr_tls_close_notify(p.client), 0);
+  transfer(p.client, p.server);
+  unsigned char b[16];
+  assert_int_equal(tr_tls_read(p.server, b, sizeof b), TR_ERR_CLOSED);
+  pair_free(&p);
+}
+
+static void test_prefer_chacha20(void **state) {
+  (void)state;
+  struct pair p = {0};
+  pair_run(&p, "good", "good", "agent-web-1", "localhost", true);
+  assert_int_equal(p.rc_server, 0);
+  assert_int_equal(p.rc_client, 0);
+  assert_string_equal(tr_tls_ciphersuite(p.client),
+                      "TLS-ECDHE-ECDSA-WITH-CHACHA20-POLY1305-SHA256");
+  pair_free(&p);
+}
+
+/* The output buffer is bounded: writes stop with TR_ERR_AGAIN until ciphertext is taken. */
+static void test_write_backpressure(void **state) {
+  (void)state;
+  struct pair p = {0};
+  pair_run(&p, "good", "good", "agent-web-1", "relay.test", false);
+  assert_int_equal(p.rc_client, 0);
+  static unsigned char block[TR_TLS_RECORD_PLAINTEXT * 4];
+  int n, records = 0;
+  while ((n = tr_tls_write(p.client, block, sizeof block)) > 0) {
+    assert_int_equal(n, TR_TLS_RECORD_PLAINTEXT);
+    records++;
+  }
+  assert_int_equal(n, TR_ERR_AGAIN);
+  assert_int_equal(records, 2);
+  assert_true(tr_tls_cipher_pending(p.client) <= TR_TLS_CIPHER_BUFFER);
+  unsigned char sink[TR_TLS_CIPHER_BUFFER];
+  assert_true(tr_tls_take_cipher(p.client, sink, sizeof sink) > 0);
+  assert_int_equal(tr_tls_write(p.client, block, sizeof block), TR_TLS_RECORD_PLAINTEXT);
+  pair_free(&p);
+}
+
+/* A reloaded config replaces the old one for new sessions; live sessions keep theirs. */
+static void test_config_outlives_its_owner(void **state) {
+  (void)state;
+  struct pair p = {0};
+  pair_run(&p, "good", "good", "agent-web-1", "relay.test", false);
+  assert_int_equal(p.rc_server, 0);
+  tr_tls_config_unref(p.scfg);
+  tr_tls_config_unref(p.ccfg);
+  p.scfg = p.ccfg = NULL;
+  unsigned char got[5];
+  assert_int_equal(tr_tls_write(p.client, "hello", 5), 5);
+  transfer(p.client, p.server);
+  assert_int_equal(tr_tls_read(p.server, got, sizeof got), 5);
+  assert_memory_equal(got, "hello", 5);
+  pair_free(&p);
+}
+
+static void expect_refused(const char *ca_sub, const char *sub, const char *agent,
+                           const char *server_name, bool server_refuses, const char *reason) {
+  struct pair p = {0};
+  pair_run(&p, ca_sub, sub, agent, server_name, false);
+  tr_tls_session *refuser = server_refuses ? p.server : p.client;
+  tr_tls_session *other = server_refuses ? p.client : p.server;
+  assert_int_equal(server_refuses ? p.rc_server : p.rc_client, TR_ERR_TLS);
+  const char *why = tr_tls_last_error(refuser);
+  if (strstr(why, reason) == NULL)
+    fail_msg("expected '%s' in: %s", reason, why);
+  /* The refusing side's alert tells the other side it was refused. */
+  assert_int_equal(server_refuses ? p.rc_client : p.rc_server, TR_ERR_TLS);
+  if (strstr(tr_tls_last_error(other), "refused") == NULL)
+    fail_msg("expected a refusal in: %s", tr_tls_last_error(other));
+  assert_null(tr_tls_peer_name(p.server));
+  assert_int_equal(tr_tls_write(refuser, "x", 1), TR_ERR_TLS);
+  pair_free(&p);
+}
+
+static void test_client_from_other_ca(void **state) {
+  (void)state;
+  expect_refused("good", "rogue", "agent-web-1", "relay.test", true, "not trusted by CA");
+}
+
+static void test_expired_client(void **state) {
+  (void)state;
+  expect_refused("good", "good", "agent-old", "relay.test", true, "expired on");
+}
+
+static void test_not_yet_valid_client(void **state) {
+  (void)state;
+  expect_refused("good", "good", "agent-future", "relay.test", true, "not valid before");
+}
+
+static void test_client_without_client_auth(void **state) {
+  (void)state;
+  expect_refused("good", "good", "agent-noclient", "relay.test", true,
+                 "missing the clientAuth usage");
+}
+
+static void test_server_name_mismatch(void **state) {
+  (void)state;
+  expect_refused("good", "good", "agent-web-1", "relay.other", false, "name mismatch");
+}
+
+/* The client trusts only the rogue CA, so it refuses the real service. */
+static void test_server_from_other_ca(void **state) {
+  (void)state;
+  expect_refused("rogue", "rogue", "agent-web-1", "relay.test", false, "not trusted by CA");
+}
+
+static void feed_garbage(const void *bytes, size_t len) {
+  tr_tls_config *cfg = config(TR_TLS_SERVER, "good", "good", "service", false);
+  tr_tls_session *s;
+  assert_int_equal(tr_tls_session_new(cfg, NULL, &s), 0);
+  assert_int_equal(tr_tls_handshake(s), TR_ERR_AGAIN);
+  assert_int_equal(tr_tls_feed_cipher(s, bytes, len), len);
+  assert_int_equal(tr_tls_handshake(s), TR_ERR_TLS);
+  assert_int_equal(tr_tls_handshake(s), TR_ERR_TLS);
+  assert_true(strlen(tr_tls_last_error(s)) > 0);
+  tr_tls_session_free(s);
+  tr_tls_config_unref(cfg);
+}
+
+static void test_garbage_to_server(void **state) {
+  (void)state;
+  static const char http[] = "GET / HTTP/1.1\r\nHost: relay\r\n\r\n";
+  feed_garbage(http, sizeof http - 1);
+  /* A plausible handshake record header whose body is noise. */
+  unsigned char noise[300] = {0x16, 0x03, 0x03, 0x01, 0x20};
+  for (size_t i = 5; i < sizeof noise; i++)
+    noise[i] = (unsigned char)(i * 131 + 17);
+  feed_garbage(noise, sizeof noise);
+  /* Too long a record. */
+  unsigned char huge[5 + 64] = {0x16, 0x03, 0x03, 0xff, 0xff};
+  feed_garbage(huge, sizeof huge);
+}
+
+static void test_garbage_reason_names_plain_tcp(void **state) {
+  (void)state;
+  tr_tls_config *cfg = config(TR_TLS_SERVER, "good", "good", "service", false);
+  tr_tls_session *s;
+  assert_int_equal(tr_tls_session_new(cfg, NULL, &s), 0);
+  tr_tls_feed_cipher(s, "hello there\n", 12);
+  assert_int_equal(tr_tls_handshake(s), TR_ERR_TLS);
+  if (strstr(tr_tls_last_error(s), "not speaking TLS") == NULL)
+    fail_msg("unexpected reason: %s", tr_tls_last_error(s));
+  tr_tls_session_free(s);
+  tr_tls_config_unref(cfg);
+}
+
+static void test_config_errors(void **state) {
+  (void)state;
+  char ca[512], crt[512], key[512], other_key[512], err[512];
+  path(ca, sizeof ca, "good", "ca.crt");
+  path(crt, sizeof crt, "good", "service.crt");
+  path(key, sizeof key, "good", "service.key");
+  path(other_key, sizeof other_key, "good", "agent-web-1.key");
+  tr_tls_config *cfg = NULL;
+
+  struct tr_tls_config_opts missing = {.role = TR_TLS_SERVER, .ca_path = "/nonexistent/ca.crt",
+                                       .cert_path = crt, .key_path = key};
+  assert_int_equal(tr_tls_config_new(&missing, &cfg, err, sizeof err), TR_ERR_CONFIG);
+  assert_non_null(strstr(err, "/nonexistent/ca.crt"));
+
+  struct tr_tls_config_opts mismatch = {.role = TR_TLS_SERVER, .ca_path = ca, .cert_path = crt,
+                                        .key_path = other_key};
+  assert_int_equal(tr_tls_config_new(&mismatch, &cfg, err, sizeof err), TR_ERR_CONFIG);
+  assert_non_null(strstr(err, "does not belong"));
+
+  struct tr_tls_config_opts key_as_cert = {.role = TR_TLS_SERVER, .ca_path = ca,
+                                           .cert_path = key, .key_path = key};
+  assert_int_equal(tr_tls_config_new(&key_as_cert, &cfg, err, sizeof err), TR_ERR_CONFIG);
+  assert_null(cfg);
+
+  /* A client must name the server it expects. */
+  cfg = config(TR_TLS_CLIENT, "good", "good", "agent-web-1", false);
+  tr_tls_session *s = NULL;
+  assert_int_equal(tr_tls_session_new(cfg, NULL, &s), TR_ERR_INVAL);
+  assert_int_equal(tr_tls_session_new(cfg, "", &s), TR_ERR_INVAL);
+  assert_int_equal(tr_tls_session_new(cfg, "relay.test", &s), 0);
+  assert_int_equal(tr_tls_write(s, "x", 1), TR_ERR_STATE);
+  assert_null(tr_tls_peer_name(s));
+  tr_tls_session_free(s);
+  tr_tls_config_unref(cfg);
+}
+
+static void test_machine_names(void **state) {
+  (void)state;
+  assert_true(tr_tls_valid_machine_name("web-1", 5));
+  assert_true(tr_tls_valid_machine_name("a.b_c-D9", 8));
+  assert_false(tr_tls_valid_machine_name("", 0));
+  assert_false(tr_tls_valid_machine_name("a b", 3));
+  assert_false(tr_tls_valid_machine_name("a/b", 3));
+  assert_false(tr_tls_valid_machine_name("*.example", 9));
+  assert_false(tr_tls_valid_machine_name("a\0b", 3));
+  char long_name[TR_TLS_MAX_NAME + 1];
+  memset(long_name, 'x', sizeof long_name);
+  assert_true(tr_tls_valid_machine_name(long_name, TR_TLS_MAX_NAME));
+  assert_false(tr_tls_valid_machine_name(long_name, TR_TLS_MAX_NAME + 1));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_handshake_and_data),
+      cmocka_unit_test(test_prefer_chacha20),
+      cmocka_unit_test(test_write_backpressure),
+      cmocka_unit_test(test_config_outlives_its_owner),
+      cmocka_unit_test(test_client_from_other_ca),
+      cmocka_unit_test(test_expired_client),
+      cmocka_unit_test(test_not_yet_valid_client),
+      cmocka_unit_test(test_client_without_client_auth),
+      cmocka_unit_test(test_server_name_mismatch),
+      cmocka_unit_test(test_server_from_other_ca),
+      cmocka_unit_test(test_garbage_to_server),
+      cmocka_unit_test(test_garbage_reason_names_plain_tcp),
+      cmocka_unit_test(test_config_errors),
+      cmocka_unit_test(test_machine_names),
+  };
+  return cmocka_run_group_tests(tests, make_certs, remove_certs);
+}

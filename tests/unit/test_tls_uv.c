@@ -1,0 +1,411 @@
+/* test_tls_uv.c: tr_tls_uv over real TCP on 127.0.0.1 (port 0) in one libuv loop.
+ *
+ * Covers the handshake and peer name, 8 MiB carried intact through a small write queue (so
+ * TR_ERR_FULL / on_drain backpressure is exercised), a plain-TCP client sending garbage being
+ * refused while a connected client carries on, a silent client dropped at the handshake
+ * deadline, a client refusing the service's name, and a certificate reload on a live server.
+ * Every test ends with uv_loop_close() succeeding, so no handle outlives its connection. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "relay/tls_uv.h"
+#include "relay/tr_error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char dir[256];
+
+static int make_certs(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/test_tls_uv.XXXXXX");
+  if (mkdtemp(dir) == NULL)
+    return -1;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s/certs/make-certs.sh %s --service-name relay.test --localhost "
+           "--agent web-1 --agent web-2 >/dev/null", TR_SOURCE_DIR, dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static int remove_certs(void **state) {
+  (void)state;
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static tr_tls_config *config(enum tr_tls_role role, const char *name) {
+  char ca[512], crt[512], key[512], err[512];
+  snprintf(ca, sizeof ca, "%s/ca.crt", dir);
+  snprintf(crt, sizeof crt, "%s/%s.crt", dir, name);
+  snprintf(key, sizeof key, "%s/%s.key", dir, name);
+  struct tr_tls_config_opts opts = {.role = role, .ca_path = ca, .cert_path = crt, .key_path = key};
+  tr_tls_config *cfg = NULL;
+  if (tr_tls_config_new(&opts, &cfg, err, sizeof err) != 0)
+    fail_msg("config %s: %s", name, err);
+  return cfg;
+}
+
+/* ---- a loop that gives up ---- */
+
+static void on_tick(uv_timer_t *t) { (void)t; }
+
+/* A ticking timer so that UV_RUN_ONCE returns even when nothing happens; returns the deadline. */
+static uint64_t tick_start(uv_loop_t *loop, uv_timer_t *tick, uint64_t ms) {
+  uv_timer_init(loop, tick);
+  uv_timer_start(tick, on_tick, 20, 20);
+  uv_update_time(loop);
+  return uv_now(loop) + ms;
+}
+
+static void tick_stop(uv_timer_t *tick) {
+  uv_close((uv_handle_t *)tick, NULL);
+  uv_run(tick->loop, UV_RUN_NOWAIT); /* lets the close finish before tick leaves scope */
+}
+
+/* Runs the loop until cond holds, failing the test after ms milliseconds. */
+#define RUN_UNTIL(loop, cond, ms)                                                                 \
+  do {                                                                                            \
+    uv_timer_t tick_;                                                                             \
+    uint64_t deadline_ = tick_start((loop), &tick_, (ms));                                        \
+    while (!(cond) && uv_now(loop) < deadline_)                                                   \
+      uv_run((loop), UV_RUN_ONCE);                                                                \
+    tick_stop(&tick_);                                                                            \
+    if (!(cond))                                                                                  \
+      fail_msg("timed out after %d ms waiting for %s", (int)(ms), #cond);                         \
+  } while (0)
+
+static void finish_loop(uv_loop_t *loop) {
+  uv_run(loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(loop), 0);
+}
+
+/* ---- one side of a connection, as the relay link would hold it ---- */
+
+struct side {
+  tr_tls_uv_conn *conn;
+  bool connected, closed;
+  int close_reason;
+  char close_why[600];
+  char peer_name[TR_TLS_MAX_NAME + 1];
+  size_t received;
+  bool verify_pattern;
+  bool pattern_ok;
+  char text[64];
+  /* sender state for the bulk transfer */
+  size_t to_send, sent;
+  int fulls;
+};
+
+static unsigned char pattern(size_t i) { return (unsigned char)((i * 2654435761u) >> 13); }
+
+static void on_connect(tr_tls_uv_conn *conn) {
+  struct side *s = tr_tls_uv_get_data(conn);
+  s->conn = conn;
+  s->connected = true;
+  snprintf(s->peer_name, sizeof s->peer_name, "%s", tr_tls_uv_peer_name(conn));
+}
+
+static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
+  struct side *s = tr_tls_uv_get_data(conn);
+  const unsigned char *p = data;
+  if (s->verify_pattern) {
+    for (size_t i = 0; i < len; i++)
+      if (p[i] != pattern(s->received + i))
+        s->pattern_ok = false;
+  } else {
+    size_t room = sizeof s->text - 1 - strlen(s->text);
+    strncat(s->text, data, len < room ? len : room);
+  }
+  s->received += len;
+}
+
+static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
+  struct side *s = tr_tls_uv_get_data(conn);
+  s->closed = true;
+  s->close_reason = reason;
+  snprintf(s->close_why, sizeof s->close_why, "%s", why);
+  s->conn = NULL;
+}
+
+#define BULK_MAX_QUEUED (256 * 1024)
+#define BULK_MESSAGE (64 * 1024)
+
+/* Writes 64 KiB messages until the queue is full; on_drain resumes. */
+static void pump(tr_tls_uv_conn *conn) {
+  struct side *s = tr_tls_uv_get_data(conn);
+  static unsigned char msg[BULK_MESSAGE];
+  while (s->sent < s->to_send) {
+    size_t n = s->to_send - s->sent < sizeof msg ? s->to_send - s->sent : sizeof msg;
+    for (size_t i = 0; i < n; i++)
+      msg[i] = pattern(s->sent + i);
+    int rc = tr_tls_uv_write(conn, msg, n);
+    if (rc == TR_ERR_FULL) {
+      s->fulls++;
+      return;
+    }
+    assert_true(rc >= 0);
+    assert_int_equal((size_t)rc, tr_tls_uv_queued(conn));
+    /* The queue overshoots its limit by one message at most (plus record overhead). */
+    assert_true((size_t)rc < BULK_MAX_QUEUED + BULK_MESSAGE + 1024);
+    s->sent += n;
+  }
+}
+
+static void on_connect_pump(tr_tls_uv_conn *conn) {
+  on_connect(conn);
+  pump(conn);
+}
+
+struct fixture {
+  uv_loop_t loop;
+  tr_tls_config *scfg, *ccfg;
+  tr_tls_uv_server *server;
+  struct side accepted[4]; /* the server's view of the connections it accepted, in order */
+  int n_accepted;
+  struct sockaddr_in addr;
+};
+
+/* Accepted connections start with the server's data, the fixture; each gets its own side. */
+static void server_on_connect(tr_tls_uv_conn *conn) {
+  struct fixture *f = tr_tls_uv_get_data(conn);
+  assert_true(f->n_accepted < 4);
+  tr_tls_uv_set_data(conn, &f->accepted[f->n_accepted++]);
+  on_connect(conn);
+}
+
+static const struct tr_tls_uv_callbacks server_cbs = {
+    .on_connect = server_on_connect, .on_read = on_read, .on_close = on_close};
+static const struct tr_tls_uv_callbacks client_cbs = {
+    .on_connect = on_connect, .on_read = on_read, .on_close = on_close};
+static const struct tr_tls_uv_callbacks pump_cbs = {
+    .on_connect = on_connect_pump, .on_read = on_read, .on_drain = pump, .on_close = on_close};
+
+static void fixture_start(struct fixture *f, const struct tr_tls_uv_options *server_opts) {
+  memset(f, 0, sizeof *f);
+  assert_int_equal(uv_loop_init(&f->loop), 0);
+  f->scfg = config(TR_TLS_SERVER, "service");
+  f->ccfg = config(TR_TLS_CLIENT, "agent-web-1");
+  struct sockaddr_in any;
+  uv_ip4_addr("127.0.0.1", 0, &any);
+  assert_int_equal(tr_tls_uv_listen(&f->loop, f->scfg, (struct sockaddr *)&any, server_opts,
+                                    &server_cbs, f, &f->server), 0);
+  int port = tr_tls_uv_server_port(f->server);
+  assert_true(port > 0);
+  uv_ip4_addr("127.0.0.1", port, &f->addr);
+}
+
+static void fixture_finish(struct fixture *f) {
+  tr_tls_uv_server_close(f->server);
+  tr_tls_config_unref(f->scfg);
+  tr_tls_config_unref(f->ccfg);
+  finish_loop(&f->loop);
+}
+
+/* ---- a plain TCP client ---- */
+
+struct raw {
+  uv_tcp_t tcp;
+  uv_connect_t req;
+  uv_write_t wreq;
+  const char *say; /* NULL: stay silent */
+  bool eof;
+  size_t received;
+};
+
+static void raw_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  static char b[4096];
+  (void)suggested;
+  *buf = uv_buf_init(b, sizeof b);
+}
+
+static void raw_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
+  (void)buf;
+  struct raw *r = st->data;
+  if (n > 0)
+    r->received += (size_t)n;
+  if (n < 0) {
+    r->eof = true;
+    uv_close((uv_handle_t *)st, NULL);
+  }
+}
+
+static void raw_written(uv_write_t *req, int status) {
+  (void)req;
+  assert_int_equal(status, 0);
+}
+
+static void raw_connected(uv_connect_t *req, int status) {
+  struct raw *r = req->data;
+  assert_int_equal(status, 0);
+  uv_read_start((uv_stream_t *)&r->tcp, raw_alloc, raw_read);
+  if (r->say != NULL) {
+    uv_buf_t b = uv_buf_init((char *)r->say, (unsigned)strlen(r->say));
+    uv_write(&r->wreq, (uv_stream_t *)&r->tcp, &b, 1, raw_written);
+  }
+}
+
+static void raw_connect(struct fixture *f, struct raw *r, const char *say) {
+  memset(r, 0, sizeof *r);
+  r->say = say;
+  uv_tcp_init(&f->loop, &r->tcp);
+  r->tcp.data = r->req.data = r;
+  assert_int_equal(uv_tcp_connect(&r->req, &r->tcp, (struct sockaddr *)&f->addr, raw_connected), 0);
+}
+
+/* ---- tests ---- */
+
+static void test_bulk_transfer_with_backpressure(void **state) {
+  (void)state;
+  struct fixture f;
+  fixture_start(&f, NULL);
+  f.accepted[0].verify_pattern = true;
+  f.accepted[0].pattern_ok = true;
+  struct side client = {.to_send = 8u << 20};
+  struct tr_tls_uv_options copts = {.max_queued = BULK_MAX_QUEUED};
+  tr_tls_uv_conn *conn;
+  assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
+                                     &copts, &pump_cbs, &client, &conn), 0);
+  RUN_UNTIL(&f.loop, f.accepted[0].connected, 5000);
+  assert_string_equal(f.accepted[0].peer_name, "web-1");
+  assert_non_null(strstr(tr_tls_uv_peer_address(f.accepted[0].conn), "127.0.0.1:"));
+  assert_non_null(strstr(tr_tls_uv_ciphersuite(f.accepted[0].conn), "ECDHE-ECDSA"));
+  assert_true(client.connected);
+  assert_string_equal(client.peer_name, "relay.test");
+
+  RUN_UNTIL(&f.loop, f.accepted[0].received >= client.to_send || f.accepted[0].closed, 30000);
+  assert_int_equal(f.accepted[0].received, client.to_send);
+  assert_true(f.accepted[0].pattern_ok);
+  assert_int_equal(client.sent, client.to_send);
+  assert_true(client.fulls > 0); /* the queue limit was hit and on_drain resumed writing */
+
+  /* The server closes; the client sees the close_notify as a clean close. */
+  tr_tls_uv_close(f.accepted[0].conn);
+  RUN_UNTIL(&f.loop, client.closed, 5000);
+  assert_int_equal(client.close_reason, TR_ERR_CLOSED);
+  RUN_UNTIL(&f.loop, f.accepted[0].closed, 5000);
+  assert_int_equal(f.accepted[0].close_reason, 0);
+  assert_int_equal(tr_tls_uv_server_refused(f.server), 0);
+  fixture_finish(&f);
+}
+
+static void test_garbage_client_refused_others_unaffected(void **state) {
+  (void)state;
+  struct fixture f;
+  fixture_start(&f, NULL);
+  struct side client = {0};
+  tr_tls_uv_conn *conn;
+  assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "localhost", (struct sockaddr *)&f.addr,
+                                     NULL, &client_cbs, &client, &conn), 0);
+  RUN_UNTIL(&f.loop, f.accepted[0].connected, 5000);
+  RUN_UNTIL(&f.loop, client.connected, 5000);
+
+  struct raw raw;
+  raw_connect(&f, &raw, "GET / HTTP/1.1\r\nHost: relay\r\n\r\n");
+  RUN_UNTIL(&f.loop, raw.eof, 5000);
+  assert_int_equal(tr_tls_uv_server_refused(f.server), 1);
+
+  /* Reload: new connections use the new config, the live one is untouched. */
+  tr_tls_config *reloaded = config(TR_TLS_SERVER, "service");
+  tr_tls_uv_server_set_config(f.server, reloaded);
+  tr_tls_config_unref(reloaded);
+
+  assert_true(tr_tls_uv_write(conn, "still here", 10) > 0);
+  RUN_UNTIL(&f.loop, f.accepted[0].received >= 10, 5000);
+  assert_string_equal(f.accepted[0].text, "still here");
+  assert_false(f.accepted[0].closed);
+  assert_false(client.closed);
+
+  struct side second = {0};
+  tr_tls_config *ccfg2 = config(TR_TLS_CLIENT, "agent-web-2");
+  tr_tls_uv_conn *conn2;
+  assert_int_equal(tr_tls_uv_connect(&f.loop, ccfg2, "relay.test", (struct sockaddr *)&f.addr,
+                                     NULL, &client_cbs, &second, &conn2), 0);
+  tr_tls_config_unref(ccfg2);
+  RUN_UNTIL(&f.loop, f.accepted[1].connected, 5000);
+  assert_string_equal(f.accepted[1].peer_name, "web-2");
+  RUN_UNTIL(&f.loop, second.connected, 5000);
+
+  tr_tls_uv_close(conn);
+  tr_tls_uv_close(conn2);
+  RUN_UNTIL(&f.loop, client.closed, 5000);
+  RUN_UNTIL(&f.loop, second.closed, 5000);
+  assert_int_equal(client.close_reason, 0);
+  RUN_UNTIL(&f.loop, f.accepted[0].closed && f.accepted[1].closed, 5000);
+  assert_int_equal(f.accepted[0].close_reason, TR_ERR_CLOSED);
+  assert_int_equal(f.accepted[1].close_reason, TR_ERR_CLOSED);
+  fixture_finish(&f);
+}
+
+static void test_silent_client_times_out(void **state) {
+  (void)state;
+  struct fixture f;
+  struct tr_tls_uv_options sopts = {.handshake_timeout_ms = 300};
+  fixture_start(&f, &sopts);
+  struct raw raw;
+  uv_update_time(&f.loop);
+  uint64_t start = uv_now(&f.loop);
+  raw_connect(&f, &raw, NULL);
+  RUN_UNTIL(&f.loop, raw.eof, 3000);
+  uint64_t took = uv_now(&f.loop) - start;
+  assert_true(took >= 250);
+  assert_true(took < 2000);
+  assert_int_equal(raw.received, 0);
+  assert_int_equal(tr_tls_uv_server_refused(f.server), 1);
+  assert_int_equal(f.n_accepted, 0);
+  fixture_finish(&f);
+}
+
+static void test_client_refuses_wrong_service_name(void **state) {
+  (void)state;
+  struct fixture f;
+  fixture_start(&f, NULL);
+  struct side client = {0};
+  tr_tls_uv_conn *conn;
+  assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.elsewhere",
+                                     (struct sockaddr *)&f.addr, NULL, &client_cbs, &client,
+                                     &conn), 0);
+  RUN_UNTIL(&f.loop, client.closed, 5000);
+  assert_false(client.connected);
+  assert_int_equal(client.close_reason, TR_ERR_TLS);
+  if (strstr(client.close_why, "name mismatch") == NULL)
+    fail_msg("unexpected reason: %s", client.close_why);
+  RUN_UNTIL(&f.loop, tr_tls_uv_server_refused(f.server) == 1, 5000);
+  assert_int_equal(f.n_accepted, 0);
+  fixture_finish(&f);
+}
+
+static void test_connect_refused_reports_on_close(void **state) {
+  (void)state;
+  struct fixture f;
+  fixture_start(&f, NULL);
+  tr_tls_uv_server_close(f.server);
+  f.server = NULL;
+  struct side client = {0};
+  tr_tls_uv_conn *conn;
+  /* The port just closed: nothing listens there any more. */
+  assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
+                                     NULL, &client_cbs, &client, &conn), 0);
+  RUN_UNTIL(&f.loop, client.closed, 5000);
+  assert_int_equal(client.close_reason, UV_ECONNREFUSED);
+  assert_non_null(strstr(client.close_why, "127.0.0.1"));
+  tr_tls_config_unref(f.scfg);
+  tr_tls_config_unref(f.ccfg);
+  finish_loop(&f.loop);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bulk_transfer_with_backpressure),
+      cmocka_unit_test(test_garbage_client_refused_others_unaffected),
+      cmocka_unit_test(test_silent_client_times_out),
+      cmocka_unit_test(test_client_refuses_wrong_service_name),
+      cmocka_unit_test(test_connect_refused_reports_on_close),
+  };
+  return cmocka_run_group_tests(tests, make_certs, remove_certs);
+}

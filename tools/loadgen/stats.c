@@ -1,0 +1,62 @@
+/* stats.c: totals and output of the loadgen's counts (see stats.h). */
+#include "tools/loadgen/stats.h"
+
+#include <errno.h>
+#include <stdbool.h>
+
+#include "relay/tr_error.h"
+
+void lg_stats_add(lg_stats *st, const lg_writer_stats *w) {
+  st->writers[st->num_writers++] = *w;
+  lg_writer_stats *t = &st->total;
+  t->tw.packets_written += w->tw.packets_written;
+  t->tw.packets_dropped += w->tw.packets_dropped;
+  t->tw.bytes_written += w->tw.bytes_written;
+  t->tw.chunks_committed += w->tw.chunks_committed;
+  t->tw.patches_sent += w->tw.patches_sent;
+  t->events_written += w->events_written;
+  t->events_dropped += w->events_dropped;
+}
+
+/* As `key=value` pairs for people, or as JSON members. */
+static void print_counts(FILE *out, const lg_writer_stats *w, bool json) {
+  const struct { const char *name; uint64_t value; } counts[] = {
+      {"packets_written", w->tw.packets_written}, {"packets_dropped", w->tw.packets_dropped},
+      {"events_written", w->events_written},      {"events_dropped", w->events_dropped},
+      {"bytes_written", w->tw.bytes_written},     {"chunks_committed", w->tw.chunks_committed},
+      {"patches_sent", w->tw.patches_sent},
+  };
+  for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+    fprintf(out, json ? "%s\"%s\":%llu" : "%s%s=%llu", i == 0 ? "" : json ? "," : " ",
+            counts[i].name, (unsigned long long)counts[i].value);
+}
+
+void lg_stats_print(const lg_stats *st, FILE *out) {
+  fprintf(out, "loadgen: %.3f s, %llu CommitData frames\n", st->elapsed_s,
+          (unsigned long long)st->commit_data_frames);
+  for (unsigned i = 0; i < st->num_writers; i++) {
+    fprintf(out, "writer %u: ", st->writers[i].writer_id);
+    print_counts(out, &st->writers[i], false);
+    fputc('\n', out);
+  }
+  fputs("total: ", out);
+  print_counts(out, &st->total, false);
+  fputc('\n', out);
+}
+
+int lg_stats_write_json(const lg_stats *st, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return TR_ERR_SYS(errno);
+  fputs("{\"writers\":[", f);
+  for (unsigned i = 0; i < st->num_writers; i++) {
+    fprintf(f, "%s{\"writer_id\":%u,", i ? "," : "", st->writers[i].writer_id);
+    print_counts(f, &st->writers[i], true);
+    fputc('}', f);
+  }
+  fputs("],\"total\":{", f);
+  print_counts(f, &st->total, true);
+  fprintf(f, "},\"commit_data_frames\":%llu,\"elapsed_s\":%.6f}\n",
+          (unsigned long long)st->commit_data_frames, st->elapsed_s);
+  return fclose(f) == 0 ? 0 : TR_ERR_SYS(errno);
+}

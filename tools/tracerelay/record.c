@@ -1,0 +1,250 @@
+/* record.c: `tracerelay record`: options, the TraceConfig they build, the output file and
+ * signal handling; the session itself is record_session.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "relay/pbtxt.h"
+#include "tools/tracerelay/commands.h"
+#include "tools/tracerelay/record_config.h"
+#include "tools/tracerelay/record_session.h"
+
+#define DEFAULT_SOCKET "/run/tracerelay/consumer.sock"
+#define MAX_DATA_SOURCES 64
+#define FILL_RING PERFETTO__PROTOS__TRACE_CONFIG__BUFFER_CONFIG__FILL_POLICY__RING_BUFFER
+#define FILL_DISCARD PERFETTO__PROTOS__TRACE_CONFIG__BUFFER_CONFIG__FILL_POLICY__DISCARD
+
+static volatile sig_atomic_t stop_requests;
+
+static void on_stop_signal(int sig) {
+  (void)sig;
+  stop_requests++;
+}
+
+void cmd_record_usage(FILE *out) {
+  fputs(
+      "usage: tracerelay record [--socket PATH] [-c CONFIG] [flags] -o OUT.pftrace\n"
+      "\n"
+      "Starts a tracing session on a tracerelay service (or Perfetto's traced), waits until it\n"
+      "ends (its duration, or Ctrl-C), and writes the trace to OUT. Ctrl-C or SIGTERM flushes\n"
+      "every data source and stops the session cleanly; a second Ctrl-C gives up at once.\n"
+      "\n"
+      "  -c, --config FILE     TraceConfig to start from. Text format for *.pbtxt, *.txt and\n"
+      "                        *.textproto, binary for *.pb and *.bin; any other name is read\n"
+      "                        as text unless it holds control bytes (binary protobuf does).\n"
+      "  -o, --out FILE        the trace file (Perfetto format), truncated first. Not needed\n"
+      "                        when the config sets write_into_file with output_path (the\n"
+      "                        service then writes that file itself). With write_into_file\n"
+      "                        and no output_path, the service writes into FILE directly.\n"
+      "  -t, --time DURATION   session length: 500ms, 10s, 2m, 1h (a bare number is seconds;\n"
+      "                        0 = until Ctrl-C). Sets duration_ms.\n"
+      "  -b, --buffer SIZE     size of every central buffer: 512kb, 64mb, 1gb (a bare number\n"
+      "                        is KB). Without a buffer in the config, one of 32mb is added.\n"
+      "      --ring            ring-buffer fill policy on every buffer (oldest data is lost)\n"
+      "      --discard         discard fill policy on every buffer (newest data is lost)\n"
+      "      --data-source NAME  record this data source (repeatable); added unless the\n"
+      "                        config already has it\n"
+      "      --machines A,B    only these machines: sets machine_name_filter on every data\n"
+      "                        source (default: the config's filters, or all machines)\n"
+      "      --flush-period MS periodic flush of every data source, in ms (or 5s, 1m...)\n"
+      "      --socket PATH     the consumer socket. Default: $TRACERELAY_CONSUMER_SOCK, else\n"
+      "                        $PERFETTO_CONSUMER_SOCK_NAME, else " DEFAULT_SOCKET "\n"
+      "      --dry-run         print the TraceConfig that would be sent, as text, and exit\n"
+      "  -h, --help            this text\n"
+      "\n"
+      "On a terminal, a status line shows the elapsed time and the bytes received. The exit\n"
+      "status is 0 when the trace was written, 1 on any failure (including a session that\n"
+      "the service ended with an error), 2 for bad usage.\n"
+      "\n"
+      "examples:\n"
+      "  tracerelay record -c config.pbtxt -o cluster.pftrace\n"
+      "  tracerelay record --data-source track_event -t 10s -b 64mb -o out.pftrace\n"
+      "  tracerelay record -c config.pbtxt --machines web-3,web-4 --discard -o web.pftrace\n"
+      "  ssh -L /tmp/relay.sock:/run/tracerelay/consumer.sock device &\n"
+      "  tracerelay record --socket /tmp/relay.sock -c config.pbtxt -o device.pftrace\n",
+      out);
+}
+
+enum long_only {
+  OPT_RING = 256,
+  OPT_DISCARD,
+  OPT_DATA_SOURCE,
+  OPT_MACHINES,
+  OPT_FLUSH_PERIOD,
+  OPT_SOCKET,
+  OPT_DRY_RUN,
+};
+
+struct options {
+  const char *config_path;
+  const char *out_path;
+  const char *socket_path;
+  bool dry_run;
+  record_overrides over;
+  const char *data_sources[MAX_DATA_SOURCES];
+};
+
+static int usage_error(const char *fmt, const char *arg) {
+  fputs("tracerelay record: ", stderr);
+  fprintf(stderr, fmt, arg);
+  fputs(" (see tracerelay record --help)\n", stderr);
+  return 2;
+}
+
+static const char *default_socket(void) {
+  const char *s = getenv("TRACERELAY_CONSUMER_SOCK");
+  if (!s || !*s)
+    s = getenv("PERFETTO_CONSUMER_SOCK_NAME");
+  return s && *s ? s : DEFAULT_SOCKET;
+}
+
+/* Returns -1 when the options are good, else the exit status. */
+static int parse_options(int argc, char **argv, struct options *o) {
+  static const struct option longopts[] = {
+      {"config", required_argument, NULL, 'c'},
+      {"out", required_argument, NULL, 'o'},
+      {"time", required_argument, NULL, 't'},
+      {"buffer", required_argument, NULL, 'b'},
+      {"ring", no_argument, NULL, OPT_RING},
+      {"discard", no_argument, NULL, OPT_DISCARD},
+      {"data-source", required_argument, NULL, OPT_DATA_SOURCE},
+      {"machines", required_argument, NULL, OPT_MACHINES},
+      {"flush-period", required_argument, NULL, OPT_FLUSH_PERIOD},
+      {"socket", required_argument, NULL, OPT_SOCKET},
+      {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  record_overrides *ov = &o->over;
+  *ov = (record_overrides){.duration_ms = -1, .buffer_kb = -1, .flush_period_ms = -1,
+                           .data_sources = o->data_sources};
+  o->socket_path = default_socket();
+  int opt;
+  opterr = 0;
+  optind = 1;
+  while ((opt = getopt_long(argc, argv, ":c:o:t:b:h", longopts, NULL)) != -1) {
+    switch (opt) {
+    case 'c': o->config_path = optarg; break;
+    case 'o': o->out_path = optarg; break;
+    case 't':
+      if ((ov->duration_ms = record_parse_duration_ms(optarg, 1000)) < 0)
+        return usage_error("bad duration '%s' for -t (examples: 500ms, 10s, 2m)", optarg);
+      break;
+    case 'b':
+      if ((ov->buffer_kb = record_parse_size_kb(optarg)) < 4)
+        return usage_error("bad buffer size '%s' for -b (examples: 512kb, 64mb; at least 4kb)",
+                           optarg);
+      break;
+    case OPT_RING: ov->fill_policy = FILL_RING; break;
+    case OPT_DISCARD: ov->fill_policy = FILL_DISCARD; break;
+    case OPT_DATA_SOURCE:
+      if (ov->n_data_sources == MAX_DATA_SOURCES)
+        return usage_error("more than %s --data-source flags", "64");
+      o->data_sources[ov->n_data_sources++] = optarg;
+      break;
+    case OPT_MACHINES: ov->machines = optarg; break;
+    case OPT_FLUSH_PERIOD:
+      if ((ov->flush_period_ms = record_parse_duration_ms(optarg, 1)) < 0)
+        return usage_error("bad period '%s' for --flush-period (milliseconds, or 5s, 1m)",
+                           optarg);
+      break;
+    case OPT_SOCKET: o->socket_path = optarg; break;
+    case OPT_DRY_RUN: o->dry_run = true; break;
+    case 'h': cmd_record_usage(stdout); return 0;
+    case ':': return usage_error("%s needs a value", argv[optind - 1]);
+    default: return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc)
+    return usage_error("unexpected argument '%s'", argv[optind]);
+  return -1;
+}
+
+static void install_signal_handlers(void) {
+  struct sigaction sa = {.sa_handler = on_stop_signal}; /* no SA_RESTART: waits wake up */
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN); /* a closed socket is an error to report, not a death */
+}
+
+static Perfetto__Protos__TraceConfig *build_config(const struct options *o) {
+  Perfetto__Protos__TraceConfig *cfg;
+  char err[512];
+  if (o->config_path) {
+    if (record_config_load(o->config_path, &cfg, err, sizeof err) < 0) {
+      fprintf(stderr, "tracerelay record: %s\n", err);
+      return NULL;
+    }
+  } else if (!(cfg = record_config_new())) {
+    fputs("tracerelay record: out of memory\n", stderr);
+    return NULL;
+  }
+  if (record_config_apply(cfg, &o->over, err, sizeof err) < 0) {
+    fprintf(stderr, "tracerelay record: %s\n", err);
+    protobuf_c_message_free_unpacked(&cfg->base, NULL);
+    return NULL;
+  }
+  return cfg;
+}
+
+/* Opens the output named by -o, unless the service writes output_path itself. */
+static int open_output(const struct options *o, const Perfetto__Protos__TraceConfig *cfg) {
+  bool service_path = cfg->write_into_file && cfg->output_path && cfg->output_path[0];
+  if (service_path && o->out_path) {
+    fprintf(stderr, "tracerelay record: the config sets output_path (%s), where the service "
+                    "writes the trace; drop -o or output_path\n", cfg->output_path);
+    return -2;
+  }
+  if (service_path)
+    return -1;
+  if (!o->out_path) {
+    fputs("tracerelay record: no output: give -o FILE (see tracerelay record --help)\n", stderr);
+    return -2;
+  }
+  int fd = open(o->out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    fprintf(stderr, "tracerelay record: cannot create %s: %s\n", o->out_path, strerror(errno));
+  return fd < 0 ? -2 : fd;
+}
+
+int cmd_record(int argc, char **argv) {
+  struct options o = {0};
+  int status = parse_options(argc, argv, &o);
+  if (status >= 0)
+    return status;
+  Perfetto__Protos__TraceConfig *cfg = build_config(&o);
+  if (!cfg)
+    return 1;
+  if (o.dry_run) {
+    status = tr_pbtxt_print(stdout, &cfg->base) < 0;
+    protobuf_c_message_free_unpacked(&cfg->base, NULL);
+    return status;
+  }
+  int fd = open_output(&o, cfg);
+  if (fd == -2) {
+    protobuf_c_message_free_unpacked(&cfg->base, NULL);
+    return 1;
+  }
+  install_signal_handlers();
+  record_session s = {
+      .socket_path = o.socket_path,
+      .config = cfg,
+      .out_path = fd >= 0 ? o.out_path : NULL,
+      .out_fd = fd,
+      .pass_fd = fd >= 0 && cfg->write_into_file,
+      .stop_requests = &stop_requests,
+  };
+  status = record_session_run(&s);
+  if (fd >= 0 && close(fd) < 0 && status == 0) {
+    fprintf(stderr, "tracerelay record: cannot write %s: %s\n", o.out_path, strerror(errno));
+    status = 1;
+  }
+  protobuf_c_message_free_unpacked(&cfg->base, NULL);
+  return status;
+}

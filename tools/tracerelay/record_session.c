@@ -1,0 +1,297 @@
+/* record_session.c: the consumer-side flow of `tracerelay record` (see record_session.h).
+ *
+ * Everything happens on one blocking IPC client read with a short timeout, so the loop can
+ * redraw progress and notice stop requests (the signal handler only bumps a counter). Replies
+ * are matched by request id, since Flush, DisableTracing and EnableTracing answers may come in
+ * any order. */
+#include "tools/tracerelay/record_session.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "perfetto/ipc/consumer_port.pb-c.h"
+#include "relay/ipc_client.h"
+#include "relay/ipc_frame.h"
+#include "relay/tr_error.h"
+#include "tools/tracerelay/progress.h"
+#include "tools/tracerelay/trace_sink.h"
+
+#define POLL_MS 200
+#define DEFAULT_FLUSH_TIMEOUT_MS 5000
+#define READ_IDLE_TIMEOUT_MS 30000
+
+typedef Perfetto__Protos__IPCFrame IPCFrame;
+
+typedef struct run {
+  const record_session *s;
+  tr_ipc_client *c;
+  progress prog;
+  trace_sink sink;
+  uint64_t enable_id, flush_id, read_id;
+  bool flush_sent, disable_sent;
+  int64_t flush_deadline; /* DisableTracing goes out by then even without a Flush answer */
+  int64_t end_deadline;   /* the session must have ended by then (0: no limit yet) */
+} run;
+
+static void vsay(run *r, const char *prefix, const char *fmt, va_list ap) {
+  progress_clear(&r->prog);
+  fprintf(stderr, "tracerelay record: %s", prefix);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+}
+
+/* Reports a failure; returns the exit status 1 so callers can `return errorf(...)`. */
+__attribute__((format(printf, 2, 3))) static int errorf(run *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsay(r, "", fmt, ap);
+  va_end(ap);
+  return 1;
+}
+
+__attribute__((format(printf, 2, 3))) static void warnf(run *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsay(r, "warning: ", fmt, ap);
+  va_end(ap);
+}
+
+/* Packs msg (NULL: no arguments) and invokes method, with fd attached if >= 0. */
+static int invoke(run *r, const char *method, const ProtobufCMessage *msg, int fd, uint64_t *id) {
+  size_t len = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+  uint8_t *args = malloc(len + 1);
+  if (!args)
+    return TR_ERR_NOMEM;
+  if (msg)
+    protobuf_c_message_pack(msg, args);
+  int rc = tr_ipc_client_invoke(r->c, method, args, len, false, fd, id);
+  free(args);
+  return rc;
+}
+
+static int invoke_failed(run *r, const char *method, int rc) {
+  if (rc == TR_ERR_UNSUPPORTED)
+    return errorf(r, "the service at %s does not offer ConsumerPort.%s", r->s->socket_path,
+                  method);
+  return errorf(r, "cannot send %s to %s: %s", method, r->s->socket_path, tr_strerror(rc));
+}
+
+static uint32_t flush_timeout_ms(const run *r) {
+  const Perfetto__Protos__TraceConfig *cfg = r->s->config;
+  return cfg->has_flush_timeout_ms && cfg->flush_timeout_ms ? cfg->flush_timeout_ms
+                                                            : DEFAULT_FLUSH_TIMEOUT_MS;
+}
+
+static int send_flush(run *r) {
+  Perfetto__Protos__FlushRequest req = PERFETTO__PROTOS__FLUSH_REQUEST__INIT;
+  req.has_timeout_ms = true;
+  req.timeout_ms = 0; /* the session's flush_timeout_ms */
+  req.has_flags = true;
+  req.flags = RECORD_FLUSH_FLAGS;
+  int rc = invoke(r, "Flush", &req.base, -1, &r->flush_id);
+  if (rc < 0)
+    return invoke_failed(r, "Flush", rc);
+  r->flush_sent = true;
+  r->flush_deadline = progress_now_ms() + flush_timeout_ms(r) + 5000;
+  return 0;
+}
+
+static int send_disable(run *r) {
+  uint64_t id;
+  int rc = invoke(r, "DisableTracing", NULL, -1, &id);
+  if (rc < 0)
+    return invoke_failed(r, "DisableTracing", rc);
+  r->disable_sent = true;
+  r->end_deadline = progress_now_ms() + RECORD_STOP_GRACE_MS + 2 * flush_timeout_ms(r);
+  return 0;
+}
+
+static const Perfetto__Protos__IPCFrame__InvokeMethodReply *reply_to(const IPCFrame *f,
+                                                                     uint64_t id) {
+  if (f->msg_case != PERFETTO__PROTOS__IPCFRAME__MSG_MSG_INVOKE_METHOD_REPLY ||
+      f->request_id != id)
+    return NULL;
+  return f->msg_invoke_method_reply;
+}
+
+/* Bytes the output holds so far: what the service wrote into our fd, or what we wrote. */
+static uint64_t output_bytes(const run *r) {
+  struct stat st;
+  if (r->s->pass_fd && fstat(r->s->out_fd, &st) == 0)
+    return (uint64_t)st.st_size;
+  return r->sink.bytes;
+}
+
+/* Returns 0 with a frame, -1 when none came within POLL_MS, 1 after reporting a lost
+ * connection. */
+static int recv_frame(run *r, IPCFrame **f) {
+  int rc = tr_ipc_client_recv(r->c, POLL_MS, f, NULL);
+  if (rc == TR_ERR_CLOSED)
+    return errorf(r, "%s closed the connection before the session ended", r->s->socket_path);
+  if (rc < 0 && rc != TR_ERR_TIMEOUT)
+    return errorf(r, "lost the connection to %s: %s", r->s->socket_path, tr_strerror(rc));
+  if (rc == 0 && (*f)->msg_case == PERFETTO__PROTOS__IPCFRAME__MSG_MSG_REQUEST_ERROR) {
+    const char *e = (*f)->msg_request_error->error;
+    warnf(r, "the service reported: %s", e ? e : "(no message)");
+  }
+  return rc == TR_ERR_TIMEOUT ? -1 : 0;
+}
+
+/* Stop requests, watchdogs and the Flush -> DisableTracing step; 1 = give up. */
+static int tick(run *r) {
+  int64_t now = progress_now_ms();
+  if (*r->s->stop_requests >= 2)
+    return errorf(r, "interrupted again: giving up without the rest of the trace");
+  if (*r->s->stop_requests && !r->flush_sent && send_flush(r))
+    return 1;
+  if (r->flush_sent && !r->disable_sent && now >= r->flush_deadline && send_disable(r))
+    return 1;
+  if (r->end_deadline && now >= r->end_deadline)
+    return errorf(r, "the service at %s did not end the session in time; giving up",
+                  r->s->socket_path);
+  return 0;
+}
+
+/* Waits for the EnableTracing reply (the end of the session). */
+static int wait_for_end(run *r) {
+  const Perfetto__Protos__TraceConfig *cfg = r->s->config;
+  if (cfg->has_duration_ms && cfg->duration_ms)
+    r->end_deadline = progress_now_ms() + cfg->duration_ms + RECORD_STOP_GRACE_MS +
+                      2 * flush_timeout_ms(r);
+  for (;;) {
+    IPCFrame *f = NULL;
+    if (tick(r))
+      return 1;
+    progress_update(&r->prog, r->flush_sent ? "stopping" : "recording", output_bytes(r));
+    int rc = recv_frame(r, &f);
+    if (rc > 0)
+      return 1;
+    if (rc < 0)
+      continue;
+    const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep;
+    if (r->flush_sent && (rep = reply_to(f, r->flush_id))) {
+      if (!rep->success)
+        warnf(r, "flush did not complete (some data sources did not answer); stopping anyway");
+      if (!r->disable_sent && send_disable(r)) {
+        tr_ipc_frame_free(f);
+        return 1;
+      }
+    } else if ((rep = reply_to(f, r->enable_id))) {
+      int status = 0;
+      Perfetto__Protos__EnableTracingResponse *resp =
+          rep->success ? perfetto__protos__enable_tracing_response__unpack(
+                             NULL, rep->reply_proto.len, rep->reply_proto.data)
+                       : NULL;
+      if (!resp)
+        status = errorf(r, "the service at %s refused the session (EnableTracing failed)",
+                        r->s->socket_path);
+      else if (resp->error && resp->error[0])
+        status = errorf(r, "the tracing session failed: %s", resp->error);
+      if (resp)
+        perfetto__protos__enable_tracing_response__free_unpacked(resp, NULL);
+      tr_ipc_frame_free(f);
+      return status;
+    }
+    tr_ipc_frame_free(f);
+  }
+}
+
+static int add_slices(run *r, const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep) {
+  Perfetto__Protos__ReadBuffersResponse *resp = perfetto__protos__read_buffers_response__unpack(
+      NULL, rep->reply_proto.len, rep->reply_proto.data);
+  if (!resp)
+    return errorf(r, "undecodable ReadBuffers reply from %s", r->s->socket_path);
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < resp->n_slices; i++) {
+    const Perfetto__Protos__ReadBuffersResponse__Slice *sl = resp->slices[i];
+    rc = trace_sink_add(&r->sink, sl->data.data, sl->data.len, sl->last_slice_for_packet);
+  }
+  perfetto__protos__read_buffers_response__free_unpacked(resp, NULL);
+  if (rc < 0)
+    return errorf(r, "cannot write %s: %s", r->s->out_path, tr_strerror(rc));
+  return 0;
+}
+
+/* ReadBuffers, streaming every reply into the output until has_more is false. */
+static int read_buffers(run *r) {
+  int rc = invoke(r, "ReadBuffers", NULL, -1, &r->read_id);
+  if (rc < 0)
+    return invoke_failed(r, "ReadBuffers", rc);
+  int64_t idle_deadline = progress_now_ms() + READ_IDLE_TIMEOUT_MS;
+  for (;;) {
+    IPCFrame *f = NULL;
+    if (*r->s->stop_requests >= 2)
+      return errorf(r, "interrupted again: the trace in %s is incomplete", r->s->out_path);
+    if (progress_now_ms() >= idle_deadline)
+      return errorf(r, "%s stopped sending the trace", r->s->socket_path);
+    progress_update(&r->prog, "reading", r->sink.bytes);
+    if ((rc = recv_frame(r, &f)) > 0)
+      return 1;
+    if (rc < 0)
+      continue;
+    const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep = reply_to(f, r->read_id);
+    if (rep) {
+      idle_deadline = progress_now_ms() + READ_IDLE_TIMEOUT_MS;
+      bool more = rep->has_more;
+      rc = rep->success ? add_slices(r, rep)
+                        : errorf(r, "the service at %s refused ReadBuffers", r->s->socket_path);
+      tr_ipc_frame_free(f);
+      if (rc || !more)
+        return rc;
+      continue;
+    }
+    tr_ipc_frame_free(f);
+  }
+}
+
+static int connect_and_bind(run *r) {
+  const char *path = r->s->socket_path;
+  int rc = tr_ipc_client_connect(path, RECORD_CONNECT_TIMEOUT_MS, &r->c);
+  if (rc < 0)
+    return errorf(r, "cannot connect to %s: %s — is tracerelay-service running? set --socket",
+                  path, tr_strerror(rc));
+  rc = tr_ipc_client_bind(r->c, "ConsumerPort", RECORD_CONNECT_TIMEOUT_MS);
+  if (rc == TR_ERR_NOT_FOUND)
+    return errorf(r, "%s does not offer ConsumerPort: is it a producer socket?", path);
+  if (rc < 0)
+    return errorf(r, "cannot bind ConsumerPort on %s: %s", path, tr_strerror(rc));
+  return 0;
+}
+
+int record_session_run(const record_session *s) {
+  run r = {.s = s};
+  int status;
+  progress_start(&r.prog);
+  trace_sink_init(&r.sink, s->out_fd);
+  if ((status = connect_and_bind(&r)))
+    goto out;
+  Perfetto__Protos__EnableTracingRequest req = PERFETTO__PROTOS__ENABLE_TRACING_REQUEST__INIT;
+  req.trace_config = (Perfetto__Protos__TraceConfig *)s->config;
+  int rc = invoke(&r, "EnableTracing", &req.base, s->pass_fd ? s->out_fd : -1, &r.enable_id);
+  if (rc < 0) {
+    status = invoke_failed(&r, "EnableTracing", rc);
+    goto out;
+  }
+  if ((status = wait_for_end(&r)))
+    goto out;
+  bool service_wrote = s->config->write_into_file;
+  if (!service_wrote && (status = read_buffers(&r)))
+    goto out;
+  progress_clear(&r.prog);
+  if (r.sink.pending_len)
+    fprintf(stderr, "tracerelay record: warning: the last packet was incomplete (%zu bytes "
+                    "dropped)\n", r.sink.pending_len);
+  if (r.prog.enabled && s->out_path)
+    fprintf(stderr, "tracerelay record: %s: %.1f MB%s\n", s->out_path,
+            (double)output_bytes(&r) / (1024.0 * 1024.0),
+            service_wrote ? " (written by the service)" : "");
+out:
+  progress_clear(&r.prog);
+  trace_sink_free(&r.sink);
+  tr_ipc_client_close(r.c);
+  return status;
+}

@@ -1,0 +1,34 @@
+/* record_session.h: one consumer session of `tracerelay record`, as the perfetto CLI runs it
+ * (reference 3.3): BindService(ConsumerPort), EnableTracing, wait for its reply (sent when the
+ * session ends), then ReadBuffers into the output. A stop request (Ctrl-C, SIGTERM) sends
+ * Flush(0, perfetto_cmd|trace-stop), then DisableTracing, and the wait goes on; a second one
+ * gives up at once. */
+#ifndef TRACERELAY_RECORD_SESSION_H
+#define TRACERELAY_RECORD_SESSION_H
+
+#include <signal.h>
+#include <stdbool.h>
+
+#include "perfetto/config/trace_config.pb-c.h"
+
+/* Flush flags (reference 2.2): reason 2 = trace stop (bits 0-3), initiator 2 = perfetto_cmd
+ * (bits 4-7). */
+#define RECORD_FLUSH_FLAGS ((2u << 4) | 2u)
+#define RECORD_CONNECT_TIMEOUT_MS 5000
+/* How long the service may take to end the session once stopped, beyond its own timeouts. */
+#define RECORD_STOP_GRACE_MS 60000
+
+typedef struct record_session {
+  const char *socket_path;
+  const Perfetto__Protos__TraceConfig *config;
+  const char *out_path;  /* for messages; NULL when the service writes output_path itself */
+  int out_fd;            /* where packets go, or -1 */
+  bool pass_fd;          /* write_into_file: hand out_fd to the service with EnableTracing */
+  volatile sig_atomic_t *stop_requests; /* bumped by the signal handler */
+} record_session;
+
+/* Runs the session and prints what went wrong to stderr. Returns the exit status: 0, or 1 for
+ * any failure, including an error in the EnableTracing reply. */
+int record_session_run(const record_session *s);
+
+#endif
