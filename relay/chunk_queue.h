@@ -33,8 +33,9 @@ typedef enum tr_chunkq_kind {
 typedef struct tr_chunkq_chunk {
   uint32_t producer_id;   /* agent-local */
   uint32_t target_buffer; /* the service's buffer id, from CommitData */
-  tr_chunk_header header; /* after tr_chunk_scrape_rule for an incomplete chunk */
-  bool incomplete;        /* scraped while BeingWritten */
+  tr_chunk_header header; /* as found, also for an incomplete chunk */
+  bool incomplete;        /* scraped while BeingWritten or chunk_incomplete: the reader
+                           * ignores the last counted fragment (reference 4.6) */
   uint32_t trusted_uid;   /* SO_PEERCRED of the producer's socket */
   int32_t trusted_pid;
 } tr_chunkq_chunk;

@@ -3,8 +3,10 @@
  *
  * STORAGE. One byte ring of fixed size holds records, back to back, 8-byte aligned:
  *   [size u32][kind u32][producer u32][chunk id u32][writer u16][0 u16][0 u32][payload...]
- * `size` covers the whole record; a chunk record takes at least REC_MIN_SIZE bytes so that the
- * index below can never cost more than half the ring. A PADDING record (only its first 8 bytes
+ * `size` covers the whole record; a chunk record takes at least REC_MIN_SIZE (64) bytes so that
+ * the index entries (32 bytes each) of the chunks stored never cost more than half the ring;
+ * with the deques' slack (capacity between 1x and 4x of their entries) the worst case, a ring
+ * of empty chunks, is twice the ring. Real chunks (>= 292 bytes) keep it under 50%. A PADDING record (only its first 8 bytes
  * mean anything) fills the tail before a wrap, the rest of a record partly overwritten, and
  * takes the place of every chunk that was read or replaced. From the write pointer to the end
  * of the ring the records always form an unbroken chain (or reach never-written zeros, which
@@ -84,6 +86,7 @@ struct chunk {
   bool incomplete;
   bool trimmed;      /* incomplete, and a counted fragment was left out */
 };
+_Static_assert(sizeof(struct chunk) == 32, "index entry cost quoted above");
 
 struct seq {
   uint32_t producer_id;

@@ -10,5 +10,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   gcc libc6-dev make cmake ninja-build pkg-config git ca-certificates \
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler \
   libmbedtls-dev libcmocka-dev libzstd-dev zstd \
-  openssl iproute2 nftables procps psmisc openssh-server openssh-client \
+  openssl iproute2 nftables procps psmisc openssh-server openssh-client python3 \
   "$@"

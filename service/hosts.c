@@ -1,0 +1,460 @@
+/* hosts.c: the host table behind hosts.h.
+ *
+ * Each host is a private record whose first member is the public tr_host, so a tr_host
+ * pointer from anywhere in the service leads back to its record. Records are never freed
+ * before the table: session.c may hold host pointers for as long as the service runs.
+ * Protobuf messages kept from the link (system info, data source descriptors) are deep
+ * copies made by re-encoding, so unknown fields survive and nothing points into a frame. */
+#include "service/hosts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay/fnv1a.h"
+#include "relay/log.h"
+#include "relay/relay_frame.h"
+#include "relay/tls.h"
+#include "relay/tr_error.h"
+
+/* What one agent instance reported in its latest AgentStats, summed over producers. */
+typedef struct agent_counters {
+  uint64_t queue_chunks, queue_bytes, spill_chunks, spill_bytes, smb_full, abi;
+} agent_counters;
+
+typedef struct held_reply {
+  struct held_reply *next;
+  Tracerelay__RelayFrame *frame; /* its command_reply is the reply */
+} held_reply;
+
+typedef struct host_rec {
+  tr_host host; /* first: a tr_host * is a host_rec * */
+  tr_relay_peer peer;
+  agent_counters earlier;  /* sum over the agent instances before the current one */
+  agent_counters current;  /* the current instance's latest report */
+  held_reply *held_head, *held_tail;
+  size_t n_held;
+  uint32_t *stale; /* during a resync: producer ids not re-announced yet */
+  size_t n_stale;
+} host_rec;
+
+struct tr_hosts {
+  tr_service *svc;
+  tr_host *head, *tail;
+};
+
+static host_rec *rec_of(tr_host *h) { return (host_rec *)h; }
+
+/* ---- protobuf copies ---- */
+
+static ProtobufCMessage *copy_message(const ProtobufCMessage *m) {
+  size_t len = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (buf == NULL)
+    return NULL;
+  protobuf_c_message_pack(m, buf);
+  ProtobufCMessage *copy = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
+  free(buf);
+  return copy;
+}
+
+static void free_message(void *m) {
+  if (m != NULL)
+    protobuf_c_message_free_unpacked(m, NULL);
+}
+
+/* ---- producers ---- */
+
+static void producer_clear(tr_remote_producer *p) {
+  free(p->name);
+  free(p->sdk_version);
+  for (size_t i = 0; i < p->num_data_sources; i++)
+    free_message(p->data_sources[i]);
+  free(p->data_sources);
+  memset(p, 0, sizeof *p);
+}
+
+static tr_remote_producer *producer_find(tr_host *h, uint32_t id) {
+  for (size_t i = 0; i < h->num_producers; i++)
+    if (h->producers[i].id == id)
+      return &h->producers[i];
+  return NULL;
+}
+
+/* Tells the sessions the producer is gone, then forgets it. */
+static void producer_end(tr_hosts *hs, tr_host *h, uint32_t id) {
+  tr_remote_producer *p = producer_find(h, id);
+  if (p == NULL)
+    return;
+  p->connected = false;
+  tr_service_on_producers_changed(hs->svc, h, id);
+  p = producer_find(h, id); /* found again rather than trusted across the call */
+  if (p == NULL)
+    return;
+  producer_clear(p);
+  size_t i = (size_t)(p - h->producers);
+  memmove(&h->producers[i], &h->producers[i + 1],
+          (h->num_producers - i - 1) * sizeof *h->producers);
+  h->num_producers--;
+}
+
+static void producers_end_all(tr_hosts *hs, tr_host *h) {
+  while (h->num_producers > 0)
+    producer_end(hs, h, h->producers[h->num_producers - 1].id);
+}
+
+static int dup_string(char **dst, const char *src) {
+  char *s = NULL;
+  if (src != NULL && (s = strdup(src)) == NULL)
+    return TR_ERR_NOMEM;
+  free(*dst);
+  *dst = s;
+  return 0;
+}
+
+static Perfetto__Protos__DataSourceDescriptor *copy_descriptor(
+    const Perfetto__Protos__DataSourceDescriptor *d) {
+  return (Perfetto__Protos__DataSourceDescriptor *)copy_message(&d->base);
+}
+
+/* Perfetto matches descriptors on {id, name}. */
+static bool same_source(const Perfetto__Protos__DataSourceDescriptor *a,
+                        const Perfetto__Protos__DataSourceDescriptor *b) {
+  uint64_t ia = a->has_id ? a->id : 0, ib = b->has_id ? b->id : 0;
+  return ia == ib && a->name != NULL && b->name != NULL && strcmp(a->name, b->name) == 0;
+}
+
+/* Registers or replaces one descriptor. */
+static int upsert_source(tr_remote_producer *p, const Perfetto__Protos__DataSourceDescriptor *d) {
+  Perfetto__Protos__DataSourceDescriptor *copy = copy_descriptor(d);
+  if (copy == NULL)
+    return TR_ERR_NOMEM;
+  for (size_t i = 0; i < p->num_data_sources; i++) {
+    if (same_source(p->data_sources[i], d)) {
+      free_message(p->data_sources[i]);
+      p->data_sources[i] = copy;
+      return 0;
+    }
+  }
+  Perfetto__Protos__DataSourceDescriptor **grown =
+      realloc(p->data_sources, (p->num_data_sources + 1) * sizeof *grown);
+  if (grown == NULL) {
+    free_message(copy);
+    return TR_ERR_NOMEM;
+  }
+  p->data_sources = grown;
+  p->data_sources[p->num_data_sources++] = copy;
+  return 0;
+}
+
+static void remove_sources_named(tr_remote_producer *p, const char *name) {
+  size_t out = 0;
+  for (size_t i = 0; i < p->num_data_sources; i++) {
+    Perfetto__Protos__DataSourceDescriptor *d = p->data_sources[i];
+    if (d->name != NULL && strcmp(d->name, name) == 0)
+      free_message(d);
+    else
+      p->data_sources[out++] = d;
+  }
+  p->num_data_sources = out;
+}
+
+static int apply_connected(tr_host *h, const Tracerelay__ProducerUpdate *u) {
+  tr_remote_producer *p = producer_find(h, u->producer_id);
+  if (p == NULL) {
+    if (h->num_producers >= TR_HOSTS_MAX_PRODUCERS)
+      return TR_ERR_PROTO;
+    tr_remote_producer *grown = realloc(h->producers, (h->num_producers + 1) * sizeof *grown);
+    if (grown == NULL)
+      return TR_ERR_NOMEM;
+    h->producers = grown;
+    p = &h->producers[h->num_producers++];
+    memset(p, 0, sizeof *p);
+    p->id = u->producer_id;
+  }
+  /* A full description replaces everything we knew. */
+  for (size_t i = 0; i < p->num_data_sources; i++)
+    free_message(p->data_sources[i]);
+  p->num_data_sources = 0;
+  p->uid = u->uid;
+  p->pid = u->pid;
+  p->connected = true;
+  int rc = dup_string(&p->name, u->name);
+  if (rc == 0)
+    rc = dup_string(&p->sdk_version, u->sdk_version);
+  for (size_t i = 0; i < u->n_data_sources && rc == 0; i++)
+    rc = upsert_source(p, u->data_sources[i]);
+  return rc;
+}
+
+static int apply_updated(tr_remote_producer *p, const Tracerelay__ProducerUpdate *u) {
+  for (size_t i = 0; i < u->n_unregistered_data_sources; i++)
+    remove_sources_named(p, u->unregistered_data_sources[i]);
+  for (size_t i = 0; i < u->n_data_sources; i++) {
+    int rc = upsert_source(p, u->data_sources[i]);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
+static void stale_remove(host_rec *r, uint32_t id) {
+  for (size_t i = 0; i < r->n_stale; i++) {
+    if (r->stale[i] == id) {
+      r->stale[i] = r->stale[--r->n_stale];
+      return;
+    }
+  }
+}
+
+int tr_hosts_producer_update(tr_hosts *hs, tr_host *h, const Tracerelay__ProducerUpdate *u) {
+  if (u->producer_id == 0)
+    return TR_ERR_PROTO;
+  int rc;
+  switch (u->state) {
+  case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED:
+    stale_remove(rec_of(h), u->producer_id);
+    rc = apply_connected(h, u);
+    break;
+  case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_UPDATED: {
+    tr_remote_producer *p = producer_find(h, u->producer_id);
+    if (p == NULL)
+      return 0;
+    rc = apply_updated(p, u);
+    break;
+  }
+  case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED:
+    stale_remove(rec_of(h), u->producer_id);
+    producer_end(hs, h, u->producer_id);
+    return 0;
+  default:
+    return TR_ERR_PROTO;
+  }
+  if (rc < 0)
+    return rc;
+  tr_service_on_producers_changed(hs->svc, h, u->producer_id);
+  return 0;
+}
+
+int tr_hosts_resync_begin(tr_hosts *hs, tr_host *h) {
+  (void)hs;
+  host_rec *r = rec_of(h);
+  free(r->stale);
+  r->stale = NULL;
+  r->n_stale = 0;
+  if (h->num_producers == 0)
+    return 0;
+  r->stale = malloc(h->num_producers * sizeof *r->stale);
+  if (r->stale == NULL)
+    return TR_ERR_NOMEM;
+  for (size_t i = 0; i < h->num_producers; i++)
+    r->stale[r->n_stale++] = h->producers[i].id;
+  return 0;
+}
+
+void tr_hosts_resync_end(tr_hosts *hs, tr_host *h) {
+  host_rec *r = rec_of(h);
+  uint32_t *stale = r->stale;
+  size_t n = r->n_stale;
+  r->stale = NULL;
+  r->n_stale = 0;
+  for (size_t i = 0; i < n; i++)
+    producer_end(hs, h, stale[i]);
+  free(stale);
+}
+
+/* ---- agent stats ---- */
+
+static void publish_counters(tr_host *h) {
+  host_rec *r = rec_of(h);
+  h->stats.agent_queue_dropped_chunks = r->earlier.queue_chunks + r->current.queue_chunks;
+  h->stats.agent_queue_dropped_bytes = r->earlier.queue_bytes + r->current.queue_bytes;
+  h->stats.agent_spill_dropped_chunks = r->earlier.spill_chunks + r->current.spill_chunks;
+  h->stats.agent_spill_dropped_bytes = r->earlier.spill_bytes + r->current.spill_bytes;
+  h->stats.agent_smb_full = r->earlier.smb_full + r->current.smb_full;
+  h->stats.agent_abi_violations = r->earlier.abi + r->current.abi;
+}
+
+void tr_hosts_agent_stats(tr_host *h, const Tracerelay__AgentStats *s) {
+  agent_counters c = {0};
+  for (size_t i = 0; i < s->n_producers; i++) {
+    const Tracerelay__AgentStats__Producer *p = s->producers[i];
+    c.queue_chunks += p->queue_dropped_chunks;
+    c.queue_bytes += p->queue_dropped_bytes;
+    c.spill_chunks += p->spill_dropped_chunks;
+    c.spill_bytes += p->spill_dropped_bytes;
+    c.smb_full += p->smb_full;
+    c.abi += p->abi_violations;
+  }
+  rec_of(h)->current = c;
+  publish_counters(h);
+}
+
+/* ---- held command replies ---- */
+
+int tr_hosts_hold_reply(tr_host *h, Tracerelay__RelayFrame *frame) {
+  host_rec *r = rec_of(h);
+  held_reply *e = NULL;
+  if (r->n_held >= TR_HOSTS_MAX_HELD_REPLIES || (e = malloc(sizeof *e)) == NULL) {
+    tr_relay_frame_free(frame);
+    return r->n_held >= TR_HOSTS_MAX_HELD_REPLIES ? TR_ERR_FULL : TR_ERR_NOMEM;
+  }
+  e->next = NULL;
+  e->frame = frame;
+  if (r->held_tail != NULL)
+    r->held_tail->next = e;
+  else
+    r->held_head = e;
+  r->held_tail = e;
+  r->n_held++;
+  return 0;
+}
+
+/* Applies held replies from the oldest while ready(after_seq) holds; all of them with force. */
+static void release(tr_hosts *hs, tr_host *h, bool force) {
+  host_rec *r = rec_of(h);
+  while (r->held_head != NULL) {
+    held_reply *e = r->held_head;
+    const Tracerelay__CommandReply *reply = e->frame->command_reply;
+    if (!force && reply->after_seq > r->peer.stored_seq)
+      return;
+    r->held_head = e->next;
+    if (r->held_head == NULL)
+      r->held_tail = NULL;
+    r->n_held--;
+    tr_service_on_command_reply(hs->svc, h, reply);
+    tr_relay_frame_free(e->frame);
+    free(e);
+  }
+}
+
+void tr_hosts_release_replies(tr_hosts *hs, tr_host *h) { release(hs, h, false); }
+
+/* ---- hello ---- */
+
+static int keep_system_info(tr_host *h, const Perfetto__Protos__SystemInfo *in) {
+  Perfetto__Protos__SystemInfo *info;
+  if (in != NULL)
+    info = (Perfetto__Protos__SystemInfo *)copy_message(&in->base);
+  else if ((info = malloc(sizeof *info)) != NULL)
+    perfetto__protos__system_info__init(info);
+  if (info == NULL)
+    return TR_ERR_NOMEM;
+  /* The certificate says who this is; whatever the agent wrote is dropped. */
+  int rc = dup_string(&info->machine_name, h->name);
+  if (rc < 0) {
+    free_message(info);
+    return rc;
+  }
+  free_message(h->system_info);
+  h->system_info = info;
+  return 0;
+}
+
+int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
+                   uint64_t *welcome_seq) {
+  host_rec *r = rec_of(h);
+  uint64_t previous = r->peer.instance_id;
+  int rc = tr_relay_peer_hello(&r->peer, hello->agent_instance_id, hello->acked_seq,
+                               welcome_seq);
+  if (rc < 0)
+    return rc;
+  if (previous != 0 && previous != hello->agent_instance_id) {
+    TR_INFO("link", "host %s: agent restarted (instance %016llx -> %016llx); its unsent data "
+            "is gone", h->name, (unsigned long long)previous,
+            (unsigned long long)hello->agent_instance_id);
+    /* The old instance's batches will never come: its replies cannot wait for them. */
+    release(hs, h, true);
+    producers_end_all(hs, h);
+    r->earlier.queue_chunks += r->current.queue_chunks;
+    r->earlier.queue_bytes += r->current.queue_bytes;
+    r->earlier.spill_chunks += r->current.spill_chunks;
+    r->earlier.spill_bytes += r->current.spill_bytes;
+    r->earlier.smb_full += r->current.smb_full;
+    r->earlier.abi += r->current.abi;
+    r->current = (agent_counters){0};
+    publish_counters(h);
+  }
+  h->agent_instance_id = hello->agent_instance_id;
+  return keep_system_info(h, hello->system_info);
+}
+
+/* ---- the table ---- */
+
+int tr_hosts_new(tr_service *svc, tr_hosts **out) {
+  tr_hosts *hs = calloc(1, sizeof *hs);
+  if (hs == NULL)
+    return TR_ERR_NOMEM;
+  hs->svc = svc;
+  *out = hs;
+  return 0;
+}
+
+static void host_free(host_rec *r) {
+  tr_host *h = &r->host;
+  for (size_t i = 0; i < h->num_producers; i++)
+    producer_clear(&h->producers[i]);
+  free(h->producers);
+  free_message(h->system_info);
+  tr_clocksync_free(h->clock);
+  while (r->held_head != NULL) {
+    held_reply *e = r->held_head;
+    r->held_head = e->next;
+    tr_relay_frame_free(e->frame);
+    free(e);
+  }
+  free(r->stale);
+  free(r);
+}
+
+void tr_hosts_free(tr_hosts *hs) {
+  if (hs == NULL)
+    return;
+  tr_host *h = hs->head;
+  while (h != NULL) {
+    tr_host *next = h->next;
+    host_free(rec_of(h));
+    h = next;
+  }
+  free(hs);
+}
+
+tr_host *tr_hosts_first(const tr_hosts *hs) { return hs->head; }
+
+tr_host *tr_hosts_find(const tr_hosts *hs, const char *name) {
+  for (tr_host *h = hs->head; h != NULL; h = h->next)
+    if (strcmp(h->name, name) == 0)
+      return h;
+  return NULL;
+}
+
+int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
+  tr_host *h = tr_hosts_find(hs, name);
+  if (h != NULL) {
+    *out = h;
+    return 0;
+  }
+  if (!tr_tls_valid_machine_name(name, strlen(name)))
+    return TR_ERR_INVAL;
+  host_rec *r = calloc(1, sizeof *r);
+  if (r == NULL)
+    return TR_ERR_NOMEM;
+  int rc = tr_clocksync_init(&r->host.clock, NULL);
+  if (rc < 0) {
+    free(r);
+    return rc;
+  }
+  tr_relay_peer_init(&r->peer);
+  h = &r->host;
+  snprintf(h->name, sizeof h->name, "%s", name);
+  h->machine_id = tr_machine_id(name);
+  if (hs->tail != NULL)
+    hs->tail->next = h;
+  else
+    hs->head = h;
+  hs->tail = h;
+  *out = h;
+  return 0;
+}
+
+tr_relay_peer *tr_hosts_peer(tr_host *h) { return &rec_of(h)->peer; }

@@ -1,0 +1,75 @@
+/* hosts.h: the service's host table: one tr_host per machine name, kept for the service's
+ * whole life so that a host's stats, producers and clock estimate survive reconnects.
+ *
+ * Besides the public tr_host (service.h), each entry holds what only the link needs across
+ * connections: the batch sequence bookkeeping of its agent instance (tr_relay_peer), the
+ * AgentStats of earlier agent instances, and CommandReplies waiting for their batches.
+ *
+ * Producers: host->producers holds the producers the agent says are connected. A
+ * ProducerUpdate is applied, then tr_service_on_producers_changed is called; a producer that
+ * is gone is shown with connected = false during that call and removed right after it.
+ * A new agent instance (restart) or a resync that does not re-announce a producer ends it the
+ * same way.
+ *
+ * Costs: lookups are O(hosts) by name (done once per connection) and O(producers of the host)
+ * per update. Memory per host is bounded by TR_HOSTS_MAX_PRODUCERS, TR_HOSTS_MAX_HELD_REPLIES
+ * and the frame limit. Not thread-safe (one loop). */
+#ifndef TR_SERVICE_HOSTS_H
+#define TR_SERVICE_HOSTS_H
+
+#include <stdint.h>
+
+#include "relay/relay_session.h"
+#include "service/service.h"
+
+#define TR_HOSTS_MAX_PRODUCERS 4096
+#define TR_HOSTS_MAX_HELD_REPLIES 1024
+
+typedef struct tr_hosts tr_hosts;
+
+/* svc receives the tr_service_on_* calls made from here. */
+int tr_hosts_new(tr_service *svc, tr_hosts **out);
+/* Frees every host. Nobody may hold a tr_host pointer afterwards. */
+void tr_hosts_free(tr_hosts *hs);
+
+/* The first host (follow host->next), in order of first connection; NULL if none. */
+tr_host *tr_hosts_first(const tr_hosts *hs);
+/* The host called name, or NULL. */
+tr_host *tr_hosts_find(const tr_hosts *hs, const char *name);
+/* The host called name, created (with its clock estimator) if new. name must be a valid
+ * machine name (tr_tls_valid_machine_name). TR_ERR_INVAL or TR_ERR_NOMEM. */
+int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out);
+
+/* The host's batch sequence bookkeeping, over all its agent instances. */
+tr_relay_peer *tr_hosts_peer(tr_host *host);
+
+/* A Hello from the host's agent: instance bookkeeping (tr_relay_peer_hello), a restarted
+ * agent's producers ended and its held replies applied, the system info kept (with
+ * machine_name = the host's name). *welcome_seq is for Welcome.stored_seq. TR_ERR_PROTO for a
+ * Hello the bookkeeping refuses, TR_ERR_NOMEM. */
+int tr_hosts_hello(tr_hosts *hs, tr_host *host, const Tracerelay__Hello *hello,
+                   uint64_t *welcome_seq);
+
+/* Starts a resync after Welcome: the producers not re-announced with PRODUCER_CONNECTED
+ * before tr_hosts_resync_end are ended then. */
+int tr_hosts_resync_begin(tr_hosts *hs, tr_host *host);
+void tr_hosts_resync_end(tr_hosts *hs, tr_host *host);
+
+/* Applies a ProducerUpdate and tells the sessions. TR_ERR_PROTO for producer id 0, an unknown
+ * state or more than TR_HOSTS_MAX_PRODUCERS producers; an update for an unknown producer is
+ * ignored (it may have been ended by a resync). TR_ERR_NOMEM. */
+int tr_hosts_producer_update(tr_hosts *hs, tr_host *host, const Tracerelay__ProducerUpdate *u);
+
+/* AgentStats: the latest counters of the current agent instance, added to those of its
+ * earlier instances in host->stats. */
+void tr_hosts_agent_stats(tr_host *host, const Tracerelay__AgentStats *stats);
+
+/* Keeps a CommandReply frame (ownership taken, freed with tr_relay_frame_free) until the
+ * host's stored_seq reaches its after_seq. TR_ERR_FULL when TR_HOSTS_MAX_HELD_REPLIES are
+ * already held (the frame is freed). */
+int tr_hosts_hold_reply(tr_host *host, Tracerelay__RelayFrame *frame);
+/* Applies (tr_service_on_command_reply), in arrival order, the held replies whose after_seq
+ * the host's stored_seq has reached. */
+void tr_hosts_release_replies(tr_hosts *hs, tr_host *host);
+
+#endif

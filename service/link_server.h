@@ -1,0 +1,63 @@
+/* link_server.h: the service's end of the relay link (docs/relay-protocol.md): accepts agents
+ * over mutually-authenticated TLS and turns their frames into tr_service_on_* calls.
+ *
+ * Per agent connection:
+ * - identity: the machine name is the one in the agent's certificate (tr_tls_uv_peer_name),
+ *   never a message. A second connection for a name already connected is refused with
+ *   Goodbye REASON_DUPLICATE_HOST and a log line; the connected one is not affected.
+ * - Hello -> Welcome {accepted features, machine name, service instance id, stored_seq};
+ *   the agent's re-announced producers, then batches in seq order. Batches at or below
+ *   stored_seq are duplicates (ignored, counted); gaps are counted as link loss. Items go to
+ *   tr_service_on_chunk / on_patch / on_flush_ack in batch order; one BatchAck per read burst.
+ * - CommandReply is held until its after_seq batch was processed (across reconnects of the
+ *   same agent instance), so a reply never overtakes the data before it.
+ * - ClockProbe: one probe in flight per host, 10 at 50 ms after Welcome, then one a second,
+ *   plus tr_host_probe_clock on demand; t1 is read right before the write, t4 at the start of
+ *   the read callback; each answered probe feeds host->clock.
+ * - Heartbeats both ways; a peer silent for the timeout is closed.
+ * - Backpressure: while more than half of max_queued bytes of our frames wait to be sent to an
+ *   agent, its incoming frames are held unprocessed (up to TR_LINK_STASH_MAX bytes, then it is
+ *   closed as overloaded) and processed once the queue drains. tls_uv has no way to stop the
+ *   socket read itself, so the bytes still arrive; we only stop acting on them (and acking).
+ * - Disconnect: host->link = NULL, stats.disconnects++, tr_service_on_host_disconnected.
+ * Every connection ends through one path (tls_uv's on_close). */
+#ifndef TR_LINK_SERVER_H
+#define TR_LINK_SERVER_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "relay/tls.h"
+#include "service/hosts.h"
+#include "service/service.h"
+
+#define TR_LINK_DEFAULT_PORT 7393
+#define TR_LINK_STASH_MAX (8u << 20)
+#define TR_LINK_MAX_QUEUED (1u << 20)
+
+typedef struct tr_link_server tr_link_server;
+
+struct tr_link_server_opts {
+  const char *listen;      /* "ADDR:PORT", "[V6ADDR]:PORT" or "ADDR" (TR_LINK_DEFAULT_PORT) */
+  tr_tls_config *tls;      /* server role; referenced */
+  uint64_t features;       /* offered to agents; 0 = TR_RELAY_FEATURES_ALL */
+  uint64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0 = the relay defaults */
+};
+
+/* Listens and returns the server. svc receives the upward calls. TR_ERR_CONFIG for an
+ * unparsable address, else the tr_tls_uv_listen error (e.g. address in use); a message naming
+ * the address is logged. */
+int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_server_opts *opts,
+                         tr_link_server **out);
+/* The port listened on (useful with port 0), or a negative code. */
+int tr_link_server_port(const tr_link_server *ls);
+/* The host table: every host that ever connected, for the service's life. */
+tr_hosts *tr_link_server_hosts(tr_link_server *ls);
+/* Uses cfg (referenced) for connections accepted from now on; connected agents keep theirs. */
+void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg);
+/* Stops listening, says Goodbye (REASON_SHUTDOWN) to every agent and closes them; each gets
+ * its tr_service_on_host_disconnected. The server and its host table are freed once the loop
+ * has closed everything: host pointers are invalid after the loop runs again. */
+void tr_link_server_stop(tr_link_server *ls);
+
+#endif

@@ -1,0 +1,205 @@
+/* session.h: tracing sessions of the central service, and the service state they live in.
+ *
+ * A session is one EnableTracing: its TraceConfig, its buffers (global ids, unique over the
+ * service's life), one central buffer (tr_tbuf) per (buffer, host) made on the host's first
+ * chunk so a chatty host only ever overwrites itself, the data source instances it set up on
+ * the hosts' producers, and its timers (duration, periodic flush, incremental-state clear,
+ * file writes, flush and stop timeouts).
+ *
+ * Lifecycle: tr_session_enable (validates, sets up instances; starts them unless
+ * deferred_start) -> tr_session_start -> tr_session_disable (stop_data_source to every
+ * instance, waits for the replies up to data_source_stop_timeout_ms) -> stopped: the observer's
+ * on_end runs once -> tr_session_free. Reading is in trace_output.c (trace_output.h).
+ * Flushes are in session_flush.c. Everything runs on the service's loop. */
+#ifndef TR_SESSION_H
+#define TR_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "perfetto/config/trace_config.pb-c.h"
+#include "relay/sequence_ids.h"
+#include "relay/trace_buffer.h"
+#include "relay/trace_writer.h"
+#include "service/service.h"
+
+#define TR_SESSION_MAX_BUFFERS 128u
+#define TR_SESSION_MAX_SESSIONS 32u
+#define TR_SESSION_MAX_SEQUENCES (1u << 20)
+#define TR_SESSION_DEFAULT_TIMEOUT_MS 5000u
+#define TR_SESSION_MIN_FILE_PERIOD_MS 100u
+#define TR_SESSION_MAX_EVENTS 64u
+#define TR_SESSION_MAX_DURATION_MS (7u * 24 * 3600 * 1000)
+
+enum tr_timeline { TR_TIMELINE_MACHINES = 0, TR_TIMELINE_GLOBAL_CLOCKS = 1 };
+
+struct tr_service {
+  uv_loop_t *loop;
+  int32_t uid;                             /* trusted_uid of the service's own packets */
+  enum tr_timeline timeline;
+  Perfetto__Protos__SystemInfo *system_info; /* this machine; owned */
+  tr_host **hosts;                         /* every host seen by on_host_connected */
+  size_t num_hosts;
+  tr_session *sessions;
+  size_t num_sessions;
+  uint64_t next_session_id;
+  uint64_t next_instance_id;
+  uint64_t next_request_id;
+  uint64_t next_flush_id;
+  uint32_t next_buffer_id;
+  uint64_t chunks_unknown_buffer;
+};
+
+enum tr_session_state {
+  TR_SESSION_CONFIGURED, /* deferred_start: set up, waiting for StartTracing */
+  TR_SESSION_STARTED,
+  TR_SESSION_STOPPING,   /* stop_data_source sent, waiting for replies */
+  TR_SESSION_STOPPED,
+};
+
+enum tr_ds_state { TR_DS_SETUP, TR_DS_STARTING, TR_DS_STARTED, TR_DS_STOPPING, TR_DS_STOPPED };
+
+typedef struct tr_ds_instance {
+  uint64_t id;
+  size_t host_index;
+  size_t cfg_index; /* which TraceConfig data source made it */
+  uint32_t producer_id;
+  char *producer_name;
+  char *ds_name;
+  bool handles_clear; /* descriptor: handles_incremental_state_clear */
+  bool no_flush;
+  enum tr_ds_state state;
+  uint64_t pending_request; /* the start or stop awaiting its CommandReply; 0 none */
+} tr_ds_instance;
+
+/* One host in a session. A restarted agent (new agent_instance_id) gets a new entry, so its
+ * producer ids, central buffers and sequences never mix with its previous life's. */
+typedef struct tr_session_host {
+  tr_host *host;
+  uint64_t agent_instance_id; /* the agent instance our instances live on */
+  bool gone;                  /* link down */
+  bool retired;               /* its agent restarted: a newer entry took over */
+  tr_tbuf **tbufs;            /* [num_buffers], made on the first chunk */
+  uint64_t chunks_refused;
+  uint64_t flushes_missed;
+  uint64_t disconnects;
+} tr_session_host;
+
+typedef struct tr_session_buffer {
+  uint32_t global_id;
+  size_t size;
+  enum tr_tbuf_policy policy;
+} tr_session_buffer;
+
+/* Told to the session's consumer (EnableTracing's reply and ObserveEvents). */
+typedef struct tr_session_observer {
+  void (*on_instance)(void *ud, const char *producer, const char *data_source, bool started);
+  void (*on_all_started)(void *ud);
+  /* The session stopped; error NULL for a normal end. Called once. */
+  void (*on_end)(void *ud, const char *error);
+} tr_session_observer;
+
+typedef void (*tr_session_flush_cb)(void *ud, bool ok);
+typedef struct tr_session_flush tr_session_flush;
+
+typedef struct tr_session_event {
+  uint64_t ts;
+  enum tr_trace_writer_event event;
+} tr_session_event;
+
+/* Read position of one pass over the session (trace_output.c). */
+typedef struct tr_session_reader {
+  bool active;
+  bool final;
+  int phase;
+  tr_trace_writer_buf *svc; /* service packets of this pass */
+  size_t num_svc;
+  size_t next_svc;
+  size_t buffer;
+  size_t host;
+} tr_session_reader;
+
+struct tr_session {
+  tr_service *svc;
+  tr_session *next;
+  uint64_t id;
+  uid_t consumer_uid;
+  Perfetto__Protos__TraceConfig *cfg; /* owned */
+  enum tr_session_state state;
+  tr_session_buffer *buffers;
+  size_t num_buffers;
+  tr_session_host *hosts;
+  size_t num_hosts;
+  tr_ds_instance *instances;
+  size_t num_instances;
+  size_t cap_instances;
+  tr_tbuf_seqids *seqids;
+  int64_t uuid_msb, uuid_lsb;
+  struct tr_clock_snapshot start_clocks;
+  tr_session_event events[TR_SESSION_MAX_EVENTS]; /* not yet written to the trace */
+  size_t num_events;
+  bool all_started;
+  bool first_read_done;
+  tr_session_reader reader;
+  tr_session_flush *flushes;
+  uint64_t flushes_requested, flushes_succeeded, flushes_failed;
+  int final_flush_outcome; /* 0 none, 1 ok, 2 failed */
+  uv_timer_t duration_timer, flush_timer, clear_timer, write_timer, stop_timer;
+  unsigned timers_open;
+  bool duration_flushing;
+  int out_fd;                /* write_into_file: -1 when not writing to a file */
+  uint64_t file_bytes;
+  bool file_full;
+  tr_session_observer obs;
+  void *obs_ud;
+  char *detach_key;
+  bool freeing;
+};
+
+/* Service state: loop, own uid and SystemInfo. tr_service_free frees sessions too. */
+int tr_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline);
+void tr_service_free(tr_service *svc);
+
+/* Checks a TraceConfig: 1..128 buffers with sizes the central buffer takes, at least one data
+ * source with a name, target_buffer in range, filters that compile, periods in range. On error
+ * returns TR_ERR_CONFIG and writes a message for the consumer into err. */
+int tr_session_validate_config(const Perfetto__Protos__TraceConfig *cfg, char *err,
+                               size_t err_len);
+/* Makes a session from cfg (copied), output_fd (taken: closed by the session; -1 if none),
+ * sets up the matching data sources everywhere and starts them unless deferred_start.
+ * TR_ERR_CONFIG (err filled), TR_ERR_FULL (too many sessions), TR_ERR_NOMEM,
+ * TR_ERR_SYS(errno) for output_path. */
+int tr_session_enable(tr_service *svc, uid_t consumer_uid,
+                      const Perfetto__Protos__TraceConfig *cfg, int output_fd,
+                      const tr_session_observer *obs, void *obs_ud, tr_session **out, char *err,
+                      size_t err_len);
+/* StartTracing: TR_ERR_STATE unless the session waits for it. */
+int tr_session_start(tr_session *s);
+/* Stops every instance; on_end follows once they replied or the stop timeout passed. */
+void tr_session_disable(tr_session *s);
+/* Flush every host's producers; cb(ud, ok) once all acked or at the timeout (0 = the
+ * session's flush_timeout_ms). Hosts that did not answer are logged and counted. */
+int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_session_flush_cb cb,
+                     void *ud);
+/* Drops every callback to ud (observer and pending flush callbacks): the consumer is gone or
+ * detached. */
+void tr_session_forget(tr_session *s, void *ud);
+void tr_session_set_observer(tr_session *s, const tr_session_observer *obs, void *ud);
+/* Stops what still runs (without waiting) and frees the session once its timers closed. */
+void tr_session_free(tr_session *s);
+/* The session host entry for a host; NULL if the host never joined it. */
+tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t *index);
+
+/* Internal to the session files. */
+void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev);
+int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd);
+void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack);
+void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
+void tr_session_flush_free_all(tr_session *s);
+void tr_session_end(tr_session *s, const char *error);
+uint64_t tr_session_now(void);
+
+#endif

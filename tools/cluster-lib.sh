@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# cluster-lib.sh: builds a tracerelay cluster on this one machine, for the demo and the
+# integration tests. Sourced, not run. Each "host" is a network namespace with a veth link
+# to a central namespace where the service runs (addresses 10.200.N.0/24 exist only inside
+# the namespaces made here, so no traffic can leave the machine). Where namespaces are not
+# allowed (TR_NO_NETNS=1, or `ip netns add` fails), every process runs on loopback instead.
+#
+# Usage:
+#   source tools/cluster-lib.sh
+#   cluster_init "$BIN_DIR" [WORKDIR]        # sets a trap that tears everything down
+#   cluster_hosts web-1 web-2 web-3          # namespaces + certificates
+#   cluster_start_service [service flags...]
+#   cluster_start_agent web-1 [agent flags...]
+#   cluster_start_loadgen web-1 [loadgen flags...]   # prints nothing; PID in LOADGEN_PID
+#   "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" ...
+# Every process started here is killed by PID, and every namespace deleted, on exit.
+
+CLUSTER_PIDS=()
+CLUSTER_NETNS=()
+CLUSTER_HOSTS=()
+
+cluster_log() { printf '[cluster] %s\n' "$*" >&2; }
+
+cluster_init() {
+  TR_BIN=$(cd "$1" && pwd)
+  WORK=${2:-$(mktemp -d /tmp/tracerelay-cluster.XXXXXX)}
+  mkdir -p "$WORK"
+  CLUSTER_ID=$(printf '%04x' $((RANDOM % 65536)))
+  CONSUMER_SOCK="$WORK/consumer.sock"
+  SERVICE_PORT=${SERVICE_PORT:-7393}
+  SERVICE_NAME=tracerelay-service
+  USE_NETNS=1
+  if [ "${TR_NO_NETNS:-0}" = 1 ] || ! ip netns add "tr${CLUSTER_ID}-probe" 2>/dev/null; then
+    USE_NETNS=0
+    cluster_log "network namespaces unavailable: every host runs on loopback"
+  else
+    ip netns del "tr${CLUSTER_ID}-probe"
+  fi
+  trap cluster_cleanup EXIT
+  trap 'exit 130' INT TERM
+}
+
+cluster_cleanup() {
+  local pid
+  for pid in "${CLUSTER_PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null
+  done
+  for pid in "${CLUSTER_PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  CLUSTER_PIDS=()
+  local ns
+  for ns in "${CLUSTER_NETNS[@]}"; do
+    ip netns del "$ns" 2>/dev/null
+  done
+  CLUSTER_NETNS=()
+}
+
+# The namespace of the service and of host N, or nothing without namespaces.
+svc_ns() { [ "$USE_NETNS" = 1 ] && echo "tr${CLUSTER_ID}-svc"; }
+host_ns() { [ "$USE_NETNS" = 1 ] && echo "tr${CLUSTER_ID}-h$1"; }
+in_ns() { # in_ns NS CMD...: runs CMD in NS (or here, without namespaces)
+  local ns=$1; shift
+  if [ -n "$ns" ]; then ip netns exec "$ns" "$@"; else "$@"; fi
+}
+host_index() { # host_index NAME -> 1-based index in CLUSTER_HOSTS
+  local i
+  for i in "${!CLUSTER_HOSTS[@]}"; do
+    [ "${CLUSTER_HOSTS[$i]}" = "$1" ] && { echo $((i + 1)); return; }
+  done
+  return 1
+}
+# Address agents of host N dial to reach the service.
+service_addr_for() { if [ "$USE_NETNS" = 1 ]; then echo "10.200.$1.1"; else echo 127.0.0.1; fi; }
+
+cluster_hosts() {
+  CLUSTER_HOSTS=("$@")
+  local args=(--service-name "$SERVICE_NAME")
+  local name i
+  for name in "$@"; do args+=(--agent "$name"); done
+  "$TR_SRC/certs/make-certs.sh" "$WORK/pki" "${args[@]}" >/dev/null
+  [ "$USE_NETNS" = 1 ] || return 0
+  local svc
+  svc=$(svc_ns)
+  ip netns add "$svc"; CLUSTER_NETNS+=("$svc")
+  ip -n "$svc" link set lo up
+  i=0
+  for name in "$@"; do
+    i=$((i + 1))
+    local ns a b
+    ns=$(host_ns $i)
+    a="tr${CLUSTER_ID}s$i"; b="tr${CLUSTER_ID}h$i"
+    ip netns add "$ns"; CLUSTER_NETNS+=("$ns")
+    ip -n "$ns" link set lo up
+    ip link add "$a" netns "$svc" type veth peer name "$b" netns "$ns"
+    ip -n "$svc" addr add "10.200.$i.1/24" dev "$a"
+    ip -n "$ns" addr add "10.200.$i.2/24" dev "$b"
+    ip -n "$svc" link set "$a" up
+    ip -n "$ns" link set "$b" up
+  done
+}
+
+wait_for_socket() { # wait_for_socket PATH PID: up to 10 s
+  for _ in $(seq 100); do
+    [ -S "$1" ] && return 0
+    kill -0 "$2" 2>/dev/null || { cluster_log "process $2 exited before creating $1"; return 1; }
+    sleep 0.1
+  done
+  cluster_log "timed out waiting for $1"; return 1
+}
+
+cluster_start_service() {
+  in_ns "$(svc_ns)" "$TR_BIN/tracerelay-service" --listen "0.0.0.0:$SERVICE_PORT" \
+    --consumer-socket "$CONSUMER_SOCK" --ca "$WORK/pki/ca.crt" \
+    --cert "$WORK/pki/service.crt" --key "$WORK/pki/service.key" "$@" \
+    >>"$WORK/service.log" 2>&1 &
+  SERVICE_PID=$!
+  CLUSTER_PIDS+=("$SERVICE_PID")
+  wait_for_socket "$CONSUMER_SOCK" "$SERVICE_PID"
+}
+
+cluster_start_agent() {
+  local name=$1; shift
+  local i; i=$(host_index "$name") || { cluster_log "unknown host $name"; return 1; }
+  mkdir -p "$WORK/$name"
+  in_ns "$(host_ns "$i")" "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/$name/producer.sock" \
+    --service "$(service_addr_for "$i"):$SERVICE_PORT" --service-name "$SERVICE_NAME" \
+    --ca "$WORK/pki/ca.crt" --cert "$WORK/pki/agent-$name.crt" --key "$WORK/pki/agent-$name.key" \
+    "$@" >>"$WORK/agent-$name.log" 2>&1 &
+  AGENT_PID=$!
+  CLUSTER_PIDS+=("$AGENT_PID")
+  eval "AGENT_PID_${i}=$AGENT_PID"
+  wait_for_socket "$WORK/$name/producer.sock" "$AGENT_PID"
+}
+
+cluster_start_loadgen() {
+  local name=$1; shift
+  local i; i=$(host_index "$name") || { cluster_log "unknown host $name"; return 1; }
+  local n=${LOADGEN_SEQ:-0}; LOADGEN_SEQ=$((n + 1))
+  in_ns "$(host_ns "$i")" "$TR_BIN/tracerelay-loadgen" --socket "$WORK/$name/producer.sock" \
+    --stats-json "$WORK/loadgen-$name-$n.json" "$@" >>"$WORK/loadgen-$name-$n.log" 2>&1 &
+  LOADGEN_PID=$!
+  CLUSTER_PIDS+=("$LOADGEN_PID")
+}
