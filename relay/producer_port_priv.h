@@ -4,6 +4,8 @@
 #ifndef TR_PRODUCER_PORT_PRIV_H
 #define TR_PRODUCER_PORT_PRIV_H
 
+#include <sys/types.h>
+
 #include "relay/ipc_host.h"
 #include "relay/producer_port.h"
 
@@ -35,6 +37,7 @@ typedef struct pp_producer {
   bool has_async; /* GetAsyncCommand received: commands go on its stream */
   uint64_t async_request_id;
   bool tracing_set_up; /* setup_tracing was sent */
+  bool smb_provided;   /* the SMB is the producer's own: setup_tracing carries no fd */
   uint32_t smb_size_hint;
   uint32_t smb_page_hint;
   Perfetto__Protos__DataSourceDescriptor **data_sources;
@@ -57,6 +60,9 @@ struct tr_producer_port {
 };
 
 pp_producer *pp_find_producer(const tr_producer_port *port, uint32_t producer_id);
+/* Index of the registered data source / instance, or -1. */
+ssize_t pp_find_data_source(const pp_producer *p, const char *name);
+ssize_t pp_find_instance(const pp_producer *p, uint64_t id);
 tr_producer_info pp_info(const pp_producer *p);
 /* Counts an ABI violation, logs it (the first few per producer) and disconnects the producer
  * once it reached TR_PRODUCER_PORT_MAX_VIOLATIONS. */

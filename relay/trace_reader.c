@@ -86,7 +86,8 @@ static const char *skip_field(struct tr_trace_cursor *c, unsigned wt) {
   return NULL;
 }
 
-/* Finds the next packet record in c: 1 with *start/*len set, 0 at the end, or sets *what. */
+/* Finds the next packet record in c: 1 with its start and length, 0 at the end, or -1 (-2 over
+ * the size cap) with *what saying why. */
 static int next_record(struct tr_trace_cursor *c, uint64_t *skipped, size_t *start, size_t *len,
                        size_t *record_start, const char **what) {
   while (c->pos < c->len) {
@@ -132,7 +133,7 @@ static int next_record(struct tr_trace_cursor *c, uint64_t *skipped, size_t *sta
   return 0;
 }
 
-/* Grows out (capacity *cap, used *used) so at least one more byte fits, within the cap. */
+/* Doubles the output buffer (at least 64 KiB or hint), up to TR_TRACE_READER_MAX_INFLATED. */
 static int grow_out(uint8_t **out, size_t *cap, size_t hint) {
   if (*cap >= TR_TRACE_READER_MAX_INFLATED)
     return TR_ERR_TOO_BIG;

@@ -55,6 +55,9 @@ int tr_link_server_port(const tr_link_server *ls);
 tr_hosts *tr_link_server_hosts(tr_link_server *ls);
 /* Uses cfg (referenced) for connections accepted from now on; connected agents keep theirs. */
 void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg);
+/* Closes the host's connection, if any, without a Goodbye: its agent reconnects and resumes.
+ * For dropping a misbehaving agent, and for the link-loss tests. */
+void tr_link_server_disconnect(tr_host *host, const char *why);
 /* Stops listening, says Goodbye (REASON_SHUTDOWN) to every agent and closes them; each gets
  * its tr_service_on_host_disconnected. The server and its host table are freed once the loop
  * has closed everything: host pointers are invalid after the loop runs again. */

@@ -103,7 +103,7 @@ typedef struct tr_session_observer {
 } tr_session_observer;
 
 typedef void (*tr_session_flush_cb)(void *ud, bool ok);
-typedef struct tr_session_flush tr_session_flush;
+typedef struct tr_flush_op tr_flush_op;
 
 typedef struct tr_session_event {
   uint64_t ts;
@@ -144,7 +144,7 @@ struct tr_session {
   bool all_started;
   bool first_read_done;
   tr_session_reader reader;
-  tr_session_flush *flushes;
+  tr_flush_op *flushes;
   uint64_t flushes_requested, flushes_succeeded, flushes_failed;
   int final_flush_outcome; /* 0 none, 1 ok, 2 failed */
   uv_timer_t duration_timer, flush_timer, clear_timer, write_timer, stop_timer;
@@ -184,8 +184,8 @@ void tr_session_disable(tr_session *s);
  * session's flush_timeout_ms). Hosts that did not answer are logged and counted. */
 int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_session_flush_cb cb,
                      void *ud);
-/* Drops every callback to ud (observer and pending flush callbacks): the consumer is gone or
- * detached. */
+/* Drops the observer if it is ud's: the consumer is gone or detached. Pending flush
+ * callbacks still run (with ok = false when the session is freed first). */
 void tr_session_forget(tr_session *s, void *ud);
 void tr_session_set_observer(tr_session *s, const tr_session_observer *obs, void *ud);
 /* Stops what still runs (without waiting) and frees the session once its timers closed. */

@@ -11,4 +11,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler \
   libmbedtls-dev libcmocka-dev libzstd-dev zstd \
   openssl iproute2 nftables procps psmisc openssh-server openssh-client python3 \
+  podman runc systemd python3-yaml \
   "$@"

@@ -8,5 +8,7 @@
 /* argv[0] is the subcommand's name. Returns the process exit status. */
 int cmd_record(int argc, char **argv);
 void cmd_record_usage(FILE *out);
+int cmd_inspect(int argc, char **argv);
+void cmd_inspect_usage(FILE *out);
 
 #endif

@@ -14,6 +14,8 @@ struct command {
 static const struct command commands[] = {
     {"record", "record a trace through a tracerelay service (or traced)", cmd_record,
      cmd_record_usage},
+    {"inspect", "resolve every timestamp of a trace and summarise it per host", cmd_inspect,
+     cmd_inspect_usage},
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -1,0 +1,468 @@
+/* agent.c: the glue between the producer port and the relay link (see agent.h).
+ *
+ * The agent keeps its own copy of every live producer's description, because the port offers
+ * no way to list producers and the link must re-announce them after each Welcome. Pending
+ * start/stop commands wait in a small table until the port says the data source started or
+ * stopped. Costs: O(producers) per producer event, O(pending commands) per data source event;
+ * both are small per host. */
+#include "agent/agent.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/link_client.h"
+#include "relay/log.h"
+#include "relay/producer_port.h"
+#include "relay/tls.h"
+#include "relay/tr_error.h"
+
+typedef struct agent_producer {
+  uint32_t id;
+  char *name;
+  char *sdk_version;
+  uint32_t uid;
+  int32_t pid;
+  Perfetto__Protos__DataSourceDescriptor **ds; /* copies */
+  size_t n_ds;
+} agent_producer;
+
+typedef struct pending_cmd {
+  uint32_t producer_id;
+  uint64_t instance_id;
+  uint64_t request_id;
+  bool start; /* else stop */
+} pending_cmd;
+
+struct tr_agent {
+  uv_loop_t *loop;
+  struct tr_agent_opts opts;
+  tr_chunkq queue;
+  tr_tls_config *tls;
+  tr_producer_port *port;
+  tr_link_client *link;
+  agent_producer *producers;
+  size_t n_producers;
+  pending_cmd *pending;
+  size_t n_pending;
+  bool shutting_down;
+  unsigned shutdown_timeout_ms;
+  void (*done)(void *data);
+  void *done_data;
+};
+
+/* ---- producer copies ---- */
+
+static Perfetto__Protos__DataSourceDescriptor *copy_descriptor(
+    const Perfetto__Protos__DataSourceDescriptor *d) {
+  size_t len = perfetto__protos__data_source_descriptor__get_packed_size(d);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (buf == NULL)
+    return NULL;
+  perfetto__protos__data_source_descriptor__pack(d, buf);
+  Perfetto__Protos__DataSourceDescriptor *copy =
+      perfetto__protos__data_source_descriptor__unpack(NULL, len, buf);
+  free(buf);
+  return copy;
+}
+
+static bool same_bytes(const Perfetto__Protos__DataSourceDescriptor *a,
+                       const Perfetto__Protos__DataSourceDescriptor *b) {
+  size_t la = perfetto__protos__data_source_descriptor__get_packed_size(a);
+  size_t lb = perfetto__protos__data_source_descriptor__get_packed_size(b);
+  if (la != lb)
+    return false;
+  uint8_t *pa = malloc(la ? la : 1), *pb = malloc(lb ? lb : 1);
+  bool same = pa != NULL && pb != NULL;
+  if (same) {
+    perfetto__protos__data_source_descriptor__pack(a, pa);
+    perfetto__protos__data_source_descriptor__pack(b, pb);
+    same = memcmp(pa, pb, la) == 0;
+  }
+  free(pa);
+  free(pb);
+  return same;
+}
+
+static bool same_key(const Perfetto__Protos__DataSourceDescriptor *a,
+                     const Perfetto__Protos__DataSourceDescriptor *b) {
+  uint64_t ia = a->has_id ? a->id : 0, ib = b->has_id ? b->id : 0;
+  return ia == ib && strcmp(a->name ? a->name : "", b->name ? b->name : "") == 0;
+}
+
+static void free_descriptors(Perfetto__Protos__DataSourceDescriptor **ds, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    perfetto__protos__data_source_descriptor__free_unpacked(ds[i], NULL);
+  free(ds);
+}
+
+/* Copies the port's descriptor list. */
+static int copy_descriptors(const tr_producer_info *info,
+                            Perfetto__Protos__DataSourceDescriptor ***out) {
+  *out = NULL;
+  if (info->num_data_sources == 0)
+    return 0;
+  Perfetto__Protos__DataSourceDescriptor **ds = calloc(info->num_data_sources, sizeof *ds);
+  if (ds == NULL)
+    return TR_ERR_NOMEM;
+  for (size_t i = 0; i < info->num_data_sources; i++) {
+    if ((ds[i] = copy_descriptor(info->data_sources[i])) == NULL) {
+      free_descriptors(ds, i);
+      return TR_ERR_NOMEM;
+    }
+  }
+  *out = ds;
+  return 0;
+}
+
+static agent_producer *find_producer(tr_agent *a, uint32_t id) {
+  for (size_t i = 0; i < a->n_producers; i++)
+    if (a->producers[i].id == id)
+      return &a->producers[i];
+  return NULL;
+}
+
+static void send_connected(tr_agent *a, const agent_producer *p) {
+  Tracerelay__ProducerUpdate u = TRACERELAY__PRODUCER_UPDATE__INIT;
+  u.has_producer_id = u.has_state = u.has_uid = u.has_pid = 1;
+  u.producer_id = p->id;
+  u.state = TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED;
+  u.name = p->name;
+  u.uid = p->uid;
+  u.pid = p->pid;
+  u.sdk_version = p->sdk_version;
+  u.n_data_sources = p->n_ds;
+  u.data_sources = p->ds;
+  tr_link_client_send_producer_update(a->link, &u);
+}
+
+/* ---- producer port callbacks ---- */
+
+static tr_agent *agent_of(tr_producer_port *port) { return tr_producer_port_data(port); }
+
+static void on_producer_connected(tr_producer_port *port, const tr_producer_info *info) {
+  tr_agent *a = agent_of(port);
+  agent_producer p = {.id = info->id, .uid = (uint32_t)info->uid, .pid = (int32_t)info->pid};
+  p.name = strdup(info->name);
+  p.sdk_version = strdup(info->sdk_version);
+  agent_producer *grown = realloc(a->producers, (a->n_producers + 1) * sizeof *grown);
+  if (p.name == NULL || p.sdk_version == NULL || grown == NULL ||
+      copy_descriptors(info, &p.ds) < 0) {
+    if (grown != NULL)
+      a->producers = grown;
+    free(p.name);
+    free(p.sdk_version);
+    TR_ERROR("agent", "out of memory: producer %u (%s) is not announced to the service",
+             info->id, info->name);
+    return;
+  }
+  p.n_ds = info->num_data_sources;
+  a->producers = grown;
+  a->producers[a->n_producers++] = p;
+  send_connected(a, &p);
+}
+
+/* Sends what changed as a PRODUCER_UPDATED delta, then keeps the new list. */
+static void on_data_sources_changed(tr_producer_port *port, const tr_producer_info *info) {
+  tr_agent *a = agent_of(port);
+  agent_producer *p = find_producer(a, info->id);
+  Perfetto__Protos__DataSourceDescriptor **ds;
+  if (p == NULL || copy_descriptors(info, &ds) < 0)
+    return;
+  size_t n = info->num_data_sources;
+  Perfetto__Protos__DataSourceDescriptor **changed = calloc(n + 1, sizeof *changed);
+  char **gone = calloc(p->n_ds + 1, sizeof *gone);
+  size_t n_changed = 0, n_gone = 0;
+  if (changed == NULL || gone == NULL)
+    goto out;
+  for (size_t i = 0; i < n; i++) {
+    bool known = false;
+    for (size_t j = 0; j < p->n_ds && !known; j++)
+      known = same_key(ds[i], p->ds[j]) && same_bytes(ds[i], p->ds[j]);
+    if (!known)
+      changed[n_changed++] = ds[i];
+  }
+  for (size_t j = 0; j < p->n_ds; j++) {
+    bool kept = false;
+    for (size_t i = 0; i < n && !kept; i++)
+      kept = strcmp(ds[i]->name ? ds[i]->name : "", p->ds[j]->name ? p->ds[j]->name : "") == 0;
+    if (!kept)
+      gone[n_gone++] = p->ds[j]->name ? p->ds[j]->name : "";
+  }
+  Tracerelay__ProducerUpdate u = TRACERELAY__PRODUCER_UPDATE__INIT;
+  u.has_producer_id = u.has_state = 1;
+  u.producer_id = p->id;
+  u.state = TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_UPDATED;
+  u.n_data_sources = n_changed;
+  u.data_sources = changed;
+  u.n_unregistered_data_sources = n_gone;
+  u.unregistered_data_sources = gone;
+  tr_link_client_send_producer_update(a->link, &u);
+out:
+  free(changed);
+  free(gone);
+  free_descriptors(p->ds, p->n_ds);
+  p->ds = ds;
+  p->n_ds = n;
+}
+
+static void reply_pending(tr_agent *a, size_t i, const char *error) {
+  pending_cmd c = a->pending[i];
+  a->pending[i] = a->pending[--a->n_pending];
+  tr_link_client_reply(a->link, c.request_id, error);
+}
+
+static void on_producer_disconnected(tr_producer_port *port, const tr_producer_info *info) {
+  tr_agent *a = agent_of(port);
+  for (size_t i = a->n_pending; i-- > 0;)
+    if (a->pending[i].producer_id == info->id)
+      reply_pending(a, i, "the producer disconnected");
+  agent_producer *p = find_producer(a, info->id);
+  if (p == NULL)
+    return;
+  Tracerelay__ProducerUpdate u = TRACERELAY__PRODUCER_UPDATE__INIT;
+  u.has_producer_id = u.has_state = 1;
+  u.producer_id = info->id;
+  u.state = TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED;
+  tr_link_client_send_producer_update(a->link, &u);
+  free(p->name);
+  free(p->sdk_version);
+  free_descriptors(p->ds, p->n_ds);
+  *p = a->producers[--a->n_producers];
+}
+
+static void finish_pending(tr_agent *a, uint32_t producer_id, uint64_t instance_id, bool start,
+                           const char *error) {
+  for (size_t i = 0; i < a->n_pending; i++) {
+    pending_cmd *c = &a->pending[i];
+    if (c->producer_id == producer_id && c->instance_id == instance_id && c->start == start) {
+      reply_pending(a, i, error);
+      return;
+    }
+  }
+}
+
+static void on_started(tr_producer_port *port, uint32_t producer_id, uint64_t instance_id) {
+  finish_pending(agent_of(port), producer_id, instance_id, true, NULL);
+}
+
+static void on_stopped(tr_producer_port *port, uint32_t producer_id, uint64_t instance_id,
+                       bool timed_out) {
+  finish_pending(agent_of(port), producer_id, instance_id, true,
+                 "the data source stopped before it started");
+  finish_pending(agent_of(port), producer_id, instance_id, false,
+                 timed_out ? "the producer did not confirm the stop within the timeout" : NULL);
+}
+
+static void on_queue_has_data(tr_producer_port *port) {
+  tr_link_client_kick(agent_of(port)->link);
+}
+
+/* ---- commands from the service ---- */
+
+static int add_pending(tr_agent *a, const Tracerelay__Command *cmd, uint64_t instance_id,
+                       bool start) {
+  pending_cmd *grown = realloc(a->pending, (a->n_pending + 1) * sizeof *grown);
+  if (grown == NULL)
+    return TR_ERR_NOMEM;
+  a->pending = grown;
+  a->pending[a->n_pending++] = (pending_cmd){cmd->producer_id, instance_id, cmd->request_id, start};
+  return 0;
+}
+
+/* Start and stop may finish inside the port call (data sources that do not notify), so the
+ * pending entry exists before the call. */
+static int start_or_stop(tr_agent *a, const Tracerelay__Command *cmd, uint64_t instance_id,
+                         bool start) {
+  int rc = add_pending(a, cmd, instance_id, start);
+  if (rc < 0)
+    return rc;
+  rc = start ? tr_producer_port_start_data_source(a->port, cmd->producer_id, instance_id)
+             : tr_producer_port_stop_data_source(a->port, cmd->producer_id, instance_id, 0);
+  if (rc < 0)
+    for (size_t i = 0; i < a->n_pending; i++)
+      if (a->pending[i].request_id == cmd->request_id)
+        a->pending[i] = a->pending[--a->n_pending];
+  return rc;
+}
+
+static void on_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
+  tr_agent *a = tr_link_client_data(lc);
+  uint32_t pid = cmd->producer_id;
+  int rc;
+  switch (cmd->cmd_case) {
+  case TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE:
+    rc = cmd->setup_data_source->config == NULL
+             ? TR_ERR_INVAL
+             : tr_producer_port_setup_data_source(a->port, pid,
+                                                  cmd->setup_data_source->instance_id,
+                                                  cmd->setup_data_source->config);
+    break;
+  case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
+    rc = start_or_stop(a, cmd, cmd->start_data_source->instance_id, true);
+    if (rc == 0)
+      return; /* replied when it started */
+    break;
+  case TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE:
+    rc = start_or_stop(a, cmd, cmd->stop_data_source->instance_id, false);
+    if (rc == 0)
+      return; /* replied when it stopped */
+    break;
+  case TRACERELAY__COMMAND__CMD_FLUSH: {
+    const Tracerelay__Command__Flush *f = cmd->flush;
+    rc = tr_producer_port_flush(a->port, pid, f->flush_request_id, f->instance_ids,
+                                f->n_instance_ids, f->flags);
+    if (rc < 0)
+      TR_WARN("agent", "flush %llu of producer %u failed: %s; the service will time it out",
+              (unsigned long long)f->flush_request_id, pid, tr_strerror(rc));
+    return; /* answered by the producer's FlushAck in the batch stream */
+  }
+  case TRACERELAY__COMMAND__CMD_CLEAR_INCREMENTAL_STATE:
+    rc = tr_producer_port_clear_incremental_state(a->port, pid,
+                                                  cmd->clear_incremental_state->instance_ids,
+                                                  cmd->clear_incremental_state->n_instance_ids);
+    break;
+  default:
+    rc = TR_ERR_UNSUPPORTED;
+    break;
+  }
+  tr_link_client_reply(lc, cmd->request_id, rc < 0 ? tr_strerror(rc) : NULL);
+}
+
+static void on_welcome(tr_link_client *lc) {
+  tr_agent *a = tr_link_client_data(lc);
+  for (size_t i = 0; i < a->n_producers; i++)
+    send_connected(a, &a->producers[i]);
+}
+
+static void collect_stats(tr_link_client *lc) {
+  tr_agent *a = tr_link_client_data(lc);
+  for (size_t i = 0; i < a->n_producers; i++) {
+    tr_producer_stats st;
+    if (tr_producer_port_stats(a->port, a->producers[i].id, &st) == 0)
+      tr_link_client_set_abi(lc, a->producers[i].id, st.abi_violations);
+  }
+}
+
+/* ---- lifecycle ---- */
+
+static int load_tls(const struct tr_agent_opts *o, tr_tls_config **out) {
+  char err[512];
+  struct tr_tls_config_opts t = {.role = TR_TLS_CLIENT, .ca_path = o->ca_path,
+                                 .cert_path = o->cert_path, .key_path = o->key_path};
+  int rc = tr_tls_config_new(&t, out, err, sizeof err);
+  if (rc < 0)
+    TR_ERROR("agent", "cannot load the TLS certificates: %s", err);
+  return rc;
+}
+
+static void free_agent(tr_agent *a) {
+  for (size_t i = 0; i < a->n_producers; i++) {
+    free(a->producers[i].name);
+    free(a->producers[i].sdk_version);
+    free_descriptors(a->producers[i].ds, a->producers[i].n_ds);
+  }
+  free(a->producers);
+  free(a->pending);
+  tr_chunkq_free(&a->queue);
+  tr_tls_config_unref(a->tls);
+  free(a);
+}
+
+static void on_port_closed_at_start(void *data) { free_agent(data); }
+
+int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent **out) {
+  tr_agent *a = calloc(1, sizeof *a);
+  if (a == NULL)
+    return TR_ERR_NOMEM;
+  a->loop = loop;
+  a->opts = *opts;
+  tr_chunkq_init(&a->queue, opts->queue_bytes ? opts->queue_bytes : TR_AGENT_DEFAULT_QUEUE_BYTES);
+  int rc = load_tls(opts, &a->tls);
+  if (rc < 0)
+    goto fail;
+  tr_producer_port_config pc = {
+      .queue = &a->queue,
+      .cb = {.data = a,
+             .producer_connected = on_producer_connected,
+             .data_sources_changed = on_data_sources_changed,
+             .producer_disconnected = on_producer_disconnected,
+             .data_source_started = on_started,
+             .data_source_stopped = on_stopped,
+             .queue_has_data = on_queue_has_data}};
+  rc = tr_producer_port_new(loop, &pc, &a->port);
+  if (rc < 0)
+    goto fail;
+  rc = tr_producer_port_start(a->port, opts->producer_socket, TR_PRODUCER_PORT_DEFAULT_MODE);
+  if (rc < 0) {
+    TR_ERROR("agent", "cannot listen on the producer socket %s: %s (is traced running there? "
+             "does the directory exist? see --producer-socket)", opts->producer_socket,
+             tr_strerror(rc));
+    /* The port frees itself from the loop; the agent goes with it. */
+    tr_producer_port_close(a->port, on_port_closed_at_start, a);
+    return rc;
+  }
+  struct tr_link_client_opts lo = {.service = opts->service,
+                                   .service_name = opts->service_name,
+                                   .tls = a->tls,
+                                   .queue = &a->queue,
+                                   .spill_bytes = opts->spill_bytes,
+                                   .compress = opts->compress};
+  struct tr_link_client_callbacks lcb = {.data = a, .on_welcome = on_welcome,
+                                         .on_command = on_command,
+                                         .collect_stats = collect_stats};
+  rc = tr_link_client_start(loop, &lo, &lcb, &a->link);
+  if (rc < 0) {
+    tr_producer_port_close(a->port, on_port_closed_at_start, a);
+    return rc;
+  }
+  TR_INFO("agent", "producers connect to %s; relaying to %s", opts->producer_socket,
+          opts->service);
+  *out = a;
+  return 0;
+
+fail:
+  free_agent(a);
+  return rc;
+}
+
+int tr_agent_reload_tls(tr_agent *a) {
+  tr_tls_config *cfg;
+  int rc = load_tls(&a->opts, &cfg);
+  if (rc < 0)
+    return rc;
+  tr_link_client_reload_tls(a->link, cfg);
+  tr_tls_config_unref(a->tls);
+  a->tls = cfg;
+  TR_INFO("agent", "certificates reloaded from %s; the next connection uses them",
+          a->opts.cert_path);
+  return 0;
+}
+
+static void on_link_closed(void *data) {
+  tr_agent *a = data;
+  void (*done)(void *) = a->done;
+  void *done_data = a->done_data;
+  free_agent(a);
+  if (done != NULL)
+    done(done_data);
+}
+
+/* The producers are gone and their data is in the queue: now the link sends it. */
+static void on_port_closed(void *data) {
+  tr_agent *a = data;
+  a->port = NULL;
+  tr_link_client_shutdown(a->link, a->shutdown_timeout_ms, on_link_closed, a);
+}
+
+void tr_agent_shutdown(tr_agent *a, unsigned timeout_ms, void (*done)(void *data), void *data) {
+  if (a->shutting_down)
+    return;
+  a->shutting_down = true;
+  a->shutdown_timeout_ms = timeout_ms;
+  a->done = done;
+  a->done_data = data;
+  TR_INFO("agent", "shutting down: sending what is queued (%zu bytes) and held (%zu bytes), "
+          "waiting up to %u ms", a->queue.bytes, tr_link_client_spill(a->link)->held_bytes,
+          timeout_ms);
+  tr_producer_port_close(a->port, on_port_closed, a);
+}

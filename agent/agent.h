@@ -1,0 +1,49 @@
+/* agent.h: the tracerelay agent: the producer port (what Perfetto producers on this host
+ * connect to) glued to the relay link (what carries their data to the service).
+ *
+ * - Producers: each connect, data source change and disconnect becomes a ProducerUpdate
+ *   (PRODUCER_CONNECTED, a PRODUCER_UPDATED delta, PRODUCER_DISCONNECTED); after every Welcome
+ *   the full state of each live producer is sent again.
+ * - Commands from the service become tr_producer_port_* calls, with the service's instance ids
+ *   as they are. Setup and clear are replied to once the producer was told; start once the
+ *   data source started, stop once it stopped (or its stop timed out, with an error); a
+ *   producer that disconnects fails its pending start/stop. Flush has no reply: the producer's
+ *   answer travels as a FlushAck in the chunk queue, behind the flushed data.
+ * - Data: the port copies committed chunks into the chunk queue; the link drains it.
+ * The agent never blocks a producer: a full queue drops and counts (sent in AgentStats). */
+#ifndef TR_AGENT_H
+#define TR_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#define TR_AGENT_DEFAULT_PRODUCER_SOCKET "/run/perfetto/traced-producer.sock"
+#define TR_AGENT_DEFAULT_QUEUE_BYTES (32u << 20)
+
+typedef struct tr_agent tr_agent;
+
+/* Strings must stay valid while the agent runs. */
+struct tr_agent_opts {
+  const char *producer_socket;
+  const char *service;      /* HOST:PORT */
+  const char *service_name; /* NULL: the HOST of service */
+  const char *ca_path, *cert_path, *key_path;
+  size_t queue_bytes; /* chunk queue bound; 0: TR_AGENT_DEFAULT_QUEUE_BYTES */
+  size_t spill_bytes; /* spill queue bound; 0: TR_RELAY_SPILL_DEFAULT */
+  bool compress;
+};
+
+/* Loads the certificates, listens on the producer socket and starts connecting to the
+ * service. TR_ERR_CONFIG (certificates, --service; logged with the fix), the producer socket
+ * error (logged), TR_ERR_NOMEM. */
+int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent **out);
+/* Reads the certificate files again; new connections use them, the current one carries on.
+ * On failure (logged) the old ones stay in use. */
+int tr_agent_reload_tls(tr_agent *a);
+/* Disconnects the producers and stops listening, sends what the queue and the spill queue
+ * hold and waits up to timeout_ms for the service to acknowledge it, then closes the link.
+ * done(data) runs when everything is closed; a is freed then. */
+void tr_agent_shutdown(tr_agent *a, unsigned timeout_ms, void (*done)(void *data), void *data);
+
+#endif

@@ -1,0 +1,983 @@
+/* link_client.c: the agent's end of the relay link (see link_client.h for the contract).
+ *
+ * The client owns three timers (batching, reconnect, a 100 ms tick for heartbeats, stats and
+ * the shutdown deadline), at most one name resolution and at most one connection. A
+ * connection ends only through tls_uv's on_close, which schedules the next attempt. Batches
+ * are built from the chunk queue whether or not a connection is up: the spill queue
+ * (tr_relay_agent) holds them, and the connection writes them out as the socket drains.
+ * Batches are compressed when the last Welcome accepted zstd: a batch built before any
+ * Welcome goes raw, and one built under a zstd Welcome stays compressed if it is resent (our
+ * services always accept zstd; a service that stopped accepting it would refuse the batch). */
+#include "agent/link_client.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "relay/clock.h"
+#include "relay/log.h"
+#include "relay/relay_frame.h"
+#include "relay/relay_session.h"
+#include "relay/tls_uv.h"
+#include "relay/tr_error.h"
+
+#define TICK_MS 100
+#define STATS_PERIOD_MS 1000
+#define ITEM_OVERHEAD 64 /* protobuf envelope of one item, an upper estimate */
+
+typedef struct pending_reply {
+  struct pending_reply *next;
+  uint64_t request_id;
+  uint64_t after_seq;
+  char *error;
+} pending_reply;
+
+typedef struct abi_count {
+  uint32_t producer_id;
+  uint64_t violations;
+} abi_count;
+
+struct tr_link_client {
+  uv_loop_t *loop;
+  struct tr_link_client_callbacks cbs;
+  tr_tls_config *tls;
+  char host[256], port[8], server_name[256];
+  tr_chunkq *queue;
+  uint64_t offered;
+  struct tr_tls_uv_options tls_opts;
+  uint64_t hb_interval_ns, hb_timeout_ns;
+  unsigned backoff_min_ms, backoff_max_ms, attempts;
+
+  tr_relay_agent agent;
+  tr_relay_codec codec;
+  tr_relay_reader reader;
+  tr_relay_heartbeat hb;
+
+  tr_tls_uv_conn *conn;
+  bool tls_up; /* the handshake is done: heartbeats count */
+  bool closing_conn;
+  bool welcomed;
+  uint64_t features; /* accepted by the last Welcome */
+  size_t max_out;    /* the service's max frame */
+  uint64_t service_instance_id;
+  int64_t t2;        /* BOOTTIME at the start of the current read */
+
+  uv_getaddrinfo_t resolve;
+  bool resolving;
+  uv_timer_t batch_timer, retry_timer, tick;
+  int handles_open;
+
+  pending_reply *replies_head, *replies_tail;
+  size_t n_replies;
+  abi_count *abi;
+  size_t n_abi;
+  uint8_t *last_stats;
+  size_t last_stats_len;
+  uint64_t next_stats_ms;
+  uint64_t logged_lost_batches;
+
+  struct utsname uts;
+  Perfetto__Protos__Utsname uts_msg;
+  Perfetto__Protos__SystemInfo sysinfo;
+
+  bool stopping, finishing;
+  uint64_t stop_deadline_ms;
+  void (*done)(void *data);
+  void *done_data;
+};
+
+static void schedule_retry(tr_link_client *lc);
+static void check_shutdown(tr_link_client *lc);
+
+static int64_t boottime(void) {
+  uint64_t t = 0;
+  tr_clock_read(TR_CLOCK_BOOTTIME, &t);
+  return (int64_t)t;
+}
+
+/* ---- writing ---- */
+
+static void close_conn(tr_link_client *lc, Tracerelay__Goodbye__Reason reason, const char *fmt,
+                       ...) __attribute__((format(printf, 3, 4)));
+static void hang_up(tr_link_client *lc);
+
+static int write_bytes(tr_link_client *lc, const uint8_t *buf, size_t len) {
+  int rc = tr_tls_uv_write(lc->conn, buf, len);
+  if (rc == TR_ERR_FULL && !lc->closing_conn)
+    close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+               "the service does not read what we send");
+  if (rc < 0)
+    return rc;
+  tr_relay_heartbeat_sent(&lc->hb, uv_hrtime());
+  return 0;
+}
+
+static int send_frame(tr_link_client *lc, Tracerelay__RelayFrame *f) {
+  if (lc->conn == NULL || lc->closing_conn)
+    return TR_ERR_CLOSED;
+  uint8_t *buf;
+  size_t len;
+  int rc = tr_relay_frame_encode(f, lc->max_out, &buf, &len);
+  if (rc < 0)
+    return rc;
+  rc = write_bytes(lc, buf, len);
+  free(buf);
+  return rc;
+}
+
+/* Ends the connection (the rest happens in on_close). UNSPECIFIED: no Goodbye. */
+static void close_conn(tr_link_client *lc, Tracerelay__Goodbye__Reason reason, const char *fmt,
+                       ...) {
+  if (lc->conn == NULL || lc->closing_conn)
+    return;
+  char text[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  if (reason != TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED) {
+    Tracerelay__Goodbye bye = TRACERELAY__GOODBYE__INIT;
+    bye.has_reason = 1;
+    bye.reason = reason;
+    bye.text = text;
+    Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+    f.msg_case = TRACERELAY__RELAY_FRAME__MSG_GOODBYE;
+    f.goodbye = &bye;
+    send_frame(lc, &f);
+  }
+  if (reason != TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN)
+    TR_WARN("link", "closing the link to %s:%s: %s", lc->host, lc->port, text);
+  hang_up(lc);
+}
+
+static void hang_up(tr_link_client *lc) {
+  lc->closing_conn = true;
+  tr_tls_uv_close(lc->conn);
+}
+
+#define PROTO_ERROR(lc, ...) close_conn((lc), TRACERELAY__GOODBYE__REASON__REASON_PROTOCOL_ERROR, \
+                                        "protocol error: " __VA_ARGS__)
+
+/* Writes held batches while the socket's queue is under the bound. */
+static void pump(tr_link_client *lc) {
+  while (lc->welcomed && !lc->closing_conn && tr_tls_uv_queued(lc->conn) < TR_LINK_WRITE_BOUND) {
+    const uint8_t *frame;
+    size_t len;
+    uint64_t seq;
+    if (tr_relay_agent_next(&lc->agent, &frame, &len, &seq) == 0)
+      return;
+    if (write_bytes(lc, frame, len) < 0)
+      return;
+  }
+}
+
+/* ---- batches ---- */
+
+/* One item and the message it points to, built in place for one encode. */
+typedef struct item_slot {
+  Tracerelay__ChunkItem item;
+  union {
+    Tracerelay__Chunk chunk;
+    struct {
+      Tracerelay__Patch patch;
+      Tracerelay__Patch__Entry entry;
+      Tracerelay__Patch__Entry *entries[1];
+    } p;
+    Tracerelay__FlushAck ack;
+  } u;
+} item_slot;
+
+static void fill_item(item_slot *s, const tr_chunkq_entry *e) {
+  s->item = (Tracerelay__ChunkItem)TRACERELAY__CHUNK_ITEM__INIT;
+  switch (e->kind) {
+  case TR_CHUNKQ_CHUNK: {
+    const tr_chunkq_chunk *c = &e->u.chunk;
+    Tracerelay__Chunk *m = &s->u.chunk;
+    *m = (Tracerelay__Chunk)TRACERELAY__CHUNK__INIT;
+    m->has_producer_id = m->has_writer_id = m->has_chunk_id = m->has_packet_count = 1;
+    m->has_flags = m->has_target_buffer = m->has_incomplete = m->has_trusted_uid = 1;
+    m->has_trusted_pid = m->has_payload = 1;
+    m->producer_id = c->producer_id;
+    m->writer_id = c->header.writer_id;
+    m->chunk_id = c->header.chunk_id;
+    m->packet_count = c->header.count;
+    m->flags = c->header.flags;
+    m->target_buffer = c->target_buffer;
+    m->incomplete = c->incomplete;
+    m->trusted_uid = c->trusted_uid;
+    m->trusted_pid = c->trusted_pid;
+    m->payload.data = (uint8_t *)e->data;
+    m->payload.len = e->len;
+    s->item.item_case = TRACERELAY__CHUNK_ITEM__ITEM_CHUNK;
+    s->item.chunk = m;
+    break;
+  }
+  case TR_CHUNKQ_PATCH: {
+    const tr_chunkq_patch *p = &e->u.patch;
+    Tracerelay__Patch *m = &s->u.p.patch;
+    *m = (Tracerelay__Patch)TRACERELAY__PATCH__INIT;
+    s->u.p.entry = (Tracerelay__Patch__Entry)TRACERELAY__PATCH__ENTRY__INIT;
+    s->u.p.entry.has_offset = s->u.p.entry.has_data = 1;
+    s->u.p.entry.offset = p->offset;
+    s->u.p.entry.data = (uint32_t)p->data[0] | (uint32_t)p->data[1] << 8 |
+                        (uint32_t)p->data[2] << 16 | (uint32_t)p->data[3] << 24;
+    s->u.p.entries[0] = &s->u.p.entry;
+    m->has_producer_id = m->has_target_buffer = m->has_writer_id = m->has_chunk_id = 1;
+    m->has_has_more = 1;
+    m->producer_id = p->producer_id;
+    m->target_buffer = p->target_buffer;
+    m->writer_id = p->writer_id;
+    m->chunk_id = p->chunk_id;
+    m->has_more = p->has_more;
+    m->n_entries = 1;
+    m->entries = s->u.p.entries;
+    s->item.item_case = TRACERELAY__CHUNK_ITEM__ITEM_PATCH;
+    s->item.patch = m;
+    break;
+  }
+  case TR_CHUNKQ_FLUSH_ACK: {
+    Tracerelay__FlushAck *m = &s->u.ack;
+    *m = (Tracerelay__FlushAck)TRACERELAY__FLUSH_ACK__INIT;
+    m->has_flush_request_id = m->has_producer_id = 1;
+    m->flush_request_id = e->u.flush_ack.request_id;
+    m->producer_id = e->u.flush_ack.producer_id;
+    s->item.item_case = TRACERELAY__CHUNK_ITEM__ITEM_FLUSH_ACK;
+    s->item.flush_ack = m;
+    break;
+  }
+  }
+}
+
+/* Moves up to TR_LINK_BATCH_BYTES of queue entries into one batch in the spill queue. */
+static void build_batch(tr_link_client *lc) {
+  size_t limit = TR_LINK_BATCH_BYTES;
+  if (limit > lc->max_out - TR_RELAY_BATCH_HEADROOM)
+    limit = lc->max_out - TR_RELAY_BATCH_HEADROOM;
+  size_t n = 0, cap = 0, bytes = 0;
+  tr_chunkq_entry **entries = NULL;
+  item_slot *slots = NULL;
+  Tracerelay__ChunkItem **items = NULL;
+  tr_relay_tally *tally = NULL;
+  size_t n_tally = 0;
+  int rc = 0;
+  const tr_chunkq_entry *head;
+  while ((head = tr_chunkq_peek(lc->queue)) != NULL) {
+    size_t cost = head->len + ITEM_OVERHEAD;
+    if (n > 0 && bytes + cost > limit)
+      break;
+    if (n == cap) {
+      cap = cap ? cap * 2 : 64;
+      tr_chunkq_entry **grown = realloc(entries, cap * sizeof *grown);
+      if (grown == NULL) {
+        rc = TR_ERR_NOMEM;
+        goto fail;
+      }
+      entries = grown;
+    }
+    entries[n++] = tr_chunkq_pop(lc->queue);
+    bytes += cost;
+  }
+  if (n == 0)
+    return;
+  slots = malloc(n * sizeof *slots);
+  items = malloc(n * sizeof *items);
+  if (slots == NULL || items == NULL) {
+    rc = TR_ERR_NOMEM;
+    goto fail;
+  }
+  for (size_t i = 0; i < n; i++) {
+    fill_item(&slots[i], entries[i]);
+    items[i] = &slots[i].item;
+  }
+  rc = tr_relay_batch_tally(items, n, &tally, &n_tally);
+  if (rc < 0)
+    goto fail;
+  uint8_t *frame;
+  size_t len;
+  uint64_t seq = lc->agent.next_seq;
+  bool compress = (lc->features & TR_RELAY_FEATURE_ZSTD) != 0;
+  rc = tr_relay_batch_encode(&lc->codec, seq, compress, items, n, &frame, &len);
+  if (rc < 0)
+    goto fail;
+  /* Takes frame and tally; a batch it drops at once is counted there. */
+  tr_relay_agent_queue(&lc->agent, seq, frame, len, tally, n_tally);
+  tally = NULL;
+  goto out;
+
+fail:
+  TR_ERROR("link", "cannot build a batch of %zu queue entries (%zu bytes): %s; they are lost",
+           n, bytes, tr_strerror(rc));
+out:
+  for (size_t i = 0; i < n; i++)
+    tr_chunkq_entry_free(entries[i]);
+  free(entries);
+  free(slots);
+  free(items);
+  free(tally);
+}
+
+/* Batches everything the chunk queue holds. */
+static void drain_queue(tr_link_client *lc) {
+  uv_timer_stop(&lc->batch_timer);
+  while (tr_chunkq_peek(lc->queue) != NULL)
+    build_batch(lc);
+}
+
+static void on_batch_timer(uv_timer_t *t) {
+  tr_link_client *lc = t->data;
+  drain_queue(lc);
+  pump(lc);
+}
+
+void tr_link_client_kick(tr_link_client *lc) {
+  if (lc->finishing)
+    return;
+  if (lc->queue->bytes >= TR_LINK_BATCH_BYTES) {
+    drain_queue(lc);
+    pump(lc);
+  } else if (!uv_is_active((uv_handle_t *)&lc->batch_timer)) {
+    uv_timer_start(&lc->batch_timer, on_batch_timer, TR_LINK_BATCH_MS, 0);
+  }
+}
+
+/* ---- stats ---- */
+
+static void add_id(uint32_t *ids, size_t *n, uint32_t id) {
+  for (size_t i = 0; i < *n; i++)
+    if (ids[i] == id)
+      return;
+  ids[(*n)++] = id;
+}
+
+/* Builds AgentStats and sends it if it differs from the last one sent (or force). */
+static void send_stats(tr_link_client *lc, bool force) {
+  if (!lc->welcomed || !(lc->features & TR_RELAY_FEATURE_AGENT_STATS))
+    return;
+  if (lc->cbs.collect_stats != NULL)
+    lc->cbs.collect_stats(lc);
+  const tr_relay_agent *a = &lc->agent;
+  size_t max = lc->queue->num_drops + a->n_lost + lc->n_abi;
+  uint32_t *ids = malloc((max ? max : 1) * sizeof *ids);
+  Tracerelay__AgentStats__Producer *ps = malloc((max ? max : 1) * sizeof *ps);
+  Tracerelay__AgentStats__Producer **pp = malloc((max ? max : 1) * sizeof *pp);
+  uint8_t *buf = NULL;
+  size_t n = 0;
+  if (ids == NULL || ps == NULL || pp == NULL)
+    goto out;
+  for (size_t i = 0; i < lc->queue->num_drops; i++)
+    add_id(ids, &n, lc->queue->drops[i].producer_id);
+  for (size_t i = 0; i < a->n_lost; i++)
+    add_id(ids, &n, a->lost[i].producer_id);
+  for (size_t i = 0; i < lc->n_abi; i++)
+    add_id(ids, &n, lc->abi[i].producer_id);
+  for (size_t i = 0; i < n; i++) {
+    Tracerelay__AgentStats__Producer *p = &ps[i];
+    *p = (Tracerelay__AgentStats__Producer)TRACERELAY__AGENT_STATS__PRODUCER__INIT;
+    p->has_producer_id = p->has_spill_dropped_chunks = p->has_spill_dropped_bytes = 1;
+    p->has_queue_dropped_chunks = p->has_queue_dropped_bytes = p->has_abi_violations = 1;
+    p->producer_id = ids[i];
+    tr_chunkq_drops d = tr_chunkq_drops_of(lc->queue, ids[i]);
+    p->queue_dropped_chunks = d.chunks;
+    p->queue_dropped_bytes = d.bytes;
+    for (size_t j = 0; j < a->n_lost; j++) {
+      if (a->lost[j].producer_id == ids[i]) {
+        p->spill_dropped_chunks = a->lost[j].chunks;
+        p->spill_dropped_bytes = a->lost[j].bytes;
+      }
+    }
+    for (size_t j = 0; j < lc->n_abi; j++)
+      if (lc->abi[j].producer_id == ids[i])
+        p->abi_violations = lc->abi[j].violations;
+    pp[i] = p;
+  }
+  Tracerelay__AgentStats s = TRACERELAY__AGENT_STATS__INIT;
+  s.n_producers = n;
+  s.producers = pp;
+  s.has_spill_dropped_batches = s.has_spill_dropped_frame_bytes = s.has_spill_held_bytes = 1;
+  s.spill_dropped_batches = a->lost_batches;
+  s.spill_dropped_frame_bytes = a->lost_frame_bytes;
+  s.spill_held_bytes = a->held_bytes;
+  size_t len = tracerelay__agent_stats__get_packed_size(&s);
+  buf = malloc(len ? len : 1);
+  if (buf == NULL)
+    goto out;
+  tracerelay__agent_stats__pack(&s, buf);
+  if (!force && len == lc->last_stats_len && memcmp(buf, lc->last_stats, len) == 0)
+    goto out;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_AGENT_STATS;
+  f.agent_stats = &s;
+  if (send_frame(lc, &f) == 0) {
+    free(lc->last_stats);
+    lc->last_stats = buf;
+    lc->last_stats_len = len;
+    buf = NULL;
+  }
+out:
+  free(buf);
+  free(ids);
+  free(ps);
+  free(pp);
+}
+
+int tr_link_client_set_abi(tr_link_client *lc, uint32_t producer_id, uint64_t violations) {
+  for (size_t i = 0; i < lc->n_abi; i++) {
+    if (lc->abi[i].producer_id == producer_id) {
+      lc->abi[i].violations = violations;
+      return 0;
+    }
+  }
+  if (violations == 0)
+    return 0;
+  abi_count *grown = realloc(lc->abi, (lc->n_abi + 1) * sizeof *grown);
+  if (grown == NULL)
+    return TR_ERR_NOMEM;
+  lc->abi = grown;
+  lc->abi[lc->n_abi++] = (abi_count){producer_id, violations};
+  return 0;
+}
+
+/* ---- replies ---- */
+
+static int send_reply(tr_link_client *lc, uint64_t request_id, const char *error,
+                      uint64_t after_seq) {
+  Tracerelay__CommandReply r = TRACERELAY__COMMAND_REPLY__INIT;
+  r.has_request_id = r.has_after_seq = 1;
+  r.request_id = request_id;
+  r.error = (char *)error;
+  r.after_seq = after_seq;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY;
+  f.command_reply = &r;
+  return send_frame(lc, &f);
+}
+
+int tr_link_client_reply(tr_link_client *lc, uint64_t request_id, const char *error) {
+  drain_queue(lc);
+  uint64_t after_seq = lc->agent.next_seq - 1;
+  if (lc->welcomed && send_reply(lc, request_id, error, after_seq) == 0) {
+    pump(lc);
+    return 0;
+  }
+  if (lc->n_replies >= TR_LINK_MAX_PENDING_REPLIES)
+    return TR_ERR_FULL;
+  pending_reply *r = calloc(1, sizeof *r);
+  if (r == NULL || (error != NULL && (r->error = strdup(error)) == NULL)) {
+    free(r);
+    return TR_ERR_NOMEM;
+  }
+  r->request_id = request_id;
+  r->after_seq = after_seq;
+  if (lc->replies_tail != NULL)
+    lc->replies_tail->next = r;
+  else
+    lc->replies_head = r;
+  lc->replies_tail = r;
+  lc->n_replies++;
+  return 0;
+}
+
+static void send_pending_replies(tr_link_client *lc) {
+  while (lc->replies_head != NULL && lc->welcomed && !lc->closing_conn) {
+    pending_reply *r = lc->replies_head;
+    if (send_reply(lc, r->request_id, r->error, r->after_seq) < 0)
+      return;
+    lc->replies_head = r->next;
+    if (lc->replies_head == NULL)
+      lc->replies_tail = NULL;
+    lc->n_replies--;
+    free(r->error);
+    free(r);
+  }
+}
+
+/* ---- frames from the service ---- */
+
+static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
+  if (tr_relay_features_check(lc->offered, w->features) < 0) {
+    PROTO_ERROR(lc, "Welcome accepts features %#llx, we offered %#llx",
+                (unsigned long long)w->features, (unsigned long long)lc->offered);
+    return;
+  }
+  uint32_t max = w->max_frame_bytes ? w->max_frame_bytes : TR_RELAY_MAX_FRAME_DEFAULT;
+  if (max < TR_RELAY_MIN_FRAME || max > TR_RELAY_MAX_FRAME_LIMIT) {
+    PROTO_ERROR(lc, "Welcome.max_frame_bytes %u out of range", max);
+    return;
+  }
+  if (tr_relay_agent_resume(&lc->agent, w->stored_seq) < 0) {
+    PROTO_ERROR(lc, "Welcome.stored_seq %llu does not match what we sent (acked %llu, next %llu)",
+                (unsigned long long)w->stored_seq, (unsigned long long)lc->agent.acked_seq,
+                (unsigned long long)lc->agent.next_seq);
+    return;
+  }
+  if (lc->service_instance_id != 0 && lc->service_instance_id != w->service_instance_id)
+    TR_WARN("link", "the service restarted (instance %016llx -> %016llx)",
+            (unsigned long long)lc->service_instance_id,
+            (unsigned long long)w->service_instance_id);
+  lc->service_instance_id = w->service_instance_id;
+  lc->features = w->features;
+  lc->max_out = max;
+  lc->welcomed = true;
+  lc->attempts = 0;
+  TR_INFO("link", "connected to %s:%s as %s (features %#llx, service has batch %llu, %zu bytes "
+          "held, %s)", lc->host, lc->port, w->machine_name ? w->machine_name : "?",
+          (unsigned long long)w->features, (unsigned long long)w->stored_seq,
+          lc->agent.held_bytes, tr_tls_uv_ciphersuite(lc->conn));
+  /* The order the protocol asks: producers, then the batch stream (replies wait on it). */
+  if (lc->cbs.on_welcome != NULL)
+    lc->cbs.on_welcome(lc);
+  send_stats(lc, true);
+  send_pending_replies(lc);
+  pump(lc);
+}
+
+static void on_probe(tr_link_client *lc, const Tracerelay__ClockProbe *q) {
+  Tracerelay__ClockProbe a = TRACERELAY__CLOCK_PROBE__INIT;
+  a.has_probe_id = a.has_t1 = a.has_t2 = a.has_t3 = 1;
+  a.probe_id = q->probe_id;
+  a.t1 = q->t1;
+  a.t2 = (uint64_t)lc->t2;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE;
+  f.clock_probe = &a;
+  a.t3 = (uint64_t)boottime();
+  send_frame(lc, &f);
+}
+
+static void on_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
+  if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_GOODBYE) {
+    const Tracerelay__Goodbye *g = f->goodbye;
+    const char *text = g->text != NULL ? g->text : "";
+    if (g->reason == TRACERELAY__GOODBYE__REASON__REASON_DUPLICATE_HOST)
+      TR_ERROR("link", "the service refused us: %s (is another agent running with this "
+               "machine's certificate?)", text);
+    else
+      TR_WARN("link", "the service said goodbye (reason %d): %s", (int)g->reason, text);
+    hang_up(lc);
+    return;
+  }
+  if (!lc->welcomed) {
+    if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_WELCOME)
+      on_welcome(lc, f->welcome);
+    else
+      PROTO_ERROR(lc, "expected Welcome, got frame type %d", (int)f->msg_case);
+    return;
+  }
+  switch (f->msg_case) {
+  case TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT:
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_BATCH_ACK:
+    if (tr_relay_agent_ack(&lc->agent, f->batch_ack->seq) < 0)
+      PROTO_ERROR(lc, "ack for batch %llu, never sent", (unsigned long long)f->batch_ack->seq);
+    else if (lc->stopping)
+      check_shutdown(lc);
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_COMMAND:
+    if (lc->cbs.on_command != NULL)
+      lc->cbs.on_command(lc, f->command);
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE:
+    if (lc->features & TR_RELAY_FEATURE_CLOCK_PROBES)
+      on_probe(lc, f->clock_probe);
+    else
+      PROTO_ERROR(lc, "clock probe without the feature");
+    break;
+  default:
+    PROTO_ERROR(lc, "unexpected frame type %d", (int)f->msg_case);
+    break;
+  }
+}
+
+/* ---- the connection ---- */
+
+static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
+  tr_link_client *lc = tr_tls_uv_get_data(conn);
+  lc->t2 = boottime(); /* first: a probe's receive time */
+  tr_relay_heartbeat_heard(&lc->hb, uv_hrtime());
+  const uint8_t *p = data;
+  while (!lc->closing_conn) {
+    const uint8_t *payload;
+    size_t plen;
+    int rc = tr_relay_reader_next(&lc->reader, &payload, &plen);
+    if (rc < 0) {
+      PROTO_ERROR(lc, "frame longer than %zu bytes", lc->reader.max_frame);
+      break;
+    }
+    if (rc == 1) {
+      Tracerelay__RelayFrame *f = tr_relay_frame_decode(payload, plen);
+      if (f == NULL || f->msg_case == TRACERELAY__RELAY_FRAME__MSG__NOT_SET)
+        PROTO_ERROR(lc, "a frame of %zu bytes does not decode to a known message", plen);
+      else
+        on_frame(lc, f);
+      tr_relay_frame_free(f);
+      continue;
+    }
+    if (len == 0)
+      break;
+    rc = tr_relay_reader_push(&lc->reader, p, len);
+    if (rc < 0) {
+      PROTO_ERROR(lc, "frame longer than %zu bytes", lc->reader.max_frame);
+      break;
+    }
+    p += rc;
+    len -= (size_t)rc;
+  }
+  pump(lc);
+}
+
+static void on_drain(tr_tls_uv_conn *conn) { pump(tr_tls_uv_get_data(conn)); }
+
+static void on_connect(tr_tls_uv_conn *conn) {
+  tr_link_client *lc = tr_tls_uv_get_data(conn);
+  lc->tls_up = true;
+  tr_relay_reader_free(&lc->reader);
+  if (tr_relay_reader_init(&lc->reader, 0) < 0) {
+    close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED, "out of memory");
+    return;
+  }
+  tr_relay_heartbeat_init(&lc->hb, lc->hb_interval_ns, lc->hb_timeout_ns, uv_hrtime());
+  lc->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
+  Tracerelay__Hello h = TRACERELAY__HELLO__INIT;
+  h.has_features = h.has_agent_instance_id = h.has_acked_seq = h.has_max_frame_bytes = 1;
+  h.features = lc->offered;
+  h.agent_instance_id = lc->agent.instance_id;
+  h.system_info = &lc->sysinfo;
+  h.acked_seq = lc->agent.acked_seq;
+  h.max_frame_bytes = (uint32_t)lc->reader.max_frame;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HELLO;
+  f.hello = &h;
+  send_frame(lc, &f);
+}
+
+static void maybe_done(tr_link_client *lc) {
+  if (!lc->finishing || lc->conn != NULL || lc->resolving || lc->handles_open > 0)
+    return;
+  tr_relay_agent_free(&lc->agent);
+  tr_relay_codec_free(&lc->codec);
+  tr_relay_reader_free(&lc->reader);
+  tr_tls_config_unref(lc->tls);
+  while (lc->replies_head != NULL) {
+    pending_reply *r = lc->replies_head;
+    lc->replies_head = r->next;
+    free(r->error);
+    free(r);
+  }
+  free(lc->abi);
+  free(lc->last_stats);
+  void (*done)(void *) = lc->done;
+  void *data = lc->done_data;
+  free(lc);
+  if (done != NULL)
+    done(data);
+}
+
+static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
+  tr_link_client *lc = tr_tls_uv_get_data(conn);
+  bool was_up = lc->welcomed;
+  lc->conn = NULL;
+  lc->tls_up = false;
+  lc->closing_conn = false;
+  lc->welcomed = false;
+  tr_relay_agent_disconnected(&lc->agent);
+  if (lc->finishing)
+    TR_INFO("link", "link to %s:%s closed", lc->host, lc->port);
+  else if (was_up)
+    TR_WARN("link", "link to %s:%s lost: %s; %zu bytes held for resending", lc->host, lc->port,
+            reason ? why : "closed by this side", lc->agent.held_bytes);
+  else
+    TR_WARN("link", "cannot connect to %s:%s: %s", lc->host, lc->port,
+            reason ? why : "closed by this side");
+  if (lc->finishing)
+    maybe_done(lc);
+  else
+    schedule_retry(lc);
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
+  tr_link_client *lc = req->data;
+  lc->resolving = false;
+  if (lc->finishing) {
+    uv_freeaddrinfo(res);
+    maybe_done(lc);
+    return;
+  }
+  if (status < 0) {
+    TR_WARN("link", "cannot resolve %s: %s", lc->host, uv_strerror(status));
+    schedule_retry(lc);
+    return;
+  }
+  static const struct tr_tls_uv_callbacks cbs = {
+      .on_connect = on_connect, .on_read = on_read, .on_drain = on_drain, .on_close = on_close};
+  int rc = tr_tls_uv_connect(lc->loop, lc->tls, lc->server_name, res->ai_addr, &lc->tls_opts,
+                             &cbs, lc, &lc->conn);
+  uv_freeaddrinfo(res);
+  if (rc < 0) {
+    lc->conn = NULL;
+    TR_WARN("link", "cannot connect to %s:%s: %s", lc->host, lc->port, tr_strerror(rc));
+    schedule_retry(lc);
+  }
+}
+
+static void connect_now(tr_link_client *lc) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  lc->resolve.data = lc;
+  int rc = uv_getaddrinfo(lc->loop, &lc->resolve, on_resolved, lc->host, lc->port, &hints);
+  if (rc < 0) {
+    TR_WARN("link", "cannot resolve %s: %s", lc->host, uv_strerror(rc));
+    schedule_retry(lc);
+    return;
+  }
+  lc->resolving = true;
+}
+
+static void on_retry(uv_timer_t *t) { connect_now(t->data); }
+
+static void schedule_retry(tr_link_client *lc) {
+  uint64_t delay = lc->backoff_min_ms;
+  for (unsigned i = 0; i < lc->attempts && delay < lc->backoff_max_ms; i++)
+    delay *= 2;
+  if (delay > lc->backoff_max_ms)
+    delay = lc->backoff_max_ms;
+  uint32_t r = 0;
+  getrandom(&r, sizeof r, 0);
+  delay = delay * (80 + r % 41) / 100; /* +-20% so that agents do not reconnect in step */
+  lc->attempts++;
+  uv_timer_start(&lc->retry_timer, on_retry, delay, 0);
+}
+
+/* ---- the tick: heartbeats, stats, shutdown deadline ---- */
+
+static void on_tick(uv_timer_t *t) {
+  tr_link_client *lc = t->data;
+  uint64_t now_ns = uv_hrtime(), now_ms = uv_now(lc->loop);
+  if (lc->tls_up && !lc->closing_conn) {
+    if (tr_relay_heartbeat_dead(&lc->hb, now_ns))
+      close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
+                 "nothing received for %llu ms", (unsigned long long)(lc->hb.timeout_ns / 1000000));
+    else if (lc->welcomed && tr_relay_heartbeat_due(&lc->hb, now_ns)) {
+      Tracerelay__Heartbeat hb = TRACERELAY__HEARTBEAT__INIT;
+      hb.has_timestamp_ns = 1;
+      hb.timestamp_ns = (uint64_t)boottime();
+      Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+      f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT;
+      f.heartbeat = &hb;
+      send_frame(lc, &f);
+    }
+  }
+  if (now_ms >= lc->next_stats_ms) {
+    lc->next_stats_ms = now_ms + STATS_PERIOD_MS;
+    send_stats(lc, false);
+    if (lc->agent.lost_batches != lc->logged_lost_batches) {
+      lc->logged_lost_batches = lc->agent.lost_batches;
+      TR_WARN("link", "spill queue full (%zu bytes): %llu batches (%llu bytes) dropped so far; "
+              "raise --spill-mb or check the link", lc->agent.spill_bytes,
+              (unsigned long long)lc->agent.lost_batches,
+              (unsigned long long)lc->agent.lost_frame_bytes);
+    }
+  }
+  if (lc->stopping)
+    check_shutdown(lc);
+}
+
+/* ---- lifecycle ---- */
+
+static void on_handle_closed(uv_handle_t *h) {
+  tr_link_client *lc = h->data;
+  lc->handles_open--;
+  maybe_done(lc);
+}
+
+static void finish(tr_link_client *lc) {
+  lc->finishing = true;
+  if (lc->agent.head != NULL)
+    TR_WARN("link", "shutting down with %zu bytes of batches not acknowledged by the service: "
+            "they are lost", lc->agent.held_bytes);
+  if (lc->resolving)
+    uv_cancel((uv_req_t *)&lc->resolve);
+  close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN, "the agent is shutting down");
+  uv_close((uv_handle_t *)&lc->batch_timer, on_handle_closed);
+  uv_close((uv_handle_t *)&lc->retry_timer, on_handle_closed);
+  uv_close((uv_handle_t *)&lc->tick, on_handle_closed);
+}
+
+static void check_shutdown(tr_link_client *lc) {
+  if (lc->finishing)
+    return;
+  bool all_acked = lc->agent.head == NULL && tr_chunkq_peek(lc->queue) == NULL;
+  if (all_acked || uv_now(lc->loop) >= lc->stop_deadline_ms)
+    finish(lc);
+}
+
+void tr_link_client_shutdown(tr_link_client *lc, unsigned timeout_ms, void (*done)(void *data),
+                             void *data) {
+  if (lc->stopping)
+    return;
+  lc->stopping = true;
+  lc->done = done;
+  lc->done_data = data;
+  lc->stop_deadline_ms = uv_now(lc->loop) + timeout_ms;
+  drain_queue(lc);
+  pump(lc);
+  check_shutdown(lc);
+}
+
+/* "HOST:PORT", "[V6]:PORT" or "HOST" (port 7393). */
+static int parse_service(tr_link_client *lc, const char *s) {
+  const char *port = NULL;
+  int hlen;
+  if (s[0] == '[') {
+    const char *end = strchr(s, ']');
+    if (end == NULL || (end[1] != '\0' && end[1] != ':'))
+      return TR_ERR_CONFIG;
+    hlen = (int)(end - s - 1);
+    snprintf(lc->host, sizeof lc->host, "%.*s", hlen, s + 1);
+    port = end[1] == ':' ? end + 2 : NULL;
+  } else {
+    const char *colon = strrchr(s, ':');
+    if (colon != NULL && strchr(s, ':') != colon)
+      return TR_ERR_CONFIG; /* a bare IPv6 address needs brackets */
+    hlen = colon != NULL ? (int)(colon - s) : (int)strlen(s);
+    snprintf(lc->host, sizeof lc->host, "%.*s", hlen, s);
+    port = colon != NULL ? colon + 1 : NULL;
+  }
+  if (hlen <= 0 || (size_t)hlen >= sizeof lc->host)
+    return TR_ERR_CONFIG;
+  unsigned long p = 7393;
+  if (port != NULL) {
+    char *end;
+    p = strtoul(port, &end, 10);
+    if (*port == '\0' || *end != '\0' || p == 0 || p > 65535)
+      return TR_ERR_CONFIG;
+  }
+  snprintf(lc->port, sizeof lc->port, "%lu", p);
+  return 0;
+}
+
+static void fill_system_info(tr_link_client *lc) {
+  Perfetto__Protos__SystemInfo *si = &lc->sysinfo;
+  perfetto__protos__system_info__init(si);
+  perfetto__protos__utsname__init(&lc->uts_msg);
+  if (uname(&lc->uts) == 0) {
+    lc->uts_msg.sysname = lc->uts.sysname;
+    lc->uts_msg.version = lc->uts.version;
+    lc->uts_msg.release = lc->uts.release;
+    lc->uts_msg.machine = lc->uts.machine;
+    si->utsname = &lc->uts_msg;
+  }
+  long cpus = sysconf(_SC_NPROCESSORS_CONF), page = sysconf(_SC_PAGESIZE);
+  long pages = sysconf(_SC_PHYS_PAGES), hz = sysconf(_SC_CLK_TCK);
+  if (cpus > 0) {
+    si->has_num_cpus = 1;
+    si->num_cpus = (uint32_t)cpus;
+  }
+  if (page > 0) {
+    si->has_page_size = 1;
+    si->page_size = (uint32_t)page;
+  }
+  if (page > 0 && pages > 0) {
+    si->has_system_ram_bytes = 1;
+    si->system_ram_bytes = (uint64_t)pages * (uint64_t)page;
+  }
+  if (hz > 0) {
+    si->has_hz = 1;
+    si->hz = hz;
+  }
+  time_t now = time(NULL);
+  struct tm tm;
+  if (localtime_r(&now, &tm) != NULL) {
+    si->has_timezone_off_mins = 1;
+    si->timezone_off_mins = (int32_t)(tm.tm_gmtoff / 60);
+  }
+}
+
+int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts,
+                         const struct tr_link_client_callbacks *cbs, tr_link_client **out) {
+  tr_link_client *lc = calloc(1, sizeof *lc);
+  if (lc == NULL)
+    return TR_ERR_NOMEM;
+  int rc = TR_ERR_CONFIG;
+  if (opts->service == NULL || parse_service(lc, opts->service) < 0) {
+    TR_ERROR("link", "bad --service '%s': give HOST:PORT, e.g. relay.example:7393",
+             opts->service ? opts->service : "");
+    goto fail_free;
+  }
+  snprintf(lc->server_name, sizeof lc->server_name, "%s",
+           opts->service_name ? opts->service_name : lc->host);
+  uint64_t instance_id = 0;
+  while (instance_id == 0) {
+    if (getrandom(&instance_id, sizeof instance_id, 0) != sizeof instance_id) {
+      rc = TR_ERR_SYS(errno);
+      goto fail_free;
+    }
+  }
+  rc = tr_relay_agent_init(&lc->agent, instance_id, opts->spill_bytes);
+  if (rc < 0)
+    goto fail_free;
+  rc = tr_relay_codec_init(&lc->codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, 0);
+  if (rc < 0)
+    goto fail_agent;
+  rc = tr_relay_reader_init(&lc->reader, 0);
+  if (rc < 0)
+    goto fail_codec;
+  lc->loop = loop;
+  lc->cbs = *cbs;
+  lc->tls = tr_tls_config_ref(opts->tls);
+  lc->queue = opts->queue;
+  lc->offered = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
+  if (!opts->compress)
+    lc->offered &= ~TR_RELAY_FEATURE_ZSTD;
+  lc->tls_opts.max_queued = 2 * TR_LINK_WRITE_BOUND;
+  lc->hb_interval_ns = opts->heartbeat_interval_ms * 1000000ull;
+  lc->hb_timeout_ns = opts->heartbeat_timeout_ms * 1000000ull;
+  lc->backoff_min_ms = opts->backoff_min_ms ? opts->backoff_min_ms : TR_LINK_BACKOFF_MIN_MS;
+  lc->backoff_max_ms = opts->backoff_max_ms ? opts->backoff_max_ms : TR_LINK_BACKOFF_MAX_MS;
+  lc->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
+  fill_system_info(lc);
+  uv_timer_init(loop, &lc->batch_timer);
+  uv_timer_init(loop, &lc->retry_timer);
+  uv_timer_init(loop, &lc->tick);
+  lc->batch_timer.data = lc->retry_timer.data = lc->tick.data = lc;
+  lc->handles_open = 3;
+  uv_timer_start(&lc->tick, on_tick, TICK_MS, TICK_MS);
+  TR_INFO("link", "agent instance %016llx: connecting to %s:%s (certificate name %s)",
+          (unsigned long long)instance_id, lc->host, lc->port, lc->server_name);
+  connect_now(lc);
+  *out = lc;
+  return 0;
+
+fail_codec:
+  tr_relay_codec_free(&lc->codec);
+fail_agent:
+  tr_relay_agent_free(&lc->agent);
+fail_free:
+  free(lc);
+  return rc;
+}
+
+int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__ProducerUpdate *u) {
+  if (!lc->welcomed)
+    return TR_ERR_CLOSED;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_PRODUCER_UPDATE;
+  f.producer_update = (Tracerelay__ProducerUpdate *)u;
+  return send_frame(lc, &f);
+}
+
+void tr_link_client_reload_tls(tr_link_client *lc, tr_tls_config *cfg) {
+  tr_tls_config *old = lc->tls;
+  lc->tls = tr_tls_config_ref(cfg);
+  tr_tls_config_unref(old);
+}
+
+bool tr_link_client_connected(const tr_link_client *lc) { return lc->welcomed; }
+
+const tr_relay_agent *tr_link_client_spill(const tr_link_client *lc) { return &lc->agent; }
+
+void *tr_link_client_data(const tr_link_client *lc) { return lc->cbs.data; }

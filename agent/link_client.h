@@ -1,0 +1,98 @@
+/* link_client.h: the agent's end of the relay link (docs/relay-protocol.md): one TLS
+ * connection to the service, kept up with reconnects, carrying the chunk queue's contents as
+ * numbered batches that survive link loss.
+ *
+ * Guarantees:
+ * - Identity: the service's certificate must carry service_name (default: the host part of
+ *   --service). Our own identity is our certificate; we never claim a name.
+ * - Nothing queued is lost silently: entries leave the chunk queue in order, in ChunkBatches of
+ *   up to TR_LINK_BATCH_BYTES of items or TR_LINK_BATCH_MS of waiting, compressed with zstd
+ *   when the service accepted it (and the caller allowed it). Every batch is held in the spill
+ *   queue (tr_relay_agent) until acknowledged and resent after a reconnect from the service's
+ *   stored_seq; when the spill queue is full, the oldest batches are dropped and counted, and
+ *   the counts go to the service in AgentStats (once a second, when they changed).
+ * - Flow control: batches are written only while less than TR_LINK_WRITE_BOUND bytes of
+ *   ciphertext wait in the socket's queue, so a slow service fills the spill queue, never
+ *   blocks the caller or a producer.
+ * - A CommandReply carries after_seq = the last batch queued after everything taken from the
+ *   chunk queue so far, so the service applies it after the data that preceded it. Replies
+ *   made while disconnected wait (up to TR_LINK_MAX_PENDING_REPLIES) for the next Welcome.
+ * - Clock probes are answered at once: t2 is read at the start of the read callback, t3 right
+ *   before the answer is written.
+ * - Reconnects: capped exponential backoff with +-20% jitter (100 ms doubling to 10 s by
+ *   default), reset by each Welcome. The name is resolved again on each attempt.
+ * Everything runs on the loop's thread. */
+#ifndef TR_LINK_CLIENT_H
+#define TR_LINK_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "relay/chunk_queue.h"
+#include "relay/relay_session.h"
+#include "relay/tls.h"
+#include "tracerelay/relay.pb-c.h"
+
+#define TR_LINK_BATCH_BYTES (1u << 20)
+#define TR_LINK_BATCH_MS 20
+#define TR_LINK_WRITE_BOUND (1u << 20)
+#define TR_LINK_MAX_PENDING_REPLIES 1024
+#define TR_LINK_BACKOFF_MIN_MS 100
+#define TR_LINK_BACKOFF_MAX_MS 10000
+
+typedef struct tr_link_client tr_link_client;
+
+struct tr_link_client_callbacks {
+  void *data;
+  /* A Welcome was handled: send a PRODUCER_CONNECTED update for every live producer now
+   * (tr_link_client_send_producer_update). */
+  void (*on_welcome)(tr_link_client *lc);
+  /* A Command from the service; the callee answers it with tr_link_client_reply (except
+   * flush, answered by a FlushAck in the chunk queue). cmd is valid during the call only. */
+  void (*on_command)(tr_link_client *lc, const Tracerelay__Command *cmd);
+  /* Optional, before each AgentStats: refresh the counters (tr_link_client_set_abi). */
+  void (*collect_stats)(tr_link_client *lc);
+};
+
+struct tr_link_client_opts {
+  const char *service;      /* "HOST:PORT" or "[V6]:PORT" */
+  const char *service_name; /* name the service certificate must carry; NULL: HOST */
+  tr_tls_config *tls;       /* client role; referenced */
+  tr_chunkq *queue;         /* owned by the caller; drained by the link */
+  size_t spill_bytes;       /* 0: TR_RELAY_SPILL_DEFAULT */
+  bool compress;            /* zstd batches when the service accepts them */
+  uint64_t features;        /* offered; 0: TR_RELAY_FEATURES_ALL */
+  uint64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0: the relay defaults */
+  unsigned backoff_min_ms, backoff_max_ms;               /* 0: the defaults above */
+};
+
+/* Starts connecting. TR_ERR_CONFIG for an unparsable --service (logged), TR_ERR_NOMEM. */
+int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts,
+                         const struct tr_link_client_callbacks *cbs, tr_link_client **out);
+/* The chunk queue has new entries: they are batched within TR_LINK_BATCH_MS. */
+void tr_link_client_kick(tr_link_client *lc);
+/* Sends a ProducerUpdate now; TR_ERR_CLOSED when no Welcome is current (the full state is
+ * sent again after the next one). The caller keeps u. */
+int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__ProducerUpdate *u);
+/* Answers a Command. error: NULL for success. Batches everything in the chunk queue first, so
+ * after_seq covers it. */
+int tr_link_client_reply(tr_link_client *lc, uint64_t request_id, const char *error);
+/* The ABI violations counted so far for a producer (monotonic), for AgentStats. */
+int tr_link_client_set_abi(tr_link_client *lc, uint32_t producer_id, uint64_t abi_violations);
+/* Uses cfg (referenced) for the next connections. */
+void tr_link_client_reload_tls(tr_link_client *lc, tr_tls_config *cfg);
+/* True while a Welcome is current on the connection. */
+bool tr_link_client_connected(const tr_link_client *lc);
+/* The spill queue (held batches, counted losses); read-only. */
+const tr_relay_agent *tr_link_client_spill(const tr_link_client *lc);
+void *tr_link_client_data(const tr_link_client *lc);
+
+/* Batches what the chunk queue holds, waits up to timeout_ms for the service to acknowledge
+ * every held batch, says Goodbye (REASON_SHUTDOWN) and closes. done(data) runs once every
+ * handle is closed; lc is freed then. Unacknowledged batches are logged as lost. */
+void tr_link_client_shutdown(tr_link_client *lc, unsigned timeout_ms, void (*done)(void *data),
+                             void *data);
+
+#endif

@@ -1,0 +1,221 @@
+/* main.c: tracerelay-agent, the per-host daemon: its flags, --help, signals and the loop.
+ * The work is in agent.c (producers <-> link) and link_client.c (the relay link). */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent.h"
+#include "relay/clock.h"
+#include "relay/log.h"
+#include "relay/tr_error.h"
+
+#define SHUTDOWN_TIMEOUT_MS 5000u
+
+static const char kHelp[] =
+    "Usage: tracerelay-agent --service HOST:PORT --ca FILE --cert FILE --key FILE [options]\n"
+    "\n"
+    "The per-host agent of tracerelay. Perfetto producers on this host (apps built on the\n"
+    "Perfetto SDK, traced_probes, tracerelay-loadgen) connect to its producer socket exactly as\n"
+    "they would to traced. The agent copies their trace data out of shared memory and relays\n"
+    "it over mutually-authenticated TLS to the central tracerelay-service, which drives the\n"
+    "producers' data sources. While the service is unreachable the agent keeps taking data\n"
+    "into a bounded spill queue and reconnects with backoff; nothing is lost silently: what\n"
+    "does not fit is dropped oldest-first and counted in the trace's stats.\n"
+    "\n"
+    "The agent's machine name is the name in its certificate (--cert); it never claims one.\n"
+    "\n"
+    "  --service HOST:PORT    the service's relay address (port 7393 if omitted). Required.\n"
+    "  --service-name NAME    the name the service's certificate must carry (default: HOST).\n"
+    "  --ca FILE              PEM CA certificate the service's certificate must chain to.\n"
+    "  --cert FILE            PEM certificate of this agent (its machine name). Required.\n"
+    "  --key FILE             PEM private key of --cert. Required. All three are made by\n"
+    "                         certs/make-certs.sh.\n"
+    "  --producer-socket PATH the producer socket to create (default $PERFETTO_PRODUCER_SOCK_NAME,\n"
+    "                         else " TR_AGENT_DEFAULT_PRODUCER_SOCKET ").\n"
+    "                         traced must not be running on the same path.\n"
+    "  --queue-mb N           bound of the queue between producers and the link, in MiB\n"
+    "                         (default 32); a chunk that does not fit is dropped and counted.\n"
+    "  --spill-mb N           bound of the spill queue of batches not yet acknowledged by the\n"
+    "                         service, in MiB (default 64): how much a link outage can absorb.\n"
+    "  --compress             compress batches with zstd when the service agrees (default).\n"
+    "  --no-compress          send batches uncompressed (incompressible data, or scarce CPU).\n"
+    "  --fake-clock OFF_NS,DRIFT_PPM\n"
+    "                         TEST FEATURE: read every clock (trace timestamps and clock-sync\n"
+    "                         answers) from a simulated clock t + t*DRIFT_PPM/1e6 + OFF_NS of\n"
+    "                         the real one, to test cross-host clock sync on one machine.\n"
+    "  --log-level LEVEL      debug, info (default), warn, error or off.\n"
+    "  --help                 print this text.\n"
+    "\n"
+    "Signals: SIGTERM or SIGINT disconnects the producers, sends what the agent holds to the\n"
+    "service (waiting up to 5 s for it to be acknowledged) and exits; SIGHUP reloads --ca,\n"
+    "--cert and --key for the next connection (the current one carries on).\n"
+    "\n"
+    "Example:\n"
+    "  tracerelay-agent --service relay.example:7393 \\\n"
+    "      --producer-socket /run/perfetto/traced-producer.sock \\\n"
+    "      --ca /etc/tracerelay/ca.crt --cert /etc/tracerelay/agent-web-3.crt \\\n"
+    "      --key /etc/tracerelay/agent-web-3.key\n"
+    "\n"
+    "Exit status: 0 after a clean shutdown, 1 on a runtime failure, 2 on bad flags.\n";
+
+enum { OPT_SERVICE = 256, OPT_SERVICE_NAME, OPT_CA, OPT_CERT, OPT_KEY, OPT_PRODUCER_SOCKET,
+       OPT_QUEUE_MB, OPT_SPILL_MB, OPT_COMPRESS, OPT_NO_COMPRESS, OPT_FAKE_CLOCK, OPT_LOG_LEVEL,
+       OPT_HELP };
+
+static int bad(const char *flag, const char *value) {
+  fprintf(stderr, "tracerelay-agent: invalid value '%s' for %s (see --help)\n", value, flag);
+  return 2;
+}
+
+/* A size in MiB, 1..65536. */
+static int parse_mb(const char *s, size_t *out) {
+  char *end;
+  unsigned long v = strtoul(s, &end, 10);
+  if (*s == '\0' || *end != '\0' || v == 0 || v > 65536)
+    return -1;
+  *out = (size_t)v << 20;
+  return 0;
+}
+
+static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
+  static const struct option longopts[] = {
+      {"service", required_argument, NULL, OPT_SERVICE},
+      {"service-name", required_argument, NULL, OPT_SERVICE_NAME},
+      {"ca", required_argument, NULL, OPT_CA},
+      {"cert", required_argument, NULL, OPT_CERT},
+      {"key", required_argument, NULL, OPT_KEY},
+      {"producer-socket", required_argument, NULL, OPT_PRODUCER_SOCKET},
+      {"queue-mb", required_argument, NULL, OPT_QUEUE_MB},
+      {"spill-mb", required_argument, NULL, OPT_SPILL_MB},
+      {"compress", no_argument, NULL, OPT_COMPRESS},
+      {"no-compress", no_argument, NULL, OPT_NO_COMPRESS},
+      {"fake-clock", required_argument, NULL, OPT_FAKE_CLOCK},
+      {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+      {"help", no_argument, NULL, OPT_HELP},
+      {NULL, 0, NULL, 0}};
+  const char *env = getenv("PERFETTO_PRODUCER_SOCK_NAME");
+  o->producer_socket = env != NULL && env[0] != '\0' ? env : TR_AGENT_DEFAULT_PRODUCER_SOCKET;
+  o->compress = true;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    switch (opt) {
+    case OPT_SERVICE: o->service = optarg; break;
+    case OPT_SERVICE_NAME: o->service_name = optarg; break;
+    case OPT_CA: o->ca_path = optarg; break;
+    case OPT_CERT: o->cert_path = optarg; break;
+    case OPT_KEY: o->key_path = optarg; break;
+    case OPT_PRODUCER_SOCKET: o->producer_socket = optarg; break;
+    case OPT_QUEUE_MB:
+      if (parse_mb(optarg, &o->queue_bytes) < 0)
+        return bad("--queue-mb", optarg);
+      break;
+    case OPT_SPILL_MB:
+      if (parse_mb(optarg, &o->spill_bytes) < 0)
+        return bad("--spill-mb", optarg);
+      break;
+    case OPT_COMPRESS: o->compress = true; break;
+    case OPT_NO_COMPRESS: o->compress = false; break;
+    case OPT_FAKE_CLOCK: {
+      int64_t off;
+      double ppm;
+      if (tr_clock_parse_fake(optarg, &off, &ppm) < 0 || tr_clock_set_fake(off, ppm) < 0)
+        return bad("--fake-clock", optarg);
+      break;
+    }
+    case OPT_LOG_LEVEL: {
+      enum tr_log_level level;
+      if (tr_log_parse_level(optarg, &level) < 0)
+        return bad("--log-level", optarg);
+      tr_log_set_level(level);
+      break;
+    }
+    case OPT_HELP:
+      fputs(kHelp, stdout);
+      exit(0);
+    default:
+      fprintf(stderr, "tracerelay-agent: unknown or incomplete option '%s' (see --help)\n",
+              argv[optind - 1]);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "tracerelay-agent: unexpected argument '%s' (see --help)\n", argv[optind]);
+    return 2;
+  }
+  const char *missing = o->service == NULL ? "--service HOST:PORT"
+                        : o->ca_path == NULL ? "--ca FILE"
+                        : o->cert_path == NULL ? "--cert FILE"
+                        : o->key_path == NULL ? "--key FILE"
+                                              : NULL;
+  if (missing != NULL) {
+    fprintf(stderr, "tracerelay-agent: %s is required (see --help)\n", missing);
+    return 2;
+  }
+  return 0;
+}
+
+struct daemon {
+  tr_agent *agent;
+  uv_signal_t term, intr, hup;
+  bool stopping;
+};
+
+static void on_closed(uv_handle_t *h) { (void)h; }
+
+static void on_agent_done(void *data) {
+  struct daemon *d = data;
+  d->agent = NULL;
+  uv_close((uv_handle_t *)&d->term, on_closed);
+  uv_close((uv_handle_t *)&d->intr, on_closed);
+  uv_close((uv_handle_t *)&d->hup, on_closed);
+  TR_INFO("agent", "stopped");
+}
+
+static void on_stop_signal(uv_signal_t *s, int signum) {
+  struct daemon *d = s->data;
+  if (d->stopping) {
+    TR_WARN("agent", "signal %d: already shutting down (at most %u ms)", signum,
+            SHUTDOWN_TIMEOUT_MS);
+    return;
+  }
+  d->stopping = true;
+  TR_INFO("agent", "signal %d: shutting down", signum);
+  tr_agent_shutdown(d->agent, SHUTDOWN_TIMEOUT_MS, on_agent_done, d);
+}
+
+static void on_hup(uv_signal_t *s, int signum) {
+  (void)signum;
+  struct daemon *d = s->data;
+  if (d->agent != NULL && !d->stopping)
+    tr_agent_reload_tls(d->agent);
+}
+
+int main(int argc, char **argv) {
+  struct tr_agent_opts opts = {0};
+  int rc = parse_flags(argc, argv, &opts);
+  if (rc != 0)
+    return rc;
+  signal(SIGPIPE, SIG_IGN); /* a peer that went away is an error code, not a death */
+
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct daemon d = {0};
+  rc = tr_agent_start(&loop, &opts, &d.agent);
+  if (rc < 0) {
+    uv_run(&loop, UV_RUN_DEFAULT); /* lets what was started close */
+    uv_loop_close(&loop);
+    return 1;
+  }
+  uv_signal_init(&loop, &d.term);
+  uv_signal_init(&loop, &d.intr);
+  uv_signal_init(&loop, &d.hup);
+  d.term.data = d.intr.data = d.hup.data = &d;
+  uv_signal_start(&d.term, on_stop_signal, SIGTERM);
+  uv_signal_start(&d.intr, on_stop_signal, SIGINT);
+  uv_signal_start(&d.hup, on_hup, SIGHUP);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  rc = uv_loop_close(&loop) == 0 ? 0 : 1;
+  return rc;
+}

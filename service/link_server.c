@@ -1,0 +1,703 @@
+/* link_server.c: the service's end of the relay link (see link_server.h for the contract).
+ *
+ * One tr_link_peer per TLS connection that finished its handshake, freed in tls_uv's
+ * on_close: the one close path, reached by tr_tls_uv_close (ours, after an optional Goodbye)
+ * or by the transport. What must outlive a connection (the batch sequence, held replies,
+ * producers, the clock estimate) lives in the host table (hosts.c). One timer per server
+ * drives heartbeats and clock probes for every peer: O(peers) every TICK_MS. */
+#include "service/link_server.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "relay/clock.h"
+#include "relay/log.h"
+#include "relay/relay_frame.h"
+#include "relay/relay_session.h"
+#include "relay/tls_uv.h"
+#include "relay/tr_error.h"
+
+#define TICK_MS 50
+#define PROBES_DENSE 10         /* after Welcome, this many probes... */
+#define PROBE_DENSE_MS 50       /* ...this far apart, */
+#define PROBE_PERIOD_MS 1000    /* then one a second */
+#define PROBE_TIMEOUT_MS 2000   /* an unanswered probe is forgotten after this */
+
+struct tr_link_peer {
+  tr_link_server *ls;
+  tr_tls_uv_conn *conn;
+  tr_link_peer *prev, *next;
+  tr_host *host; /* set once Hello was accepted */
+  tr_relay_reader reader;
+  tr_relay_codec codec;
+  tr_relay_heartbeat hb;
+  uint64_t features;  /* accepted */
+  size_t max_out;     /* largest frame the agent accepts */
+  uint64_t acked;     /* last seq acknowledged on this connection */
+  bool resyncing;     /* between Welcome and the first frame that is not a re-announcement */
+  bool closing;
+  bool paused;        /* our output is backed up: incoming bytes wait in stash */
+  uint8_t *stash;
+  size_t stash_len, stash_cap;
+  int64_t t4;         /* BOOTTIME at the start of the current read, while a probe is out */
+  bool probe_out, probe_wanted;
+  uint64_t probe_id;
+  int64_t probe_t1;
+  uint64_t probe_sent_ms, next_probe_ms;
+  unsigned probes_sent;
+};
+
+struct tr_link_server {
+  uv_loop_t *loop;
+  tr_service *svc;
+  tr_hosts *hosts;
+  tr_tls_uv_server *tls;
+  uv_timer_t tick;
+  tr_link_peer *peers;
+  uint64_t features;
+  uint64_t instance_id;
+  uint64_t hb_interval_ns, hb_timeout_ns;
+  uint64_t next_probe_id;
+  bool stopping;
+  bool tick_closed;
+};
+
+static int64_t boottime(void) {
+  uint64_t t = 0;
+  tr_clock_read(TR_CLOCK_BOOTTIME, &t);
+  return (int64_t)t;
+}
+
+/* ---- writing ---- */
+
+static void peer_close(tr_link_peer *p, Tracerelay__Goodbye__Reason reason, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void hang_up(tr_link_peer *p);
+
+/* Encodes and queues one frame. A full queue means the agent stopped reading: it is closed. */
+static int send_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
+  uint8_t *buf;
+  size_t len;
+  int rc = tr_relay_frame_encode(f, p->max_out, &buf, &len);
+  if (rc < 0)
+    return rc;
+  rc = tr_tls_uv_write(p->conn, buf, len);
+  free(buf);
+  if (rc == TR_ERR_FULL && !p->closing)
+    peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+               "the agent does not read what the service sends (%u bytes queued)",
+               (unsigned)tr_tls_uv_queued(p->conn));
+  if (rc < 0)
+    return rc;
+  tr_relay_heartbeat_sent(&p->hb, uv_hrtime());
+  if ((size_t)rc > TR_LINK_MAX_QUEUED / 2)
+    p->paused = true;
+  return 0;
+}
+
+static void send_goodbye(tr_link_peer *p, Tracerelay__Goodbye__Reason reason, const char *text) {
+  Tracerelay__Goodbye bye = TRACERELAY__GOODBYE__INIT;
+  bye.has_reason = 1;
+  bye.reason = reason;
+  bye.text = (char *)text;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_GOODBYE;
+  f.goodbye = &bye;
+  send_frame(p, &f);
+}
+
+/* Ends the connection; the rest happens in on_close. reason UNSPECIFIED: no Goodbye. */
+static void peer_close(tr_link_peer *p, Tracerelay__Goodbye__Reason reason, const char *fmt, ...) {
+  if (p->closing)
+    return;
+  p->closing = true;
+  char text[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  if (reason != TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN)
+    TR_WARN("link", "closing the link of %s (%s): %s", tr_tls_uv_peer_name(p->conn),
+            tr_tls_uv_peer_address(p->conn), text);
+  if (reason != TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED)
+    send_goodbye(p, reason, text);
+  hang_up(p);
+}
+
+static void hang_up(tr_link_peer *p) {
+  p->closing = true;
+  tr_tls_uv_close(p->conn);
+}
+
+#define PROTO_ERROR(p, ...) peer_close((p), TRACERELAY__GOODBYE__REASON__REASON_PROTOCOL_ERROR, \
+                                       "protocol error: " __VA_ARGS__)
+
+static void send_ack(tr_link_peer *p) {
+  uint64_t stored = tr_hosts_peer(p->host)->stored_seq;
+  if (stored <= p->acked || p->closing)
+    return;
+  Tracerelay__BatchAck ack = TRACERELAY__BATCH_ACK__INIT;
+  ack.has_seq = 1;
+  ack.seq = stored;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_BATCH_ACK;
+  f.batch_ack = &ack;
+  if (send_frame(p, &f) == 0)
+    p->acked = stored;
+}
+
+static void send_probe(tr_link_peer *p) {
+  if (p->probe_out || p->paused || p->closing) {
+    p->probe_wanted = true;
+    return;
+  }
+  p->probe_wanted = false;
+  Tracerelay__ClockProbe probe = TRACERELAY__CLOCK_PROBE__INIT;
+  probe.has_probe_id = probe.has_t1 = 1;
+  probe.probe_id = ++p->ls->next_probe_id;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE;
+  f.clock_probe = &probe;
+  /* t1 as late as we can: only the encoding and the encryption follow. */
+  p->probe_t1 = boottime();
+  probe.t1 = (uint64_t)p->probe_t1;
+  if (send_frame(p, &f) < 0)
+    return;
+  p->probe_out = true;
+  p->probe_id = probe.probe_id;
+  p->probe_sent_ms = uv_now(p->ls->loop);
+  p->probes_sent++;
+}
+
+/* ---- frames from the agent ---- */
+
+static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
+  tr_link_server *ls = p->ls;
+  const char *name = tr_tls_uv_peer_name(p->conn);
+  tr_host *host = tr_hosts_find(ls->hosts, name);
+  if (host != NULL && host->link != NULL) {
+    peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_DUPLICATE_HOST,
+               "host %s is already connected from %s; refusing the second connection", name,
+               tr_tls_uv_peer_address(host->link->conn));
+    return;
+  }
+  uint32_t max_frame = hello->has_max_frame_bytes ? hello->max_frame_bytes : 0;
+  if (max_frame == 0)
+    max_frame = TR_RELAY_MAX_FRAME_DEFAULT;
+  if (max_frame < TR_RELAY_MIN_FRAME || max_frame > TR_RELAY_MAX_FRAME_LIMIT) {
+    PROTO_ERROR(p, "Hello.max_frame_bytes %u outside [%u, %u]", max_frame, TR_RELAY_MIN_FRAME,
+                TR_RELAY_MAX_FRAME_LIMIT);
+    return;
+  }
+  int rc = host != NULL ? 0 : tr_hosts_get(ls->hosts, name, &host);
+  uint64_t welcome_seq = 0;
+  if (rc == 0)
+    rc = tr_hosts_hello(ls->hosts, host, hello, &welcome_seq);
+  if (rc == TR_ERR_PROTO) {
+    PROTO_ERROR(p, "Hello refused: agent instance %016llx, acked_seq %llu",
+                (unsigned long long)hello->agent_instance_id,
+                (unsigned long long)hello->acked_seq);
+    return;
+  }
+  if (rc < 0) {
+    peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED, "cannot take the agent: %s",
+               tr_strerror(rc));
+    return;
+  }
+  p->max_out = max_frame;
+  p->features = tr_relay_features_negotiate(ls->features, hello->features);
+  p->host = host;
+  host->link = p;
+  host->connected_since_ns = (uint64_t)boottime();
+
+  Tracerelay__Welcome w = TRACERELAY__WELCOME__INIT;
+  w.has_features = w.has_service_instance_id = w.has_stored_seq = w.has_max_frame_bytes = 1;
+  w.features = p->features;
+  w.machine_name = host->name;
+  w.service_instance_id = ls->instance_id;
+  w.stored_seq = welcome_seq;
+  w.max_frame_bytes = (uint32_t)p->reader.max_frame;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_WELCOME;
+  f.welcome = &w;
+  if (send_frame(p, &f) < 0)
+    return;
+  p->acked = tr_hosts_peer(host)->stored_seq;
+  p->resyncing = tr_hosts_resync_begin(ls->hosts, host) == 0;
+  p->next_probe_ms = uv_now(ls->loop);
+  TR_INFO("link", "host %s connected from %s (agent %016llx, features %#llx, resuming after "
+          "batch %llu, %s)", host->name, tr_tls_uv_peer_address(p->conn),
+          (unsigned long long)host->agent_instance_id, (unsigned long long)p->features,
+          (unsigned long long)welcome_seq, tr_tls_uv_ciphersuite(p->conn));
+  tr_service_on_host_connected(ls->svc, host);
+}
+
+/* Every item kind is checked before any is delivered, so a batch is applied whole or not. */
+static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
+  tr_host *host = p->host;
+  tr_relay_peer *seqs = tr_hosts_peer(host);
+  if (batch->codec == TRACERELAY__CODEC__CODEC_ZSTD && !(p->features & TR_RELAY_FEATURE_ZSTD)) {
+    PROTO_ERROR(p, "zstd batch %llu without the feature", (unsigned long long)batch->seq);
+    return;
+  }
+  int rc = tr_relay_peer_batch(seqs, batch->seq);
+  host->stats.batches_duplicate = seqs->duplicate_batches;
+  host->stats.link_lost_batches = seqs->lost_batches;
+  if (rc <= 0) {
+    if (rc < 0)
+      PROTO_ERROR(p, "batch with seq 0");
+    return;
+  }
+  Tracerelay__ChunkItems *owned = NULL;
+  Tracerelay__ChunkItem **items = NULL;
+  size_t n = 0;
+  rc = tr_relay_batch_items(&p->codec, batch, &owned, &items, &n);
+  for (size_t i = 0; i < n && rc == 0; i++)
+    if (items[i]->item_case == TRACERELAY__CHUNK_ITEM__ITEM__NOT_SET)
+      rc = TR_ERR_PROTO;
+  if (rc < 0) {
+    /* Its seq is spent: count it, or nobody would. */
+    host->stats.link_lost_batches = ++seqs->lost_batches;
+    PROTO_ERROR(p, "batch %llu is unusable: %s", (unsigned long long)batch->seq,
+                tr_strerror(rc));
+    tr_relay_items_free(owned);
+    return;
+  }
+  tr_service *svc = p->ls->svc;
+  for (size_t i = 0; i < n; i++) {
+    const Tracerelay__ChunkItem *it = items[i];
+    switch (it->item_case) {
+    case TRACERELAY__CHUNK_ITEM__ITEM_CHUNK:
+      host->stats.chunks_received++;
+      host->stats.bytes_received += it->chunk->payload.len;
+      tr_service_on_chunk(svc, host, it->chunk);
+      break;
+    case TRACERELAY__CHUNK_ITEM__ITEM_PATCH:
+      tr_service_on_patch(svc, host, it->patch);
+      break;
+    case TRACERELAY__CHUNK_ITEM__ITEM_FLUSH_ACK:
+      tr_service_on_flush_ack(svc, host, it->flush_ack);
+      break;
+    default:
+      break;
+    }
+  }
+  tr_relay_items_free(owned);
+  host->stats.batches_received++;
+  tr_hosts_release_replies(p->ls->hosts, host);
+}
+
+static void on_probe_answer(tr_link_peer *p, const Tracerelay__ClockProbe *a) {
+  if (!p->probe_out || a->probe_id != p->probe_id)
+    return; /* answered after we gave up on it */
+  p->probe_out = false;
+  if (a->t2 >= (1ull << 62) || a->t3 >= (1ull << 62)) {
+    PROTO_ERROR(p, "clock probe answer with t2/t3 out of range");
+    return;
+  }
+  int rc = tr_clocksync_add_probe(p->host->clock, p->probe_t1, (int64_t)a->t2, (int64_t)a->t3,
+                                  p->t4);
+  if (rc < 0)
+    TR_DEBUG("link", "host %s: clock probe %llu not used (t1 %lld t2 %llu t3 %llu t4 %lld): %s",
+             p->host->name, (unsigned long long)a->probe_id, (long long)p->probe_t1,
+             (unsigned long long)a->t2, (unsigned long long)a->t3, (long long)p->t4,
+             tr_strerror(rc));
+  if (p->probe_wanted)
+    send_probe(p);
+}
+
+static bool is_reannouncement(const Tracerelay__RelayFrame *f) {
+  return f->msg_case == TRACERELAY__RELAY_FRAME__MSG_PRODUCER_UPDATE &&
+         f->producer_update->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED;
+}
+
+/* Handles one decoded frame; takes ownership of it. */
+static void on_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
+  tr_link_server *ls = p->ls;
+  if (p->host == NULL) {
+    if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_HELLO)
+      on_hello(p, f->hello);
+    else
+      PROTO_ERROR(p, "expected Hello, got frame type %d", (int)f->msg_case);
+    tr_relay_frame_free(f);
+    return;
+  }
+  if (p->resyncing && !is_reannouncement(f)) {
+    p->resyncing = false;
+    tr_hosts_resync_end(ls->hosts, p->host);
+  }
+  int rc;
+  switch (f->msg_case) {
+  case TRACERELAY__RELAY_FRAME__MSG_GOODBYE:
+    TR_INFO("link", "host %s says goodbye (reason %d): %s", p->host->name,
+            (int)f->goodbye->reason, f->goodbye->text != NULL ? f->goodbye->text : "");
+    hang_up(p);
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT:
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_PRODUCER_UPDATE:
+    rc = tr_hosts_producer_update(ls->hosts, p->host, f->producer_update);
+    if (rc < 0)
+      PROTO_ERROR(p, "producer update for producer %u refused: %s",
+                  f->producer_update->producer_id, tr_strerror(rc));
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_CHUNK_BATCH:
+    on_batch(p, f->chunk_batch);
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY:
+    rc = tr_hosts_hold_reply(p->host, f);
+    f = NULL; /* taken, even on failure */
+    if (rc < 0)
+      PROTO_ERROR(p, "too many command replies waiting for their batches");
+    else
+      tr_hosts_release_replies(ls->hosts, p->host);
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE:
+    if (p->features & TR_RELAY_FEATURE_CLOCK_PROBES)
+      on_probe_answer(p, f->clock_probe);
+    else
+      PROTO_ERROR(p, "clock probe answer without the feature");
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_AGENT_STATS:
+    if (p->features & TR_RELAY_FEATURE_AGENT_STATS)
+      tr_hosts_agent_stats(p->host, f->agent_stats);
+    else
+      PROTO_ERROR(p, "agent stats without the feature");
+    break;
+  default:
+    PROTO_ERROR(p, "unexpected frame type %d", (int)f->msg_case);
+    break;
+  }
+  tr_relay_frame_free(f);
+}
+
+/* ---- reading ---- */
+
+static void stash(tr_link_peer *p, const uint8_t *data, size_t len) {
+  if (p->stash_len + len > TR_LINK_STASH_MAX) {
+    peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+               "the agent sent %zu bytes while its acknowledgements could not be sent",
+               p->stash_len + len);
+    return;
+  }
+  if (p->stash_len + len > p->stash_cap) {
+    size_t cap = (p->stash_len + len) * 2;
+    uint8_t *grown = realloc(p->stash, cap);
+    if (grown == NULL) {
+      peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED, "out of memory");
+      return;
+    }
+    p->stash = grown;
+    p->stash_cap = cap;
+  }
+  memcpy(p->stash + p->stash_len, data, len);
+  p->stash_len += len;
+}
+
+/* Takes whole frames out of the reader, then feeds it more of data, until data is used up,
+ * the connection closes, or our output backs up (the rest is stashed). */
+static void consume(tr_link_peer *p, const uint8_t *data, size_t len) {
+  for (;;) {
+    while (!p->closing && !p->paused) {
+      const uint8_t *payload;
+      size_t plen;
+      int rc = tr_relay_reader_next(&p->reader, &payload, &plen);
+      if (rc == 0)
+        break;
+      if (rc < 0) {
+        PROTO_ERROR(p, "frame longer than %zu bytes", p->reader.max_frame);
+        return;
+      }
+      Tracerelay__RelayFrame *f = tr_relay_frame_decode(payload, plen);
+      if (f == NULL || f->msg_case == TRACERELAY__RELAY_FRAME__MSG__NOT_SET) {
+        tr_relay_frame_free(f);
+        PROTO_ERROR(p, "a frame of %zu bytes does not decode to a known message", plen);
+        return;
+      }
+      on_frame(p, f);
+    }
+    if (p->closing)
+      return;
+    if (p->paused) {
+      stash(p, data, len);
+      return;
+    }
+    if (len == 0)
+      return;
+    int n = tr_relay_reader_push(&p->reader, data, len);
+    if (n < 0) {
+      PROTO_ERROR(p, "frame longer than %zu bytes", p->reader.max_frame);
+      return;
+    }
+    data += n;
+    len -= (size_t)n;
+  }
+}
+
+static void end_burst(tr_link_peer *p) {
+  if (p->host != NULL && !p->closing)
+    send_ack(p);
+}
+
+static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
+  tr_link_peer *p = tr_tls_uv_get_data(conn);
+  if (p->probe_out)
+    p->t4 = boottime();
+  if (p->closing)
+    return;
+  /* Any bytes prove the agent alive, even part of a long frame on a slow link. */
+  tr_relay_heartbeat_heard(&p->hb, uv_hrtime());
+  consume(p, data, len);
+  end_burst(p);
+}
+
+static void on_drain(tr_tls_uv_conn *conn) {
+  tr_link_peer *p = tr_tls_uv_get_data(conn);
+  if (!p->paused || p->closing)
+    return;
+  p->paused = false;
+  if (p->probe_out)
+    p->t4 = boottime(); /* late, so the probe only looks slower: still a valid bound */
+  uint8_t *held = p->stash;
+  size_t len = p->stash_len;
+  p->stash = NULL;
+  p->stash_len = p->stash_cap = 0;
+  consume(p, held, len);
+  free(held);
+  end_burst(p);
+}
+
+/* ---- connections ---- */
+
+static void maybe_free_server(tr_link_server *ls) {
+  if (!ls->stopping || !ls->tick_closed || ls->peers != NULL)
+    return;
+  tr_hosts_free(ls->hosts);
+  free(ls);
+}
+
+static void on_connect(tr_tls_uv_conn *conn) {
+  tr_link_server *ls = tr_tls_uv_get_data(conn);
+  tr_link_peer *p = calloc(1, sizeof *p);
+  if (p == NULL || tr_relay_reader_init(&p->reader, 0) < 0) {
+    free(p);
+    goto fail;
+  }
+  if (tr_relay_codec_init(&p->codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, p->reader.max_frame) < 0) {
+    tr_relay_reader_free(&p->reader);
+    free(p);
+    goto fail;
+  }
+  p->ls = ls;
+  p->conn = conn;
+  p->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
+  tr_relay_heartbeat_init(&p->hb, ls->hb_interval_ns, ls->hb_timeout_ns, uv_hrtime());
+  p->next = ls->peers;
+  if (p->next != NULL)
+    p->next->prev = p;
+  ls->peers = p;
+  tr_tls_uv_set_data(conn, p);
+  return;
+
+fail:
+  TR_WARN("link", "out of memory: dropping the connection of %s", tr_tls_uv_peer_name(conn));
+  tr_tls_uv_set_data(conn, NULL);
+  tr_tls_uv_close(conn);
+}
+
+static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
+  tr_link_peer *p = tr_tls_uv_get_data(conn);
+  if (p == NULL)
+    return;
+  tr_link_server *ls = p->ls;
+  if (p->prev != NULL)
+    p->prev->next = p->next;
+  else
+    ls->peers = p->next;
+  if (p->next != NULL)
+    p->next->prev = p->prev;
+  tr_host *host = p->host;
+  if (host != NULL) {
+    host->link = NULL;
+    host->stats.disconnects++;
+    TR_INFO("link", "host %s disconnected: %s", host->name, reason ? why : "closed by us");
+    tr_service_on_host_disconnected(ls->svc, host, why);
+  }
+  tr_relay_reader_free(&p->reader);
+  tr_relay_codec_free(&p->codec);
+  free(p->stash);
+  free(p);
+  maybe_free_server(ls);
+}
+
+/* ---- timers: heartbeats and clock probes ---- */
+
+static void tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
+  if (tr_relay_heartbeat_dead(&p->hb, now_ns)) {
+    peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
+               "nothing received for %llu ms", (unsigned long long)(p->hb.timeout_ns / 1000000));
+    return;
+  }
+  if (p->host == NULL)
+    return; /* nothing may precede Welcome */
+  if (p->features & TR_RELAY_FEATURE_CLOCK_PROBES) {
+    if (p->probe_out && now_ms - p->probe_sent_ms >= PROBE_TIMEOUT_MS)
+      p->probe_out = false;
+    if (now_ms >= p->next_probe_ms && !p->probe_out) {
+      send_probe(p);
+      p->next_probe_ms = now_ms + (p->probes_sent < PROBES_DENSE ? PROBE_DENSE_MS
+                                                                 : PROBE_PERIOD_MS);
+    }
+  }
+  if (!p->closing && tr_relay_heartbeat_due(&p->hb, now_ns)) {
+    Tracerelay__Heartbeat hb = TRACERELAY__HEARTBEAT__INIT;
+    hb.has_timestamp_ns = 1;
+    hb.timestamp_ns = (uint64_t)boottime();
+    Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+    f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT;
+    f.heartbeat = &hb;
+    send_frame(p, &f);
+  }
+}
+
+static void on_tick(uv_timer_t *t) {
+  tr_link_server *ls = t->data;
+  uint64_t now_ns = uv_hrtime(), now_ms = uv_now(ls->loop);
+  /* Closing a peer frees it later (on_close), so the list stays walkable. */
+  for (tr_link_peer *p = ls->peers; p != NULL; p = p->next)
+    if (!p->closing)
+      tick_peer(p, now_ns, now_ms);
+}
+
+/* ---- the public side ---- */
+
+int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+  tr_link_peer *p = host->link;
+  if (p == NULL || p->closing)
+    return TR_ERR_CLOSED;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_COMMAND;
+  f.command = (Tracerelay__Command *)cmd;
+  int rc = send_frame(p, &f);
+  return p->closing ? TR_ERR_CLOSED : rc;
+}
+
+void tr_host_probe_clock(tr_host *host) {
+  tr_link_peer *p = host->link;
+  if (p != NULL && !p->closing && (p->features & TR_RELAY_FEATURE_CLOCK_PROBES))
+    send_probe(p);
+}
+
+void tr_link_server_disconnect(tr_host *host, const char *why) {
+  if (host->link != NULL)
+    peer_close(host->link, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED, "%s", why);
+}
+
+/* "ADDR:PORT", "[V6]:PORT", "ADDR" or a bare IPv6 address. */
+static int parse_listen(const char *s, struct sockaddr_storage *out) {
+  char host[128];
+  const char *port = NULL;
+  const char *colon = strrchr(s, ':');
+  if (s[0] == '[') {
+    const char *end = strchr(s, ']');
+    if (end == NULL || (size_t)(end - s - 1) >= sizeof host || (end[1] != '\0' && end[1] != ':'))
+      return TR_ERR_CONFIG;
+    snprintf(host, sizeof host, "%.*s", (int)(end - s - 1), s + 1);
+    port = end[1] == ':' ? end + 2 : NULL;
+  } else if (colon != NULL && strchr(s, ':') == colon) {
+    if ((size_t)(colon - s) >= sizeof host)
+      return TR_ERR_CONFIG;
+    snprintf(host, sizeof host, "%.*s", (int)(colon - s), s);
+    port = colon + 1;
+  } else {
+    if (strlen(s) >= sizeof host)
+      return TR_ERR_CONFIG;
+    snprintf(host, sizeof host, "%s", s);
+  }
+  unsigned long p = TR_LINK_DEFAULT_PORT;
+  if (port != NULL) {
+    char *end;
+    p = strtoul(port, &end, 10);
+    if (*port == '\0' || *end != '\0' || p > 65535)
+      return TR_ERR_CONFIG;
+  }
+  if (uv_ip4_addr(host, (int)p, (struct sockaddr_in *)out) == 0 ||
+      uv_ip6_addr(host, (int)p, (struct sockaddr_in6 *)out) == 0)
+    return 0;
+  return TR_ERR_CONFIG;
+}
+
+int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_server_opts *opts,
+                         tr_link_server **out) {
+  struct sockaddr_storage addr;
+  if (opts->listen == NULL || parse_listen(opts->listen, &addr) < 0) {
+    TR_ERROR("link", "cannot listen on '%s': give ADDR:PORT, e.g. 0.0.0.0:%d or [::]:%d",
+             opts->listen ? opts->listen : "", TR_LINK_DEFAULT_PORT, TR_LINK_DEFAULT_PORT);
+    return TR_ERR_CONFIG;
+  }
+  tr_link_server *ls = calloc(1, sizeof *ls);
+  if (ls == NULL)
+    return TR_ERR_NOMEM;
+  int rc = tr_hosts_new(svc, &ls->hosts);
+  if (rc < 0)
+    goto fail_free;
+  ls->loop = loop;
+  ls->svc = svc;
+  ls->features = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
+  ls->hb_interval_ns = opts->heartbeat_interval_ms * 1000000ull;
+  ls->hb_timeout_ns = opts->heartbeat_timeout_ms * 1000000ull;
+  if (getrandom(&ls->instance_id, sizeof ls->instance_id, 0) != sizeof ls->instance_id) {
+    rc = TR_ERR_SYS(errno);
+    goto fail_hosts;
+  }
+  static const struct tr_tls_uv_callbacks cbs = {
+      .on_connect = on_connect, .on_read = on_read, .on_drain = on_drain, .on_close = on_close};
+  struct tr_tls_uv_options tls_opts = {.max_queued = TR_LINK_MAX_QUEUED};
+  rc = tr_tls_uv_listen(loop, opts->tls, (struct sockaddr *)&addr, &tls_opts, &cbs, ls, &ls->tls);
+  if (rc < 0) {
+    TR_ERROR("link", "cannot listen on %s: %s", opts->listen, tr_strerror(rc));
+    goto fail_hosts;
+  }
+  uv_timer_init(loop, &ls->tick);
+  ls->tick.data = ls;
+  uv_timer_start(&ls->tick, on_tick, TICK_MS, TICK_MS);
+  TR_INFO("link", "listening for agents on %s (port %d)", opts->listen,
+          tr_tls_uv_server_port(ls->tls));
+  *out = ls;
+  return 0;
+
+fail_hosts:
+  tr_hosts_free(ls->hosts);
+fail_free:
+  free(ls);
+  return rc;
+}
+
+int tr_link_server_port(const tr_link_server *ls) { return tr_tls_uv_server_port(ls->tls); }
+
+tr_hosts *tr_link_server_hosts(tr_link_server *ls) { return ls->hosts; }
+
+void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg) {
+  tr_tls_uv_server_set_config(ls->tls, cfg);
+  TR_INFO("link", "TLS configuration reloaded: new agent connections use it");
+}
+
+static void on_tick_closed(uv_handle_t *h) {
+  tr_link_server *ls = h->data;
+  ls->tick_closed = true;
+  maybe_free_server(ls);
+}
+
+void tr_link_server_stop(tr_link_server *ls) {
+  if (ls->stopping)
+    return;
+  ls->stopping = true;
+  tr_tls_uv_server_close(ls->tls);
+  for (tr_link_peer *p = ls->peers; p != NULL; p = p->next)
+    peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN, "the service is shutting down");
+  uv_close((uv_handle_t *)&ls->tick, on_tick_closed);
+}

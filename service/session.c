@@ -1,0 +1,944 @@
+/* session.c: tracing sessions (see session.h): config checks, fan-out of data sources to every
+ * matching producer of every host, chunks into the per-(buffer, host) central buffers, stop,
+ * and the tr_service_on_* calls the link server makes (service.h).
+ *
+ * Costs: a chunk finds its session buffer by a walk over sessions and their buffers
+ * (O(sessions * buffers), both small) and its host entry by a walk over the session's hosts;
+ * a hash from global buffer id would be the next step if either grew large. */
+#include "service/session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "relay/log.h"
+#include "relay/tr_error.h"
+#include "service/trace_output.h"
+
+#define COMP "session"
+#define FLUSH_FLAGS_PERIODIC 0x11u   /* reason periodic | initiator traced << 4 */
+#define FLUSH_FLAGS_TRACE_STOP 0x12u /* reason trace-stop | initiator traced << 4 */
+
+uint64_t tr_session_now(void) {
+  uint64_t ts = 0;
+  tr_clock_read(TR_CLOCK_BOOTTIME, &ts);
+  return ts;
+}
+
+/* ---- service state ---- */
+
+int tr_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline) {
+  memset(svc, 0, sizeof *svc);
+  svc->loop = loop;
+  svc->uid = (int32_t)getuid();
+  svc->timeline = timeline;
+  svc->next_buffer_id = 1;
+  return tr_trace_writer_local_system_info(NULL, &svc->system_info);
+}
+
+void tr_service_free(tr_service *svc) {
+  while (svc->sessions) {
+    tr_session *s = svc->sessions;
+    tr_session_free(s);
+  }
+  free(svc->hosts);
+  svc->hosts = NULL;
+  if (svc->system_info)
+    perfetto__protos__system_info__free_unpacked(svc->system_info, NULL);
+  svc->system_info = NULL;
+}
+
+/* ---- config ---- */
+
+static int compile_anchored(const char *pattern, regex_t *re) {
+  size_t n = strlen(pattern) + 5;
+  char *anchored = malloc(n);
+  int rc;
+  if (!anchored)
+    return TR_ERR_NOMEM;
+  snprintf(anchored, n, "^(%s)$", pattern);
+  rc = regcomp(re, anchored, REG_EXTENDED | REG_NOSUB);
+  free(anchored);
+  return rc == 0 ? 0 : TR_ERR_CONFIG;
+}
+
+#define CONFIG_ERROR(...)                                                                         \
+  do {                                                                                            \
+    snprintf(err, err_len, __VA_ARGS__);                                                          \
+    return TR_ERR_CONFIG;                                                                         \
+  } while (0)
+
+int tr_session_validate_config(const Perfetto__Protos__TraceConfig *cfg, char *err,
+                               size_t err_len) {
+  if (!cfg)
+    CONFIG_ERROR("EnableTracing without a trace_config");
+  if (cfg->n_buffers < 1 || cfg->n_buffers > TR_SESSION_MAX_BUFFERS)
+    CONFIG_ERROR("trace_config has %zu buffers; give 1 to %u", cfg->n_buffers,
+                 TR_SESSION_MAX_BUFFERS);
+  for (size_t i = 0; i < cfg->n_buffers; i++) {
+    uint64_t bytes = (uint64_t)cfg->buffers[i]->size_kb * 1024u;
+    if (bytes < TR_TBUF_MIN_SIZE || bytes > TR_TBUF_MAX_SIZE)
+      CONFIG_ERROR("buffers[%zu].size_kb = %u is out of range: give 1 to %u KB per host", i,
+                   cfg->buffers[i]->size_kb, TR_TBUF_MAX_SIZE / 1024u);
+    if (cfg->buffers[i]->fill_policy > 2)
+      CONFIG_ERROR("buffers[%zu].fill_policy %d is unknown: use RING_BUFFER or DISCARD", i,
+                   (int)cfg->buffers[i]->fill_policy);
+  }
+  if (cfg->n_data_sources < 1)
+    CONFIG_ERROR("trace_config has no data_sources: add at least one");
+  for (size_t i = 0; i < cfg->n_data_sources; i++) {
+    const Perfetto__Protos__TraceConfig__DataSource *ds = cfg->data_sources[i];
+    if (!ds->config || !ds->config->name || !ds->config->name[0])
+      CONFIG_ERROR("data_sources[%zu] has no config.name", i);
+    if (ds->config->target_buffer >= cfg->n_buffers)
+      CONFIG_ERROR("data_sources[%zu] (%s) targets buffer %u but only %zu buffers exist", i,
+                   ds->config->name, ds->config->target_buffer, cfg->n_buffers);
+    for (size_t j = 0; j < ds->n_producer_name_regex_filter; j++) {
+      regex_t re;
+      if (compile_anchored(ds->producer_name_regex_filter[j], &re) != 0)
+        CONFIG_ERROR("data_sources[%zu].producer_name_regex_filter \"%s\" is not a valid POSIX "
+                     "extended regex",
+                     i, ds->producer_name_regex_filter[j]);
+      regfree(&re);
+    }
+  }
+  if (cfg->duration_ms > TR_SESSION_MAX_DURATION_MS)
+    CONFIG_ERROR("duration_ms %u is over 7 days", cfg->duration_ms);
+  if (cfg->write_into_file && cfg->has_file_write_period_ms && cfg->file_write_period_ms &&
+      cfg->file_write_period_ms < TR_SESSION_MIN_FILE_PERIOD_MS)
+    CONFIG_ERROR("file_write_period_ms %u is under the minimum of %u", cfg->file_write_period_ms,
+                 TR_SESSION_MIN_FILE_PERIOD_MS);
+  if (cfg->output_path && cfg->output_path[0] && !cfg->write_into_file)
+    CONFIG_ERROR("output_path is set but write_into_file is not");
+  return 0;
+}
+
+/* ---- matching ---- */
+
+static bool name_in(char **names, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(names[i], name) == 0)
+      return true;
+  return false;
+}
+
+static bool regex_any(char **patterns, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++) {
+    regex_t re;
+    bool hit;
+    if (compile_anchored(patterns[i], &re) != 0)
+      continue;
+    hit = regexec(&re, name, 0, NULL, 0) == 0;
+    regfree(&re);
+    if (hit)
+      return true;
+  }
+  return false;
+}
+
+/* traced's rule: with any producer filter, the producer must match one of them (exact names
+ * OR regexes); machine_name_filter selects hosts by machine name, none means every host. */
+static bool ds_matches(const Perfetto__Protos__TraceConfig__DataSource *ds, const tr_host *host,
+                       const tr_remote_producer *p) {
+  const char *pname = p->name ? p->name : "";
+  if (ds->n_machine_name_filter && !name_in(ds->machine_name_filter, ds->n_machine_name_filter,
+                                            host->name))
+    return false;
+  if (ds->n_producer_name_filter || ds->n_producer_name_regex_filter)
+    return name_in(ds->producer_name_filter, ds->n_producer_name_filter, pname) ||
+           regex_any(ds->producer_name_regex_filter, ds->n_producer_name_regex_filter, pname);
+  return true;
+}
+
+static bool has_instance(const tr_session *s, size_t hi, uint32_t producer_id, size_t cfg_index) {
+  for (size_t i = 0; i < s->num_instances; i++) {
+    const tr_ds_instance *in = &s->instances[i];
+    if (in->host_index == hi && in->producer_id == producer_id && in->cfg_index == cfg_index &&
+        in->state != TR_DS_STOPPED)
+      return true;
+  }
+  return false;
+}
+
+int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd) {
+  tr_session_host *sh = &s->hosts[host_index];
+  if (sh->gone || sh->retired || !sh->host->link)
+    return TR_ERR_CLOSED;
+  cmd->has_request_id = 1;
+  cmd->request_id = ++s->svc->next_request_id;
+  return tr_host_send_command(sh->host, cmd);
+}
+
+static void notify_instance(tr_session *s, const tr_ds_instance *in, bool started) {
+  if (s->obs.on_instance)
+    s->obs.on_instance(s->obs_ud, in->producer_name, in->ds_name, started);
+}
+
+static void start_instance(tr_session *s, tr_ds_instance *in) {
+  Tracerelay__Command cmd = TRACERELAY__COMMAND__INIT;
+  Tracerelay__Command__StartDataSource start = TRACERELAY__COMMAND__START_DATA_SOURCE__INIT;
+  start.has_instance_id = 1;
+  start.instance_id = in->id;
+  cmd.has_producer_id = 1;
+  cmd.producer_id = in->producer_id;
+  cmd.cmd_case = TRACERELAY__COMMAND__CMD_START_DATA_SOURCE;
+  cmd.start_data_source = &start;
+  if (tr_session_send(s, in->host_index, &cmd) != 0) {
+    TR_WARN(COMP, "session %llu: cannot start %s on %s (host not connected)",
+            (unsigned long long)s->id, in->ds_name, s->hosts[in->host_index].host->name);
+    return;
+  }
+  in->state = TR_DS_STARTING;
+  in->pending_request = cmd.request_id;
+}
+
+static void check_all_started(tr_session *s) {
+  if (s->all_started || s->state != TR_SESSION_STARTED)
+    return;
+  for (size_t i = 0; i < s->num_instances; i++)
+    if (s->instances[i].state == TR_DS_STARTING || s->instances[i].state == TR_DS_SETUP)
+      return;
+  s->all_started = true;
+  tr_session_add_event(s, TR_TW_ALL_DATA_SOURCES_STARTED);
+  if (s->obs.on_all_started)
+    s->obs.on_all_started(s->obs_ud);
+}
+
+static int add_instance(tr_session *s, size_t hi, const tr_remote_producer *p, size_t cfg_index,
+                        const Perfetto__Protos__DataSourceDescriptor *desc) {
+  const Perfetto__Protos__TraceConfig__DataSource *ds = s->cfg->data_sources[cfg_index];
+  Tracerelay__Command cmd = TRACERELAY__COMMAND__INIT;
+  Tracerelay__Command__SetupDataSource setup = TRACERELAY__COMMAND__SETUP_DATA_SOURCE__INIT;
+  Perfetto__Protos__DataSourceConfig dsc = *ds->config; /* shallow: unknown fields kept */
+  tr_ds_instance *in;
+
+  if (s->num_instances == s->cap_instances) {
+    size_t cap = s->cap_instances ? s->cap_instances * 2 : 16;
+    tr_ds_instance *n = realloc(s->instances, cap * sizeof *n);
+    if (!n)
+      return TR_ERR_NOMEM;
+    s->instances = n;
+    s->cap_instances = cap;
+  }
+  in = &s->instances[s->num_instances];
+  memset(in, 0, sizeof *in);
+  in->id = ++s->svc->next_instance_id;
+  in->host_index = hi;
+  in->cfg_index = cfg_index;
+  in->producer_id = p->id;
+  in->producer_name = strdup(p->name ? p->name : "");
+  in->ds_name = strdup(desc->name);
+  in->handles_clear = desc->has_handles_incremental_state_clear &&
+                      desc->handles_incremental_state_clear;
+  in->no_flush = desc->has_no_flush && desc->no_flush;
+  in->state = TR_DS_SETUP;
+  if (!in->producer_name || !in->ds_name) {
+    free(in->producer_name);
+    free(in->ds_name);
+    return TR_ERR_NOMEM;
+  }
+  s->num_instances++;
+
+  dsc.has_target_buffer = 1;
+  dsc.target_buffer = s->buffers[ds->config->target_buffer].global_id;
+  dsc.has_tracing_session_id = 1;
+  dsc.tracing_session_id = s->id;
+  dsc.has_trace_duration_ms = 1;
+  dsc.trace_duration_ms = s->cfg->duration_ms;
+  dsc.has_stop_timeout_ms = 1;
+  dsc.stop_timeout_ms = s->cfg->data_source_stop_timeout_ms ? s->cfg->data_source_stop_timeout_ms
+                                                            : TR_SESSION_DEFAULT_TIMEOUT_MS;
+  setup.has_instance_id = 1;
+  setup.instance_id = in->id;
+  setup.config = &dsc;
+  cmd.has_producer_id = 1;
+  cmd.producer_id = p->id;
+  cmd.cmd_case = TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE;
+  cmd.setup_data_source = &setup;
+  if (tr_session_send(s, hi, &cmd) != 0) {
+    in->state = TR_DS_STOPPED;
+    return 0;
+  }
+  TR_INFO(COMP, "session %llu: data source %s on %s/%s (instance %llu)",
+          (unsigned long long)s->id, in->ds_name, s->hosts[hi].host->name, in->producer_name,
+          (unsigned long long)in->id);
+  notify_instance(s, in, false);
+  if (s->state == TR_SESSION_STARTED)
+    start_instance(s, in);
+  return 0;
+}
+
+/* Sets up every data source of the config on every producer of host entry hi that matches
+ * and has none yet. */
+static void match_host(tr_session *s, size_t hi) {
+  tr_session_host *sh = &s->hosts[hi];
+  tr_host *host = sh->host;
+  if (sh->gone || sh->retired || s->state >= TR_SESSION_STOPPING)
+    return;
+  for (size_t p = 0; p < host->num_producers; p++) {
+    const tr_remote_producer *prod = &host->producers[p];
+    if (!prod->connected)
+      continue;
+    for (size_t d = 0; d < prod->num_data_sources; d++) {
+      const Perfetto__Protos__DataSourceDescriptor *desc = prod->data_sources[d];
+      if (!desc->name)
+        continue;
+      for (size_t c = 0; c < s->cfg->n_data_sources; c++) {
+        const Perfetto__Protos__TraceConfig__DataSource *ds = s->cfg->data_sources[c];
+        if (strcmp(ds->config->name, desc->name) != 0 || !ds_matches(ds, host, prod) ||
+            has_instance(s, hi, prod->id, c))
+          continue;
+        if (add_instance(s, hi, prod, c, desc) != 0)
+          TR_ERROR(COMP, "session %llu: out of memory setting up %s on %s",
+                   (unsigned long long)s->id, desc->name, host->name);
+      }
+    }
+  }
+}
+
+tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t *index) {
+  /* The newest entry is the live one when an agent restarted. */
+  for (size_t i = s->num_hosts; i-- > 0;)
+    if (s->hosts[i].host == host) {
+      if (index)
+        *index = i;
+      return &s->hosts[i];
+    }
+  return NULL;
+}
+
+static int add_host(tr_session *s, tr_host *host, size_t *index) {
+  tr_session_host *n = realloc(s->hosts, (s->num_hosts + 1) * sizeof *n);
+  if (!n)
+    return TR_ERR_NOMEM;
+  s->hosts = n;
+  n = &s->hosts[s->num_hosts];
+  memset(n, 0, sizeof *n);
+  n->tbufs = calloc(s->num_buffers, sizeof *n->tbufs);
+  if (!n->tbufs)
+    return TR_ERR_NOMEM;
+  n->host = host;
+  n->agent_instance_id = host->agent_instance_id;
+  n->gone = host->link == NULL;
+  *index = s->num_hosts++;
+  return 0;
+}
+
+/* ---- lifecycle ---- */
+
+static void on_timer_closed(uv_handle_t *h) {
+  tr_session *s = h->data;
+  if (--s->timers_open > 0)
+    return;
+  free(s);
+}
+
+static void duration_flush_done(void *ud, bool ok) {
+  tr_session *s = ud;
+  (void)ok;
+  tr_session_disable(s);
+}
+
+static void on_duration(uv_timer_t *t) {
+  tr_session *s = t->data;
+  s->duration_flushing = true;
+  if (tr_session_flush(s, 0, FLUSH_FLAGS_TRACE_STOP, duration_flush_done, s) != 0)
+    tr_session_disable(s);
+}
+
+static void on_flush_period(uv_timer_t *t) {
+  tr_session *s = t->data;
+  tr_session_flush(s, 0, FLUSH_FLAGS_PERIODIC, NULL, NULL);
+}
+
+/* ClearIncrementalState, one command per producer, to the instances that handle it. */
+static void on_clear_period(uv_timer_t *t) {
+  tr_session *s = t->data;
+  uint64_t *ids = malloc(s->num_instances * sizeof *ids + 1);
+  if (!ids)
+    return;
+  for (size_t i = 0; i < s->num_instances; i++) {
+    tr_ds_instance *first = &s->instances[i];
+    bool done_before = false;
+    size_t n = 0;
+    if (first->state != TR_DS_STARTED || !first->handles_clear)
+      continue;
+    for (size_t j = 0; j < i && !done_before; j++)
+      done_before = s->instances[j].host_index == first->host_index &&
+                    s->instances[j].producer_id == first->producer_id &&
+                    s->instances[j].state == TR_DS_STARTED && s->instances[j].handles_clear;
+    if (done_before)
+      continue;
+    for (size_t j = i; j < s->num_instances; j++) {
+      tr_ds_instance *in = &s->instances[j];
+      if (in->host_index == first->host_index && in->producer_id == first->producer_id &&
+          in->state == TR_DS_STARTED && in->handles_clear)
+        ids[n++] = in->id;
+    }
+    Tracerelay__Command cmd = TRACERELAY__COMMAND__INIT;
+    Tracerelay__Command__ClearIncrementalState clr =
+        TRACERELAY__COMMAND__CLEAR_INCREMENTAL_STATE__INIT;
+    clr.n_instance_ids = n;
+    clr.instance_ids = ids;
+    cmd.has_producer_id = 1;
+    cmd.producer_id = first->producer_id;
+    cmd.cmd_case = TRACERELAY__COMMAND__CMD_CLEAR_INCREMENTAL_STATE;
+    cmd.clear_incremental_state = &clr;
+    tr_session_send(s, first->host_index, &cmd);
+  }
+  free(ids);
+}
+
+static void on_write_period(uv_timer_t *t) {
+  tr_session *s = t->data;
+  if (tr_trace_output_write_file(s, false) == TR_ERR_FULL)
+    tr_session_disable(s);
+}
+
+static void on_stop_timeout(uv_timer_t *t) {
+  tr_session *s = t->data;
+  for (size_t i = 0; i < s->num_instances; i++) {
+    tr_ds_instance *in = &s->instances[i];
+    if (in->state != TR_DS_STOPPING)
+      continue;
+    TR_WARN(COMP, "session %llu: %s on %s/%s did not stop within the timeout",
+            (unsigned long long)s->id, in->ds_name, s->hosts[in->host_index].host->name,
+            in->producer_name);
+    in->state = TR_DS_STOPPED;
+    in->pending_request = 0;
+  }
+  tr_session_end(s, NULL);
+}
+
+static void random_uuid(tr_session *s) {
+  uint64_t r[2] = {0, 0};
+  if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+    r[0] = tr_session_now() ^ (uint64_t)getpid() << 32;
+    r[1] = s->id * 0x9e3779b97f4a7c15ull;
+  }
+  s->uuid_msb = (int64_t)r[0];
+  s->uuid_lsb = (int64_t)r[1];
+}
+
+static int open_output(const Perfetto__Protos__TraceConfig *cfg, int output_fd, int *out,
+                       char *err, size_t err_len) {
+  *out = -1;
+  if (!cfg->write_into_file)
+    return 0;
+  if (cfg->output_path && cfg->output_path[0]) {
+    /* As traced: the service creates (or truncates) the file, readable by its owner only. */
+    int fd = open(cfg->output_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      int e = errno;
+      snprintf(err, err_len, "cannot open output_path %s: %s", cfg->output_path, strerror(e));
+      return TR_ERR_SYS(e);
+    }
+    *out = fd;
+    return 0;
+  }
+  if (output_fd < 0) {
+    snprintf(err, err_len, "write_into_file needs an output file: pass an fd with EnableTracing "
+                           "or set output_path");
+    return TR_ERR_CONFIG;
+  }
+  *out = output_fd;
+  return 0;
+}
+
+static int copy_config(const Perfetto__Protos__TraceConfig *cfg,
+                       Perfetto__Protos__TraceConfig **out) {
+  size_t n = perfetto__protos__trace_config__get_packed_size(cfg);
+  uint8_t *buf = malloc(n + 1);
+  if (!buf)
+    return TR_ERR_NOMEM;
+  perfetto__protos__trace_config__pack(cfg, buf);
+  *out = perfetto__protos__trace_config__unpack(NULL, n, buf);
+  free(buf);
+  return *out ? 0 : TR_ERR_NOMEM;
+}
+
+static void init_timer(tr_session *s, uv_timer_t *t) {
+  uv_timer_init(s->svc->loop, t);
+  t->data = s;
+  s->timers_open++;
+}
+
+static void start_timers(tr_session *s) {
+  const Perfetto__Protos__TraceConfig *c = s->cfg;
+  if (c->duration_ms)
+    uv_timer_start(&s->duration_timer, on_duration, c->duration_ms, 0);
+  if (c->flush_period_ms)
+    uv_timer_start(&s->flush_timer, on_flush_period, c->flush_period_ms, c->flush_period_ms);
+  if (c->incremental_state_config && c->incremental_state_config->clear_period_ms) {
+    uint64_t p = c->incremental_state_config->clear_period_ms;
+    uv_timer_start(&s->clear_timer, on_clear_period, p, p);
+  }
+  if (s->out_fd >= 0) {
+    uint64_t p = c->file_write_period_ms ? c->file_write_period_ms : 5000;
+    uv_timer_start(&s->write_timer, on_write_period, p, p);
+  }
+}
+
+int tr_session_enable(tr_service *svc, uid_t consumer_uid,
+                      const Perfetto__Protos__TraceConfig *cfg, int output_fd,
+                      const tr_session_observer *obs, void *obs_ud, tr_session **out, char *err,
+                      size_t err_len) {
+  tr_session *s = NULL;
+  int rc;
+
+  *out = NULL;
+  if ((rc = tr_session_validate_config(cfg, err, err_len)) != 0)
+    goto fail_fd;
+  if (svc->num_sessions >= TR_SESSION_MAX_SESSIONS) {
+    snprintf(err, err_len, "too many tracing sessions (%u): stop one first",
+             TR_SESSION_MAX_SESSIONS);
+    rc = TR_ERR_FULL;
+    goto fail_fd;
+  }
+  s = calloc(1, sizeof *s);
+  if (!s) {
+    rc = TR_ERR_NOMEM;
+    goto fail_fd;
+  }
+  s->svc = svc;
+  s->out_fd = -1;
+  s->id = ++svc->next_session_id;
+  s->consumer_uid = consumer_uid;
+  if ((rc = copy_config(cfg, &s->cfg)) != 0)
+    goto fail;
+  if ((rc = open_output(cfg, output_fd, &s->out_fd, err, err_len)) != 0) {
+    output_fd = -1; /* open_output did not take it on failure, we close it below */
+    goto fail;
+  }
+  if (s->out_fd != output_fd && output_fd >= 0)
+    close(output_fd); /* output_path wins over a passed fd */
+  output_fd = -1;
+  if ((rc = tr_tbuf_seqids_new(TR_SESSION_MAX_SEQUENCES, &s->seqids)) != 0)
+    goto fail;
+  s->num_buffers = cfg->n_buffers;
+  s->buffers = calloc(s->num_buffers, sizeof *s->buffers);
+  if (!s->buffers) {
+    rc = TR_ERR_NOMEM;
+    goto fail;
+  }
+  for (size_t i = 0; i < s->num_buffers; i++) {
+    s->buffers[i].global_id = svc->next_buffer_id++;
+    s->buffers[i].size = (size_t)cfg->buffers[i]->size_kb * 1024u;
+    s->buffers[i].policy = cfg->buffers[i]->fill_policy ==
+                                   PERFETTO__PROTOS__TRACE_CONFIG__BUFFER_CONFIG__FILL_POLICY__DISCARD
+                               ? TR_TBUF_DISCARD
+                               : TR_TBUF_RING_BUFFER;
+  }
+  random_uuid(s);
+  tr_clock_snapshot(&s->start_clocks);
+  if (obs)
+    s->obs = *obs;
+  s->obs_ud = obs_ud;
+  s->state = cfg->deferred_start ? TR_SESSION_CONFIGURED : TR_SESSION_STARTED;
+  init_timer(s, &s->duration_timer);
+  init_timer(s, &s->flush_timer);
+  init_timer(s, &s->clear_timer);
+  init_timer(s, &s->write_timer);
+  init_timer(s, &s->stop_timer);
+  s->next = svc->sessions;
+  svc->sessions = s;
+  svc->num_sessions++;
+  TR_INFO(COMP, "session %llu: enabled by uid %u, %zu buffers, %zu data sources%s",
+          (unsigned long long)s->id, (unsigned)consumer_uid, s->num_buffers, cfg->n_data_sources,
+          cfg->deferred_start ? ", deferred start" : "");
+
+  for (size_t h = 0; h < svc->num_hosts; h++) {
+    size_t hi;
+    if (!svc->hosts[h]->link)
+      continue;
+    if (add_host(s, svc->hosts[h], &hi) != 0) {
+      TR_ERROR(COMP, "session %llu: out of memory adding host %s", (unsigned long long)s->id,
+               svc->hosts[h]->name);
+      continue;
+    }
+    match_host(s, hi);
+  }
+  if (s->state == TR_SESSION_STARTED) {
+    tr_session_add_event(s, TR_TW_TRACING_STARTED);
+    start_timers(s);
+    check_all_started(s);
+  }
+  *out = s;
+  return 0;
+fail:
+  if (s) {
+    if (s->out_fd >= 0)
+      close(s->out_fd);
+    tr_tbuf_seqids_free(s->seqids);
+    free(s->buffers);
+    if (s->cfg)
+      perfetto__protos__trace_config__free_unpacked(s->cfg, NULL);
+    free(s);
+  }
+fail_fd:
+  if (output_fd >= 0)
+    close(output_fd);
+  return rc;
+}
+
+int tr_session_start(tr_session *s) {
+  if (s->state != TR_SESSION_CONFIGURED)
+    return TR_ERR_STATE;
+  s->state = TR_SESSION_STARTED;
+  tr_session_add_event(s, TR_TW_TRACING_STARTED);
+  for (size_t i = 0; i < s->num_instances; i++)
+    if (s->instances[i].state == TR_DS_SETUP)
+      start_instance(s, &s->instances[i]);
+  start_timers(s);
+  check_all_started(s);
+  return 0;
+}
+
+static bool stop_pending(const tr_session *s) {
+  for (size_t i = 0; i < s->num_instances; i++)
+    if (s->instances[i].state == TR_DS_STOPPING)
+      return true;
+  return false;
+}
+
+static void stop_instance(tr_session *s, tr_ds_instance *in) {
+  Tracerelay__Command cmd = TRACERELAY__COMMAND__INIT;
+  Tracerelay__Command__StopDataSource stop = TRACERELAY__COMMAND__STOP_DATA_SOURCE__INIT;
+  if (in->state == TR_DS_STOPPED || in->state == TR_DS_STOPPING)
+    return;
+  stop.has_instance_id = 1;
+  stop.instance_id = in->id;
+  cmd.has_producer_id = 1;
+  cmd.producer_id = in->producer_id;
+  cmd.cmd_case = TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE;
+  cmd.stop_data_source = &stop;
+  if (tr_session_send(s, in->host_index, &cmd) != 0) {
+    in->state = TR_DS_STOPPED;
+    in->pending_request = 0;
+    notify_instance(s, in, false);
+    return;
+  }
+  in->state = TR_DS_STOPPING;
+  in->pending_request = cmd.request_id;
+}
+
+void tr_session_disable(tr_session *s) {
+  if (s->state >= TR_SESSION_STOPPING)
+    return;
+  s->state = TR_SESSION_STOPPING;
+  uv_timer_stop(&s->duration_timer);
+  uv_timer_stop(&s->flush_timer);
+  uv_timer_stop(&s->clear_timer);
+  for (size_t i = 0; i < s->num_instances; i++)
+    stop_instance(s, &s->instances[i]);
+  if (!stop_pending(s)) {
+    tr_session_end(s, NULL);
+    return;
+  }
+  uv_timer_start(&s->stop_timer, on_stop_timeout,
+                 s->cfg->data_source_stop_timeout_ms ? s->cfg->data_source_stop_timeout_ms
+                                                     : TR_SESSION_DEFAULT_TIMEOUT_MS,
+                 0);
+}
+
+void tr_session_end(tr_session *s, const char *error) {
+  void (*on_end)(void *, const char *) = s->obs.on_end;
+  if (s->state == TR_SESSION_STOPPED)
+    return;
+  s->state = TR_SESSION_STOPPED;
+  uv_timer_stop(&s->duration_timer);
+  uv_timer_stop(&s->flush_timer);
+  uv_timer_stop(&s->clear_timer);
+  uv_timer_stop(&s->stop_timer);
+  uv_timer_stop(&s->write_timer);
+  tr_session_add_event(s, TR_TW_TRACING_DISABLED);
+  if (s->out_fd >= 0) {
+    tr_trace_output_write_file(s, true);
+    close(s->out_fd);
+    s->out_fd = -1;
+  }
+  TR_INFO(COMP, "session %llu: stopped%s%s", (unsigned long long)s->id, error ? ": " : "",
+          error ? error : "");
+  s->obs.on_end = NULL;
+  if (on_end)
+    on_end(s->obs_ud, error);
+}
+
+void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev) {
+  if (s->num_events == TR_SESSION_MAX_EVENTS)
+    return; /* only flush events repeat; the first ones tell the story */
+  s->events[s->num_events].ts = tr_session_now();
+  s->events[s->num_events].event = ev;
+  s->num_events++;
+}
+
+void tr_session_set_observer(tr_session *s, const tr_session_observer *obs, void *ud) {
+  s->obs = *obs;
+  s->obs_ud = ud;
+}
+
+void tr_session_forget(tr_session *s, void *ud) {
+  if (s->obs_ud == ud) {
+    memset(&s->obs, 0, sizeof s->obs);
+    s->obs_ud = NULL;
+  }
+}
+
+void tr_session_free(tr_session *s) {
+  tr_service *svc = s->svc;
+  if (s->freeing)
+    return;
+  s->freeing = true;
+  memset(&s->obs, 0, sizeof s->obs);
+  for (size_t i = 0; i < s->num_instances; i++)
+    stop_instance(s, &s->instances[i]);
+  tr_session_end(s, NULL);
+  tr_session_flush_free_all(s);
+  tr_trace_output_reset(s);
+  for (tr_session **p = &svc->sessions; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  svc->num_sessions--;
+  for (size_t h = 0; h < s->num_hosts; h++) {
+    for (size_t b = 0; b < s->num_buffers; b++)
+      tr_tbuf_free(s->hosts[h].tbufs[b]);
+    free(s->hosts[h].tbufs);
+  }
+  free(s->hosts);
+  for (size_t i = 0; i < s->num_instances; i++) {
+    free(s->instances[i].producer_name);
+    free(s->instances[i].ds_name);
+  }
+  free(s->instances);
+  free(s->buffers);
+  free(s->detach_key);
+  tr_tbuf_seqids_free(s->seqids);
+  perfetto__protos__trace_config__free_unpacked(s->cfg, NULL);
+  TR_INFO(COMP, "session %llu: freed", (unsigned long long)s->id);
+  uv_close((uv_handle_t *)&s->duration_timer, on_timer_closed);
+  uv_close((uv_handle_t *)&s->flush_timer, on_timer_closed);
+  uv_close((uv_handle_t *)&s->clear_timer, on_timer_closed);
+  uv_close((uv_handle_t *)&s->write_timer, on_timer_closed);
+  uv_close((uv_handle_t *)&s->stop_timer, on_timer_closed);
+}
+
+/* ---- calls from the link server (service.h) ---- */
+
+void tr_service_on_host_connected(tr_service *svc, tr_host *host) {
+  bool known = false;
+  for (size_t i = 0; i < svc->num_hosts; i++)
+    known |= svc->hosts[i] == host;
+  if (!known) {
+    tr_host **n = realloc(svc->hosts, (svc->num_hosts + 1) * sizeof *n);
+    if (!n) {
+      TR_ERROR(COMP, "out of memory recording host %s", host->name);
+      return;
+    }
+    svc->hosts = n;
+    svc->hosts[svc->num_hosts++] = host;
+  }
+  for (tr_session *s = svc->sessions; s; s = s->next) {
+    size_t hi;
+    tr_session_host *sh = tr_session_find_host(s, host, &hi);
+    if (s->state >= TR_SESSION_STOPPING)
+      continue;
+    if (sh && sh->agent_instance_id == host->agent_instance_id) {
+      sh->gone = false; /* same agent: its instances still run there */
+    } else {
+      if (sh) {
+        /* The agent restarted: what ran there is gone; set the host up again. */
+        TR_WARN(COMP, "session %llu: agent on %s restarted, setting its data sources up again",
+                (unsigned long long)s->id, host->name);
+        sh->retired = true;
+        sh->gone = true;
+        for (size_t i = 0; i < s->num_instances; i++)
+          if (s->instances[i].host_index == hi)
+            s->instances[i].state = TR_DS_STOPPED;
+      }
+      if (add_host(s, host, &hi) != 0) {
+        TR_ERROR(COMP, "session %llu: out of memory adding host %s", (unsigned long long)s->id,
+                 host->name);
+        continue;
+      }
+    }
+    match_host(s, hi);
+  }
+}
+
+void tr_service_on_host_disconnected(tr_service *svc, tr_host *host, const char *reason) {
+  for (tr_session *s = svc->sessions; s; s = s->next) {
+    size_t hi;
+    tr_session_host *sh = tr_session_find_host(s, host, &hi);
+    if (!sh || sh->gone)
+      continue;
+    sh->gone = true;
+    sh->disconnects++;
+    TR_WARN(COMP, "session %llu: host %s disconnected (%s); its data so far is kept",
+            (unsigned long long)s->id, host->name, reason ? reason : "no reason given");
+    tr_session_flush_on_host_gone(s, hi);
+    if (s->state == TR_SESSION_STOPPING) {
+      for (size_t i = 0; i < s->num_instances; i++)
+        if (s->instances[i].host_index == hi && s->instances[i].state == TR_DS_STOPPING)
+          s->instances[i].state = TR_DS_STOPPED;
+      if (!stop_pending(s))
+        tr_session_end(s, NULL);
+    }
+  }
+}
+
+static const tr_remote_producer *find_producer(const tr_host *host, uint32_t id) {
+  for (size_t i = 0; i < host->num_producers; i++)
+    if (host->producers[i].id == id)
+      return &host->producers[i];
+  return NULL;
+}
+
+void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id) {
+  const tr_remote_producer *p = find_producer(host, producer_id);
+  for (tr_session *s = svc->sessions; s; s = s->next) {
+    size_t hi;
+    if (!tr_session_find_host(s, host, &hi))
+      continue;
+    if (!p || !p->connected) {
+      for (size_t i = 0; i < s->num_instances; i++) {
+        tr_ds_instance *in = &s->instances[i];
+        if (in->host_index != hi || in->producer_id != producer_id || in->state == TR_DS_STOPPED)
+          continue;
+        in->state = TR_DS_STOPPED;
+        in->pending_request = 0;
+        notify_instance(s, in, false);
+      }
+      if (s->state == TR_SESSION_STOPPING && !stop_pending(s))
+        tr_session_end(s, NULL);
+      continue;
+    }
+    match_host(s, hi);
+    check_all_started(s);
+  }
+}
+
+/* The session buffer with this global id, and its index. */
+static tr_session *find_buffer(tr_service *svc, uint32_t global_id, size_t *index) {
+  for (tr_session *s = svc->sessions; s; s = s->next) {
+    if (s->num_buffers == 0 || global_id < s->buffers[0].global_id ||
+        global_id > s->buffers[s->num_buffers - 1].global_id)
+      continue;
+    *index = global_id - s->buffers[0].global_id;
+    return s;
+  }
+  return NULL;
+}
+
+static tr_tbuf *host_buffer(tr_service *svc, tr_host *host, uint32_t target_buffer,
+                            tr_session **session) {
+  size_t b, hi;
+  tr_session *s = find_buffer(svc, target_buffer, &b);
+  tr_session_host *sh;
+  if (!s) {
+    svc->chunks_unknown_buffer++;
+    TR_DEBUG(COMP, "chunk from %s for unknown buffer %u dropped", host->name, target_buffer);
+    return NULL;
+  }
+  *session = s;
+  sh = tr_session_find_host(s, host, &hi);
+  if (!sh || sh->retired) {
+    if (sh)
+      sh->chunks_refused++;
+    return NULL;
+  }
+  if (!sh->tbufs[b]) {
+    int rc = tr_tbuf_new(s->buffers[b].size, s->buffers[b].policy, &sh->tbufs[b]);
+    if (rc != 0) {
+      TR_ERROR(COMP, "session %llu: cannot allocate %zu bytes of buffer %zu for %s: %s",
+               (unsigned long long)s->id, s->buffers[b].size, b, host->name, tr_strerror(rc));
+      sh->chunks_refused++;
+      return NULL;
+    }
+  }
+  return sh->tbufs[b];
+}
+
+void tr_service_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk) {
+  tr_session *s = NULL;
+  tr_tbuf *b = host_buffer(svc, host, chunk->target_buffer, &s);
+  tr_tbuf_chunk c;
+  if (!b)
+    return;
+  memset(&c, 0, sizeof c);
+  c.producer_id = chunk->producer_id;
+  c.writer_id = chunk->writer_id > 0xffff ? 0 : (uint16_t)chunk->writer_id; /* 0 is refused */
+  c.chunk_id = chunk->chunk_id;
+  c.fragments = chunk->packet_count > 0xffff ? 0xffff : (uint16_t)chunk->packet_count;
+  c.flags = (uint8_t)(chunk->flags & 0x3f);
+  c.incomplete = chunk->incomplete;
+  c.uid = (int32_t)chunk->trusted_uid;
+  c.pid = chunk->trusted_pid;
+  c.payload = chunk->payload.data;
+  c.payload_len = chunk->payload.len;
+  /* Refusals (ABI violations, DISCARD full, oversize) are counted in the buffer's stats. */
+  tr_tbuf_write_chunk(b, &c);
+}
+
+void tr_service_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch) {
+  tr_session *s = NULL;
+  tr_tbuf *b = host_buffer(svc, host, patch->target_buffer, &s);
+  tr_tbuf_patch *p;
+  if (!b || patch->writer_id > 0xffff)
+    return;
+  p = malloc((patch->n_entries + 1) * sizeof *p);
+  if (!p)
+    return;
+  for (size_t i = 0; i < patch->n_entries; i++) {
+    uint32_t d = patch->entries[i]->data;
+    p[i].offset = patch->entries[i]->offset;
+    p[i].data[0] = (uint8_t)d;
+    p[i].data[1] = (uint8_t)(d >> 8);
+    p[i].data[2] = (uint8_t)(d >> 16);
+    p[i].data[3] = (uint8_t)(d >> 24);
+  }
+  tr_tbuf_patch_chunk(b, patch->producer_id, (uint16_t)patch->writer_id, patch->chunk_id, p,
+                      patch->n_entries, patch->has_more);
+  free(p);
+}
+
+void tr_service_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack) {
+  for (tr_session *s = svc->sessions; s; s = s->next) {
+    size_t hi;
+    if (tr_session_find_host(s, host, &hi))
+      tr_session_flush_on_ack(s, hi, ack);
+  }
+}
+
+void tr_service_on_command_reply(tr_service *svc, tr_host *host,
+                                 const Tracerelay__CommandReply *reply) {
+  for (tr_session *s = svc->sessions; s; s = s->next) {
+    for (size_t i = 0; i < s->num_instances; i++) {
+      tr_ds_instance *in = &s->instances[i];
+      if (in->pending_request != reply->request_id || s->hosts[in->host_index].host != host)
+        continue;
+      in->pending_request = 0;
+      if (reply->error && reply->error[0])
+        TR_WARN(COMP, "session %llu: %s on %s/%s: %s", (unsigned long long)s->id, in->ds_name,
+                host->name, in->producer_name, reply->error);
+      if (in->state == TR_DS_STARTING && !(reply->error && reply->error[0])) {
+        in->state = TR_DS_STARTED;
+        notify_instance(s, in, true);
+        check_all_started(s);
+      } else if (in->state == TR_DS_STARTING || in->state == TR_DS_STOPPING) {
+        in->state = TR_DS_STOPPED;
+        notify_instance(s, in, false);
+        check_all_started(s);
+        if (s->state == TR_SESSION_STOPPING && !stop_pending(s))
+          tr_session_end(s, NULL);
+      }
+      return;
+    }
+  }
+}

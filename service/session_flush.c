@@ -1,0 +1,235 @@
+/* session_flush.c: flushes of a session across hosts.
+ *
+ * One flush sends Command.flush to every producer that has a started instance of the session
+ * (except those whose data sources all said no_flush, as traced skips them), and waits for one
+ * FlushAck per (host, producer). It completes when all acked, or at the timeout: then every host
+ * that still owes an ack is named in the log and counted (tr_host_stats.flushes_missed and the
+ * session's per-host count, both in the trace's stats). A host whose link is down owes its acks
+ * at once. Before sending, each host is asked for a clock probe so the timeline is fresh at the
+ * end of the data. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay/log.h"
+#include "relay/tr_error.h"
+#include "service/session.h"
+
+#define COMP "session"
+
+typedef struct pending_ack {
+  size_t host_index;
+  uint32_t producer_id;
+  bool acked;
+} pending_ack;
+
+struct tr_flush_op {
+  tr_session *s;
+  tr_flush_op *next;
+  uint64_t id;
+  uv_timer_t timer;
+  pending_ack *acks;
+  size_t num_acks;
+  tr_session_flush_cb cb;
+  void *ud;
+  bool done;
+  bool missed; /* some host was counted as not answering */
+};
+
+static void on_flush_closed(uv_handle_t *h) {
+  tr_flush_op *f = h->data;
+  free(f->acks);
+  free(f);
+}
+
+static void unlink_flush(tr_flush_op *f) {
+  for (tr_flush_op **p = &f->s->flushes; *p; p = &(*p)->next)
+    if (*p == f) {
+      *p = f->next;
+      break;
+    }
+  uv_close((uv_handle_t *)&f->timer, on_flush_closed);
+}
+
+static void complete(tr_flush_op *f, bool ok) {
+  tr_session *s = f->s;
+  tr_session_flush_cb cb = f->cb;
+  void *ud = f->ud;
+  if (f->done)
+    return;
+  f->done = true;
+  ok = ok && !f->missed;
+  uv_timer_stop(&f->timer);
+  if (ok) {
+    s->flushes_succeeded++;
+    tr_session_add_event(s, TR_TW_ALL_DATA_SOURCES_FLUSHED);
+  } else {
+    s->flushes_failed++;
+  }
+  if (s->duration_flushing || s->state >= TR_SESSION_STOPPING)
+    s->final_flush_outcome = ok ? 1 : 2;
+  unlink_flush(f);
+  if (cb)
+    cb(ud, ok);
+}
+
+static bool all_acked(const tr_flush_op *f) {
+  for (size_t i = 0; i < f->num_acks; i++)
+    if (!f->acks[i].acked)
+      return false;
+  return true;
+}
+
+/* Counts and names every host that still owes an ack (each host once). */
+static void count_missed(tr_flush_op *f, size_t only_host, bool all_hosts) {
+  tr_session *s = f->s;
+  for (size_t i = 0; i < f->num_acks; i++) {
+    size_t hi = f->acks[i].host_index;
+    bool seen = false;
+    if (f->acks[i].acked || (!all_hosts && hi != only_host))
+      continue;
+    for (size_t j = 0; j < i && !seen; j++)
+      seen = f->acks[j].host_index == hi && !f->acks[j].acked;
+    for (size_t j = i; j < f->num_acks; j++)
+      if (f->acks[j].host_index == hi)
+        f->acks[j].acked = true; /* settled: missed */
+    if (seen)
+      continue;
+    f->missed = true;
+    s->hosts[hi].flushes_missed++;
+    s->hosts[hi].host->stats.flushes_missed++;
+    TR_WARN(COMP, "session %llu: flush %llu: host %s did not answer%s", (unsigned long long)s->id,
+            (unsigned long long)f->id, s->hosts[hi].host->name,
+            s->hosts[hi].gone ? " (disconnected)" : " within the timeout");
+  }
+}
+
+static void on_flush_timeout(uv_timer_t *t) {
+  tr_flush_op *f = t->data;
+  count_missed(f, 0, true);
+  complete(f, false);
+}
+
+static bool producer_listed(const tr_flush_op *f, size_t hi, uint32_t producer_id) {
+  for (size_t i = 0; i < f->num_acks; i++)
+    if (f->acks[i].host_index == hi && f->acks[i].producer_id == producer_id)
+      return true;
+  return false;
+}
+
+/* Sends one flush command to a producer, for its started instances. */
+static int send_flush(tr_flush_op *f, size_t hi, uint32_t producer_id, uint64_t flags) {
+  tr_session *s = f->s;
+  Tracerelay__Command cmd = TRACERELAY__COMMAND__INIT;
+  Tracerelay__Command__Flush fl = TRACERELAY__COMMAND__FLUSH__INIT;
+  uint64_t *ids = malloc((s->num_instances + 1) * sizeof *ids);
+  size_t n = 0;
+  int rc;
+  if (!ids)
+    return TR_ERR_NOMEM;
+  for (size_t i = 0; i < s->num_instances; i++) {
+    const tr_ds_instance *in = &s->instances[i];
+    if (in->host_index == hi && in->producer_id == producer_id && in->state == TR_DS_STARTED &&
+        !in->no_flush)
+      ids[n++] = in->id;
+  }
+  fl.has_flush_request_id = 1;
+  fl.flush_request_id = f->id;
+  fl.n_instance_ids = n;
+  fl.instance_ids = ids;
+  fl.has_flags = 1;
+  fl.flags = flags;
+  cmd.has_producer_id = 1;
+  cmd.producer_id = producer_id;
+  cmd.cmd_case = TRACERELAY__COMMAND__CMD_FLUSH;
+  cmd.flush = &fl;
+  rc = tr_session_send(s, hi, &cmd);
+  free(ids);
+  return rc;
+}
+
+int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_session_flush_cb cb,
+                     void *ud) {
+  tr_flush_op *f = calloc(1, sizeof *f);
+  if (!f)
+    return TR_ERR_NOMEM;
+  f->acks = calloc(s->num_instances + 1, sizeof *f->acks);
+  if (!f->acks) {
+    free(f);
+    return TR_ERR_NOMEM;
+  }
+  f->s = s;
+  f->id = ++s->svc->next_flush_id;
+  f->cb = cb;
+  f->ud = ud;
+  uv_timer_init(s->svc->loop, &f->timer);
+  f->timer.data = f;
+  f->next = s->flushes;
+  s->flushes = f;
+  s->flushes_requested++;
+  tr_session_add_event(s, TR_TW_FLUSH_STARTED);
+
+  for (size_t h = 0; h < s->num_hosts; h++)
+    if (!s->hosts[h].gone && !s->hosts[h].retired)
+      tr_host_probe_clock(s->hosts[h].host);
+  for (size_t i = 0; i < s->num_instances; i++) {
+    const tr_ds_instance *in = &s->instances[i];
+    if (in->state != TR_DS_STARTED || in->no_flush ||
+        producer_listed(f, in->host_index, in->producer_id))
+      continue;
+    f->acks[f->num_acks].host_index = in->host_index;
+    f->acks[f->num_acks].producer_id = in->producer_id;
+    f->num_acks++;
+    if (send_flush(f, in->host_index, in->producer_id, flags) != 0)
+      count_missed(f, in->host_index, false);
+  }
+  if (timeout_ms == 0)
+    timeout_ms = s->cfg->flush_timeout_ms ? s->cfg->flush_timeout_ms
+                                          : TR_SESSION_DEFAULT_TIMEOUT_MS;
+  if (all_acked(f)) {
+    /* Nothing to wait for, or only hosts that could not be asked. */
+    complete(f, true);
+    return 0;
+  }
+  uv_timer_start(&f->timer, on_flush_timeout, timeout_ms, 0);
+  return 0;
+}
+
+void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack) {
+  for (tr_flush_op *f = s->flushes; f; f = f->next) {
+    if (f->id != ack->flush_request_id || f->done)
+      continue;
+    for (size_t i = 0; i < f->num_acks; i++)
+      if (f->acks[i].host_index == host_index && f->acks[i].producer_id == ack->producer_id)
+        f->acks[i].acked = true;
+    if (all_acked(f))
+      complete(f, true);
+    return;
+  }
+}
+
+void tr_session_flush_on_host_gone(tr_session *s, size_t host_index) {
+  tr_flush_op *f = s->flushes;
+  while (f) {
+    tr_flush_op *next = f->next;
+    bool owed = false;
+    for (size_t i = 0; i < f->num_acks; i++)
+      owed |= f->acks[i].host_index == host_index && !f->acks[i].acked;
+    if (owed) {
+      count_missed(f, host_index, false);
+      if (all_acked(f))
+        complete(f, false);
+    }
+    f = next;
+  }
+}
+
+void tr_session_flush_free_all(tr_session *s) {
+  while (s->flushes) {
+    tr_flush_op *f = s->flushes;
+    f->done = true;
+    uv_timer_stop(&f->timer);
+    unlink_flush(f);
+    if (f->cb)
+      f->cb(f->ud, false); /* the caller learns its flush will never complete */
+  }
+}

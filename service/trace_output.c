@@ -1,0 +1,477 @@
+/* trace_output.c: turns a session into trace packets (see trace_output.h): service packets in
+ * traced's order, every (buffer, host) central buffer with the trusted fields appended, then the
+ * read-complete event and TraceStats with our per-host extension.
+ *
+ * Trusted slice of a host's packet (reference 4.8): the producer's uid and pid as the agent saw
+ * them (SO_PEERCRED), a sequence id unique in the session across hosts (tr_tbuf_seqids keyed by
+ * the session's host entry), machine_id = tr_machine_id(host name) in the `machines` timeline,
+ * and previous_packet_dropped when the buffer lost data on that sequence.
+ *
+ * Stats layout (protos/tracerelay/tracerelay_stats.proto): TraceStats.buffer_stats has one entry
+ * per (buffer, host entry that received data), buffer-major; the extension field 1000 lists
+ * every host entry with its link/agent counters and which buffer_stats entries are its. */
+#include "service/trace_output.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "relay/log.h"
+#include "relay/tr_error.h"
+#include "tracerelay/tracerelay_stats.pb-c.h"
+
+#define COMP "output"
+#define FILE_CHUNK (64u * 1024u)
+
+enum { PHASE_HEAD, PHASE_BUFFERS, PHASE_TAIL, PHASE_DONE };
+
+static void free_svc(tr_session_reader *r) {
+  for (size_t i = 0; i < r->num_svc; i++)
+    tr_trace_writer_buf_free(&r->svc[i]);
+  free(r->svc);
+  r->svc = NULL;
+  r->num_svc = r->next_svc = 0;
+}
+
+void tr_trace_output_reset(tr_session *s) {
+  free_svc(&s->reader);
+  memset(&s->reader, 0, sizeof s->reader);
+}
+
+static int push(tr_session_reader *r, int rc, tr_trace_writer_buf *b) {
+  if (rc != 0)
+    return rc;
+  r->svc[r->num_svc++] = *b;
+  return 0;
+}
+
+static bool host_listed_before(const tr_session *s, size_t index) {
+  for (size_t i = 0; i < index; i++)
+    if (s->hosts[i].host == s->hosts[index].host)
+      return true;
+  return false;
+}
+
+static int add_events(tr_session *s, tr_session_reader *r) {
+  const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = s->cfg->builtin_data_sources;
+  int rc = 0;
+  if (b && b->disable_service_events) {
+    s->num_events = 0;
+    return 0;
+  }
+  for (size_t i = 0; i < s->num_events && rc == 0; i++) {
+    tr_trace_writer_buf p;
+    rc = push(r, tr_trace_writer_service_event(s->svc->uid, s->events[i].ts, s->events[i].event,
+                                                  &p),
+              &p);
+  }
+  s->num_events = 0;
+  return rc;
+}
+
+/* The first pass's head: clocks, marker, config, uuid, system infos; then pending events. */
+static int build_head(tr_session *s) {
+  tr_session_reader *r = &s->reader;
+  const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = s->cfg->builtin_data_sources;
+  int32_t uid = s->svc->uid;
+  size_t cap = 8 + s->num_hosts + TR_SESSION_MAX_EVENTS;
+  tr_trace_writer_buf p;
+  int rc = 0;
+
+  r->svc = calloc(cap, sizeof *r->svc);
+  if (!r->svc)
+    return TR_ERR_NOMEM;
+  if (!s->first_read_done) {
+    struct tr_clock_snapshot now;
+    if (!(b && b->disable_clock_snapshotting)) {
+      rc = rc ? rc : push(r, tr_trace_writer_clock_snapshot(uid, &s->start_clocks, &p), &p);
+      if (tr_clock_snapshot(&now) == 0)
+        rc = rc ? rc : push(r, tr_trace_writer_clock_snapshot(uid, &now, &p), &p);
+    }
+    rc = rc ? rc : push(r, tr_trace_writer_sync_marker(uid, tr_session_now(), &p), &p);
+    if (!(b && b->disable_trace_config))
+      rc = rc ? rc : push(r, tr_trace_writer_trace_config(uid, s->cfg, &p), &p);
+    rc = rc ? rc : push(r, tr_trace_writer_trace_uuid(uid, s->uuid_msb, s->uuid_lsb, &p), &p);
+    if (!(b && b->disable_system_info)) {
+      rc = rc ? rc : push(r, tr_trace_writer_system_info(uid, s->svc->system_info, 0, &p), &p);
+      for (size_t h = 0; h < s->num_hosts && rc == 0; h++) {
+        const tr_host *host = s->hosts[h].host;
+        uint32_t mid = s->svc->timeline == TR_TIMELINE_MACHINES ? host->machine_id : 0;
+        if (!host->system_info || host_listed_before(s, h))
+          continue;
+        rc = push(r, tr_trace_writer_system_info(uid, host->system_info, mid, &p), &p);
+      }
+    }
+    s->first_read_done = true;
+  }
+  return rc ? rc : add_events(s, r);
+}
+
+static int build_tail(tr_session *s) {
+  tr_session_reader *r = &s->reader;
+  Perfetto__Protos__TraceStats *stats = NULL;
+  uint8_t *ext = NULL;
+  size_t ext_len = 0;
+  tr_trace_writer_buf p;
+  int rc;
+
+  free_svc(r);
+  r->svc = calloc(TR_SESSION_MAX_EVENTS + 2, sizeof *r->svc);
+  if (!r->svc)
+    return TR_ERR_NOMEM;
+  tr_session_add_event(s, TR_TW_READ_TRACING_BUFFERS_COMPLETED);
+  if ((rc = add_events(s, r)) != 0)
+    return rc;
+  if ((rc = tr_trace_output_stats(s, &stats, &ext, &ext_len)) != 0)
+    return rc;
+  rc = tr_trace_writer_trace_stats(s->svc->uid, tr_session_now(), stats, ext, ext_len, &p);
+  tr_trace_output_free_stats(stats);
+  free(ext);
+  return push(r, rc, &p);
+}
+
+int tr_trace_output_begin(tr_session *s) {
+  int rc;
+  tr_trace_output_reset(s);
+  s->reader.active = true;
+  s->reader.final = s->state == TR_SESSION_STOPPED;
+  s->reader.phase = PHASE_HEAD;
+  if ((rc = build_head(s)) != 0)
+    tr_trace_output_reset(s);
+  return rc;
+}
+
+static int next_buffer_packet(tr_session *s, tr_output_packet *out) {
+  tr_session_reader *r = &s->reader;
+  for (; r->buffer < s->num_buffers; r->buffer++, r->host = 0) {
+    for (; r->host < s->num_hosts; r->host++) {
+      tr_session_host *sh = &s->hosts[r->host];
+      tr_tbuf *b = sh->tbufs[r->buffer];
+      tr_tbuf_packet pkt;
+      tr_tbuf_trusted t;
+      int rc;
+      if (!b)
+        continue;
+      rc = tr_tbuf_read_packet(b, r->final, &pkt);
+      if (rc < 0)
+        return rc;
+      if (rc == 0)
+        continue;
+      memset(&t, 0, sizeof t);
+      t.uid = pkt.uid;
+      t.pid = pkt.pid;
+      t.previous_packet_dropped = pkt.previous_packet_dropped;
+      t.machine_id = s->svc->timeline == TR_TIMELINE_MACHINES ? sh->host->machine_id : 0;
+      rc = tr_tbuf_seqids_get(s->seqids, (uint32_t)r->host, pkt.producer_id, pkt.writer_id,
+                              &t.sequence_id);
+      if (rc < 0)
+        return rc;
+      out->data = pkt.data;
+      out->len = pkt.len;
+      rc = tr_tbuf_append_trusted(out->trusted, sizeof out->trusted, &t);
+      if (rc < 0)
+        return rc;
+      out->trusted_len = (size_t)rc;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int tr_trace_output_next(tr_session *s, tr_output_packet *out) {
+  tr_session_reader *r = &s->reader;
+  int rc;
+  if (!r->active)
+    return 0;
+  for (;;) {
+    switch (r->phase) {
+    case PHASE_HEAD:
+    case PHASE_TAIL:
+      if (r->next_svc < r->num_svc) {
+        out->data = r->svc[r->next_svc].data;
+        out->len = r->svc[r->next_svc].len;
+        out->trusted_len = 0;
+        r->next_svc++;
+        return 1;
+      }
+      if (r->phase == PHASE_TAIL) {
+        r->phase = PHASE_DONE;
+        break;
+      }
+      r->phase = PHASE_BUFFERS;
+      break;
+    case PHASE_BUFFERS:
+      rc = next_buffer_packet(s, out);
+      if (rc != 0)
+        return rc;
+      if ((rc = build_tail(s)) != 0)
+        return rc;
+      r->phase = PHASE_TAIL;
+      break;
+    default:
+      r->active = false;
+      return 0;
+    }
+  }
+}
+
+/* ---- stats ---- */
+
+void tr_trace_output_free_stats(Perfetto__Protos__TraceStats *stats) {
+  if (!stats)
+    return;
+  if (stats->n_buffer_stats)
+    free(stats->buffer_stats[0]);
+  free(stats->buffer_stats);
+  free(stats);
+}
+
+static void fill_buffer_stats(Perfetto__Protos__TraceStats__BufferStats *o,
+                              const tr_tbuf_stats *t) {
+  perfetto__protos__trace_stats__buffer_stats__init(o);
+#define SET(f)                                                                                    \
+  o->has_##f = 1;                                                                                 \
+  o->f = t->f
+  SET(buffer_size);
+  SET(bytes_written);
+  SET(bytes_overwritten);
+  SET(bytes_read);
+  SET(chunks_written);
+  SET(chunks_rewritten);
+  SET(chunks_overwritten);
+  SET(chunks_discarded);
+  SET(chunks_read);
+  SET(write_wrap_count);
+  SET(patches_succeeded);
+  SET(patches_failed);
+  SET(abi_violations);
+  SET(trace_writer_packet_loss);
+#undef SET
+}
+
+static void fill_host(Tracerelay__HostStats *h, const tr_session_host *sh) {
+  const tr_host_stats *st = &sh->host->stats;
+  h->machine_name = (char *)sh->host->name;
+  h->has_machine_id = 1;
+  h->machine_id = sh->host->machine_id;
+  h->has_connected = 1;
+  h->connected = !sh->gone && !sh->retired;
+#define SET(f)                                                                                    \
+  h->has_##f = 1;                                                                                 \
+  h->f = st->f
+  SET(batches_received);
+  SET(batches_duplicate);
+  SET(chunks_received);
+  SET(bytes_received);
+  SET(link_lost_batches);
+  SET(link_lost_chunks);
+  SET(link_lost_bytes);
+  SET(agent_queue_dropped_chunks);
+  SET(agent_queue_dropped_bytes);
+  SET(agent_spill_dropped_chunks);
+  SET(agent_spill_dropped_bytes);
+  SET(agent_smb_full);
+  SET(agent_abi_violations);
+  SET(disconnects);
+  SET(flushes_missed);
+#undef SET
+  h->has_session_chunks_refused = 1;
+  h->session_chunks_refused = sh->chunks_refused;
+  h->has_session_flushes_missed = 1;
+  h->session_flushes_missed = sh->flushes_missed;
+  h->has_session_disconnects = 1;
+  h->session_disconnects = sh->disconnects;
+}
+
+static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {
+  Tracerelay__TraceStatsExtension x = TRACERELAY__TRACE_STATS_EXTENSION__INIT;
+  size_t nh = s->num_hosts;
+  Tracerelay__HostStats *hosts = calloc(nh + 1, sizeof *hosts);
+  Tracerelay__HostStats **ptrs = calloc(nh + 1, sizeof *ptrs);
+  uint32_t *idx = calloc(nh * s->num_buffers * 2 + 1, sizeof *idx);
+  int rc = TR_ERR_NOMEM;
+  uint32_t bs_index = 0;
+
+  if (!hosts || !ptrs || !idx)
+    goto out;
+  for (size_t h = 0; h < nh; h++) {
+    tracerelay__host_stats__init(&hosts[h]);
+    fill_host(&hosts[h], &s->hosts[h]);
+    hosts[h].buffer_stats_index = idx + h * s->num_buffers * 2;
+    hosts[h].buffer_index = hosts[h].buffer_stats_index + s->num_buffers;
+    ptrs[h] = &hosts[h];
+  }
+  /* buffer_stats are buffer-major: walk them in that order to number them. */
+  for (size_t b = 0; b < s->num_buffers; b++)
+    for (size_t h = 0; h < nh; h++) {
+      if (!s->hosts[h].tbufs[b])
+        continue;
+      hosts[h].buffer_stats_index[hosts[h].n_buffer_stats_index++] = bs_index++;
+      hosts[h].buffer_index[hosts[h].n_buffer_index++] = (uint32_t)b;
+    }
+  x.n_tracerelay_hosts = nh;
+  x.tracerelay_hosts = ptrs;
+  x.has_tracerelay_chunks_unknown_buffer = 1;
+  x.tracerelay_chunks_unknown_buffer = s->svc->chunks_unknown_buffer;
+  *ext_len = tracerelay__trace_stats_extension__get_packed_size(&x);
+  *ext = malloc(*ext_len + 1);
+  if (!*ext)
+    goto out;
+  tracerelay__trace_stats_extension__pack(&x, *ext);
+  rc = 0;
+out:
+  free(idx);
+  free(ptrs);
+  free(hosts);
+  return rc;
+}
+
+int tr_trace_output_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uint8_t **ext,
+                          size_t *ext_len) {
+  Perfetto__Protos__TraceStats *st = calloc(1, sizeof *st);
+  Perfetto__Protos__TraceStats__BufferStats *bs = NULL;
+  size_t n = 0, producers = 0, sources = 0;
+  uint64_t discarded = 0, patches_failed = 0, invalid = 0;
+
+  *out = NULL;
+  *ext = NULL;
+  if (!st)
+    return TR_ERR_NOMEM;
+  perfetto__protos__trace_stats__init(st);
+  bs = calloc(s->num_buffers * s->num_hosts + 1, sizeof *bs);
+  st->buffer_stats = calloc(s->num_buffers * s->num_hosts + 1, sizeof *st->buffer_stats);
+  if (!bs || !st->buffer_stats)
+    goto fail;
+  for (size_t b = 0; b < s->num_buffers; b++)
+    for (size_t h = 0; h < s->num_hosts; h++) {
+      tr_tbuf_stats t;
+      if (!s->hosts[h].tbufs[b])
+        continue;
+      tr_tbuf_get_stats(s->hosts[h].tbufs[b], &t);
+      fill_buffer_stats(&bs[n], &t);
+      st->buffer_stats[n] = &bs[n];
+      discarded += t.chunks_discarded;
+      patches_failed += t.patches_failed;
+      invalid += t.invalid_packets;
+      n++;
+    }
+  st->n_buffer_stats = n;
+  if (n == 0)
+    free(bs); /* free_stats frees buffer_stats[0] only when there is one */
+  bs = NULL;
+  for (size_t i = 0; i < s->svc->num_hosts; i++) {
+    const tr_host *host = s->svc->hosts[i];
+    for (size_t p = 0; p < host->num_producers; p++)
+      if (host->producers[p].connected) {
+        producers++;
+        sources += host->producers[p].num_data_sources;
+      }
+  }
+  st->has_producers_connected = 1;
+  st->producers_connected = (uint32_t)producers;
+  st->has_data_sources_registered = 1;
+  st->data_sources_registered = (uint32_t)sources;
+  st->has_tracing_sessions = 1;
+  st->tracing_sessions = (uint32_t)s->svc->num_sessions;
+  st->has_total_buffers = 1;
+  st->total_buffers = (uint32_t)n;
+  st->has_chunks_discarded = 1;
+  st->chunks_discarded = discarded;
+  st->has_patches_discarded = 1;
+  st->patches_discarded = patches_failed;
+  st->has_invalid_packets = 1;
+  st->invalid_packets = invalid;
+  st->has_flushes_requested = 1;
+  st->flushes_requested = s->flushes_requested;
+  st->has_flushes_succeeded = 1;
+  st->flushes_succeeded = s->flushes_succeeded;
+  st->has_flushes_failed = 1;
+  st->flushes_failed = s->flushes_failed;
+  if (s->final_flush_outcome) {
+    st->has_final_flush_outcome = 1;
+    st->final_flush_outcome = (Perfetto__Protos__TraceStats__FinalFlushOutcome)s->final_flush_outcome;
+  }
+  if (pack_extension(s, ext, ext_len) != 0)
+    goto fail;
+  *out = st;
+  return 0;
+fail:
+  free(bs);
+  tr_trace_output_free_stats(st);
+  return TR_ERR_NOMEM;
+}
+
+/* ---- write_into_file ---- */
+
+static int write_all(int fd, const uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return TR_ERR_SYS(errno);
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+int tr_trace_output_write_file(tr_session *s, bool final) {
+  uint64_t max = s->cfg->max_file_size_bytes;
+  uint8_t *buf;
+  size_t used = 0;
+  tr_output_packet pkt;
+  int rc;
+
+  (void)final; /* a pass is final by the session's state */
+  if (s->out_fd < 0 || s->file_full)
+    return s->file_full ? TR_ERR_FULL : 0;
+  buf = malloc(FILE_CHUNK);
+  if (!buf)
+    return TR_ERR_NOMEM;
+  if ((rc = tr_trace_output_begin(s)) != 0)
+    goto out;
+  while ((rc = tr_trace_output_next(s, &pkt)) == 1) {
+    uint8_t head[TR_TRACE_WRITER_RECORD_HEADER_MAX];
+    size_t hl = tr_trace_writer_record_header(pkt.len + pkt.trusted_len, head);
+    size_t rec = hl + pkt.len + pkt.trusted_len;
+    if (max && s->file_bytes + rec > max) {
+      TR_WARN(COMP, "session %llu: max_file_size_bytes %llu reached, stopping the session",
+              (unsigned long long)s->id, (unsigned long long)max);
+      s->file_full = true;
+      rc = TR_ERR_FULL;
+      break;
+    }
+    if (used + rec > FILE_CHUNK) {
+      if ((rc = write_all(s->out_fd, buf, used)) != 0)
+        break;
+      used = 0;
+    }
+    if (rec > FILE_CHUNK) {
+      if ((rc = write_all(s->out_fd, head, hl)) != 0 ||
+          (rc = write_all(s->out_fd, pkt.data, pkt.len)) != 0 ||
+          (rc = write_all(s->out_fd, pkt.trusted, pkt.trusted_len)) != 0)
+        break;
+    } else {
+      memcpy(buf + used, head, hl);
+      memcpy(buf + used + hl, pkt.data, pkt.len);
+      memcpy(buf + used + hl + pkt.len, pkt.trusted, pkt.trusted_len);
+      used += rec;
+    }
+    s->file_bytes += rec;
+  }
+  if (rc >= 0 || rc == TR_ERR_FULL) {
+    int wrc = write_all(s->out_fd, buf, used);
+    if (wrc != 0)
+      rc = wrc;
+  }
+  if (rc < 0 && rc != TR_ERR_FULL)
+    TR_ERROR(COMP, "session %llu: writing the trace file failed: %s", (unsigned long long)s->id,
+             tr_strerror(rc));
+  tr_trace_output_reset(s);
+out:
+  free(buf);
+  return rc < 0 ? rc : 0;
+}

@@ -1,0 +1,86 @@
+/* link_stub.c: see link_stub.h. */
+#include "link_stub.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct link_event link_events[LINK_STUB_MAX_EVENTS];
+size_t link_n_events;
+
+static struct link_event *add(enum link_event_kind kind, const tr_host *host) {
+  if (link_n_events == LINK_STUB_MAX_EVENTS)
+    return NULL;
+  struct link_event *e = &link_events[link_n_events++];
+  memset(e, 0, sizeof *e);
+  e->kind = kind;
+  snprintf(e->host, sizeof e->host, "%s", host->name);
+  return e;
+}
+
+void link_stub_reset(void) { link_n_events = 0; }
+
+size_t link_stub_count(enum link_event_kind kind, const char *host) {
+  size_t n = 0;
+  for (size_t i = 0; i < link_n_events; i++)
+    if (link_events[i].kind == kind && strcmp(link_events[i].host, host) == 0)
+      n++;
+  return n;
+}
+
+void tr_service_on_host_connected(tr_service *svc, tr_host *host) {
+  (void)svc;
+  add(EV_CONNECTED, host);
+}
+
+void tr_service_on_host_disconnected(tr_service *svc, tr_host *host, const char *reason) {
+  (void)svc;
+  (void)reason;
+  add(EV_DISCONNECTED, host);
+}
+
+void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id) {
+  (void)svc;
+  struct link_event *e = add(EV_PRODUCERS, host);
+  if (e)
+    e->producer_id = producer_id;
+}
+
+void tr_service_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk) {
+  (void)svc;
+  struct link_event *e = add(EV_CHUNK, host);
+  if (e) {
+    e->producer_id = chunk->producer_id;
+    e->id = chunk->chunk_id;
+    e->payload_len = chunk->payload.len;
+  }
+}
+
+void tr_service_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch) {
+  (void)svc;
+  struct link_event *e = add(EV_PATCH, host);
+  if (e) {
+    e->producer_id = patch->producer_id;
+    e->id = patch->chunk_id;
+    if (patch->n_entries > 0) {
+      e->patch_offset = patch->entries[0]->offset;
+      e->patch_data = patch->entries[0]->data;
+    }
+  }
+}
+
+void tr_service_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack) {
+  (void)svc;
+  struct link_event *e = add(EV_FLUSH_ACK, host);
+  if (e) {
+    e->producer_id = ack->producer_id;
+    e->id = ack->flush_request_id;
+  }
+}
+
+void tr_service_on_command_reply(tr_service *svc, tr_host *host,
+                                 const Tracerelay__CommandReply *reply) {
+  (void)svc;
+  struct link_event *e = add(EV_REPLY, host);
+  if (e)
+    e->id = reply->request_id;
+}

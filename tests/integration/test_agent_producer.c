@@ -1,0 +1,317 @@
+/* test_agent_producer.c: the producer port against real producer processes. Two
+ * tracerelay-loadgen processes (2 writers each) connect over a real socket to a producer port
+ * running in this test's loop; their data sources are registered, set up, started, flushed
+ * while they write, and stopped. The chunk queue is drained as the relay link would, into one
+ * central buffer (relay/trace_buffer.h), which reassembles the packets. Every packet must be
+ * accounted for, per producer: the loadgen's packets_written (--stats-json) = packets
+ * reassembled + packets the agent dropped (none here: the queue is large, and its drop
+ * counters must say 0), with no loss reported by the central buffer. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "relay/producer_port.h"
+#include "relay/trace_buffer.h"
+#include "relay/tr_error.h"
+
+#define NUM_LOADGENS 2
+#define FLUSH_ID_BASE 100
+
+typedef struct lg {
+  pid_t pid;
+  int status;
+  bool exited;
+  char json[160];
+  uint32_t producer_id; /* 0 until its data source was set up */
+  bool started, stopped, flush_acked;
+  uint64_t packets_read;
+} lg;
+
+typedef struct env {
+  uv_loop_t loop;
+  tr_chunkq queue;
+  tr_producer_port *port;
+  tr_tbuf *tbuf;
+  char dir[64];
+  char path[128];
+  lg lgs[NUM_LOADGENS];
+  bool queue_has_data;
+  uint64_t flush_acks_in_queue;
+  uint64_t patches_applied;
+  bool closed;
+} env;
+
+static lg *lg_of(env *e, uint32_t producer_id) {
+  for (int i = 0; i < NUM_LOADGENS; i++)
+    if (e->lgs[i].producer_id == producer_id)
+      return &e->lgs[i];
+  return NULL;
+}
+
+/* As the service would: a registered track_event gets instance id 1 into a buffer of its own. */
+static void on_ds_changed(tr_producer_port *port, const tr_producer_info *p) {
+  env *e = tr_producer_port_data(port);
+  if (lg_of(e, p->id) || p->num_data_sources != 1)
+    return;
+  assert_string_equal(p->data_sources[0]->name, "track_event");
+  lg *l = NULL;
+  for (int i = 0; i < NUM_LOADGENS; i++)
+    if (e->lgs[i].pid == p->pid) /* SO_PEERCRED names the process */
+      l = &e->lgs[i];
+  assert_non_null(l);
+  l->producer_id = p->id;
+  Perfetto__Protos__DataSourceConfig cfg = PERFETTO__PROTOS__DATA_SOURCE_CONFIG__INIT;
+  cfg.name = "track_event";
+  cfg.has_target_buffer = true;
+  cfg.target_buffer = p->id;
+  assert_int_equal(tr_producer_port_setup_data_source(port, p->id, 1, &cfg), 0);
+  assert_int_equal(tr_producer_port_start_data_source(port, p->id, 1), 0);
+}
+
+static void on_started(tr_producer_port *port, uint32_t producer_id, uint64_t instance_id) {
+  env *e = tr_producer_port_data(port);
+  assert_int_equal(instance_id, 1);
+  lg_of(e, producer_id)->started = true;
+}
+
+static void on_stopped(tr_producer_port *port, uint32_t producer_id, uint64_t instance_id,
+                       bool timed_out) {
+  env *e = tr_producer_port_data(port);
+  assert_int_equal(instance_id, 1);
+  assert_false(timed_out);
+  lg_of(e, producer_id)->stopped = true;
+}
+
+static void on_flush_acked(tr_producer_port *port, uint32_t producer_id, uint64_t id) {
+  env *e = tr_producer_port_data(port);
+  assert_int_equal(id, FLUSH_ID_BASE + producer_id);
+  lg_of(e, producer_id)->flush_acked = true;
+}
+
+static void on_queue(tr_producer_port *port) {
+  env *e = tr_producer_port_data(port);
+  e->queue_has_data = true;
+}
+
+/* The relay link's job, done here: every queue entry into the central buffer. */
+static void drain(env *e) {
+  tr_chunkq_entry *en;
+  while ((en = tr_chunkq_pop(&e->queue)) != NULL) {
+    if (en->kind == TR_CHUNKQ_CHUNK) {
+      const tr_chunkq_chunk *c = &en->u.chunk;
+      assert_int_equal(c->target_buffer, c->producer_id);
+      assert_int_equal(c->trusted_uid, getuid());
+      assert_non_null(lg_of(e, c->producer_id));
+      assert_int_equal(c->trusted_pid, lg_of(e, c->producer_id)->pid);
+      tr_tbuf_chunk tc = {.producer_id = c->producer_id,
+                          .writer_id = c->header.writer_id,
+                          .chunk_id = c->header.chunk_id,
+                          .fragments = c->header.count,
+                          .flags = c->header.flags,
+                          .incomplete = c->incomplete,
+                          .uid = (int32_t)c->trusted_uid,
+                          .pid = c->trusted_pid,
+                          .payload = en->data,
+                          .payload_len = en->len};
+      assert_int_equal(tr_tbuf_write_chunk(e->tbuf, &tc), 0);
+    } else if (en->kind == TR_CHUNKQ_PATCH) {
+      const tr_chunkq_patch *p = &en->u.patch;
+      tr_tbuf_patch patch = {.offset = p->offset};
+      memcpy(patch.data, p->data, 4);
+      assert_int_equal(tr_tbuf_patch_chunk(e->tbuf, p->producer_id, p->writer_id, p->chunk_id,
+                                           &patch, 1, p->has_more), 0);
+      e->patches_applied++;
+    } else {
+      e->flush_acks_in_queue++;
+    }
+    tr_chunkq_entry_free(en);
+  }
+  e->queue_has_data = false;
+}
+
+static void reap(env *e) {
+  for (int i = 0; i < NUM_LOADGENS; i++)
+    if (!e->lgs[i].exited && waitpid(e->lgs[i].pid, &e->lgs[i].status, WNOHANG) == e->lgs[i].pid)
+      e->lgs[i].exited = true;
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Runs the loop (draining the queue as entries arrive) until done(e) or timeout. */
+static bool run_until(env *e, bool (*done)(env *), int timeout_ms) {
+  uint64_t end = now_ms() + (uint64_t)timeout_ms;
+  while (!done(e)) {
+    if (now_ms() > end)
+      return false;
+    uv_run(&e->loop, UV_RUN_NOWAIT);
+    if (e->queue_has_data)
+      drain(e);
+    reap(e);
+    usleep(500);
+  }
+  return true;
+}
+
+static bool all_started(env *e) {
+  for (int i = 0; i < NUM_LOADGENS; i++)
+    if (!e->lgs[i].producer_id || !e->lgs[i].started)
+      return false;
+  return true;
+}
+
+static bool all_flushed(env *e) {
+  for (int i = 0; i < NUM_LOADGENS; i++)
+    if (!e->lgs[i].flush_acked)
+      return false;
+  return true;
+}
+
+static bool all_stopped_and_exited(env *e) {
+  for (int i = 0; i < NUM_LOADGENS; i++)
+    if (!e->lgs[i].stopped || !e->lgs[i].exited)
+      return false;
+  return true;
+}
+
+static uint64_t json_count(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  static char json[65536];
+  size_t n = fread(json, 1, sizeof(json) - 1, f);
+  fclose(f);
+  json[n] = 0;
+  const char *total = strstr(json, "\"total\"");
+  assert_non_null(total);
+  const char *p = strstr(total, key);
+  assert_non_null(p);
+  return strtoull(p + strlen(key) + 1, NULL, 10); /* after the colon */
+}
+
+static void on_port_closed(void *data) { ((env *)data)->closed = true; }
+
+static void test_two_loadgens(void **state) {
+  (void)state;
+  env *e = calloc(1, sizeof(*e));
+  assert_int_equal(uv_loop_init(&e->loop), 0);
+  tr_chunkq_init(&e->queue, 64u << 20);
+  assert_int_equal(tr_tbuf_new(64u << 20, TR_TBUF_RING_BUFFER, &e->tbuf), 0);
+  strcpy(e->dir, "/tmp/tr-agent-producer-XXXXXX");
+  assert_non_null(mkdtemp(e->dir));
+  snprintf(e->path, sizeof(e->path), "%s/producer.sock", e->dir);
+  tr_producer_port_config cfg = {.queue = &e->queue,
+                                 .cb = {.data = e,
+                                        .data_sources_changed = on_ds_changed,
+                                        .data_source_started = on_started,
+                                        .data_source_stopped = on_stopped,
+                                        .flush_acked = on_flush_acked,
+                                        .queue_has_data = on_queue}};
+  assert_int_equal(tr_producer_port_new(&e->loop, &cfg, &e->port), 0);
+  assert_int_equal(tr_producer_port_start(e->port, e->path, TR_PRODUCER_PORT_DEFAULT_MODE), 0);
+
+  for (int i = 0; i < NUM_LOADGENS; i++) {
+    lg *l = &e->lgs[i];
+    snprintf(l->json, sizeof(l->json), "%s/stats%d.json", e->dir, i);
+    char name[32];
+    snprintf(name, sizeof(name), "loadgen-%d", i);
+    l->pid = fork();
+    if (l->pid == 0) {
+      /* Packets spanning chunks (patches) on the second one; 4 chunks per page on both. */
+      execl(TR_BIN_DIR "/tracerelay-loadgen", "tracerelay-loadgen", "--socket", e->path,
+            "--name", name, "--writers", "2", "--packets", "1500", "--rate", "5000",
+            "--packet-size", i == 0 ? "0" : "1500", "--chunks-per-page", "4", "--smb-size",
+            "2048", "--stats-json", l->json, (char *)NULL);
+      _exit(127);
+    }
+    assert_true(l->pid > 0);
+  }
+  assert_true(run_until(e, all_started, 10000));
+  /* A flush while they write: scrape, flush command, ack after their data. */
+  run_until(e, all_flushed, 150);
+  for (int i = 0; i < NUM_LOADGENS; i++) {
+    uint32_t id = e->lgs[i].producer_id;
+    uint64_t ids[1] = {1};
+    assert_int_equal(tr_producer_port_flush(e->port, id, FLUSH_ID_BASE + id, ids, 1, 0x24), 0);
+  }
+  assert_true(run_until(e, all_flushed, 5000));
+  run_until(e, all_stopped_and_exited, 300); /* let them reach --packets */
+  for (int i = 0; i < NUM_LOADGENS; i++)
+    assert_int_equal(tr_producer_port_stop_data_source(e->port, e->lgs[i].producer_id, 1, 5000), 0);
+  assert_true(run_until(e, all_stopped_and_exited, 15000));
+  drain(e);
+  assert_int_equal(e->flush_acks_in_queue, NUM_LOADGENS);
+
+  /* Every producer's counters, read before the connections go. */
+  tr_producer_stats st[NUM_LOADGENS];
+  for (int i = 0; i < NUM_LOADGENS; i++) {
+    /* The loadgen may already be gone (and its producer with it). */
+    if (tr_producer_port_stats(e->port, e->lgs[i].producer_id, &st[i]) == 0) {
+      assert_int_equal(st[i].abi_violations, 0);
+      assert_int_equal(st[i].chunks_dropped, 0);
+    }
+  }
+  tr_chunkq_drops drops = e->queue.total;
+  assert_int_equal(drops.chunks + drops.patches + drops.flush_acks, 0);
+
+  tr_tbuf_packet pkt;
+  int rc;
+  while ((rc = tr_tbuf_read_packet(e->tbuf, true, &pkt)) == 1) {
+    assert_int_equal(pkt.previous_packet_dropped, 0);
+    lg_of(e, pkt.producer_id)->packets_read++;
+  }
+  assert_int_equal(rc, 0);
+  tr_tbuf_stats ts;
+  tr_tbuf_get_stats(e->tbuf, &ts);
+  assert_int_equal(ts.abi_violations, 0);
+  assert_int_equal(ts.packets_lost_in_gaps, 0);
+  assert_int_equal(ts.invalid_packets, 0);
+  assert_int_equal(ts.unpatched_chunks_dropped, 0);
+  assert_int_equal(ts.patches_failed, 0);
+  for (int i = 0; i < NUM_LOADGENS; i++) {
+    lg *l = &e->lgs[i];
+    assert_true(WIFEXITED(l->status));
+    assert_int_equal(WEXITSTATUS(l->status), 0);
+    uint64_t written = json_count(l->json, "\"packets_written\"");
+    print_message("loadgen %d (producer %u): %llu packets written, %llu reassembled, "
+                  "%llu dropped by the loadgen (SMB full)\n", i, l->producer_id,
+                  (unsigned long long)written, (unsigned long long)l->packets_read,
+                  (unsigned long long)json_count(l->json, "\"packets_dropped\""));
+    assert_true(written >= 2 * 1500);
+    /* agent drops are 0 (asserted above): everything written was reassembled */
+    assert_int_equal(l->packets_read, written);
+    unlink(l->json);
+  }
+  print_message("chunks written %llu, rewritten %llu, patches %llu\n",
+                (unsigned long long)ts.chunks_written, (unsigned long long)ts.chunks_rewritten,
+                (unsigned long long)e->patches_applied);
+  assert_true(e->patches_applied > 0);
+
+  tr_producer_port_close(e->port, on_port_closed, e);
+  while (!e->closed)
+    uv_run(&e->loop, UV_RUN_ONCE);
+  assert_int_equal(uv_loop_close(&e->loop), 0);
+  tr_tbuf_free(e->tbuf);
+  tr_chunkq_free(&e->queue);
+  rmdir(e->dir);
+  free(e);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_two_loadgens),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,537 @@
+/* test_consumer_replay.c: the service's consumer port answering the REAL perfetto CLI's and SDK
+ * consumer's requests (tests/vectors/ipc/consumer-{cli,cli-relay,sdk}.to-service.bin), replayed
+ * byte for byte over a real UNIX socket, with sessions fed by two in-process fake hosts.
+ *
+ * The fake hosts ("web-1", "web-2") each have one producer with a track_event data source;
+ * tr_host_send_command answers their commands from the loop (setup/start/stop replies, flush
+ * acks) and, on start, commits chunks of small packets into the session's buffer through
+ * tr_service_on_chunk, exactly as the link server would. Checked: BindServiceReply bytes equal
+ * traced's; EnableTracing's reply is held until the session ends (duration_ms or
+ * DisableTracing) and is {disabled: true}; ObserveEvents streams instance changes and
+ * all_data_sources_started; ReadBuffers streams has_more replies of <= ~32 KiB of packet data
+ * that reassemble into a trace protoc accepts, holding every fake packet with its host's
+ * machine_id and sequence ids unique across hosts. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "perfetto/ipc/consumer_port.pb-c.h"
+#include "perfetto/trace/trace.pb-c.h"
+#include "relay/fnv1a.h"
+#include "relay/ipc_frame.h"
+#include "service/consumer_port.h"
+
+#define CHUNKS_PER_HOST 24
+#define PACKETS_PER_CHUNK 100
+#define MAX_FRAMES 64
+
+typedef Perfetto__Protos__IPCFrame IPCFrame;
+
+/* ---- fake hosts ---- */
+
+static tr_service svc;
+static tr_consumer_port port;
+static tr_host hosts[2];
+static tr_remote_producer producers[2];
+static Perfetto__Protos__DataSourceDescriptor desc = PERFETTO__PROTOS__DATA_SOURCE_DESCRIPTOR__INIT;
+static Perfetto__Protos__DataSourceDescriptor *descs[1] = {&desc};
+static int fake_link;
+static uv_idle_t pump;
+static uv_async_t done_async;
+static char sock_path[108];
+
+typedef struct pending_cmd {
+  tr_host *host;
+  Tracerelay__Command *cmd; /* a packed-and-unpacked copy */
+} pending_cmd;
+static pending_cmd queue[256];
+static size_t queue_len;
+
+static void on_pump(uv_idle_t *h);
+
+int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+  size_t n = tracerelay__command__get_packed_size(cmd);
+  uint8_t *buf = malloc(n + 1);
+  assert_non_null(buf);
+  tracerelay__command__pack(cmd, buf);
+  assert_true(queue_len < 256);
+  queue[queue_len].host = host;
+  queue[queue_len].cmd = tracerelay__command__unpack(NULL, n, buf);
+  queue_len++;
+  free(buf);
+  uv_idle_start(&pump, on_pump);
+  return 0;
+}
+
+void tr_host_probe_clock(tr_host *host) {
+  (void)host;
+}
+
+static size_t put_varint(uint64_t v, uint8_t *out) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    out[n++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  out[n++] = (uint8_t)v;
+  return n;
+}
+
+/* Chunks of PACKETS_PER_CHUNK packets {8: timestamp, 900 (for_testing) is avoided: a plain
+ * timestamp + timestamp_clock_id packet decodes with Perfetto's protos}. */
+static void commit_chunks(tr_host *host, uint32_t target_buffer) {
+  for (uint32_t c = 0; c < CHUNKS_PER_HOST; c++) {
+    uint8_t payload[4096];
+    size_t len = 0;
+    for (uint32_t p = 0; p < PACKETS_PER_CHUNK; p++) {
+      uint8_t pkt[32];
+      size_t pl = 0;
+      pkt[pl++] = 0x40; /* timestamp */
+      pl += put_varint(1000000ull * (c * PACKETS_PER_CHUNK + p + 1), pkt + pl);
+      pkt[pl++] = 0xd0; /* timestamp_clock_id (58) = BOOTTIME */
+      pkt[pl++] = 0x03;
+      pkt[pl++] = 6;
+      payload[len++] = (uint8_t)pl;
+      memcpy(payload + len, pkt, pl);
+      len += pl;
+    }
+    Tracerelay__Chunk ch = TRACERELAY__CHUNK__INIT;
+    ch.producer_id = 1;
+    ch.writer_id = 1;
+    ch.chunk_id = c;
+    ch.packet_count = PACKETS_PER_CHUNK;
+    ch.target_buffer = target_buffer;
+    ch.trusted_uid = 1000;
+    ch.trusted_pid = 42;
+    ch.payload.data = payload;
+    ch.payload.len = len;
+    tr_service_on_chunk(&svc, host, &ch);
+  }
+}
+
+static uint32_t target_buffer_of[2];
+
+static void answer(tr_host *host, const Tracerelay__Command *cmd) {
+  Tracerelay__CommandReply reply = TRACERELAY__COMMAND_REPLY__INIT;
+  reply.request_id = cmd->request_id;
+  switch (cmd->cmd_case) {
+  case TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE:
+    assert_string_equal(cmd->setup_data_source->config->name, "track_event");
+    target_buffer_of[host - hosts] = cmd->setup_data_source->config->target_buffer;
+    break;
+  case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
+    commit_chunks(host, target_buffer_of[host - hosts]);
+    break;
+  case TRACERELAY__COMMAND__CMD_FLUSH: {
+    Tracerelay__FlushAck ack = TRACERELAY__FLUSH_ACK__INIT;
+    ack.flush_request_id = cmd->flush->flush_request_id;
+    ack.producer_id = cmd->producer_id;
+    tr_service_on_flush_ack(&svc, host, &ack);
+    return;
+  }
+  default:
+    break;
+  }
+  tr_service_on_command_reply(&svc, host, &reply);
+}
+
+static void on_pump(uv_idle_t *h) {
+  size_t n = queue_len;
+  pending_cmd batch[256];
+  memcpy(batch, queue, n * sizeof *batch);
+  queue_len = 0;
+  uv_idle_stop(h);
+  for (size_t i = 0; i < n; i++) {
+    answer(batch[i].host, batch[i].cmd);
+    tracerelay__command__free_unpacked(batch[i].cmd, NULL);
+  }
+}
+
+static void make_host(size_t i, const char *name) {
+  tr_host *h = &hosts[i];
+  memset(h, 0, sizeof *h);
+  snprintf(h->name, sizeof h->name, "%s", name);
+  h->machine_id = tr_machine_id(name);
+  h->agent_instance_id = 100 + i;
+  h->link = (tr_link_peer *)&fake_link;
+  assert_int_equal(tr_trace_writer_local_system_info(name, &h->system_info), 0);
+  producers[i].id = 1;
+  producers[i].name = "/opt/perfetto-demo/bin/producer01";
+  producers[i].connected = true;
+  producers[i].data_sources = descs;
+  producers[i].num_data_sources = 1;
+  h->producers = &producers[i];
+  h->num_producers = 1;
+  tr_service_on_host_connected(&svc, h);
+}
+
+/* ---- the replaying client (its own thread; blocking I/O) ---- */
+
+typedef struct frames {
+  uint8_t *raw[MAX_FRAMES]; /* header + payload */
+  size_t len[MAX_FRAMES];
+  IPCFrame *f[MAX_FRAMES];
+  size_t n;
+} frames;
+
+static void load(const char *capture, const char *dir, frames *out) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/ipc/%s.%s.bin", TR_VECTORS_DIR, capture, dir);
+  FILE *fp = fopen(path, "rb");
+  assert_non_null(fp);
+  out->n = 0;
+  for (;;) {
+    uint8_t h[4];
+    if (fread(h, 1, 4, fp) != 4)
+      break;
+    uint32_t n = h[0] | h[1] << 8 | h[2] << 16 | (uint32_t)h[3] << 24;
+    assert_true(out->n < MAX_FRAMES);
+    out->raw[out->n] = malloc(n + 4);
+    memcpy(out->raw[out->n], h, 4);
+    assert_int_equal(fread(out->raw[out->n] + 4, 1, n, fp), n);
+    out->len[out->n] = n + 4;
+    out->f[out->n] = tr_ipc_frame_decode(out->raw[out->n] + 4, n);
+    assert_non_null(out->f[out->n]);
+    out->n++;
+  }
+  fclose(fp);
+}
+
+static void free_frames(frames *fr) {
+  for (size_t i = 0; i < fr->n; i++) {
+    free(fr->raw[i]);
+    tr_ipc_frame_free(fr->f[i]);
+  }
+}
+
+static int read_full(int fd, void *buf, size_t len) {
+  for (size_t done = 0; done < len;) {
+    ssize_t n = read(fd, (uint8_t *)buf + done, len - done);
+    if (n <= 0)
+      return -1;
+    done += (size_t)n;
+  }
+  return 0;
+}
+
+/* Reads one frame; its raw payload is kept in *raw (malloc'd) when raw is not NULL. */
+static IPCFrame *read_frame(int fd, uint8_t **raw, size_t *raw_len) {
+  uint8_t h[4];
+  if (read_full(fd, h, 4) != 0)
+    return NULL;
+  uint32_t n = h[0] | h[1] << 8 | h[2] << 16 | (uint32_t)h[3] << 24;
+  assert_true(n <= TR_IPC_MAX_PAYLOAD);
+  uint8_t *buf = malloc(n + 1);
+  assert_int_equal(read_full(fd, buf, n), 0);
+  IPCFrame *f = tr_ipc_frame_decode(buf, n);
+  assert_non_null(f);
+  if (raw) {
+    *raw = buf;
+    *raw_len = n;
+  } else {
+    free(buf);
+  }
+  return f;
+}
+
+typedef struct client_result {
+  int observe_replies;
+  bool saw_all_started;
+  int read_replies;
+  uint8_t *trace; /* reassembled records */
+  size_t trace_len, trace_cap;
+  size_t packets;
+} client_result;
+
+static void trace_append(client_result *r, const uint8_t *p, size_t n) {
+  if (r->trace_len + n > r->trace_cap) {
+    r->trace_cap = (r->trace_len + n) * 2;
+    r->trace = realloc(r->trace, r->trace_cap);
+  }
+  memcpy(r->trace + r->trace_len, p, n);
+  r->trace_len += n;
+}
+
+/* Takes one reply of the ObserveEvents or ReadBuffers stream. */
+static void handle(client_result *r, IPCFrame *f, uint64_t observe_req, uint64_t read_req,
+                   uint8_t **packet, size_t *packet_len) {
+  assert_int_equal(f->msg_case, PERFETTO__PROTOS__IPCFRAME__MSG_MSG_INVOKE_METHOD_REPLY);
+  Perfetto__Protos__IPCFrame__InvokeMethodReply *rep = f->msg_invoke_method_reply;
+  if (f->request_id == observe_req) {
+    assert_true(rep->success && rep->has_more);
+    Perfetto__Protos__ObserveEventsResponse *o = perfetto__protos__observe_events_response__unpack(
+        NULL, rep->reply_proto.len, rep->reply_proto.data);
+    assert_non_null(o);
+    r->observe_replies++;
+    r->saw_all_started |= o->events->all_data_sources_started;
+    perfetto__protos__observe_events_response__free_unpacked(o, NULL);
+  } else if (f->request_id == read_req) {
+    assert_true(rep->success);
+    Perfetto__Protos__ReadBuffersResponse *rb = perfetto__protos__read_buffers_response__unpack(
+        NULL, rep->reply_proto.len, rep->reply_proto.data);
+    assert_non_null(rb);
+    size_t data = 0;
+    for (size_t i = 0; i < rb->n_slices; i++) {
+      Perfetto__Protos__ReadBuffersResponse__Slice *s = rb->slices[i];
+      *packet = realloc(*packet, *packet_len + s->data.len + 1);
+      memcpy(*packet + *packet_len, s->data.data, s->data.len);
+      *packet_len += s->data.len;
+      data += s->data.len;
+      if (s->last_slice_for_packet) {
+        uint8_t head[11];
+        head[0] = 0x0A;
+        size_t hl = 1 + put_varint(*packet_len, head + 1);
+        trace_append(r, head, hl);
+        trace_append(r, *packet, *packet_len);
+        *packet_len = 0;
+        r->packets++;
+      }
+    }
+    assert_true(data <= 33 * 1024);
+    r->read_replies++;
+    perfetto__protos__read_buffers_response__free_unpacked(rb, NULL);
+  }
+}
+
+/* Reads frames until the reply closing `want` arrives; returns it (caller frees). */
+static IPCFrame *wait_reply(int fd, client_result *r, uint64_t want, uint64_t observe_req,
+                            uint64_t read_req, uint8_t **packet, size_t *packet_len) {
+  for (;;) {
+    IPCFrame *f = read_frame(fd, NULL, NULL);
+    assert_non_null(f);
+    if (f->request_id == want &&
+        !(f->msg_invoke_method_reply && f->msg_invoke_method_reply->has_more))
+      {
+        if (want == read_req)
+          handle(r, f, observe_req, read_req, packet, packet_len);
+        return f;
+      }
+    handle(r, f, observe_req, read_req, packet, packet_len);
+    tr_ipc_frame_free(f);
+  }
+}
+
+static void expect_disabled(IPCFrame *f) {
+  Perfetto__Protos__IPCFrame__InvokeMethodReply *rep = f->msg_invoke_method_reply;
+  assert_non_null(rep);
+  assert_true(rep->success);
+  Perfetto__Protos__EnableTracingResponse *e = perfetto__protos__enable_tracing_response__unpack(
+      NULL, rep->reply_proto.len, rep->reply_proto.data);
+  assert_non_null(e);
+  assert_int_equal(e->state_case, PERFETTO__PROTOS__ENABLE_TRACING_RESPONSE__STATE_DISABLED);
+  assert_true(e->disabled);
+  assert_null(e->error);
+  perfetto__protos__enable_tracing_response__free_unpacked(e, NULL);
+}
+
+static const char *capture_name;
+static client_result result;
+
+static void *client_main(void *arg) {
+  frames req, rec;
+  uint64_t observe_req = 0, read_req = 0, enable_req = 0;
+  bool enable_waiting = false;
+  uint8_t *packet = NULL;
+  size_t packet_len = 0;
+  (void)arg;
+
+  load(capture_name, "to-service", &req);
+  load(capture_name, "to-consumer", &rec);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+
+  for (size_t i = 0; i < req.n; i++) {
+    IPCFrame *f = req.f[i];
+    /* The SDK's StartBlocking waits for all_data_sources_started before it goes on. */
+    while (observe_req && !result.saw_all_started) {
+      IPCFrame *ev = read_frame(fd, NULL, NULL);
+      assert_non_null(ev);
+      handle(&result, ev, observe_req, read_req, &packet, &packet_len);
+      tr_ipc_frame_free(ev);
+    }
+    assert_int_equal(write(fd, req.raw[i], req.len[i]), (ssize_t)req.len[i]);
+    if (f->msg_case == PERFETTO__PROTOS__IPCFRAME__MSG_MSG_BIND_SERVICE) {
+      uint8_t *raw;
+      size_t raw_len;
+      IPCFrame *rep = read_frame(fd, &raw, &raw_len);
+      assert_int_equal(raw_len + 4, rec.len[0]);
+      assert_memory_equal(raw, rec.raw[0] + 4, raw_len); /* byte-identical to traced's */
+      free(raw);
+      tr_ipc_frame_free(rep);
+      continue;
+    }
+    switch (f->msg_invoke_method->method_id) {
+    case 1: { /* EnableTracing: held until the session ends */
+      Perfetto__Protos__EnableTracingRequest *e = perfetto__protos__enable_tracing_request__unpack(
+          NULL, f->msg_invoke_method->args_proto.len, f->msg_invoke_method->args_proto.data);
+      bool by_duration = e->trace_config->duration_ms != 0;
+      perfetto__protos__enable_tracing_request__free_unpacked(e, NULL);
+      enable_req = f->request_id;
+      enable_waiting = true;
+      if (by_duration) {
+        IPCFrame *rep = wait_reply(fd, &result, enable_req, observe_req, read_req, &packet,
+                                   &packet_len);
+        expect_disabled(rep);
+        tr_ipc_frame_free(rep);
+        enable_waiting = false;
+      }
+      break;
+    }
+    case 2: { /* DisableTracing: {} at once, then the held EnableTracing reply */
+      IPCFrame *rep =
+          wait_reply(fd, &result, f->request_id, observe_req, read_req, &packet, &packet_len);
+      assert_true(rep->msg_invoke_method_reply->success);
+      tr_ipc_frame_free(rep);
+      assert_true(enable_waiting);
+      rep = wait_reply(fd, &result, enable_req, observe_req, read_req, &packet, &packet_len);
+      expect_disabled(rep);
+      tr_ipc_frame_free(rep);
+      enable_waiting = false;
+      break;
+    }
+    case 3: { /* ReadBuffers: has_more stream */
+      read_req = f->request_id;
+      IPCFrame *rep = wait_reply(fd, &result, read_req, observe_req, read_req, &packet,
+                                 &packet_len);
+      tr_ipc_frame_free(rep);
+      break;
+    }
+    case 11:
+      observe_req = f->request_id;
+      break;
+    default:
+      fail_msg("unexpected method %u in the capture", f->msg_invoke_method->method_id);
+    }
+  }
+  assert_int_equal(packet_len, 0);
+  free(packet);
+  close(fd);
+  free_frames(&req);
+  free_frames(&rec);
+  uv_async_send(&done_async);
+  return NULL;
+}
+
+/* ---- checks on the reassembled trace ---- */
+
+static void check_trace(const client_result *r) {
+  Perfetto__Protos__Trace *t = perfetto__protos__trace__unpack(NULL, r->trace_len, r->trace);
+  size_t per_host[2] = {0, 0}, sysinfo = 0, stats = 0;
+  uint32_t seq_of[2] = {0, 0};
+  assert_non_null(t);
+  for (size_t i = 0; i < t->n_packet; i++) {
+    Perfetto__Protos__TracePacket *p = t->packet[i];
+    if (p->data_case == PERFETTO__PROTOS__TRACE_PACKET__DATA_SYSTEM_INFO)
+      sysinfo++;
+    if (p->data_case == PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACE_STATS)
+      stats++;
+    for (size_t h = 0; h < 2; h++) {
+      if (!p->has_machine_id || p->machine_id != hosts[h].machine_id || !p->has_timestamp)
+        continue;
+      per_host[h]++;
+      assert_int_equal(p->trusted_uid, 1000);
+      assert_int_equal(p->trusted_pid, 42);
+      if (!seq_of[h])
+        seq_of[h] = p->trusted_packet_sequence_id;
+      assert_int_equal(p->trusted_packet_sequence_id, seq_of[h]);
+    }
+  }
+  assert_int_equal(per_host[0], CHUNKS_PER_HOST * PACKETS_PER_CHUNK);
+  assert_int_equal(per_host[1], CHUNKS_PER_HOST * PACKETS_PER_CHUNK);
+  assert_true(seq_of[0] >= 2 && seq_of[1] >= 2 && seq_of[0] != seq_of[1]);
+  assert_int_equal(sysinfo, 3); /* service machine + two hosts */
+  assert_int_equal(stats, 1);
+  perfetto__protos__trace__free_unpacked(t, NULL);
+
+  /* protoc with our Perfetto protos accepts it too. */
+  char path[] = "/tmp/tr-consumer-replay-XXXXXX", cmd[1024];
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, r->trace, r->trace_len), (ssize_t)r->trace_len);
+  close(fd);
+  snprintf(cmd, sizeof cmd,
+           "protoc --decode=perfetto.protos.Trace -I %s/protos perfetto/trace/trace.proto "
+           "< %s > /dev/null",
+           TR_SOURCE_DIR, path);
+  assert_int_equal(system(cmd), 0);
+  unlink(path);
+}
+
+/* ---- test driver ---- */
+
+static void on_done(uv_async_t *a) {
+  (void)a;
+  uv_close((uv_handle_t *)&done_async, NULL);
+  uv_close((uv_handle_t *)&pump, NULL);
+  tr_consumer_port_close(&port, NULL);
+}
+
+static void replay(const char *capture) {
+  uv_loop_t loop;
+  pthread_t th;
+  uv_loop_init(&loop);
+  assert_int_equal(tr_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  uv_idle_init(&loop, &pump);
+  uv_async_init(&loop, &done_async, on_done);
+  desc.name = "track_event";
+  desc.has_no_flush = 1;
+  desc.no_flush = 0;
+  make_host(0, "web-1");
+  make_host(1, "web-2");
+  snprintf(sock_path, sizeof sock_path, "/tmp/tr-consumer-%d.sock", (int)getpid());
+  assert_int_equal(tr_consumer_port_start(&port, &svc, sock_path, 0600), 0);
+
+  memset(&result, 0, sizeof result);
+  capture_name = capture;
+  assert_int_equal(pthread_create(&th, NULL, client_main, NULL), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  pthread_join(th, NULL);
+  tr_service_free(&svc);
+  uv_run(&loop, UV_RUN_DEFAULT); /* session timers close */
+  assert_int_equal(uv_loop_close(&loop), 0);
+  for (size_t i = 0; i < 2; i++)
+    perfetto__protos__system_info__free_unpacked(hosts[i].system_info, NULL);
+
+  assert_true(result.read_replies >= 2); /* > 32 KiB of data: several has_more replies */
+  check_trace(&result);
+  free(result.trace);
+}
+
+static void test_cli(void **state) {
+  (void)state;
+  replay("consumer-cli");
+}
+
+static void test_cli_relay(void **state) {
+  (void)state;
+  replay("consumer-cli-relay");
+}
+
+static void test_sdk(void **state) {
+  (void)state;
+  replay("consumer-sdk");
+  /* STOPPED (setup) and STARTED per host, all_data_sources_started, STOPPED per host. */
+  assert_true(result.observe_replies >= 5);
+  assert_true(result.saw_all_started);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_cli_relay),
+      cmocka_unit_test(test_sdk),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,437 @@
+/* test_link.c: the relay link for real: the agent's link_client against the service's
+ * link_server over mutually-authenticated TLS on 127.0.0.1 (port 0), in one libuv loop, with
+ * certificates from certs/make-certs.sh. Sessions are replaced by link_stub.c, which records
+ * every upward call in order.
+ *
+ * Covers: Hello/Welcome and the producer re-announcement; chunks, a patch and a flush ack
+ * arriving once each and in order; a command reaching the agent and its reply arriving after
+ * the data queued before it; clock probes feeding the host's estimator; a cut of the
+ * server-side connection in mid-stream, then reconnect and resume with no chunk lost or
+ * duplicated; an agent restart keeping its host entry; a second agent with an already connected name refused while the first keeps
+ * working; an agent whose certificate comes from another CA refused. Every test ends with
+ * uv_loop_close() succeeding, so no handle outlives its owner. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/link_client.h"
+#include "link_stub.h"
+#include "relay/log.h"
+#include "relay/tr_error.h"
+#include "service/link_server.h"
+
+static char dir[256], other_dir[256];
+
+static int make_certs(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/test_link.XXXXXX");
+  snprintf(other_dir, sizeof other_dir, "/tmp/test_link_other.XXXXXX");
+  if (mkdtemp(dir) == NULL || mkdtemp(other_dir) == NULL)
+    return -1;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s/certs/make-certs.sh %s --service-name relay.test --localhost "
+           "--agent web-1 --agent web-2 >/dev/null && %s/certs/make-certs.sh %s --ca-name "
+           "'other CA' --agent web-3 >/dev/null", TR_SOURCE_DIR, dir, TR_SOURCE_DIR, other_dir);
+  tr_log_set_level(TR_LOG_ERROR);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static int remove_certs(void **state) {
+  (void)state;
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, other_dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A config with the CA of the main directory and the certificate `name` of cert_dir. */
+static tr_tls_config *config(enum tr_tls_role role, const char *cert_dir, const char *name) {
+  char ca[512], crt[512], key[512], err[512];
+  snprintf(ca, sizeof ca, "%s/ca.crt", dir);
+  snprintf(crt, sizeof crt, "%s/%s.crt", cert_dir, name);
+  snprintf(key, sizeof key, "%s/%s.key", cert_dir, name);
+  struct tr_tls_config_opts opts = {.role = role, .ca_path = ca, .cert_path = crt, .key_path = key};
+  tr_tls_config *cfg = NULL;
+  if (tr_tls_config_new(&opts, &cfg, err, sizeof err) != 0)
+    fail_msg("config %s: %s", name, err);
+  return cfg;
+}
+
+/* ---- running the loop ---- */
+
+static void on_tick(uv_timer_t *t) { (void)t; }
+
+#define RUN_UNTIL(loop, cond, ms)                                                                 \
+  do {                                                                                            \
+    uv_timer_t tick_;                                                                             \
+    uv_timer_init((loop), &tick_);                                                                \
+    uv_timer_start(&tick_, on_tick, 10, 10);                                                      \
+    uv_update_time(loop);                                                                         \
+    uint64_t deadline_ = uv_now(loop) + (ms);                                                     \
+    while (!(cond) && uv_now(loop) < deadline_)                                                   \
+      uv_run((loop), UV_RUN_ONCE);                                                                \
+    uv_close((uv_handle_t *)&tick_, NULL);                                                        \
+    uv_run((loop), UV_RUN_NOWAIT);                                                                \
+    if (!(cond))                                                                                  \
+      fail_msg("timed out after %d ms waiting for %s", (int)(ms), #cond);                         \
+  } while (0)
+
+static void run_for(uv_loop_t *loop, uint64_t ms) {
+  uv_update_time(loop);
+  uint64_t end = uv_now(loop) + ms;
+  RUN_UNTIL(loop, uv_now(loop) >= end, ms + 1000);
+}
+
+/* ---- the agent side: a chunk queue and a link client ---- */
+
+struct agent {
+  tr_chunkq q;
+  tr_link_client *lc;
+  tr_tls_config *tls;
+  uint32_t next_chunk_id;
+  int welcomes;
+  int commands;
+  uint32_t chunks_per_command;
+  bool done;
+};
+
+static uint8_t payload[200];
+
+static void push_chunks(struct agent *a, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    tr_chunkq_chunk c = {.producer_id = 1, .target_buffer = 0, .trusted_uid = 1000,
+                         .trusted_pid = 42};
+    c.header = (tr_chunk_header){.chunk_id = a->next_chunk_id++, .writer_id = 1, .count = 1};
+    assert_int_equal(tr_chunkq_push_chunk(&a->q, &c, payload, sizeof payload, sizeof payload), 0);
+  }
+  tr_link_client_kick(a->lc);
+}
+
+static void agent_on_welcome(tr_link_client *lc) {
+  struct agent *a = tr_link_client_data(lc);
+  a->welcomes++;
+  Perfetto__Protos__DataSourceDescriptor ds = PERFETTO__PROTOS__DATA_SOURCE_DESCRIPTOR__INIT;
+  ds.name = "test.ds";
+  Perfetto__Protos__DataSourceDescriptor *dss[] = {&ds};
+  Tracerelay__ProducerUpdate u = TRACERELAY__PRODUCER_UPDATE__INIT;
+  u.has_producer_id = u.has_state = u.has_uid = u.has_pid = 1;
+  u.producer_id = 1;
+  u.state = TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED;
+  u.name = "test.producer";
+  u.uid = 1000;
+  u.pid = 42;
+  u.n_data_sources = 1;
+  u.data_sources = dss;
+  assert_int_equal(tr_link_client_send_producer_update(lc, &u), 0);
+}
+
+/* Each command first makes data, then replies: the reply must arrive after that data. */
+static void agent_on_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
+  struct agent *a = tr_link_client_data(lc);
+  a->commands++;
+  push_chunks(a, a->chunks_per_command);
+  assert_int_equal(tr_link_client_reply(lc, cmd->request_id, NULL), 0);
+}
+
+static void agent_done(void *data) { ((struct agent *)data)->done = true; }
+
+static void agent_start(uv_loop_t *loop, struct agent *a, int port, const char *cert_dir,
+                        const char *name) {
+  memset(a, 0, sizeof *a);
+  tr_chunkq_init(&a->q, 64u << 20);
+  a->tls = config(TR_TLS_CLIENT, cert_dir, name);
+  char service[64];
+  snprintf(service, sizeof service, "127.0.0.1:%d", port);
+  struct tr_link_client_opts opts = {.service = service, .service_name = "relay.test",
+                                     .tls = a->tls, .queue = &a->q, .compress = true,
+                                     .backoff_min_ms = 50, .backoff_max_ms = 400};
+  struct tr_link_client_callbacks cbs = {.data = a, .on_welcome = agent_on_welcome,
+                                         .on_command = agent_on_command};
+  assert_int_equal(tr_link_client_start(loop, &opts, &cbs, &a->lc), 0);
+}
+
+static void agent_stop(uv_loop_t *loop, struct agent *a, unsigned timeout_ms) {
+  tr_link_client_shutdown(a->lc, timeout_ms, agent_done, a);
+  RUN_UNTIL(loop, a->done, timeout_ms + 3000);
+  tr_chunkq_free(&a->q);
+  tr_tls_config_unref(a->tls);
+}
+
+/* ---- the service side ---- */
+
+struct service {
+  tr_link_server *ls;
+  tr_tls_config *tls;
+  int port;
+};
+
+static void service_start(uv_loop_t *loop, struct service *s) {
+  link_stub_reset();
+  s->tls = config(TR_TLS_SERVER, dir, "service");
+  struct tr_link_server_opts opts = {.listen = "127.0.0.1:0", .tls = s->tls};
+  assert_int_equal(tr_link_server_start(loop, NULL, &opts, &s->ls), 0);
+  s->port = tr_link_server_port(s->ls);
+  assert_true(s->port > 0);
+}
+
+static tr_host *host_of(struct service *s, const char *name) {
+  return tr_hosts_find(tr_link_server_hosts(s->ls), name);
+}
+
+static void service_stop(uv_loop_t *loop, struct service *s) {
+  tr_link_server_stop(s->ls);
+  tr_tls_config_unref(s->tls);
+  uv_run(loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(loop), 0);
+}
+
+static size_t index_of(enum link_event_kind kind, uint64_t id) {
+  for (size_t i = 0; i < link_n_events; i++)
+    if (link_events[i].kind == kind && link_events[i].id == id)
+      return i;
+  fail_msg("no event %d with id %llu", (int)kind, (unsigned long long)id);
+  return 0;
+}
+
+/* Every chunk id 0..n-1 arrived exactly once, in order. */
+static void assert_chunks_once_in_order(const char *host, uint32_t n) {
+  uint64_t expect = 0;
+  for (size_t i = 0; i < link_n_events; i++) {
+    const struct link_event *e = &link_events[i];
+    if (e->kind != EV_CHUNK || strcmp(e->host, host) != 0)
+      continue;
+    if (e->id != expect)
+      fail_msg("chunk %llu arrived where %llu was expected", (unsigned long long)e->id,
+               (unsigned long long)expect);
+    assert_int_equal(e->payload_len, sizeof payload);
+    expect++;
+  }
+  assert_int_equal(expect, n);
+}
+
+/* ---- tests ---- */
+
+static void test_handshake_data_commands_clock(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct service s;
+  struct agent a;
+  service_start(&loop, &s);
+  agent_start(&loop, &a, s.port, dir, "agent-web-1");
+
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1 &&
+                       host_of(&s, "web-1")->num_producers == 1, 5000);
+  tr_host *h = host_of(&s, "web-1");
+  assert_non_null(h->link);
+  assert_string_equal(h->producers[0].name, "test.producer");
+  assert_int_equal(h->producers[0].num_data_sources, 1);
+  assert_string_equal(h->producers[0].data_sources[0]->name, "test.ds");
+  assert_string_equal(h->system_info->machine_name, "web-1");
+  assert_true(h->system_info->num_cpus > 0);
+  assert_int_equal(a.welcomes, 1);
+
+  /* Chunks, a patch between two of them, then a flush ack behind everything. */
+  push_chunks(&a, 1000);
+  tr_chunkq_patch patch = {.producer_id = 1, .chunk_id = 999, .writer_id = 1, .offset = 4,
+                           .data = {1, 2, 3, 4}};
+  assert_int_equal(tr_chunkq_push_patch(&a.q, &patch), 0);
+  push_chunks(&a, 1000);
+  assert_int_equal(tr_chunkq_push_flush_ack(&a.q, 1, 99), 0);
+  tr_link_client_kick(a.lc);
+  RUN_UNTIL(&loop, link_stub_count(EV_FLUSH_ACK, "web-1") == 1, 5000);
+  assert_chunks_once_in_order("web-1", 2000);
+  size_t ipatch = index_of(EV_PATCH, 999);
+  assert_true(index_of(EV_CHUNK, 999) < ipatch && ipatch < index_of(EV_CHUNK, 1000));
+  assert_int_equal(link_events[ipatch].patch_offset, 4);
+  assert_int_equal(link_events[ipatch].patch_data, 0x04030201u);
+  assert_true(index_of(EV_FLUSH_ACK, 99) > index_of(EV_CHUNK, 1999));
+  assert_int_equal(h->stats.chunks_received, 2000);
+  assert_int_equal(h->stats.bytes_received, 2000 * sizeof payload);
+
+  /* A command: the agent queues 500 chunks, then replies; the reply comes after them. */
+  a.chunks_per_command = 500;
+  Tracerelay__Command__SetupDataSource setup = TRACERELAY__COMMAND__SETUP_DATA_SOURCE__INIT;
+  setup.has_instance_id = 1;
+  setup.instance_id = 1;
+  Tracerelay__Command cmd = TRACERELAY__COMMAND__INIT;
+  cmd.has_request_id = cmd.has_producer_id = 1;
+  cmd.request_id = 7;
+  cmd.producer_id = 1;
+  cmd.cmd_case = TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE;
+  cmd.setup_data_source = &setup;
+  assert_int_equal(tr_host_send_command(h, &cmd), 0);
+  RUN_UNTIL(&loop, link_stub_count(EV_REPLY, "web-1") == 1, 5000);
+  assert_int_equal(a.commands, 1);
+  assert_chunks_once_in_order("web-1", 2500);
+  assert_true(index_of(EV_REPLY, 7) > index_of(EV_CHUNK, 2499));
+
+  /* Clock probes: ten fast ones after Welcome, on one machine, so the offset is ~0. */
+  struct tr_clocksync_stats cs;
+  RUN_UNTIL(&loop, (tr_clocksync_get_stats(h->clock, &cs), cs.probes >= 8), 5000);
+  tr_host_probe_clock(h);
+  int64_t off = tr_clocksync_offset_ns(h->clock);
+  assert_true(off > -2000000 && off < 2000000);
+  assert_true(tr_clocksync_rtt_ns(h->clock) > 0);
+
+  agent_stop(&loop, &a, 3000);
+  RUN_UNTIL(&loop, link_stub_count(EV_DISCONNECTED, "web-1") == 1, 3000);
+  assert_null(h->link);
+  assert_int_equal(h->stats.disconnects, 1);
+  assert_int_equal(tr_hosts_peer(h)->lost_batches, 0);
+  service_stop(&loop, &s);
+}
+
+/* Pushes chunks on a timer while the test cuts the link. */
+struct feeder {
+  uv_timer_t timer;
+  struct agent *a;
+  uint32_t left;
+};
+
+static void on_feed(uv_timer_t *t) {
+  struct feeder *f = t->data;
+  uint32_t n = f->left < 20 ? f->left : 20;
+  push_chunks(f->a, n);
+  f->left -= n;
+  if (f->left == 0)
+    uv_timer_stop(t);
+}
+
+static void test_link_cut_resumes_without_loss(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct service s;
+  struct agent a;
+  service_start(&loop, &s);
+  agent_start(&loop, &a, s.port, dir, "agent-web-1");
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  tr_host *h = host_of(&s, "web-1");
+
+  struct feeder f = {.a = &a, .left = 4000};
+  uv_timer_init(&loop, &f.timer);
+  f.timer.data = &f;
+  uv_timer_start(&f.timer, on_feed, 2, 2);
+  RUN_UNTIL(&loop, link_stub_count(EV_CHUNK, "web-1") >= 600, 5000);
+  tr_link_server_disconnect(h, "test: cutting the link");
+  RUN_UNTIL(&loop, link_stub_count(EV_DISCONNECTED, "web-1") == 1, 3000);
+  /* The feeder keeps going while the link is down: those chunks wait in the spill queue. */
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 2, 5000);
+  RUN_UNTIL(&loop, f.left == 0 && link_stub_count(EV_CHUNK, "web-1") >= 4000, 10000);
+  run_for(&loop, 100); /* a duplicate would show up now */
+  assert_chunks_once_in_order("web-1", 4000);
+  assert_int_equal(a.welcomes, 2);
+  assert_int_equal(h->stats.disconnects, 1);
+  assert_int_equal(h->stats.link_lost_batches, 0);
+  assert_int_equal(tr_link_client_spill(a.lc)->lost_batches, 0);
+  assert_int_equal(h->num_producers, 1);
+
+  uv_close((uv_handle_t *)&f.timer, NULL);
+  agent_stop(&loop, &a, 3000);
+  service_stop(&loop, &s);
+}
+
+/* A new agent instance on the same machine: the host entry and its counts carry on, the old
+ * instance's producers are ended and the new one's announced, the sequence starts afresh. */
+static void test_agent_restart_keeps_host(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct service s;
+  struct agent a;
+  service_start(&loop, &s);
+  agent_start(&loop, &a, s.port, dir, "agent-web-1");
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  tr_host *h = host_of(&s, "web-1");
+  uint64_t first_instance = h->agent_instance_id;
+  push_chunks(&a, 100);
+  RUN_UNTIL(&loop, link_stub_count(EV_CHUNK, "web-1") == 100, 5000);
+  agent_stop(&loop, &a, 3000);
+
+  agent_start(&loop, &a, s.port, dir, "agent-web-1");
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 2 && h->num_producers == 1, 5000);
+  assert_ptr_equal(host_of(&s, "web-1"), h);
+  assert_int_not_equal(h->agent_instance_id, first_instance);
+  assert_int_equal(tr_hosts_peer(h)->agent_restarts, 1);
+  push_chunks(&a, 50);
+  RUN_UNTIL(&loop, h->stats.chunks_received == 150, 5000);
+  assert_int_equal(h->stats.disconnects, 1);
+  assert_int_equal(h->stats.link_lost_batches, 0);
+  assert_int_equal(h->stats.batches_duplicate, 0);
+
+  agent_stop(&loop, &a, 3000);
+  service_stop(&loop, &s);
+}
+
+static void test_duplicate_host_refused(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct service s;
+  struct agent a, b;
+  service_start(&loop, &s);
+  agent_start(&loop, &a, s.port, dir, "agent-web-1");
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  tr_host *h = host_of(&s, "web-1");
+
+  agent_start(&loop, &b, s.port, dir, "agent-web-1");
+  run_for(&loop, 800); /* several attempts, each refused */
+  assert_int_equal(b.welcomes, 0);
+  assert_false(tr_link_client_connected(b.lc));
+  assert_int_equal(link_stub_count(EV_CONNECTED, "web-1"), 1);
+  assert_int_equal(link_stub_count(EV_DISCONNECTED, "web-1"), 0);
+  assert_int_equal(h->stats.disconnects, 0);
+
+  /* The first agent is unaffected. */
+  push_chunks(&a, 300);
+  RUN_UNTIL(&loop, link_stub_count(EV_CHUNK, "web-1") == 300, 5000);
+  assert_chunks_once_in_order("web-1", 300);
+  assert_true(tr_link_client_connected(a.lc));
+
+  agent_stop(&loop, &b, 0);
+  agent_stop(&loop, &a, 3000);
+  service_stop(&loop, &s);
+}
+
+static void test_other_ca_refused(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct service s;
+  struct agent stranger, good;
+  service_start(&loop, &s);
+  agent_start(&loop, &stranger, s.port, other_dir, "agent-web-3");
+  agent_start(&loop, &good, s.port, dir, "agent-web-2");
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-2") == 1, 5000);
+  run_for(&loop, 600);
+  assert_null(host_of(&s, "web-3"));
+  assert_int_equal(link_stub_count(EV_CONNECTED, "web-3"), 0);
+  assert_int_equal(stranger.welcomes, 0);
+  assert_false(tr_link_client_connected(stranger.lc));
+  assert_true(tr_link_client_connected(good.lc));
+
+  agent_stop(&loop, &stranger, 0);
+  agent_stop(&loop, &good, 3000);
+  service_stop(&loop, &s);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN); /* as the daemons do: a peer gone mid-write is an error code */
+  for (size_t i = 0; i < sizeof payload; i++)
+    payload[i] = (uint8_t)(i % 7);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_handshake_data_commands_clock),
+      cmocka_unit_test(test_link_cut_resumes_without_loss),
+      cmocka_unit_test(test_agent_restart_keeps_host),
+      cmocka_unit_test(test_duplicate_host_refused),
+      cmocka_unit_test(test_other_ca_refused),
+  };
+  return cmocka_run_group_tests(tests, make_certs, remove_certs);
+}
