@@ -490,7 +490,7 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
       continue;
     int64_t bucket = s ? (s->h - host_from) / period_ns : -2;
     if (best && bucket != best_bucket) {
-      struct tr_clocksync_sync_pair pair;
+      struct tr_clocksync_sync_pair pair = {0};
       tr_clocksync_pair_from_exchange(&best->p, &pair);
       if (n == 0 || (pair.ping_remote > last.update_remote &&
                      pair.ping_service > last.update_service)) {

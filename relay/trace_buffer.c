@@ -644,7 +644,7 @@ static int read_spanning(tr_tbuf *b, struct seq *s, bool final, const struct fra
   advance(c, f0);
   for (uint32_t i = 1; i <= k; i++) {
     struct chunk *m = at(s, i);
-    struct frag fm;
+    struct frag fm = {0};
     /* Checked by the loop above; parsing again is cheaper than remembering every piece. */
     (void)parse_frag(b, m, &fm);
     memcpy(b->scratch + pos, payload_of(b, m) + fm.start, fm.len);

@@ -247,7 +247,7 @@ static int collect_snapshot(struct ctx *c, struct seq_state *s,
     if (!is_seq_clock(clocks[i].clock_id) &&
         (rc = note_range(c, s->machine, clocks[i].clock_id, clocks[i].timestamp)) < 0)
       return rc;
-  if (!has_builtin && first_global && !s->domain)
+  if (s->machine == 0 && !has_builtin && first_global && !s->domain)
     s->domain = first_global;
   return 0;
 }
@@ -522,7 +522,7 @@ static int collect(struct ctx *c, const Perfetto__Protos__TracePacket *p, uint64
     break;
   }
   uint32_t clock = packet_clock(s, p);
-  if (p->has_timestamp && clock >= SEQ_CLOCK_END && !s->domain)
+  if (s->machine == 0 && p->has_timestamp && clock >= SEQ_CLOCK_END && !s->domain)
     s->domain = clock;
   return rc;
 }

@@ -19,9 +19,9 @@
  * every timestamp in file order. So a packet written before the snapshot that links its clock
  * still resolves, as trace_processor's deferred packets do.
  *
- * Hosts: a host is a machine_id plus, in the `global-clocks` encoding (no machine_id), a clock
- * domain: the first global clock id (>= 128) a sequence stamps its packets with, or that one of
- * its ClockSnapshots holds without any builtin clock. A domain whose id is
+ * Hosts: a host is a machine_id plus, on machine 0 (the `global-clocks` encoding has no
+ * machine_id), a clock domain: the first global clock id (>= 128) a sequence stamps its packets
+ * with, or that one of its ClockSnapshots holds without any builtin clock. A domain whose id is
  * tr_global_clock_id(NAME, clock name) for a SystemInfo machine_name NAME is named NAME and
  * stands for NAME's BOOTTIME id. Host names come from SystemInfo.machine_name, else utsname.
  * Host losses: TraceStats written on that host's sequences (buffer overwrites, discards, ABI

@@ -164,6 +164,52 @@ int tr_trace_writer_service_event(int32_t uid, uint64_t boottime_ns,
   return finish(&p, 0, NULL, 0, out);
 }
 
+static void boottime_snapshot(Perfetto__Protos__ClockSnapshot *cs,
+                              Perfetto__Protos__ClockSnapshot__Clock *clock,
+                              Perfetto__Protos__ClockSnapshot__Clock **ptr, int64_t ts) {
+  perfetto__protos__clock_snapshot__init(cs);
+  perfetto__protos__clock_snapshot__clock__init(clock);
+  clock->has_clock_id = 1;
+  clock->clock_id = TR_CLOCK_BOOTTIME;
+  clock->has_timestamp = 1;
+  clock->timestamp = (uint64_t)ts;
+  *ptr = clock;
+  cs->n_clocks = 1;
+  cs->clocks = ptr;
+}
+
+int tr_trace_writer_remote_clock_sync(int32_t uid, uint32_t machine_id,
+                                      const struct tr_clocksync_sync_pair *pair,
+                                      tr_trace_writer_buf *out) {
+  Perfetto__Protos__TracePacket p;
+  Perfetto__Protos__RemoteClockSync rcs = PERFETTO__PROTOS__REMOTE_CLOCK_SYNC__INIT;
+  Perfetto__Protos__RemoteClockSync__SyncedClocks sc[2];
+  Perfetto__Protos__RemoteClockSync__SyncedClocks *scp[2] = {&sc[0], &sc[1]};
+  Perfetto__Protos__ClockSnapshot snaps[4];
+  Perfetto__Protos__ClockSnapshot__Clock clocks[4];
+  Perfetto__Protos__ClockSnapshot__Clock *ptrs[4];
+  const int64_t values[4] = {pair->ping_remote, pair->ping_service, pair->update_remote,
+                             pair->update_service};
+
+  for (int i = 0; i < 4; i++)
+    boottime_snapshot(&snaps[i], &clocks[i], &ptrs[i], values[i]);
+  for (int i = 0; i < 2; i++) {
+    perfetto__protos__remote_clock_sync__synced_clocks__init(&sc[i]);
+    sc[i].client_clocks = &snaps[2 * i];
+    sc[i].host_clocks = &snaps[2 * i + 1];
+  }
+  rcs.n_synced_clocks = 2;
+  rcs.synced_clocks = scp;
+  perfetto__protos__trace_packet__init(&p);
+  p.has_trusted_uid = 1;
+  p.trusted_uid = uid;
+  p.has_machine_id = 1;
+  p.machine_id = machine_id;
+  p.data_case = PERFETTO__PROTOS__TRACE_PACKET__DATA_REMOTE_CLOCK_SYNC;
+  p.remote_clock_sync = &rcs;
+  return finish(&p, 0, NULL, 0, out);
+}
+
 int tr_trace_writer_trace_stats(int32_t uid, uint64_t boottime_ns,
                                 const Perfetto__Protos__TraceStats *stats, const uint8_t *extra,
                                 size_t extra_len, tr_trace_writer_buf *out) {

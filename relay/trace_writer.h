@@ -17,6 +17,7 @@
 #include "perfetto/config/trace_config.pb-c.h"
 #include "perfetto/trace/system_info.pb-c.h"
 #include "relay/clock.h"
+#include "relay/clocksync.h"
 
 /* Longest record header: the 0x0A tag and a 64-bit varint. */
 #define TR_TRACE_WRITER_RECORD_HEADER_MAX 11u
@@ -59,6 +60,12 @@ int tr_trace_writer_system_info(int32_t uid, const Perfetto__Protos__SystemInfo 
                                 uint32_t machine_id, tr_trace_writer_buf *out);
 int tr_trace_writer_service_event(int32_t uid, uint64_t boottime_ns,
                                   enum tr_trace_writer_event event, tr_trace_writer_buf *out);
+/* remote_clock_sync for a remote host (machine_id), one exchange as a PING/UPDATE pair of
+ * BOOTTIME readings (client = the host, host = the service), with trusted_uid and machine_id but
+ * no sequence id, as traced writes it (vectors README section 5). */
+int tr_trace_writer_remote_clock_sync(int32_t uid, uint32_t machine_id,
+                                      const struct tr_clocksync_sync_pair *pair,
+                                      tr_trace_writer_buf *out);
 /* trace_stats, followed by `extra` bytes (already-encoded TraceStats fields, e.g. our
  * per-host extension, see service/trace_output.c); extra may be NULL. */
 int tr_trace_writer_trace_stats(int32_t uid, uint64_t boottime_ns,

@@ -15,7 +15,7 @@
 /* traced cuts ReadBuffers replies at about 32 KiB of packet data (vectors README 6.1); the
  * second cap keeps many tiny slices under the 128 KiB frame limit. */
 #define READ_DATA_BUDGET (32u * 1024u)
-#define READ_REPLY_CAP (96u * 1024u)
+#define READ_REPLY_CAP (64u * 1024u) /* + one slice of READ_DATA_BUDGET: < 128 KiB */
 #define READ_HIGH_WATER (512u * 1024u)
 #define STATE_REPLY_CAP (64u * 1024u)
 
@@ -46,8 +46,6 @@ struct flush_ctx {
   uint64_t req;
   flush_ctx *next;
 };
-
-static const tr_session_observer observer;
 
 /* ---- encoding helpers ---- */
 
@@ -517,34 +515,45 @@ static void observe_events(tr_ipc_conn *conn, uint64_t req, const uint8_t *args,
 }
 
 /* ---- QueryServiceState: one small TracingServiceState per element, replies cut at
- * STATE_REPLY_CAP; the consumer concatenates them back into one message. ---- */
+ * STATE_REPLY_CAP; the consumer concatenates them back into one message. Each reply holds
+ * exactly ONE service_state field wrapping the concatenated elements (itself a valid
+ * TracingServiceState, as traced builds its chunks): Perfetto's client decodes every reply
+ * with a cppgen parser for which a repeated singular service_state replaces the previous one
+ * (clearing its repeated fields), so a second service_state in one reply would hide the
+ * producers and data sources of the first. ---- */
+
+#define STATE_HDR 6u /* room for 0x0A + the varint of a length below 2^32 */
 
 typedef struct state_out {
   tr_consumer *c;
   uint64_t req;
-  uint8_t *buf;
-  size_t used;
+  uint8_t *buf; /* STATE_HDR bytes reserved for the field header, then the elements */
+  size_t used;  /* bytes of elements after the reserved header */
   bool failed;
 } state_out;
 
 static void state_flush(state_out *o, bool has_more) {
+  uint8_t hdr[STATE_HDR];
+  size_t hl = 0;
   if (o->failed)
     return;
-  if (tr_ipc_conn_reply(o->c->conn, o->req, true, has_more, o->buf, o->used, -1) != 0)
+  hdr[hl++] = 0x0A;
+  hl += put_varint(o->used, hdr + hl);
+  memcpy(o->buf + STATE_HDR - hl, hdr, hl);
+  if (tr_ipc_conn_reply(o->c->conn, o->req, true, has_more, o->buf + STATE_HDR - hl,
+                        hl + o->used, -1) != 0)
     o->failed = true;
   o->used = 0;
 }
 
-/* Appends QueryServiceStateResponse{1: state} for one element. */
+/* Appends one element (a TracingServiceState's serialised fields) to the current reply. */
 static void state_add(state_out *o, const Perfetto__Protos__TracingServiceState *st) {
   size_t n = perfetto__protos__tracing_service_state__get_packed_size(st);
-  if (o->failed || n + 16 > STATE_REPLY_CAP)
+  if (o->failed || n + STATE_HDR + 16 > STATE_REPLY_CAP)
     return;
-  if (o->used + n + 16 > STATE_REPLY_CAP)
+  if (o->used + n + STATE_HDR + 16 > STATE_REPLY_CAP)
     state_flush(o, true);
-  o->buf[o->used++] = 0x0A;
-  o->used += put_varint(n, o->buf + o->used);
-  o->used += perfetto__protos__tracing_service_state__pack(st, o->buf + o->used);
+  o->used += perfetto__protos__tracing_service_state__pack(st, o->buf + STATE_HDR + o->used);
 }
 
 static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len,
@@ -775,8 +784,10 @@ int tr_consumer_port_start(tr_consumer_port *port, tr_service *svc, const char *
   cfg.on_disconnect = on_disconnect;
   port->svc = svc;
   port->close_cb = NULL;
+  port->ipc_ready = false;
   if ((rc = tr_ipc_host_init(&port->ipc, svc->loop, &cfg)) != 0)
     return rc;
+  port->ipc_ready = true;
   port->ipc.data = port;
   return tr_ipc_host_start(&port->ipc, path, mode);
 }
@@ -794,6 +805,12 @@ static void on_ipc_closed(tr_ipc_host *host) {
 
 void tr_consumer_port_close(tr_consumer_port *port, tr_consumer_port_close_cb cb) {
   port->close_cb = cb;
+  if (!port->ipc_ready) {
+    if (cb)
+      cb(port);
+    return;
+  }
+  port->ipc_ready = false;
   tr_ipc_host_close(&port->ipc, on_ipc_closed);
 }
 

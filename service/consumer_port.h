@@ -22,10 +22,12 @@ struct tr_consumer_port {
   tr_ipc_host ipc;
   tr_service *svc;
   tr_consumer_port_close_cb close_cb;
+  bool ipc_ready; /* tr_ipc_host_init succeeded: the host must be closed */
 };
 
 /* Listens on path with the given mode. 0, or the tr_ipc_host_start error (e.g.
- * TR_ERR_SYS(EADDRINUSE) when another service runs there). On failure nothing is left open. */
+ * TR_ERR_SYS(EADDRINUSE) when another service runs there). Whatever the result, end with
+ * tr_consumer_port_close. */
 int tr_consumer_port_start(tr_consumer_port *port, tr_service *svc, const char *path,
                            mode_t mode);
 /* Ends every session with `error` told to its consumer (EnableTracing reply), for shutdown. */

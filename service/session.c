@@ -396,7 +396,7 @@ static void on_clear_period(uv_timer_t *t) {
 
 static void on_write_period(uv_timer_t *t) {
   tr_session *s = t->data;
-  if (tr_trace_output_write_file(s, false) == TR_ERR_FULL)
+  if (tr_trace_output_write_file(s) == TR_ERR_FULL)
     tr_session_disable(s);
 }
 
@@ -511,10 +511,8 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   s->consumer_uid = consumer_uid;
   if ((rc = copy_config(cfg, &s->cfg)) != 0)
     goto fail;
-  if ((rc = open_output(cfg, output_fd, &s->out_fd, err, err_len)) != 0) {
-    output_fd = -1; /* open_output did not take it on failure, we close it below */
-    goto fail;
-  }
+  if ((rc = open_output(cfg, output_fd, &s->out_fd, err, err_len)) != 0)
+    goto fail; /* output_fd was not taken: closed below */
   if (s->out_fd != output_fd && output_fd >= 0)
     close(output_fd); /* output_path wins over a passed fd */
   output_fd = -1;
@@ -658,7 +656,7 @@ void tr_session_end(tr_session *s, const char *error) {
   uv_timer_stop(&s->write_timer);
   tr_session_add_event(s, TR_TW_TRACING_DISABLED);
   if (s->out_fd >= 0) {
-    tr_trace_output_write_file(s, true);
+    tr_trace_output_write_file(s);
     close(s->out_fd);
     s->out_fd = -1;
   }
@@ -670,8 +668,12 @@ void tr_session_end(tr_session *s, const char *error) {
 }
 
 void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev) {
-  if (s->num_events == TR_SESSION_MAX_EVENTS)
-    return; /* only flush events repeat; the first ones tell the story */
+  bool repeats = ev == TR_TW_FLUSH_STARTED || ev == TR_TW_ALL_DATA_SOURCES_FLUSHED;
+  /* Periodic flushes may fill the list between reads: they get half of it, so the
+   * lifecycle events (started, disabled, read completed) always have room. */
+  if (s->num_events == TR_SESSION_MAX_EVENTS ||
+      (repeats && s->num_events >= TR_SESSION_MAX_EVENTS / 2))
+    return;
   s->events[s->num_events].ts = tr_session_now();
   s->events[s->num_events].event = ev;
   s->num_events++;

@@ -83,6 +83,7 @@ typedef struct tr_session_host {
   bool gone;                  /* link down */
   bool retired;               /* its agent restarted: a newer entry took over */
   tr_tbuf **tbufs;            /* [num_buffers], made on the first chunk */
+  int64_t clock_sync_from;    /* host BOOTTIME up to which remote_clock_sync was written */
   uint64_t chunks_refused;
   uint64_t flushes_missed;
   uint64_t disconnects;

@@ -23,6 +23,9 @@
 
 #define COMP "output"
 #define FILE_CHUNK (64u * 1024u)
+#define SYNC_PERIOD_NS 1000000000ll
+#define SYNC_MAX_PER_PASS 1024
+#define SYNC_HOST_MAX ((1ll << 62) - 1)
 
 enum { PHASE_HEAD, PHASE_BUFFERS, PHASE_TAIL, PHASE_DONE };
 
@@ -70,12 +73,45 @@ static int add_events(tr_session *s, tr_session_reader *r) {
   return rc;
 }
 
+/* remote_clock_sync packets (machines timeline): the best real exchanges of each host since
+ * the last pass, one packet per exchange and per SYNC_PERIOD_NS of host time, so trace_processor
+ * gets one cross-machine edge per period and follows the drift piecewise. A non-final pass
+ * stops at the estimator's frontier (what it will not revise); the final one takes all. */
+static int add_clock_syncs(tr_session *s, tr_session_reader *r, size_t cap) {
+  struct tr_clocksync_probe ex[SYNC_MAX_PER_PASS];
+  for (size_t h = 0; h < s->num_hosts; h++) {
+    tr_session_host *sh = &s->hosts[h];
+    int64_t to;
+    int n;
+    if (!sh->host->clock || host_listed_before(s, h))
+      continue;
+    to = r->final ? SYNC_HOST_MAX : tr_clocksync_frontier(sh->host->clock);
+    if (to <= sh->clock_sync_from)
+      continue;
+    n = tr_clocksync_best_exchanges(sh->host->clock, sh->clock_sync_from, to, SYNC_PERIOD_NS, ex,
+                                    SYNC_MAX_PER_PASS);
+    for (int i = 0; i < n && r->num_svc < cap; i++) {
+      struct tr_clocksync_sync_pair pair;
+      tr_trace_writer_buf p;
+      int rc;
+      if (tr_clocksync_pair_from_exchange(&ex[i], &pair) != 0)
+        continue;
+      rc = push(r, tr_trace_writer_remote_clock_sync(s->svc->uid, sh->host->machine_id, &pair, &p),
+                &p);
+      if (rc != 0)
+        return rc;
+      sh->clock_sync_from = (ex[i].t2 + ex[i].t3) / 2 + 1;
+    }
+  }
+  return 0;
+}
+
 /* The first pass's head: clocks, marker, config, uuid, system infos; then pending events. */
 static int build_head(tr_session *s) {
   tr_session_reader *r = &s->reader;
   const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = s->cfg->builtin_data_sources;
   int32_t uid = s->svc->uid;
-  size_t cap = 8 + s->num_hosts + TR_SESSION_MAX_EVENTS;
+  size_t cap = 8 + s->num_hosts + TR_SESSION_MAX_EVENTS + SYNC_MAX_PER_PASS;
   tr_trace_writer_buf p;
   int rc = 0;
 
@@ -105,7 +141,12 @@ static int build_head(tr_session *s) {
     }
     s->first_read_done = true;
   }
-  return rc ? rc : add_events(s, r);
+  /* traced's order: lifecycle events, then remote_clock_sync. */
+  if (rc == 0)
+    rc = add_events(s, r);
+  if (rc == 0 && s->svc->timeline == TR_TIMELINE_MACHINES)
+    rc = add_clock_syncs(s, r, cap);
+  return rc;
 }
 
 static int build_tail(tr_session *s) {
@@ -418,14 +459,13 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
   return 0;
 }
 
-int tr_trace_output_write_file(tr_session *s, bool final) {
+int tr_trace_output_write_file(tr_session *s) {
   uint64_t max = s->cfg->max_file_size_bytes;
   uint8_t *buf;
   size_t used = 0;
   tr_output_packet pkt;
   int rc;
 
-  (void)final; /* a pass is final by the session's state */
   if (s->out_fd < 0 || s->file_full)
     return s->file_full ? TR_ERR_FULL : 0;
   buf = malloc(FILE_CHUNK);

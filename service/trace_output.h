@@ -37,9 +37,10 @@ int tr_trace_output_stats(tr_session *s, Perfetto__Protos__TraceStats **stats, u
                           size_t *ext_len);
 void tr_trace_output_free_stats(Perfetto__Protos__TraceStats *stats);
 
-/* write_into_file: one pass into the session's file as `0x0A varint(len) packet` records.
+/* write_into_file: one pass (final once the session stopped) into the session's file as
+ * `0x0A varint(len) packet` records.
  * Returns 0, TR_ERR_FULL once max_file_size_bytes is reached (the session should stop), or
  * TR_ERR_SYS(errno) if writing failed (logged). */
-int tr_trace_output_write_file(tr_session *s, bool final);
+int tr_trace_output_write_file(tr_session *s);
 
 #endif

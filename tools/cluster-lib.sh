@@ -41,6 +41,8 @@ cluster_init() {
 }
 
 cluster_cleanup() {
+  local status=$?
+  set +e # a failing kill or wait must not change the script's own exit status
   local pid
   for pid in "${CLUSTER_PIDS[@]}"; do
     kill -TERM "$pid" 2>/dev/null
@@ -56,6 +58,7 @@ cluster_cleanup() {
     ip netns del "$ns" 2>/dev/null
   done
   CLUSTER_NETNS=()
+  return $status
 }
 
 # The namespace of the service and of host N, or nothing without namespaces.
@@ -65,6 +68,9 @@ in_ns() { # in_ns NS CMD...: runs CMD in NS (or here, without namespaces)
   local ns=$1; shift
   if [ -n "$ns" ]; then ip netns exec "$ns" "$@"; else "$@"; fi
 }
+# The command prefix that enters NS. Used unquoted for background daemons, so that $! is
+# the daemon itself (`ip netns exec` execs it) rather than a subshell running a function.
+ns_prefix() { if [ -n "$1" ]; then echo "ip netns exec $1"; fi; }
 host_index() { # host_index NAME -> 1-based index in CLUSTER_HOSTS
   local i
   for i in "${!CLUSTER_HOSTS[@]}"; do
@@ -112,7 +118,7 @@ wait_for_socket() { # wait_for_socket PATH PID: up to 10 s
 }
 
 cluster_start_service() {
-  in_ns "$(svc_ns)" "$TR_BIN/tracerelay-service" --listen "0.0.0.0:$SERVICE_PORT" \
+  $(ns_prefix "$(svc_ns)") "$TR_BIN/tracerelay-service" --listen "0.0.0.0:$SERVICE_PORT" \
     --consumer-socket "$CONSUMER_SOCK" --ca "$WORK/pki/ca.crt" \
     --cert "$WORK/pki/service.crt" --key "$WORK/pki/service.key" "$@" \
     >>"$WORK/service.log" 2>&1 &
@@ -125,7 +131,7 @@ cluster_start_agent() {
   local name=$1; shift
   local i; i=$(host_index "$name") || { cluster_log "unknown host $name"; return 1; }
   mkdir -p "$WORK/$name"
-  in_ns "$(host_ns "$i")" "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/$name/producer.sock" \
+  $(ns_prefix "$(host_ns "$i")") "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/$name/producer.sock" \
     --service "$(service_addr_for "$i"):$SERVICE_PORT" --service-name "$SERVICE_NAME" \
     --ca "$WORK/pki/ca.crt" --cert "$WORK/pki/agent-$name.crt" --key "$WORK/pki/agent-$name.key" \
     "$@" >>"$WORK/agent-$name.log" 2>&1 &
@@ -139,7 +145,7 @@ cluster_start_loadgen() {
   local name=$1; shift
   local i; i=$(host_index "$name") || { cluster_log "unknown host $name"; return 1; }
   local n=${LOADGEN_SEQ:-0}; LOADGEN_SEQ=$((n + 1))
-  in_ns "$(host_ns "$i")" "$TR_BIN/tracerelay-loadgen" --socket "$WORK/$name/producer.sock" \
+  $(ns_prefix "$(host_ns "$i")") "$TR_BIN/tracerelay-loadgen" --socket "$WORK/$name/producer.sock" \
     --stats-json "$WORK/loadgen-$name-$n.json" "$@" >>"$WORK/loadgen-$name-$n.log" 2>&1 &
   LOADGEN_PID=$!
   CLUSTER_PIDS+=("$LOADGEN_PID")

@@ -25,12 +25,12 @@ LOADGENS=("${CLUSTER_PIDS[@]: -3}")
 "$TR_SRC/certs/make-certs.sh" "$WORK/rogue" --ca-name "rogue CA" --agent web-1 >/dev/null
 "$TR_SRC/certs/make-certs.sh" "$WORK/pki" --agent web-4 --no-client-auth >/dev/null
 mkdir -p "$WORK/rogue-agent" "$WORK/noauth-agent"
-in_ns "$(host_ns 1)" "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/rogue-agent/p.sock" \
+$(ns_prefix "$(host_ns 1)") "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/rogue-agent/p.sock" \
   --service "$(service_addr_for 1):$SERVICE_PORT" --service-name "$SERVICE_NAME" \
   --ca "$WORK/pki/ca.crt" --cert "$WORK/rogue/agent-web-1.crt" --key "$WORK/rogue/agent-web-1.key" \
   >"$WORK/rogue-agent.log" 2>&1 &
 CLUSTER_PIDS+=($!)
-in_ns "$(host_ns 2)" "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/noauth-agent/p.sock" \
+$(ns_prefix "$(host_ns 2)") "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/noauth-agent/p.sock" \
   --service "$(service_addr_for 2):$SERVICE_PORT" --service-name "$SERVICE_NAME" \
   --ca "$WORK/pki/ca.crt" --cert "$WORK/pki/agent-web-4.crt" --key "$WORK/pki/agent-web-4.key" \
   >"$WORK/noauth-agent.log" 2>&1 &
@@ -53,23 +53,23 @@ python3 - "$WORK" "${HOSTS[@]}" <<'PY'
 import json, sys, glob
 work, hosts = sys.argv[1], sys.argv[2:]
 report = json.load(open(f"{work}/inspect.json"))
-machines = {m.get("name"): m for m in report["machines"]}
+machines = {m.get("name"): m for m in report["hosts"]}
 failures = []
 for h in hosts:
     written = 0
     for f in glob.glob(f"{work}/loadgen-{h}-*.json"):
-        total = json.load(open(f))["total"]
-        written += total["packets_written"]
+        written += json.load(open(f))["total"]["packets_written"]
     m = machines.get(h)
     if m is None:
         failures.append(f"machine {h} missing from the trace (machines: {sorted(machines)})")
         continue
-    got = m["producer_packets"]
-    lost = m.get("losses", {})
-    print(f"{h}: loadgen wrote {written} packets, trace holds {got}, losses {lost}")
+    # Sequence 1 is the service's own (system info, clock sync); producers start at 2.
+    got = sum(n for seq, n in m["sequences"].items() if int(seq) >= 2)
+    lost = {k: v for k, v in m["losses"].items() if k != "trace_stats_packets" and v}
+    print(f"{h}: loadgen wrote {written} packets, trace holds {got}, losses {lost or 'none'}")
     if got != written:
         failures.append(f"{h}: {written} packets written, {got} in the trace")
-    if any(v for v in lost.values()):
+    if lost:
         failures.append(f"{h}: losses reported on a lossless run: {lost}")
     if m.get("unresolved", 0):
         failures.append(f"{h}: {m['unresolved']} packets with unresolvable timestamps")

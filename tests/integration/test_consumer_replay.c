@@ -10,7 +10,10 @@
  * DisableTracing) and is {disabled: true}; ObserveEvents streams instance changes and
  * all_data_sources_started; ReadBuffers streams has_more replies of <= ~32 KiB of packet data
  * that reassemble into a trace protoc accepts, holding every fake packet with its host's
- * machine_id and sequence ids unique across hosts. */
+ * machine_id and sequence ids unique across hosts. Also, with sessions driven directly: a
+ * flush that a silent or disconnected host does not answer fails at its timeout and counts
+ * that host only; a host that reconnects as the same agent keeps its instances, a restarted
+ * agent is set up again; chunks for unknown buffers are counted; config errors are clear. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,6 +32,7 @@
 #include "perfetto/trace/trace.pb-c.h"
 #include "relay/fnv1a.h"
 #include "relay/ipc_frame.h"
+#include "relay/tr_error.h"
 #include "service/consumer_port.h"
 
 #define CHUNKS_PER_HOST 24
@@ -120,6 +124,8 @@ static void commit_chunks(tr_host *host, uint32_t target_buffer) {
 }
 
 static uint32_t target_buffer_of[2];
+static bool silent_host[2]; /* never acks flushes */
+static size_t setups_seen;
 
 static void answer(tr_host *host, const Tracerelay__Command *cmd) {
   Tracerelay__CommandReply reply = TRACERELAY__COMMAND_REPLY__INIT;
@@ -128,11 +134,14 @@ static void answer(tr_host *host, const Tracerelay__Command *cmd) {
   case TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE:
     assert_string_equal(cmd->setup_data_source->config->name, "track_event");
     target_buffer_of[host - hosts] = cmd->setup_data_source->config->target_buffer;
+    setups_seen++;
     break;
   case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
     commit_chunks(host, target_buffer_of[host - hosts]);
     break;
   case TRACERELAY__COMMAND__CMD_FLUSH: {
+    if (silent_host[host - hosts])
+      return;
     Tracerelay__FlushAck ack = TRACERELAY__FLUSH_ACK__INIT;
     ack.flush_request_id = cmd->flush->flush_request_id;
     ack.producer_id = cmd->producer_id;
@@ -355,7 +364,7 @@ static void *client_main(void *arg) {
   for (size_t i = 0; i < req.n; i++) {
     IPCFrame *f = req.f[i];
     /* The SDK's StartBlocking waits for all_data_sources_started before it goes on. */
-    while (observe_req && !result.saw_all_started) {
+    while (observe_req && enable_waiting && !result.saw_all_started) {
       IPCFrame *ev = read_frame(fd, NULL, NULL);
       assert_non_null(ev);
       handle(&result, ev, observe_req, read_req, &packet, &packet_len);
@@ -363,7 +372,7 @@ static void *client_main(void *arg) {
     }
     assert_int_equal(write(fd, req.raw[i], req.len[i]), (ssize_t)req.len[i]);
     if (f->msg_case == PERFETTO__PROTOS__IPCFRAME__MSG_MSG_BIND_SERVICE) {
-      uint8_t *raw;
+      uint8_t *raw = NULL;
       size_t raw_len;
       IPCFrame *rep = read_frame(fd, &raw, &raw_len);
       assert_int_equal(raw_len + 4, rec.len[0]);
@@ -527,11 +536,283 @@ static void test_sdk(void **state) {
   assert_true(result.saw_all_started);
 }
 
+/* ---- other methods over the socket: QueryServiceState, QueryCapabilities, CloneSession ---- */
+
+static void invoke(int fd, uint64_t req, uint32_t method, const ProtobufCMessage *args) {
+  IPCFrame f = PERFETTO__PROTOS__IPCFRAME__INIT;
+  Perfetto__Protos__IPCFrame__InvokeMethod inv = PERFETTO__PROTOS__IPCFRAME__INVOKE_METHOD__INIT;
+  uint8_t argbuf[512], *out;
+  size_t out_len;
+  inv.has_service_id = 1;
+  inv.service_id = 1;
+  inv.has_method_id = 1;
+  inv.method_id = method;
+  inv.has_args_proto = 1;
+  inv.args_proto.data = argbuf;
+  inv.args_proto.len = args ? protobuf_c_message_pack(args, argbuf) : 0;
+  f.has_request_id = 1;
+  f.request_id = req;
+  f.msg_case = PERFETTO__PROTOS__IPCFRAME__MSG_MSG_INVOKE_METHOD;
+  f.msg_invoke_method = &inv;
+  assert_int_equal(tr_ipc_frame_encode(&f, &out, &out_len), 0);
+  assert_int_equal(write(fd, out, out_len), (ssize_t)out_len);
+  free(out);
+}
+
+static void *query_client(void *arg) {
+  frames req;
+  uint8_t state[65536];
+  size_t state_len = 0;
+  (void)arg;
+  load("consumer-cli", "to-service", &req);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(write(fd, req.raw[0], req.len[0]), (ssize_t)req.len[0]); /* BindService */
+  tr_ipc_frame_free(read_frame(fd, NULL, NULL));
+
+  /* QueryServiceState: replies concatenate into one TracingServiceState. */
+  invoke(fd, 2, 12, NULL);
+  for (;;) {
+    IPCFrame *f = read_frame(fd, NULL, NULL);
+    Perfetto__Protos__IPCFrame__InvokeMethodReply *r = f->msg_invoke_method_reply;
+    assert_true(r->success);
+    assert_true(state_len + r->reply_proto.len <= sizeof state);
+    memcpy(state + state_len, r->reply_proto.data, r->reply_proto.len);
+    state_len += r->reply_proto.len;
+    bool more = r->has_more;
+    tr_ipc_frame_free(f);
+    if (!more)
+      break;
+  }
+  Perfetto__Protos__QueryServiceStateResponse *q =
+      perfetto__protos__query_service_state_response__unpack(NULL, state_len, state);
+  assert_non_null(q);
+  assert_int_equal(q->service_state->n_producers, 2);
+  assert_string_equal(q->service_state->producers[1]->machine_name, "web-2");
+  assert_int_equal(q->service_state->producers[1]->machine_id, tr_machine_id("web-2"));
+  assert_int_equal(q->service_state->n_data_sources, 2);
+  assert_int_equal(q->service_state->data_sources[1]->producer_id, 2);
+  perfetto__protos__query_service_state_response__free_unpacked(q, NULL);
+
+  /* QueryCapabilities */
+  invoke(fd, 3, 13, NULL);
+  IPCFrame *f = read_frame(fd, NULL, NULL);
+  Perfetto__Protos__QueryCapabilitiesResponse *c = perfetto__protos__query_capabilities_response__unpack(
+      NULL, f->msg_invoke_method_reply->reply_proto.len, f->msg_invoke_method_reply->reply_proto.data);
+  assert_non_null(c);
+  assert_true(c->capabilities->has_query_capabilities);
+  assert_int_equal(c->capabilities->n_observable_events, 2);
+  perfetto__protos__query_capabilities_response__free_unpacked(c, NULL);
+  tr_ipc_frame_free(f);
+
+  /* CloneSession: a clean failure inside a successful reply. */
+  invoke(fd, 4, 15, NULL);
+  f = read_frame(fd, NULL, NULL);
+  Perfetto__Protos__CloneSessionResponse *cl = perfetto__protos__clone_session_response__unpack(
+      NULL, f->msg_invoke_method_reply->reply_proto.len, f->msg_invoke_method_reply->reply_proto.data);
+  assert_non_null(cl);
+  assert_false(cl->success);
+  assert_non_null(cl->error);
+  perfetto__protos__clone_session_response__free_unpacked(cl, NULL);
+  tr_ipc_frame_free(f);
+
+  /* Without a session, ReadBuffers and GetTraceStats fail. */
+  invoke(fd, 5, 3, NULL);
+  f = read_frame(fd, NULL, NULL);
+  assert_false(f->msg_invoke_method_reply->success);
+  tr_ipc_frame_free(f);
+  invoke(fd, 6, 10, NULL);
+  f = read_frame(fd, NULL, NULL);
+  assert_false(f->msg_invoke_method_reply->success);
+  tr_ipc_frame_free(f);
+
+  close(fd);
+  free_frames(&req);
+  uv_async_send(&done_async);
+  return NULL;
+}
+
+static void test_query_methods(void **state) {
+  uv_loop_t loop;
+  pthread_t th;
+  (void)state;
+  uv_loop_init(&loop);
+  assert_int_equal(tr_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  uv_idle_init(&loop, &pump);
+  uv_async_init(&loop, &done_async, on_done);
+  desc.name = "track_event";
+  make_host(0, "web-1");
+  make_host(1, "web-2");
+  snprintf(sock_path, sizeof sock_path, "/tmp/tr-consumer-%d.sock", (int)getpid());
+  assert_int_equal(tr_consumer_port_start(&port, &svc, sock_path, 0600), 0);
+  assert_int_equal(pthread_create(&th, NULL, query_client, NULL), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  pthread_join(th, NULL);
+  tr_service_free(&svc);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  for (size_t i = 0; i < 2; i++)
+    perfetto__protos__system_info__free_unpacked(hosts[i].system_info, NULL);
+}
+
+/* ---- sessions driven directly: flush timeout, host loss and return, unknown buffers ---- */
+
+static int flush_result = -1;
+static int ended;
+
+static void on_flush(void *ud, bool ok) {
+  (void)ud;
+  flush_result = ok;
+}
+
+static void on_session_end(void *ud, const char *error) {
+  (void)ud;
+  assert_null(error);
+  ended++;
+}
+
+static void run_until(uv_loop_t *loop, const int *flag, int value) {
+  for (int i = 0; i < 10000 && *flag != value; i++)
+    uv_run(loop, UV_RUN_ONCE);
+  assert_int_equal(*flag, value);
+}
+
+static void test_flush_timeout_and_host_loss(void **state) {
+  uv_loop_t loop;
+  tr_session *s;
+  char err[256] = "";
+  (void)state;
+  uv_loop_init(&loop);
+  assert_int_equal(tr_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  uv_idle_init(&loop, &pump);
+  desc.name = "track_event";
+  make_host(0, "web-1");
+  make_host(1, "web-2");
+  silent_host[1] = true;
+  setups_seen = 0;
+
+  Perfetto__Protos__TraceConfig cfg = PERFETTO__PROTOS__TRACE_CONFIG__INIT;
+  Perfetto__Protos__TraceConfig__BufferConfig buf = PERFETTO__PROTOS__TRACE_CONFIG__BUFFER_CONFIG__INIT;
+  Perfetto__Protos__TraceConfig__BufferConfig *bufs[1] = {&buf};
+  Perfetto__Protos__TraceConfig__DataSource ds = PERFETTO__PROTOS__TRACE_CONFIG__DATA_SOURCE__INIT;
+  Perfetto__Protos__TraceConfig__DataSource *dss[1] = {&ds};
+  Perfetto__Protos__DataSourceConfig dsc = PERFETTO__PROTOS__DATA_SOURCE_CONFIG__INIT;
+  buf.has_size_kb = 1;
+  buf.size_kb = 1024;
+  dsc.name = "track_event";
+  ds.config = &dsc;
+  cfg.n_buffers = 1;
+  cfg.buffers = bufs;
+  cfg.n_data_sources = 1;
+  cfg.data_sources = dss;
+  tr_session_observer obs = {NULL, NULL, on_session_end};
+  assert_int_equal(tr_session_enable(&svc, 0, &cfg, -1, &obs, NULL, &s, err, sizeof err), 0);
+  uv_run(&loop, UV_RUN_NOWAIT);
+  assert_int_equal(setups_seen, 2);
+
+  /* web-2 never answers: the flush fails at its timeout and names (counts) web-2 only. */
+  flush_result = -1;
+  assert_int_equal(tr_session_flush(s, 50, 0, on_flush, NULL), 0);
+  run_until(&loop, &flush_result, 0);
+  assert_int_equal(hosts[1].stats.flushes_missed, 1);
+  assert_int_equal(hosts[0].stats.flushes_missed, 0);
+  assert_int_equal(s->flushes_failed, 1);
+
+  /* A chunk for a buffer no session owns is counted and dropped. */
+  Tracerelay__Chunk ch = TRACERELAY__CHUNK__INIT;
+  ch.target_buffer = 999999;
+  tr_service_on_chunk(&svc, &hosts[0], &ch);
+  assert_int_equal(svc.chunks_unknown_buffer, 1);
+
+  /* web-1 drops and comes back as the same agent: its instances are kept. */
+  hosts[0].link = NULL;
+  tr_service_on_host_disconnected(&svc, &hosts[0], "test");
+  assert_true(s->hosts[0].gone);
+  assert_int_equal(s->hosts[0].disconnects, 1);
+  hosts[0].link = (tr_link_peer *)&fake_link;
+  tr_service_on_host_connected(&svc, &hosts[0]);
+  assert_int_equal(s->num_hosts, 2);
+  assert_false(s->hosts[0].gone);
+  uv_run(&loop, UV_RUN_NOWAIT);
+  assert_int_equal(setups_seen, 2);
+
+  /* A restarted agent (new instance id) is set up again, on a fresh host entry. */
+  hosts[0].agent_instance_id = 999;
+  tr_service_on_host_connected(&svc, &hosts[0]);
+  assert_int_equal(s->num_hosts, 3);
+  assert_true(s->hosts[0].retired);
+  uv_run(&loop, UV_RUN_NOWAIT);
+  assert_int_equal(setups_seen, 3);
+
+  /* A flush while web-2 is disconnected fails at once, naming it. */
+  hosts[1].link = NULL;
+  tr_service_on_host_disconnected(&svc, &hosts[1], "test");
+  flush_result = -1;
+  assert_int_equal(tr_session_flush(s, 5000, 0, on_flush, NULL), 0);
+  uv_run(&loop, UV_RUN_NOWAIT);
+  run_until(&loop, &flush_result, 0);
+  assert_int_equal(hosts[1].stats.flushes_missed, 2);
+
+  /* Disable: the stop replies end the session. */
+  ended = 0;
+  tr_session_disable(s);
+  run_until(&loop, &ended, 1);
+  assert_int_equal(s->state, TR_SESSION_STOPPED);
+
+  silent_host[1] = false;
+  tr_service_free(&svc);
+  uv_close((uv_handle_t *)&pump, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  for (size_t i = 0; i < 2; i++)
+    perfetto__protos__system_info__free_unpacked(hosts[i].system_info, NULL);
+}
+
+static void test_config_errors(void **state) {
+  Perfetto__Protos__TraceConfig cfg = PERFETTO__PROTOS__TRACE_CONFIG__INIT;
+  Perfetto__Protos__TraceConfig__BufferConfig buf = PERFETTO__PROTOS__TRACE_CONFIG__BUFFER_CONFIG__INIT;
+  Perfetto__Protos__TraceConfig__BufferConfig *bufs[1] = {&buf};
+  Perfetto__Protos__TraceConfig__DataSource ds = PERFETTO__PROTOS__TRACE_CONFIG__DATA_SOURCE__INIT;
+  Perfetto__Protos__TraceConfig__DataSource *dss[1] = {&ds};
+  Perfetto__Protos__DataSourceConfig dsc = PERFETTO__PROTOS__DATA_SOURCE_CONFIG__INIT;
+  char *bad_regex[1] = {"("};
+  char err[256];
+  (void)state;
+  assert_int_equal(tr_session_validate_config(&cfg, err, sizeof err), TR_ERR_CONFIG);
+  assert_non_null(strstr(err, "buffers"));
+  cfg.n_buffers = 1;
+  cfg.buffers = bufs;
+  buf.size_kb = 0;
+  assert_int_equal(tr_session_validate_config(&cfg, err, sizeof err), TR_ERR_CONFIG);
+  assert_non_null(strstr(err, "size_kb"));
+  buf.size_kb = 1024;
+  assert_int_equal(tr_session_validate_config(&cfg, err, sizeof err), TR_ERR_CONFIG);
+  assert_non_null(strstr(err, "no data_sources"));
+  cfg.n_data_sources = 1;
+  cfg.data_sources = dss;
+  ds.config = &dsc;
+  dsc.name = "track_event";
+  dsc.target_buffer = 1;
+  assert_int_equal(tr_session_validate_config(&cfg, err, sizeof err), TR_ERR_CONFIG);
+  assert_non_null(strstr(err, "targets buffer 1"));
+  dsc.target_buffer = 0;
+  ds.n_producer_name_regex_filter = 1;
+  ds.producer_name_regex_filter = bad_regex;
+  assert_int_equal(tr_session_validate_config(&cfg, err, sizeof err), TR_ERR_CONFIG);
+  assert_non_null(strstr(err, "regex"));
+  ds.n_producer_name_regex_filter = 0;
+  assert_int_equal(tr_session_validate_config(&cfg, err, sizeof err), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cli),
       cmocka_unit_test(test_cli_relay),
       cmocka_unit_test(test_sdk),
+      cmocka_unit_test(test_query_methods),
+      cmocka_unit_test(test_flush_timeout_and_host_loss),
+      cmocka_unit_test(test_config_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

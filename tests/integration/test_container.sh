@@ -58,6 +58,22 @@ CT_NAME=""
 IMAGE=""
 AGENT_PID=""
 PASSED=0
+# Stops everything in CLUSTER_PIDS before cluster_cleanup deletes the namespaces. cluster-lib's
+# cluster_start_* background a shell function, so a PID there can be a subshell whose child is
+# the real program, and `unshare --fork` ignores SIGTERM while its child runs: signal each PID's
+# direct children as well, then wait (bounded) and SIGKILL what is left.
+stop_started() {
+  local pids=() pid
+  for pid in "${CLUSTER_PIDS[@]}"; do
+    # shellcheck disable=SC2207 # PIDs: no spaces
+    pids+=($(pgrep -P "$pid") "$pid")
+  done
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+  done
+}
 cleanup() {
   local rc=$?
   set +e # tear everything down even when one step fails
@@ -65,7 +81,8 @@ cleanup() {
     podman stop -t 10 "$CT_NAME" >/dev/null 2>&1
     podman rm -f "$CT_NAME" >/dev/null 2>&1
   fi
-  cluster_cleanup # kills AGENT_PID too (it is in CLUSTER_PIDS), deletes the namespaces
+  stop_started # AGENT_PID too: it is in CLUSTER_PIDS
+  cluster_cleanup
   [ -n "$IMAGE" ] && podman rmi -f "$IMAGE" >/dev/null 2>&1
   if [ "$PASSED" != 1 ] && [ "$rc" -ne 77 ]; then
     for f in "$WORK_DIR"/*.log; do
@@ -153,8 +170,15 @@ log "agent runs under $MODE${RUNTIME_ARGS[*]:+ (${RUNTIME_ARGS[*]})}"
 
 cluster_start_service
 
+# exec_in_ns NS CMD...: in_ns that replaces the (background) subshell, so $! is CMD's PID.
+exec_in_ns() {
+  local ns=$1; shift
+  if [ -n "$ns" ]; then exec ip netns exec "$ns" "$@"; else exec "$@"; fi
+}
+
 # --- the agent, contained. Its network is the host namespace the test made (veth to the service).
 AGENT_ARGS=(--service "$SERVICE_ADDR" --service-name "$SERVICE_NAME")
+AGENT_LOG="$WORK_DIR/agent-$MODE.log"
 if [ "$MODE" = podman ]; then
   CT_NAME="tracerelay-test-$CLUSTER_ID"
   podman run --rm --name "$CT_NAME" "${RUNTIME_ARGS[@]}" "${ULIMITS[@]}" \
@@ -164,7 +188,7 @@ if [ "$MODE" = podman ]; then
     -v "$PKI_DIR/ca.crt:/etc/tracerelay/pki/ca.crt:ro" \
     -v "$PKI_DIR/agent.crt:/etc/tracerelay/pki/agent.crt:ro" \
     -v "$PKI_DIR/agent.key:/etc/tracerelay/pki/agent.key:ro" \
-    "$IMAGE" "${AGENT_ARGS[@]}" >>"$WORK_DIR/agent-container.log" 2>&1 &
+    "$IMAGE" "${AGENT_ARGS[@]}" >>"$AGENT_LOG" 2>&1 &
   AGENT_PID=$!
 else
   # The same layout as the image: the root filesystem read-only, a private /dev with the three
@@ -172,7 +196,7 @@ else
   # and the certificates read-only. --kill-child: the agent (PID 1 inside) gets SIGTERM when
   # unshare is killed.
   # shellcheck disable=SC2016 # expanded by the inner bash
-  in_ns "$AGENT_NS" unshare --pid --fork --mount-proc --mount --uts --kill-child=SIGTERM \
+  exec_in_ns "$AGENT_NS" unshare --pid --fork --mount-proc --mount --uts --kill-child=SIGTERM \
     bash -c 'set -e
       r=$1 sock=$2 pki=$3 name=$4; shift 4
       hostname "$name"
@@ -188,7 +212,7 @@ else
     _ "$ROOTFS" "$SOCK_DIR" "$PKI_DIR" "$DECOY_HOSTNAME" \
     /usr/local/bin/tracerelay-agent --producer-socket /run/perfetto/traced-producer.sock \
     --ca /etc/tracerelay/pki/ca.crt --cert /etc/tracerelay/pki/agent.crt \
-    --key /etc/tracerelay/pki/agent.key "${AGENT_ARGS[@]}" >>"$WORK_DIR/agent-unshare.log" 2>&1 &
+    --key /etc/tracerelay/pki/agent.key "${AGENT_ARGS[@]}" >>"$AGENT_LOG" 2>&1 &
   AGENT_PID=$!
 fi
 CLUSTER_PIDS+=("$AGENT_PID")
@@ -206,13 +230,19 @@ STATS_JSON="$WORK_DIR/loadgen.json"
   --writers 2 --rate 500 --stats-json "$STATS_JSON" >>"$WORK_DIR/loadgen.log" 2>&1 &
 LOADGEN=$!
 CLUSTER_PIDS+=("$LOADGEN")
-# The producer has to be registered with the agent, and the agent with the service, before the
-# session starts.
-sleep 1
-kill -0 "$LOADGEN" 2>/dev/null || { log "the loadgen exited at once"; exit 1; }
+# The producer should be known to the agent (and so to the service) before the session starts,
+# or it would only join it late.
+for _ in $(seq 100); do
+  grep -q 'connected: container-test-producer' "$AGENT_LOG" && break
+  kill -0 "$LOADGEN" 2>/dev/null || { log "the loadgen exited at once"; exit 1; }
+  sleep 0.1
+done
+grep -q 'connected: container-test-producer' "$AGENT_LOG" ||
+  { log "the loadgen did not connect to the contained agent within 10 s"; exit 1; }
+sleep 0.5 # the agent's ProducerUpdate to the service
 
 TRACE="$WORK_DIR/trace.pftrace"
-timeout 60 "$BIN/tracerelay" record --socket "$CONSUMER_SOCK" -t 3s -o "$TRACE" \
+timeout 60 "$BIN/tracerelay" record --socket "$CONSUMER_SOCK" -t 3s --data-source track_event -o "$TRACE" \
   >"$WORK_DIR/record.log" 2>&1 || { log "tracerelay record failed: $(cat "$WORK_DIR/record.log")"; exit 1; }
 [ -s "$TRACE" ] || { log "tracerelay record wrote an empty trace"; exit 1; }
 

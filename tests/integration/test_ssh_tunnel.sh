@@ -53,6 +53,22 @@ SSH_PID=""
 SSHD_PID=""
 MADE_RUN_SSHD=0
 PASSED=0
+# Stops everything in CLUSTER_PIDS before cluster_cleanup deletes the namespaces. cluster-lib's
+# cluster_start_* background a shell function, so a PID there can be a subshell whose child is
+# the real program, and `unshare --fork` ignores SIGTERM while its child runs: signal each PID's
+# direct children as well, then wait (bounded) and SIGKILL what is left.
+stop_started() {
+  local pids=() pid
+  for pid in "${CLUSTER_PIDS[@]}"; do
+    # shellcheck disable=SC2207 # PIDs: no spaces
+    pids+=($(pgrep -P "$pid") "$pid")
+  done
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+  done
+}
 cleanup() {
   local rc=$?
   set +e # tear everything down even when one step fails
@@ -64,6 +80,7 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
+  stop_started
   cluster_cleanup
   if [ "$PASSED" != 1 ] && [ "$rc" -ne 77 ]; then
     for f in "$WORK_DIR"/*.log; do
@@ -95,11 +112,15 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
-AllowStreamLocalForwarding yes
+# The hardened recipe of docs/ssh.md: -L to sockets only, no shell. AllowTcpForwarding gates
+# ssh -L to UNIX sockets as well, so it must allow "local".
+AllowStreamLocalForwarding local
+AllowTcpForwarding local
 StreamLocalBindUnlink yes
-AllowTcpForwarding no
+PermitListen none
 X11Forwarding no
 PermitTTY no
+ForceCommand /usr/sbin/nologin
 LogLevel VERBOSE
 EOF
 if [ ! -d /run/sshd ]; then # privilege separation directory, normally made by the package's unit
@@ -142,12 +163,18 @@ done
 [ -S "$FWD_SOCK" ] || { log "no forwarded socket $FWD_SOCK after 15 s"; exit 1; }
 log "forwarding $FWD_SOCK -> $CONSUMER_SOCK through ssh pid $SSH_PID"
 
-# The producer has to be known to the agent, and the agent to the service, before the session
-# starts, or it would only join late.
-sleep 1
+# The producer should be known to the agent (and so to the service) before the session starts,
+# or it would only join it late.
+for _ in $(seq 100); do
+  grep -q 'connected: ssh-test-producer' "$WORK_DIR/agent-$MACHINE.log" && break
+  sleep 0.1
+done
+grep -q 'connected: ssh-test-producer' "$WORK_DIR/agent-$MACHINE.log" ||
+  { log "the loadgen did not connect to the agent within 10 s"; exit 1; }
+sleep 0.5 # the agent's ProducerUpdate to the service
 
 TRACE="$WORK_DIR/trace.pftrace"
-timeout 60 "$BIN/tracerelay" record --socket "$FWD_SOCK" -t 3s -o "$TRACE" \
+timeout 60 "$BIN/tracerelay" record --socket "$FWD_SOCK" -t 3s --data-source track_event -o "$TRACE" \
   >"$WORK_DIR/record.log" 2>&1 || { log "tracerelay record failed: $(cat "$WORK_DIR/record.log")"; exit 1; }
 [ -s "$TRACE" ] || { log "tracerelay record wrote an empty trace"; exit 1; }
 

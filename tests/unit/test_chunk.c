@@ -332,7 +332,7 @@ static void collect_commit(Perfetto__Protos__IPCFrame *frame, void *ctx) {
   }
   for (size_t i = 0; i < req->n_chunks_to_patch; i++) {
     Perfetto__Protos__CommitDataRequest__ChunkToPatch *p = req->chunks_to_patch[i];
-    size_t len;
+    size_t len = 0;
     uint8_t *chunk = find_chunk(c, p->target_buffer, p->writer_id, p->chunk_id, &len);
     assert_non_null(chunk);
     for (size_t j = 0; j < p->n_patches; j++) {

@@ -108,7 +108,7 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
   *o = (lg_options){.producer_name = "tracerelay-loadgen", .data_source = "track_event",
                     .writers = 1, .rate = 1000, .chunks_per_page = 1};
   int opt, rc = 0;
-  uint64_t v;
+  uint64_t v = 0;
   opterr = 0;
   optind = 1;
   while (rc == 0 && (opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {

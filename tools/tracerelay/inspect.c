@@ -221,9 +221,10 @@ static void print_host_text(const struct tr_inspect_host *h) {
     printf(" %" PRIu32 " (%" PRIu64 ")", h->seqs[i].seq_id, h->seqs[i].packets);
   printf("\n  clock:  ");
   if (h->has_mapping) {
-    seconds(a, sizeof(a), h->offset_ns);
+    seconds(a, sizeof(a), h->offset_ns < 0 ? -h->offset_ns : h->offset_ns);
     seconds(b, sizeof(b), (int64_t)h->mapping_span_ns);
-    printf("BOOTTIME + %s s, drift %+.3f ppm over %s s", a, h->drift_ppm, b);
+    printf("trace time = BOOTTIME %c %s s, drift %+.3f ppm over %s s",
+           h->offset_ns < 0 ? '-' : '+', a, h->drift_ppm, b);
   } else {
     printf("no mapping to the trace clock");
   }
@@ -235,10 +236,10 @@ static void print_host_text(const struct tr_inspect_host *h) {
   printf("\n  losses: %" PRIu64 " chunks (%" PRIu64 " bytes) overwritten, %" PRIu64
          " chunks discarded, %" PRIu64 " ABI violations, %" PRIu64 " writer packet losses, %" PRIu64
          " patches failed, %" PRIu64 " invalid packets, %" PRIu64
-         " previous_packet_dropped (from %" PRIu64 " TraceStats)\n",
+         " previous_packet_dropped\n",
          l->chunks_overwritten, l->bytes_overwritten, l->chunks_discarded, l->abi_violations,
          l->trace_writer_packet_loss, l->patches_failed, l->invalid_packets,
-         l->previous_packet_dropped, l->trace_stats_packets);
+         l->previous_packet_dropped);
   if (l->has_host_stats)
     printf("  relay:  %s; this session: %" PRIu64 " disconnects, %" PRIu64 " flushes missed, %" PRIu64
            " chunks refused; service lifetime: link lost %" PRIu64 " chunks (%" PRIu64

@@ -62,8 +62,8 @@ static int read_whole_file(const char *path, uint8_t **out, size_t *len, char *e
 }
 
 int record_config_load(const char *path, TraceConfig **out, char *err, size_t errlen) {
-  uint8_t *data;
-  size_t len;
+  uint8_t *data = NULL;
+  size_t len = 0;
   int rc = read_whole_file(path, &data, &len, err, errlen);
   if (rc < 0)
     return rc;

@@ -63,7 +63,7 @@ __attribute__((format(printf, 2, 3))) static void warnf(run *r, const char *fmt,
 /* Packs msg (NULL: no arguments) and invokes method, with fd attached if >= 0. */
 static int invoke(run *r, const char *method, const ProtobufCMessage *msg, int fd, uint64_t *id) {
   size_t len = msg ? protobuf_c_message_get_packed_size(msg) : 0;
-  uint8_t *args = malloc(len + 1);
+  uint8_t *args = calloc(1, len + 1); /* zeroed: nothing is read uninitialised when len is 0 */
   if (!args)
     return TR_ERR_NOMEM;
   if (msg)

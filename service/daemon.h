@@ -1,0 +1,36 @@
+/* daemon.h: tracerelay-service put together (service/service.c): the service state, the
+ * consumer port and the link server on one loop, and their orderly shutdown. main.c parses
+ * the flags into tr_service_daemon_opts. */
+#ifndef TR_SERVICE_DAEMON_H
+#define TR_SERVICE_DAEMON_H
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include "service/session.h"
+
+#define TR_SERVICE_DEFAULT_LISTEN "0.0.0.0:7393"
+#define TR_SERVICE_DEFAULT_CONSUMER_SOCKET "/run/tracerelay/consumer.sock"
+
+typedef struct tr_service_daemon tr_service_daemon;
+
+struct tr_service_daemon_opts {
+  const char *listen;          /* ADDR:PORT of the relay link */
+  const char *consumer_socket; /* its directory is created (0755) if missing */
+  mode_t consumer_mode;
+  const char *ca_path, *cert_path, *key_path;
+  enum tr_timeline timeline;
+};
+
+/* Starts everything; on failure logs what failed (file, address, socket) and returns a
+ * negative code after closing what was started (run the loop once more to finish). */
+int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts *opts,
+                            tr_service_daemon **out);
+/* Flushes running sessions (up to their flush timeout), ends every session with an error
+ * telling its consumer the service is shutting down, closes the consumer socket and the
+ * agents' links, frees everything, then calls done(ud). */
+void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), void *ud);
+/* Frees d once the loop has run out of handles after the shutdown. */
+void tr_service_daemon_free(tr_service_daemon *d);
+
+#endif

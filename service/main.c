@@ -1,0 +1,192 @@
+/* main.c: tracerelay-service, the central daemon: its flags, --help, signals and the loop.
+ * The work is in service.c (assembly), session*.c, trace_output.c, consumer_port.c and the
+ * link server. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay/log.h"
+#include "relay/tr_error.h"
+#include "service/daemon.h"
+
+static const char kHelp[] =
+    "Usage: tracerelay-service --ca FILE --cert FILE --key FILE [options]\n"
+    "\n"
+    "The central service of tracerelay. Agents on every host connect to it over mutually-\n"
+    "authenticated TLS and relay their producers' trace data into per-host central buffers.\n"
+    "It speaks Perfetto's consumer protocol on a UNIX socket, so the real `perfetto` CLI\n"
+    "(PERFETTO_CONSUMER_SOCK_NAME=PATH perfetto -c config -o out) and `tracerelay record` can\n"
+    "start, stop and read sessions that span every host; the result is ONE Perfetto trace in\n"
+    "which each remote host's packets carry machine_id = FNV-1a(machine name) and each host\n"
+    "has its own SystemInfo. Per-host losses are in the trace's TraceStats.\n"
+    "\n"
+    "  --listen ADDR:PORT     relay link address for agents (default " TR_SERVICE_DEFAULT_LISTEN
+    ").\n"
+    "                         [V6ADDR]:PORT for IPv6; port 0 picks a free one.\n"
+    "  --consumer-socket PATH consumer socket (default " TR_SERVICE_DEFAULT_CONSUMER_SOCKET
+    ");\n"
+    "                         its directory is created if missing.\n"
+    "  --consumer-mode MODE   octal permissions of the consumer socket (default 0660): who may\n"
+    "                         start and read traces. Each consumer's uid/pid is logged.\n"
+    "  --ca FILE              PEM CA certificate agents' certificates must chain to. Required.\n"
+    "  --cert FILE            PEM certificate of this service. Required.\n"
+    "  --key FILE             PEM private key of --cert. Required. certs/make-certs.sh makes\n"
+    "                         all three.\n"
+    "  --timeline ENCODING    machines (default): machine_id on every remote packet, one\n"
+    "                         SystemInfo per machine. global-clocks: not implemented yet.\n"
+    "  --log-level LEVEL      debug, info (default), warn, error or off.\n"
+    "  --help                 print this text.\n"
+    "\n"
+    "Sessions: each consumer connection may run one session. TraceConfig buffers are per host\n"
+    "(a chatty host never overwrites a quiet one); data sources match producers on every host,\n"
+    "narrowed by producer_name_filter, producer_name_regex_filter and machine_name_filter.\n"
+    "Flush waits for every host up to flush_timeout_ms (default 5000); hosts that did not\n"
+    "answer are logged and counted in the trace's stats.\n"
+    "\n"
+    "Signals: SIGTERM or SIGINT flushes running sessions, ends them with an error telling\n"
+    "their consumers the service is shutting down, closes the agents' links and exits.\n"
+    "\n"
+    "Example:\n"
+    "  tracerelay-service --listen 0.0.0.0:7393 \\\n"
+    "      --consumer-socket /run/tracerelay/consumer.sock \\\n"
+    "      --ca /etc/tracerelay/ca.crt --cert /etc/tracerelay/service.crt \\\n"
+    "      --key /etc/tracerelay/service.key\n"
+    "  PERFETTO_CONSUMER_SOCK_NAME=/run/tracerelay/consumer.sock perfetto -c cfg.pbtxt --txt \\\n"
+    "      -o cluster.pftrace\n"
+    "\n"
+    "Exit status: 0 after a clean shutdown, 1 on a runtime failure, 2 on bad flags.\n";
+
+enum { OPT_LISTEN = 256, OPT_CONSUMER_SOCKET, OPT_CONSUMER_MODE, OPT_CA, OPT_CERT, OPT_KEY,
+       OPT_TIMELINE, OPT_LOG_LEVEL, OPT_HELP };
+
+static int bad(const char *flag, const char *value, const char *why) {
+  fprintf(stderr, "tracerelay-service: invalid value '%s' for %s%s%s (see --help)\n", value,
+          flag, why ? ": " : "", why ? why : "");
+  return 2;
+}
+
+static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) {
+  static const struct option longopts[] = {
+      {"listen", required_argument, NULL, OPT_LISTEN},
+      {"consumer-socket", required_argument, NULL, OPT_CONSUMER_SOCKET},
+      {"consumer-mode", required_argument, NULL, OPT_CONSUMER_MODE},
+      {"ca", required_argument, NULL, OPT_CA},
+      {"cert", required_argument, NULL, OPT_CERT},
+      {"key", required_argument, NULL, OPT_KEY},
+      {"timeline", required_argument, NULL, OPT_TIMELINE},
+      {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+      {"help", no_argument, NULL, OPT_HELP},
+      {NULL, 0, NULL, 0}};
+  int opt;
+  o->listen = TR_SERVICE_DEFAULT_LISTEN;
+  o->consumer_socket = TR_SERVICE_DEFAULT_CONSUMER_SOCKET;
+  o->consumer_mode = 0660;
+  o->timeline = TR_TIMELINE_MACHINES;
+  while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    switch (opt) {
+    case OPT_LISTEN: o->listen = optarg; break;
+    case OPT_CONSUMER_SOCKET: o->consumer_socket = optarg; break;
+    case OPT_CONSUMER_MODE: {
+      char *end;
+      unsigned long m = strtoul(optarg, &end, 8);
+      if (*optarg == '\0' || *end != '\0' || m > 0777)
+        return bad("--consumer-mode", optarg, "give octal permissions such as 0660");
+      o->consumer_mode = (mode_t)m;
+      break;
+    }
+    case OPT_CA: o->ca_path = optarg; break;
+    case OPT_CERT: o->cert_path = optarg; break;
+    case OPT_KEY: o->key_path = optarg; break;
+    case OPT_TIMELINE:
+      if (strcmp(optarg, "machines") == 0) {
+        o->timeline = TR_TIMELINE_MACHINES;
+      } else if (strcmp(optarg, "global-clocks") == 0) {
+        fprintf(stderr, "tracerelay-service: --timeline global-clocks is not implemented yet; "
+                        "use --timeline machines (the default)\n");
+        return 2;
+      } else {
+        return bad("--timeline", optarg, "use machines or global-clocks");
+      }
+      break;
+    case OPT_LOG_LEVEL: {
+      enum tr_log_level level;
+      if (tr_log_parse_level(optarg, &level) < 0)
+        return bad("--log-level", optarg, NULL);
+      tr_log_set_level(level);
+      break;
+    }
+    case OPT_HELP:
+      fputs(kHelp, stdout);
+      exit(0);
+    default:
+      fprintf(stderr, "tracerelay-service: unknown or incomplete option '%s' (see --help)\n",
+              argv[optind - 1]);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "tracerelay-service: unexpected argument '%s' (see --help)\n", argv[optind]);
+    return 2;
+  }
+  const char *missing = o->ca_path == NULL     ? "--ca FILE"
+                        : o->cert_path == NULL ? "--cert FILE"
+                        : o->key_path == NULL  ? "--key FILE"
+                                               : NULL;
+  if (missing) {
+    fprintf(stderr, "tracerelay-service: %s is required (see --help)\n", missing);
+    return 2;
+  }
+  return 0;
+}
+
+struct daemon {
+  tr_service_daemon *svc;
+  uv_signal_t term, intr;
+  bool stopping;
+};
+
+static void on_done(void *ud) {
+  struct daemon *d = ud;
+  uv_close((uv_handle_t *)&d->term, NULL);
+  uv_close((uv_handle_t *)&d->intr, NULL);
+  TR_INFO("service", "stopped");
+}
+
+static void on_stop_signal(uv_signal_t *s, int signum) {
+  struct daemon *d = s->data;
+  if (d->stopping) {
+    TR_WARN("service", "signal %d: already shutting down (flushes time out within 5 s)", signum);
+    return;
+  }
+  d->stopping = true;
+  TR_INFO("service", "signal %d: flushing and stopping sessions, then exiting", signum);
+  tr_service_daemon_shutdown(d->svc, on_done, d);
+}
+
+int main(int argc, char **argv) {
+  struct tr_service_daemon_opts opts = {0};
+  struct daemon d = {0};
+  uv_loop_t loop;
+  int rc = parse_flags(argc, argv, &opts);
+  if (rc != 0)
+    return rc;
+  signal(SIGPIPE, SIG_IGN); /* a consumer or agent that went away is an error code */
+
+  uv_loop_init(&loop);
+  if (tr_service_daemon_start(&loop, &opts, &d.svc) < 0) {
+    uv_run(&loop, UV_RUN_DEFAULT); /* lets what was started close */
+    uv_loop_close(&loop);
+    return 1;
+  }
+  uv_signal_init(&loop, &d.term);
+  uv_signal_init(&loop, &d.intr);
+  d.term.data = d.intr.data = &d;
+  uv_signal_start(&d.term, on_stop_signal, SIGTERM);
+  uv_signal_start(&d.intr, on_stop_signal, SIGINT);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  rc = uv_loop_close(&loop) == 0 ? 0 : 1;
+  tr_service_daemon_free(d.svc);
+  return rc;
+}

@@ -1,0 +1,188 @@
+/* service.c: tracerelay-service assembled (see daemon.h): service state (session.c), the
+ * consumer port (consumer_port.c) and the agents' link server (link_server.c) on one loop.
+ *
+ * Shutdown order matters: sessions are flushed first while the agents are still connected,
+ * then ended (their consumers get an error saying why), then the consumer socket closes (which
+ * frees the sessions), and only then the link server stops: its host entries must outlive every
+ * session that points at them, and the service state must outlive the link server, which
+ * reports its last disconnects from the loop after tr_link_server_stop: hence
+ * tr_service_daemon_free once the loop has ended. */
+#include "service/daemon.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "relay/log.h"
+#include "relay/tls.h"
+#include "relay/tr_error.h"
+#include "service/consumer_port.h"
+#include "service/link_server.h"
+
+#define COMP "service"
+#define SHUTDOWN_FLUSH_FLAGS 0x12u /* reason trace-stop | initiator traced << 4 */
+
+struct tr_service_daemon {
+  uv_loop_t *loop;
+  tr_service svc;
+  bool svc_ready;
+  tr_consumer_port port;
+  bool port_open;
+  tr_link_server *link;
+  tr_tls_config *tls;
+  unsigned flushes_pending;
+  bool stopping;
+  bool start_failed; /* nobody else holds d: finish frees it */
+  void (*done)(void *ud);
+  void *done_ud;
+};
+
+/* mkdir -p of the socket's directory. */
+static int make_parent_dir(const char *path) {
+  char dir[4096];
+  size_t n = strlen(path);
+  if (n >= sizeof dir)
+    return TR_ERR_INVAL;
+  memcpy(dir, path, n + 1);
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir)
+    return 0;
+  *slash = '\0';
+  for (char *p = dir + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+      return TR_ERR_SYS(errno);
+    *p = '/';
+  }
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    return TR_ERR_SYS(errno);
+  return 0;
+}
+
+static void finish(tr_service_daemon *d) {
+  if (d->svc_ready) {
+    tr_service_free(&d->svc);
+    d->svc_ready = false;
+  }
+  if (d->link) {
+    tr_link_server_stop(d->link);
+    d->link = NULL;
+  }
+  tr_tls_config_unref(d->tls);
+  d->tls = NULL;
+  if (d->done)
+    d->done(d->done_ud);
+  if (d->start_failed)
+    free(d);
+}
+
+static void on_port_closed(tr_consumer_port *port) {
+  tr_service_daemon *d = (tr_service_daemon *)((char *)port - offsetof(tr_service_daemon, port));
+  finish(d);
+}
+
+static void close_all(tr_service_daemon *d) {
+  if (d->port_open) {
+    d->port_open = false;
+    tr_consumer_port_close(&d->port, on_port_closed);
+    return;
+  }
+  finish(d);
+}
+
+int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts *o,
+                            tr_service_daemon **out) {
+  tr_service_daemon *d = calloc(1, sizeof *d);
+  struct tr_tls_config_opts tls_opts = {0};
+  struct tr_link_server_opts link_opts = {0};
+  char err[512] = "";
+  int rc;
+
+  *out = NULL;
+  if (!d)
+    return TR_ERR_NOMEM;
+  d->loop = loop;
+  if ((rc = tr_service_init(&d->svc, loop, o->timeline)) != 0) {
+    TR_ERROR(COMP, "cannot read this machine's system info: %s", tr_strerror(rc));
+    free(d);
+    return rc;
+  }
+  d->svc_ready = true;
+  tls_opts.role = TR_TLS_SERVER;
+  tls_opts.ca_path = o->ca_path;
+  tls_opts.cert_path = o->cert_path;
+  tls_opts.key_path = o->key_path;
+  if ((rc = tr_tls_config_new(&tls_opts, &d->tls, err, sizeof err)) != 0) {
+    TR_ERROR(COMP, "TLS setup failed: %s", err[0] ? err : tr_strerror(rc));
+    goto fail;
+  }
+  if ((rc = make_parent_dir(o->consumer_socket)) != 0) {
+    TR_ERROR(COMP, "cannot create the directory of the consumer socket %s: %s",
+             o->consumer_socket, tr_strerror(rc));
+    goto fail;
+  }
+  if ((rc = tr_consumer_port_start(&d->port, &d->svc, o->consumer_socket, o->consumer_mode)) !=
+      0) {
+    TR_ERROR(COMP, "cannot listen on the consumer socket %s: %s%s", o->consumer_socket,
+             tr_strerror(rc),
+             rc == TR_ERR_SYS(EADDRINUSE) ? " (another service or traced is serving it)" : "");
+    d->port_open = true; /* tr_consumer_port_close after any start */
+    goto fail;
+  }
+  d->port_open = true;
+  link_opts.listen = o->listen;
+  link_opts.tls = d->tls;
+  if ((rc = tr_link_server_start(loop, &d->svc, &link_opts, &d->link)) != 0)
+    goto fail; /* the link server logged the address and the reason */
+  TR_INFO(COMP, "listening for agents on %s, consumers on %s (mode %04o)", o->listen,
+          o->consumer_socket, (unsigned)o->consumer_mode);
+  *out = d;
+  return 0;
+fail:
+  d->link = NULL;
+  d->start_failed = true;
+  close_all(d);
+  return rc;
+}
+
+static void end_and_close(tr_service_daemon *d) {
+  tr_consumer_port_end_sessions(&d->port,
+                                "tracerelay-service is shutting down (SIGTERM or SIGINT): the "
+                                "session was flushed and stopped early");
+  close_all(d);
+}
+
+static void on_shutdown_flush(void *ud, bool ok) {
+  tr_service_daemon *d = ud;
+  (void)ok;
+  if (--d->flushes_pending == 0)
+    end_and_close(d);
+}
+
+void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), void *ud) {
+  if (d->stopping)
+    return;
+  d->stopping = true;
+  d->done = done;
+  d->done_ud = ud;
+  /* Counted before any flush starts: one may complete at once. */
+  for (tr_session *s = d->svc.sessions; s; s = s->next)
+    d->flushes_pending += s->state == TR_SESSION_STARTED;
+  if (d->flushes_pending == 0) {
+    end_and_close(d);
+    return;
+  }
+  d->flushes_pending++;
+  for (tr_session *s = d->svc.sessions; s; s = s->next)
+    if (s->state == TR_SESSION_STARTED &&
+        tr_session_flush(s, 0, SHUTDOWN_FLUSH_FLAGS, on_shutdown_flush, d) != 0)
+      on_shutdown_flush(d, false);
+  on_shutdown_flush(d, true);
+}
+
+void tr_service_daemon_free(tr_service_daemon *d) {
+  free(d);
+}
