@@ -44,6 +44,7 @@ struct tr_agent {
   size_t n_producers;
   pending_cmd *pending;
   size_t n_pending;
+  size_t running; /* started data source instances not yet stopped: clock snapshots go on */
   bool shutting_down;
   unsigned shutdown_timeout_ms;
   void (*done)(void *data);
@@ -298,11 +299,15 @@ static void on_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
                                                   cmd->setup_data_source->config);
     break;
   case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
+    a->running++;
+    tr_link_client_clock_snapshots(lc, true); /* trace start, as traced snapshots its clocks */
     rc = start_or_stop(a, cmd, cmd->start_data_source->instance_id, true);
     if (rc == 0)
       return; /* replied when it started */
     break;
   case TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE:
+    a->running -= a->running > 0;
+    tr_link_client_clock_snapshots(lc, a->running > 0); /* and at stop */
     rc = start_or_stop(a, cmd, cmd->stop_data_source->instance_id, false);
     if (rc == 0)
       return; /* replied when it stopped */
@@ -350,8 +355,29 @@ static int load_tls(const struct tr_agent_opts *o, tr_tls_config **out) {
   struct tr_tls_config_opts t = {.role = TR_TLS_CLIENT, .ca_path = o->ca_path,
                                  .cert_path = o->cert_path, .key_path = o->key_path};
   int rc = tr_tls_config_new(&t, out, err, sizeof err);
-  if (rc < 0)
+  if (rc < 0) {
     TR_ERROR("agent", "cannot load the TLS certificates: %s", err);
+    return rc;
+  }
+  if (o->machine_name == NULL)
+    return 0;
+  char name[TR_TLS_MAX_NAME + 1];
+  rc = tr_tls_config_own_name(*out, name, sizeof name);
+  if (rc < 0)
+    TR_ERROR("agent", "certificate %s carries no valid machine name ('%s'), so the service "
+             "would refuse it: reissue it with certs/make-certs.sh --agent %s", o->cert_path,
+             name, o->machine_name);
+  else if (strcmp(name, o->machine_name) != 0) {
+    TR_ERROR("agent", "certificate %s is for machine '%s', not '%s' (--machine-name): the "
+             "service names an agent after its certificate only, so this agent would speak as "
+             "'%s'; install the certificate of '%s' or correct --machine-name", o->cert_path,
+             name, o->machine_name, name, o->machine_name);
+    rc = TR_ERR_CONFIG;
+  }
+  if (rc < 0) {
+    tr_tls_config_unref(*out);
+    *out = NULL;
+  }
   return rc;
 }
 

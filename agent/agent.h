@@ -29,6 +29,9 @@ struct tr_agent_opts {
   const char *service;      /* HOST:PORT */
   const char *service_name; /* NULL: the HOST of service */
   const char *ca_path, *cert_path, *key_path;
+  /* If set, the certificate must carry this name: the agent refuses to start (or to reload)
+   * a certificate under another. The service only ever uses the certificate's name. */
+  const char *machine_name;
   size_t queue_bytes; /* chunk queue bound; 0: TR_AGENT_DEFAULT_QUEUE_BYTES */
   size_t spill_bytes; /* spill queue bound; 0: TR_RELAY_SPILL_DEFAULT */
   bool compress;

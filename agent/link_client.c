@@ -67,6 +67,8 @@ struct tr_link_client {
   size_t max_out;    /* the service's max frame */
   uint64_t service_instance_id;
   int64_t t2;        /* BOOTTIME at the start of the current read */
+  bool snap_active;  /* a data source runs: HostClockSnapshot every snap_interval_ms */
+  uint64_t snap_interval_ms, snap_next_ms;
 
   uv_getaddrinfo_t resolve;
   bool resolving;
@@ -385,10 +387,13 @@ static void send_stats(tr_link_client *lc, bool force) {
     tr_chunkq_drops d = tr_chunkq_drops_of(lc->queue, ids[i]);
     p->queue_dropped_chunks = d.chunks;
     p->queue_dropped_bytes = d.bytes;
+    p->has_queue_dropped_packets = p->has_spill_dropped_packets = 1;
+    p->queue_dropped_packets = d.packets;
     for (size_t j = 0; j < a->n_lost; j++) {
       if (a->lost[j].producer_id == ids[i]) {
         p->spill_dropped_chunks = a->lost[j].chunks;
         p->spill_dropped_bytes = a->lost[j].bytes;
+        p->spill_dropped_packets = a->lost[j].packets;
       }
     }
     for (size_t j = 0; j < lc->n_abi; j++)
@@ -535,6 +540,37 @@ static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
   send_stats(lc, true);
   send_pending_replies(lc);
   pump(lc);
+}
+
+int tr_link_client_send_clock_snapshot(tr_link_client *lc) {
+  struct tr_clock_snapshot snap;
+  Tracerelay__HostClockSnapshot__Clock clocks[TR_CLOCK_SNAPSHOT_MAX];
+  Tracerelay__HostClockSnapshot__Clock *ptrs[TR_CLOCK_SNAPSHOT_MAX];
+  Tracerelay__HostClockSnapshot m = TRACERELAY__HOST_CLOCK_SNAPSHOT__INIT;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  int rc;
+  if (!lc->welcomed || !(lc->features & TR_RELAY_FEATURE_HOST_CLOCKS))
+    return TR_ERR_CLOSED;
+  if ((rc = tr_clock_snapshot(&snap)) < 0)
+    return rc;
+  for (uint32_t i = 0; i < snap.n; i++) {
+    clocks[i] = (Tracerelay__HostClockSnapshot__Clock)TRACERELAY__HOST_CLOCK_SNAPSHOT__CLOCK__INIT;
+    clocks[i].has_clock_id = clocks[i].has_timestamp = 1;
+    clocks[i].clock_id = snap.clocks[i].clock_id;
+    clocks[i].timestamp = snap.clocks[i].ts_ns;
+    ptrs[i] = &clocks[i];
+  }
+  m.n_clocks = snap.n;
+  m.clocks = ptrs;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HOST_CLOCK_SNAPSHOT;
+  f.host_clock_snapshot = &m;
+  return send_frame(lc, &f);
+}
+
+void tr_link_client_clock_snapshots(tr_link_client *lc, bool active) {
+  tr_link_client_send_clock_snapshot(lc);
+  lc->snap_active = active;
+  lc->snap_next_ms = uv_now(lc->loop) + lc->snap_interval_ms;
 }
 
 static void on_probe(tr_link_client *lc, const Tracerelay__ClockProbe *q) {
@@ -771,6 +807,10 @@ static void on_tick(uv_timer_t *t) {
       send_frame(lc, &f);
     }
   }
+  if (lc->snap_active && now_ms >= lc->snap_next_ms) {
+    lc->snap_next_ms = now_ms + lc->snap_interval_ms;
+    tr_link_client_send_clock_snapshot(lc);
+  }
   if (now_ms >= lc->next_stats_ms) {
     lc->next_stats_ms = now_ms + STATS_PERIOD_MS;
     send_stats(lc, false);
@@ -939,6 +979,8 @@ int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts
   lc->backoff_min_ms = opts->backoff_min_ms ? opts->backoff_min_ms : TR_LINK_BACKOFF_MIN_MS;
   lc->backoff_max_ms = opts->backoff_max_ms ? opts->backoff_max_ms : TR_LINK_BACKOFF_MAX_MS;
   lc->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
+  lc->snap_interval_ms = opts->clock_snapshot_interval_ms ? opts->clock_snapshot_interval_ms
+                                                          : TR_LINK_CLOCK_SNAPSHOT_MS;
   fill_system_info(lc);
   uv_timer_init(loop, &lc->batch_timer);
   uv_timer_init(loop, &lc->retry_timer);

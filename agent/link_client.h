@@ -41,6 +41,7 @@
 #define TR_LINK_MAX_PENDING_REPLIES 1024
 #define TR_LINK_BACKOFF_MIN_MS 100
 #define TR_LINK_BACKOFF_MAX_MS 10000
+#define TR_LINK_CLOCK_SNAPSHOT_MS 10000 /* traced's default snapshot_interval_ms */
 
 typedef struct tr_link_client tr_link_client;
 
@@ -66,6 +67,7 @@ struct tr_link_client_opts {
   uint64_t features;        /* offered; 0: TR_RELAY_FEATURES_ALL */
   uint64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0: the relay defaults */
   unsigned backoff_min_ms, backoff_max_ms;               /* 0: the defaults above */
+  uint64_t clock_snapshot_interval_ms; /* HostClockSnapshot period; 0: TR_LINK_CLOCK_SNAPSHOT_MS */
 };
 
 /* Starts connecting. TR_ERR_CONFIG for an unparsable --service (logged), TR_ERR_NOMEM. */
@@ -79,6 +81,13 @@ int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__Pr
 /* Answers a Command. error: NULL for success. Batches everything in the chunk queue first, so
  * after_seq covers it. */
 int tr_link_client_reply(tr_link_client *lc, uint64_t request_id, const char *error);
+/* Sends the host's builtin clocks read now as a HostClockSnapshot. TR_ERR_CLOSED when no
+ * Welcome is current or the service did not accept FEATURE_HOST_CLOCK_SNAPSHOTS (nothing is
+ * kept for later: a snapshot is only worth its moment). */
+int tr_link_client_send_clock_snapshot(tr_link_client *lc);
+/* A data source started or stopped: sends a snapshot now, then every clock snapshot interval
+ * while active (some data source of this host runs). */
+void tr_link_client_clock_snapshots(tr_link_client *lc, bool active);
 /* The ABI violations counted so far for a producer (monotonic), for AgentStats. */
 int tr_link_client_set_abi(tr_link_client *lc, uint32_t producer_id, uint64_t abi_violations);
 /* Uses cfg (referenced) for the next connections. */

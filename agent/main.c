@@ -8,7 +8,9 @@
 
 #include "agent/agent.h"
 #include "relay/clock.h"
+#include "relay/config_file.h"
 #include "relay/log.h"
+#include "relay/tls.h"
 #include "relay/tr_error.h"
 
 #define SHUTDOWN_TIMEOUT_MS 5000u
@@ -25,6 +27,8 @@ static const char kHelp[] =
     "does not fit is dropped oldest-first and counted in the trace's stats.\n"
     "\n"
     "The agent's machine name is the name in its certificate (--cert); it never claims one.\n"
+    "The service names each agent after its certificate only (first subjectAltName DNS name,\n"
+    "else the CN), whatever the agent says.\n"
     "\n"
     "  --service HOST:PORT    the service's relay address (port 7393 if omitted). Required.\n"
     "  --service-name NAME    the name the service's certificate must carry (default: HOST).\n"
@@ -32,6 +36,9 @@ static const char kHelp[] =
     "  --cert FILE            PEM certificate of this agent (its machine name). Required.\n"
     "  --key FILE             PEM private key of --cert. Required. All three are made by\n"
     "                         certs/make-certs.sh.\n"
+    "  --machine-name NAME    the machine name this agent is meant to have: refuse to start\n"
+    "                         (exit 1, saying why) if --cert is for another name. A check\n"
+    "                         against installing the wrong certificate; it claims nothing.\n"
     "  --producer-socket PATH the producer socket to create (default $PERFETTO_PRODUCER_SOCK_NAME,\n"
     "                         else " TR_AGENT_DEFAULT_PRODUCER_SOCKET ").\n"
     "                         traced must not be running on the same path.\n"
@@ -46,6 +53,10 @@ static const char kHelp[] =
     "                         answers) from a simulated clock t + t*DRIFT_PPM/1e6 + OFF_NS of\n"
     "                         the real one, to test cross-host clock sync on one machine.\n"
     "  --log-level LEVEL      debug, info (default), warn, error or off.\n"
+    "  --config FILE          read flags from FILE: `key = value` lines whose keys are the\n"
+    "                         long flags above (`no-compress` alone for a flag without a\n"
+    "                         value), `#` comments; the command line overrides the file.\n"
+    "                         See docs/configuration.md.\n"
     "  --help                 print this text.\n"
     "\n"
     "Signals: SIGTERM or SIGINT disconnects the producers, sends what the agent holds to the\n"
@@ -62,7 +73,7 @@ static const char kHelp[] =
 
 enum { OPT_SERVICE = 256, OPT_SERVICE_NAME, OPT_CA, OPT_CERT, OPT_KEY, OPT_PRODUCER_SOCKET,
        OPT_QUEUE_MB, OPT_SPILL_MB, OPT_COMPRESS, OPT_NO_COMPRESS, OPT_FAKE_CLOCK, OPT_LOG_LEVEL,
-       OPT_HELP };
+       OPT_HELP, OPT_MACHINE_NAME };
 
 static int bad(const char *flag, const char *value) {
   fprintf(stderr, "tracerelay-agent: invalid value '%s' for %s (see --help)\n", value, flag);
@@ -79,6 +90,26 @@ static int parse_mb(const char *s, size_t *out) {
   return 0;
 }
 
+/* --config FILE: its flags go before the command line's (relay/config_file.h). */
+enum { OPT_CONFIG = 512 };
+static tr_config_file config;
+static char **config_argv;
+
+static void free_config(void) {
+  tr_config_file_free(&config);
+  free(config_argv);
+}
+
+static int check_config(int argc, char **argv, const struct option *longopts) {
+  const char *path;
+  char err[256];
+  if (config.num_entries == 0 || tr_config_file_find_arg(argc, argv, &path) < 0 || !path ||
+      tr_config_file_check(&config, longopts, err, sizeof err) == 0)
+    return 0;
+  fprintf(stderr, "tracerelay-agent: config file %s: %s\n", path, err);
+  return 2;
+}
+
 static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
   static const struct option longopts[] = {
       {"service", required_argument, NULL, OPT_SERVICE},
@@ -86,6 +117,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       {"ca", required_argument, NULL, OPT_CA},
       {"cert", required_argument, NULL, OPT_CERT},
       {"key", required_argument, NULL, OPT_KEY},
+      {"machine-name", required_argument, NULL, OPT_MACHINE_NAME},
       {"producer-socket", required_argument, NULL, OPT_PRODUCER_SOCKET},
       {"queue-mb", required_argument, NULL, OPT_QUEUE_MB},
       {"spill-mb", required_argument, NULL, OPT_SPILL_MB},
@@ -94,7 +126,10 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       {"fake-clock", required_argument, NULL, OPT_FAKE_CLOCK},
       {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
       {"help", no_argument, NULL, OPT_HELP},
+      {"config", required_argument, NULL, OPT_CONFIG},
       {NULL, 0, NULL, 0}};
+  if (check_config(argc, argv, longopts) != 0)
+    return 2;
   const char *env = getenv("PERFETTO_PRODUCER_SOCK_NAME");
   o->producer_socket = env != NULL && env[0] != '\0' ? env : TR_AGENT_DEFAULT_PRODUCER_SOCKET;
   o->compress = true;
@@ -106,6 +141,11 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
     case OPT_CA: o->ca_path = optarg; break;
     case OPT_CERT: o->cert_path = optarg; break;
     case OPT_KEY: o->key_path = optarg; break;
+    case OPT_MACHINE_NAME:
+      if (!tr_tls_valid_machine_name(optarg, strlen(optarg)))
+        return bad("--machine-name", optarg);
+      o->machine_name = optarg;
+      break;
     case OPT_PRODUCER_SOCKET: o->producer_socket = optarg; break;
     case OPT_QUEUE_MB:
       if (parse_mb(optarg, &o->queue_bytes) < 0)
@@ -131,6 +171,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       tr_log_set_level(level);
       break;
     }
+    case OPT_CONFIG: break; /* read by main() before getopt */
     case OPT_HELP:
       fputs(kHelp, stdout);
       exit(0);
@@ -194,6 +235,11 @@ static void on_hup(uv_signal_t *s, int signum) {
 
 int main(int argc, char **argv) {
   struct tr_agent_opts opts = {0};
+  if (tr_config_file_args("tracerelay-agent", argc, argv, &config, &argc, &config_argv) < 0)
+    return 2;
+  atexit(free_config); /* opts point into config_argv until the end */
+  if (config_argv)
+    argv = config_argv;
   int rc = parse_flags(argc, argv, &opts);
   if (rc != 0)
     return rc;

@@ -32,6 +32,13 @@ typedef struct tr_chunk_header {
   uint8_t flags;  /* TR_CHUNK_* above; the top 3 bits of the 6 are kept as sent */
 } tr_chunk_header;
 
+/* Packets that begin in a chunk of `count` fragments: all but a leading continuation. A lost
+ * chunk loses these; a packet begun earlier that runs into it is lost too, but that is seen
+ * (and counted) by whoever holds the packet's head (tr_tbuf_stats.packets_lost_in_gaps). */
+static inline uint32_t tr_chunk_packets_begun(uint16_t count, uint8_t flags) {
+  return count > 0 && (flags & TR_CHUNK_FIRST_CONTINUES) ? count - 1u : count;
+}
+
 /* Decodes the 8-byte header at `chunk` (len must be >= 8). TR_ERR_PROTO for writer_id 0 or
  * > 32767 (the header is still filled in), TR_ERR_INVAL if len < 8. */
 int tr_chunk_header_decode(const uint8_t *chunk, size_t len, tr_chunk_header *out);

@@ -96,12 +96,15 @@ int tr_chunkq_push_chunk(tr_chunkq *q, const tr_chunkq_chunk *c, const uint8_t *
   tr_chunkq_entry *e = new_entry(q, len, q->max_bytes, &rc);
   if (!e) {
     tr_chunkq_drops *d = drops_for(q, c->producer_id);
+    uint32_t begun = tr_chunk_packets_begun(c->header.count, c->header.flags);
     if (d) {
       d->chunks++;
       d->bytes += len;
+      d->packets += begun;
     }
     q->total.chunks++;
     q->total.bytes += len;
+    q->total.packets += begun;
     return rc;
   }
   e->u.chunk = *c;

@@ -73,6 +73,7 @@ typedef struct tr_chunkq_drops {
   uint32_t producer_id;
   uint64_t chunks;
   uint64_t bytes; /* payload bytes of the dropped chunks */
+  uint64_t packets; /* packets begun in them (tr_chunk_packets_begun) */
   uint64_t patches;
   uint64_t flush_acks;
 } tr_chunkq_drops;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "relay/chunk.h"
 #include "relay/tr_error.h"
 
 #define HEADER 4u
@@ -347,18 +348,20 @@ int tr_relay_batch_items(tr_relay_codec *c, const Tracerelay__ChunkBatch *batch,
 /* ---- per-producer tallies ---- */
 
 int tr_relay_tally_add(tr_relay_tally **arr, size_t *n, uint32_t producer_id, uint64_t chunks,
-                       uint64_t bytes) {
+                       uint64_t bytes, uint64_t packets) {
   for (size_t i = 0; i < *n; i++) {
     if ((*arr)[i].producer_id == producer_id) {
       (*arr)[i].chunks += chunks;
       (*arr)[i].bytes += bytes;
+      (*arr)[i].packets += packets;
       return 0;
     }
   }
   tr_relay_tally *grown = realloc(*arr, (*n + 1) * sizeof **arr);
   if (!grown)
     return TR_ERR_NOMEM;
-  grown[*n] = (tr_relay_tally){.producer_id = producer_id, .chunks = chunks, .bytes = bytes};
+  grown[*n] = (tr_relay_tally){
+      .producer_id = producer_id, .chunks = chunks, .bytes = bytes, .packets = packets};
   *arr = grown;
   (*n)++;
   return 0;
@@ -372,7 +375,9 @@ int tr_relay_batch_tally(Tracerelay__ChunkItem *const *items, size_t n_items, tr
     if (items[i]->item_case != TRACERELAY__CHUNK_ITEM__ITEM_CHUNK)
       continue;
     const Tracerelay__Chunk *chunk = items[i]->chunk;
-    int rc = tr_relay_tally_add(&arr, &n, chunk->producer_id, 1, chunk->payload.len);
+    uint32_t begun = tr_chunk_packets_begun((uint16_t)(chunk->packet_count & 0x3ff),
+                                            (uint8_t)chunk->flags);
+    int rc = tr_relay_tally_add(&arr, &n, chunk->producer_id, 1, chunk->payload.len, begun);
     if (rc < 0) {
       free(arr);
       return rc;

@@ -108,14 +108,15 @@ typedef struct tr_relay_tally {
   uint32_t producer_id;
   uint64_t chunks;
   uint64_t bytes;
+  uint64_t packets; /* packets begun in those chunks (tr_chunk_packets_begun) */
 } tr_relay_tally;
 
 /* Counts the chunks of items per producer into a new malloc'd array (*out = NULL when there
  * are none). O(items x producers in the batch). */
 int tr_relay_batch_tally(Tracerelay__ChunkItem *const *items, size_t n_items, tr_relay_tally **out,
                          size_t *n_out);
-/* Adds chunks/bytes to producer_id's entry of a growable tally array. */
+/* Adds chunks/bytes/packets to producer_id's entry of a growable tally array. */
 int tr_relay_tally_add(tr_relay_tally **arr, size_t *n, uint32_t producer_id, uint64_t chunks,
-                       uint64_t bytes);
+                       uint64_t bytes, uint64_t packets);
 
 #endif

@@ -262,6 +262,20 @@ static void printable_copy(char *dst, size_t cap, const unsigned char *src, size
   dst[n] = '\0';
 }
 
+int tr_tls_config_own_name(const tr_tls_config *cfg, char *out, size_t cap) {
+  if (cap == 0)
+    return TR_ERR_INVAL;
+  size_t len;
+  const unsigned char *name = cert_name(&cfg->cert, &len);
+  if (name == NULL || !tr_tls_valid_machine_name((const char *)name, len) || len >= cap) {
+    printable_copy(out, cap, name ? name : (const unsigned char *)"", name ? len : 0);
+    return TR_ERR_CONFIG;
+  }
+  memcpy(out, name, len);
+  out[len] = '\0';
+  return 0;
+}
+
 static int verify_cb(void *ctx, mbedtls_x509_crt *crt, int depth, uint32_t *flags) {
   tr_tls_session *s = ctx;
   if (depth != 0)

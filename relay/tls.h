@@ -68,6 +68,12 @@ tr_tls_config *tr_tls_config_ref(tr_tls_config *cfg);
 /* Drops a reference; the last one frees the config. NULL is ignored. */
 void tr_tls_config_unref(tr_tls_config *cfg);
 enum tr_tls_role tr_tls_config_role(const tr_tls_config *cfg);
+/* The name in this side's own certificate (--cert), by the same rule that makes the peer name
+ * on the other end: the first SAN dNSName, else the CN. For an agent it is the machine name the
+ * service will give it. Copies it into out (cap >= TR_TLS_MAX_NAME + 1) and returns 0, or
+ * TR_ERR_CONFIG if the certificate carries no valid machine name (out then holds it made
+ * printable, for the error message). */
+int tr_tls_config_own_name(const tr_tls_config *cfg, char *out, size_t cap);
 
 /* A session using cfg (which it references). server_name is required for a client: the name the
  * server certificate must carry; servers pass NULL. Returns 0, TR_ERR_INVAL, TR_ERR_NOMEM or

@@ -55,6 +55,11 @@ struct tr_tls_uv_conn {
   int handles_open;
   bool app_owned; /* on_close is owed: client connections, server ones after on_connect */
   bool want_drain;
+  bool read_paused;   /* tr_tls_uv_pause_read: no on_read until resumed */
+  bool resume_queued; /* the timer will deliver what was held, then read again */
+  /* Ciphertext of the last socket read not yet fed to the session when reading paused; it
+   * stays in rbuf, which libuv does not touch while reading is stopped. */
+  size_t held_off, held_end;
   bool closing;
   bool handles_closing;
   int close_reason;
@@ -345,8 +350,8 @@ static void close_on_tls_error(tr_tls_uv_conn *c, int rc) {
     close_conn(c, rc, "%s", tr_tls_last_error(c->tls));
 }
 
-/* Runs the session on the input it has: the handshake, then plaintext to on_read. Returns
- * false once the connection is closing. */
+/* Runs the session on the input it has: the handshake, then plaintext to on_read until it
+ * needs more input or reading is paused. Returns false once the connection is closing. */
 static bool drive(tr_tls_uv_conn *c) {
   if (!tr_tls_handshake_done(c->tls)) {
     int rc = tr_tls_handshake(c->tls);
@@ -360,7 +365,7 @@ static bool drive(tr_tls_uv_conn *c) {
     if (c->closing)
       return false;
   }
-  for (;;) {
+  while (!c->read_paused) {
     int n = tr_tls_read(c->tls, c->pbuf, sizeof c->pbuf);
     if (n == TR_ERR_AGAIN)
       return true;
@@ -372,6 +377,28 @@ static bool drive(tr_tls_uv_conn *c) {
     if (c->closing)
       return false;
   }
+  return true;
+}
+
+/* Feeds rbuf[off, end) to the session and drives it. If reading pauses on the way, what was
+ * not fed stays in rbuf as held input. Returns false once the connection is closing. */
+static bool feed_and_drive(tr_tls_uv_conn *c, size_t off, size_t end) {
+  /* The session's input buffer is smaller than a read; driving it drains it. */
+  while (off < end) {
+    off += tr_tls_feed_cipher(c->tls, c->rbuf + off, end - off);
+    if (!drive(c))
+      return false;
+    if (c->read_paused)
+      break;
+  }
+  c->held_off = off;
+  c->held_end = off < end ? end : off;
+  int rc = flush_cipher(c);
+  if (rc < 0) {
+    close_conn(c, rc, "sending failed: %s", tr_strerror(rc));
+    return false;
+  }
+  return true;
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -394,18 +421,57 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     return;
   }
   c->bytes_in += (uint64_t)nread;
-  const unsigned char *p = (const unsigned char *)buf->base;
-  size_t off = 0;
-  /* The session's input buffer is smaller than a read; driving it drains it. */
-  while (off < (size_t)nread) {
-    off += tr_tls_feed_cipher(c->tls, p + off, (size_t)nread - off);
-    if (!drive(c))
-      return;
-  }
-  int rc = flush_cipher(c);
-  if (rc < 0)
-    close_conn(c, rc, "sending failed: %s", tr_strerror(rc));
+  (void)buf; /* always rbuf (on_alloc) */
+  feed_and_drive(c, 0, (size_t)nread);
 }
+
+/* ---- pausing ---- */
+
+int tr_tls_uv_pause_read(tr_tls_uv_conn *c) {
+  if (c->closing)
+    return TR_ERR_CLOSED;
+  if (!c->app_owned || !tr_tls_handshake_done(c->tls))
+    return TR_ERR_STATE;
+  if (c->read_paused)
+    return 0;
+  c->read_paused = true;
+  if (c->resume_queued) {
+    uv_timer_stop(&c->timer);
+    c->resume_queued = false;
+  }
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  return 0;
+}
+
+/* Delivers what arrived before the pause (plaintext the session holds, then the held
+ * ciphertext), then reads the socket again, unless on_read paused or closed meanwhile. */
+static void on_resume(uv_timer_t *t) {
+  tr_tls_uv_conn *c = t->data;
+  c->resume_queued = false;
+  if (c->closing || c->read_paused)
+    return;
+  if (!drive(c) || c->read_paused)
+    return;
+  if (!feed_and_drive(c, c->held_off, c->held_end) || c->read_paused)
+    return;
+  int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_tcp_read);
+  if (rc < 0)
+    close_conn(c, rc, "cannot read: %s", uv_strerror(rc));
+}
+
+int tr_tls_uv_resume_read(tr_tls_uv_conn *c) {
+  if (c->closing)
+    return TR_ERR_CLOSED;
+  if (!c->read_paused)
+    return 0;
+  c->read_paused = false;
+  /* From the loop, not from here: the caller may be inside a callback of this connection. */
+  c->resume_queued = true;
+  uv_timer_start(&c->timer, on_resume, 0, 0);
+  return 0;
+}
+
+bool tr_tls_uv_read_is_paused(const tr_tls_uv_conn *c) { return c->read_paused; }
 
 /* Common setup of both sides once the TCP connection exists. */
 static void start_session(tr_tls_uv_conn *c) {

@@ -17,6 +17,8 @@
  * - One close path: every connection the application was given gets exactly one on_close,
  *   after which the pointer is invalid. Callbacks never run after on_close.
  * - TCP_NODELAY and TCP keepalive are on for every connection.
+ * - Reading can be paused (tr_tls_uv_pause_read) for backpressure: nothing is lost or
+ *   reordered, and a paused connection holds at most one socket read of input.
  *
  * Threads: everything runs on the loop's thread. */
 #ifndef TR_TLS_UV_H
@@ -24,6 +26,7 @@
 
 #include "relay/tls.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -88,6 +91,18 @@ int tr_tls_uv_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *server_na
  * Returns the ciphertext bytes now queued (>= 0), TR_ERR_FULL if the queue is already at
  * max_queued (wait for on_drain), TR_ERR_STATE before on_connect, TR_ERR_CLOSED once closing. */
 int tr_tls_uv_write(tr_tls_uv_conn *conn, const void *data, size_t len);
+/* Stops reading: no on_read until tr_tls_uv_resume_read, and nothing more is read from the
+ * socket, so TCP flow control holds the peer back instead of our memory. Safe inside on_read:
+ * the rest of what was already read (at most one socket read of ciphertext, and records the
+ * session decrypted but did not deliver) is held in the connection's own buffers, in order.
+ * A paused connection notices neither data nor the peer closing until it resumes. Returns 0,
+ * TR_ERR_STATE before on_connect, TR_ERR_CLOSED once closing. */
+int tr_tls_uv_pause_read(tr_tls_uv_conn *conn);
+/* Reads again: what was held is delivered first, from the loop (never from inside this call),
+ * then the socket is read. on_read may pause again on the way. Returns 0 (also when not
+ * paused) or TR_ERR_CLOSED once closing. */
+int tr_tls_uv_resume_read(tr_tls_uv_conn *conn);
+bool tr_tls_uv_read_is_paused(const tr_tls_uv_conn *conn);
 /* Ciphertext bytes handed to libuv and not yet written to the socket. */
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
 /* Closes gracefully: queued bytes and a close_notify are sent (for at most

@@ -663,6 +663,11 @@ static int next_packet(tr_tbuf *b, struct seq *s, bool final, tr_tbuf_packet *ou
       if (!final)
         return 0;
       b->st.unpatched_chunks_dropped++;
+      /* Its packets are lost like those of a missing chunk (a packet running into it from
+       * the chunk before was counted by read_spanning already). */
+      b->st.packets_lost_in_gaps += c->frags_read == 0
+                                        ? tr_chunk_packets_begun(c->nfrags, c->flags)
+                                        : (uint64_t)(c->nfrags - c->frags_read);
       mark_loss(s, TR_TBUF_LOSS_CHUNK_CORRUPTED);
       consume_front(b, s);
       continue;

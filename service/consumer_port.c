@@ -9,6 +9,7 @@
 #include "perfetto/ipc/consumer_port.pb-c.h"
 #include "relay/log.h"
 #include "relay/tr_error.h"
+#include "service/status.h"
 #include "service/trace_output.h"
 
 #define COMP "consumer"
@@ -556,6 +557,16 @@ static void state_add(state_out *o, const Perfetto__Protos__TracingServiceState 
   o->used += perfetto__protos__tracing_service_state__pack(st, o->buf + STATE_HDR + o->used);
 }
 
+/* Appends already encoded TracingServiceState fields (our field-1000 host status). */
+static void state_add_raw(state_out *o, const uint8_t *bytes, size_t n) {
+  if (o->failed || n + STATE_HDR + 16 > STATE_REPLY_CAP)
+    return;
+  if (o->used + n + STATE_HDR + 16 > STATE_REPLY_CAP)
+    state_flush(o, true);
+  memcpy(o->buf + STATE_HDR + o->used, bytes, n);
+  o->used += n;
+}
+
 static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len,
                                 bool drop) {
   tr_consumer *c = consumer_of(conn);
@@ -628,6 +639,14 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
         state_add(&o, &one);
       }
     }
+  }
+  /* tracerelay status: one HostStatus per host (service/status.h), skipped by perfetto. */
+  for (size_t h = 0; h < svc->num_hosts && !sessions_only; h++) {
+    uint8_t *bytes;
+    size_t n;
+    if (tr_service_host_status(svc, svc->hosts[h], &bytes, &n) == 0)
+      state_add_raw(&o, bytes, n);
+    free(bytes);
   }
   for (tr_session *s = svc->sessions; s; s = s->next) {
     Perfetto__Protos__TracingServiceState one;

@@ -30,6 +30,12 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
  * telling its consumer the service is shutting down, closes the consumer socket and the
  * agents' links, frees everything, then calls done(ud). */
 void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), void *ud);
+/* SIGHUP: loads a new TLS configuration from these files (the service's certificate, key
+ * and the CA agents must chain to) for agent connections accepted from now on; connected
+ * agents and running sessions are untouched. On failure logs why and keeps the current one.
+ * Returns 0 or the tr_tls_config_new error. */
+int tr_service_daemon_reload_tls(tr_service_daemon *d, const char *ca_path,
+                                 const char *cert_path, const char *key_path);
 /* Frees d once the loop has run out of handles after the shutdown. */
 void tr_service_daemon_free(tr_service_daemon *d);
 

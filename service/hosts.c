@@ -20,6 +20,7 @@
 /* What one agent instance reported in its latest AgentStats, summed over producers. */
 typedef struct agent_counters {
   uint64_t queue_chunks, queue_bytes, spill_chunks, spill_bytes, smb_full, abi;
+  uint64_t queue_packets, spill_packets;
 } agent_counters;
 
 typedef struct held_reply {
@@ -273,6 +274,8 @@ static void publish_counters(tr_host *h) {
   h->stats.agent_spill_dropped_bytes = r->earlier.spill_bytes + r->current.spill_bytes;
   h->stats.agent_smb_full = r->earlier.smb_full + r->current.smb_full;
   h->stats.agent_abi_violations = r->earlier.abi + r->current.abi;
+  h->stats.agent_queue_dropped_packets = r->earlier.queue_packets + r->current.queue_packets;
+  h->stats.agent_spill_dropped_packets = r->earlier.spill_packets + r->current.spill_packets;
 }
 
 void tr_hosts_agent_stats(tr_host *h, const Tracerelay__AgentStats *s) {
@@ -285,6 +288,8 @@ void tr_hosts_agent_stats(tr_host *h, const Tracerelay__AgentStats *s) {
     c.spill_bytes += p->spill_dropped_bytes;
     c.smb_full += p->smb_full;
     c.abi += p->abi_violations;
+    c.queue_packets += p->queue_dropped_packets;
+    c.spill_packets += p->spill_dropped_packets;
   }
   rec_of(h)->current = c;
   publish_counters(h);
@@ -372,6 +377,8 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
     r->earlier.spill_bytes += r->current.spill_bytes;
     r->earlier.smb_full += r->current.smb_full;
     r->earlier.abi += r->current.abi;
+    r->earlier.queue_packets += r->current.queue_packets;
+    r->earlier.spill_packets += r->current.spill_packets;
     r->current = (agent_counters){0};
     publish_counters(h);
   }

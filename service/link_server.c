@@ -40,7 +40,8 @@ struct tr_link_peer {
   uint64_t acked;     /* last seq acknowledged on this connection */
   bool resyncing;     /* between Welcome and the first frame that is not a re-announcement */
   bool closing;
-  bool paused;        /* our output is backed up: incoming bytes wait in stash */
+  bool paused;        /* our output is backed up: socket reading is paused, and the rest of
+                         the read that was being processed waits in stash */
   uint8_t *stash;
   size_t stash_len, stash_cap;
   int64_t t4;         /* BOOTTIME at the start of the current read, while a probe is out */
@@ -94,8 +95,10 @@ static int send_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
   if (rc < 0)
     return rc;
   tr_relay_heartbeat_sent(&p->hb, uv_hrtime());
-  if ((size_t)rc > TR_LINK_MAX_QUEUED / 2)
+  if ((size_t)rc > TR_LINK_MAX_QUEUED / 2 && !p->paused) {
     p->paused = true;
+    tr_tls_uv_pause_read(p->conn); /* TCP now holds the agent back, not our memory */
+  }
   return 0;
 }
 
@@ -368,6 +371,12 @@ static void on_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
     else
       PROTO_ERROR(p, "agent stats without the feature");
     break;
+  case TRACERELAY__RELAY_FRAME__MSG_HOST_CLOCK_SNAPSHOT:
+    if (!(p->features & TR_RELAY_FEATURE_HOST_CLOCKS))
+      PROTO_ERROR(p, "host clock snapshot without the feature");
+    else if (tr_service_on_host_clock_snapshot(ls->svc, p->host, f->host_clock_snapshot) < 0)
+      PROTO_ERROR(p, "malformed host clock snapshot");
+    break;
   default:
     PROTO_ERROR(p, "unexpected frame type %d", (int)f->msg_case);
     break;
@@ -469,6 +478,8 @@ static void on_drain(tr_tls_uv_conn *conn) {
   consume(p, held, len);
   free(held);
   end_burst(p);
+  if (!p->paused && !p->closing)
+    tr_tls_uv_resume_read(p->conn);
 }
 
 /* ---- connections ---- */
@@ -538,8 +549,13 @@ static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
 
 static void tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
   if (tr_relay_heartbeat_dead(&p->hb, now_ns)) {
-    peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
-               "nothing received for %llu ms", (unsigned long long)(p->hb.timeout_ns / 1000000));
+    if (p->paused) /* we stopped reading because the agent stopped reading */
+      peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+                 "the agent has not read what the service sent for %llu ms",
+                 (unsigned long long)(p->hb.timeout_ns / 1000000));
+    else
+      peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED, "nothing received for %llu ms",
+                 (unsigned long long)(p->hb.timeout_ns / 1000000));
     return;
   }
   if (p->host == NULL)

@@ -16,9 +16,11 @@
  *   the read callback; each answered probe feeds host->clock.
  * - Heartbeats both ways; a peer silent for the timeout is closed.
  * - Backpressure: while more than half of max_queued bytes of our frames wait to be sent to an
- *   agent, its incoming frames are held unprocessed (up to TR_LINK_STASH_MAX bytes, then it is
- *   closed as overloaded) and processed once the queue drains. tls_uv has no way to stop the
- *   socket read itself, so the bytes still arrive; we only stop acting on them (and acking).
+ *   agent, reading its socket is paused (tr_tls_uv_pause_read), so TCP flow control holds the
+ *   agent back; only the rest of the read being processed is held (in a stash, bounded by
+ *   TR_LINK_STASH_MAX as a safety net). Once the queue drains, the held frames are processed
+ *   and reading resumes. An agent that reads nothing for the heartbeat timeout is closed as
+ *   overloaded.
  * - Disconnect: host->link = NULL, stats.disconnects++, tr_service_on_host_disconnected.
  * Every connection ends through one path (tls_uv's on_close). */
 #ifndef TR_LINK_SERVER_H

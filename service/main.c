@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "relay/config_file.h"
 #include "relay/log.h"
 #include "relay/tr_error.h"
 #include "service/daemon.h"
@@ -35,8 +36,14 @@ static const char kHelp[] =
     "  --key FILE             PEM private key of --cert. Required. certs/make-certs.sh makes\n"
     "                         all three.\n"
     "  --timeline ENCODING    machines (default): machine_id on every remote packet, one\n"
-    "                         SystemInfo per machine. global-clocks: not implemented yet.\n"
+    "                         SystemInfo per machine, remote_clock_sync exchanges.\n"
+    "                         global-clocks: no machine_id; each host's clocks get global ids\n"
+    "                         of their own and the service writes ClockSnapshots tying them to\n"
+    "                         the trace clock (any Perfetto version). See docs/timeline.md.\n"
     "  --log-level LEVEL      debug, info (default), warn, error or off.\n"
+    "  --config FILE          read flags from FILE: `key = value` lines whose keys are the\n"
+    "                         long flags above, `#` comments; the command line overrides the\n"
+    "                         file. See docs/configuration.md.\n"
     "  --help                 print this text.\n"
     "\n"
     "Sessions: each consumer connection may run one session. TraceConfig buffers are per host\n"
@@ -47,6 +54,9 @@ static const char kHelp[] =
     "\n"
     "Signals: SIGTERM or SIGINT flushes running sessions, ends them with an error telling\n"
     "their consumers the service is shutting down, closes the agents' links and exits.\n"
+    "SIGHUP reloads --ca, --cert and --key (re-reading --config FILE for their paths and\n"
+    "--log-level) for agent connections accepted from then on; connected agents and running\n"
+    "sessions carry on. A file that does not load is logged and the current one kept.\n"
     "\n"
     "Example:\n"
     "  tracerelay-service --listen 0.0.0.0:7393 \\\n"
@@ -67,6 +77,55 @@ static int bad(const char *flag, const char *value, const char *why) {
   return 2;
 }
 
+/* --config FILE: its flags go before the command line's (relay/config_file.h). SIGHUP
+ * re-reads it; every argv built stays allocated until exit, since opts point into them. */
+enum { OPT_CONFIG = 512 };
+static tr_config_file config;
+static char **config_argvs[64];
+static size_t num_config_argvs;
+static int cmdline_argc;
+static char **cmdline_argv;
+
+static void free_config(void) {
+  tr_config_file_free(&config);
+  while (num_config_argvs > 0)
+    free(config_argvs[--num_config_argvs]);
+}
+
+static int check_config(int argc, char **argv, const struct option *longopts) {
+  const char *path;
+  char err[256];
+  if (config.num_entries == 0 || tr_config_file_find_arg(argc, argv, &path) < 0 || !path ||
+      tr_config_file_check(&config, longopts, err, sizeof err) == 0)
+    return 0;
+  fprintf(stderr, "tracerelay-service: config file %s: %s\n", path, err);
+  return 2;
+}
+
+static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o);
+
+/* Loads --config (if any) and parses the flags into *o; on SIGHUP again, with the same
+ * command line. Messages go to stderr. 0, or the exit status 2. */
+static int load_flags(struct tr_service_daemon_opts *o) {
+  tr_config_file old = config;
+  int argc;
+  char **argv;
+  if (num_config_argvs == sizeof config_argvs / sizeof config_argvs[0]) {
+    fprintf(stderr, "tracerelay-service: config file reloaded too many times: restart\n");
+    return 2;
+  }
+  if (tr_config_file_args("tracerelay-service", cmdline_argc, cmdline_argv, &config, &argc,
+                          &argv) < 0) {
+    config = old;
+    return 2;
+  }
+  tr_config_file_free(&old);
+  if (argv)
+    config_argvs[num_config_argvs++] = argv;
+  optind = 0; /* getopt starts over (GNU) */
+  return parse_flags(argc, argv ? argv : cmdline_argv, o);
+}
+
 static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) {
   static const struct option longopts[] = {
       {"listen", required_argument, NULL, OPT_LISTEN},
@@ -78,8 +137,11 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"timeline", required_argument, NULL, OPT_TIMELINE},
       {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
       {"help", no_argument, NULL, OPT_HELP},
+      {"config", required_argument, NULL, OPT_CONFIG},
       {NULL, 0, NULL, 0}};
   int opt;
+  if (check_config(argc, argv, longopts) != 0)
+    return 2;
   o->listen = TR_SERVICE_DEFAULT_LISTEN;
   o->consumer_socket = TR_SERVICE_DEFAULT_CONSUMER_SOCKET;
   o->consumer_mode = 0660;
@@ -103,9 +165,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       if (strcmp(optarg, "machines") == 0) {
         o->timeline = TR_TIMELINE_MACHINES;
       } else if (strcmp(optarg, "global-clocks") == 0) {
-        fprintf(stderr, "tracerelay-service: --timeline global-clocks is not implemented yet; "
-                        "use --timeline machines (the default)\n");
-        return 2;
+        o->timeline = TR_TIMELINE_GLOBAL_CLOCKS;
       } else {
         return bad("--timeline", optarg, "use machines or global-clocks");
       }
@@ -117,6 +177,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       tr_log_set_level(level);
       break;
     }
+    case OPT_CONFIG: break; /* read by main() before getopt */
     case OPT_HELP:
       fputs(kHelp, stdout);
       exit(0);
@@ -143,7 +204,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
 
 struct daemon {
   tr_service_daemon *svc;
-  uv_signal_t term, intr;
+  uv_signal_t term, intr, hup;
   bool stopping;
 };
 
@@ -151,6 +212,7 @@ static void on_done(void *ud) {
   struct daemon *d = ud;
   uv_close((uv_handle_t *)&d->term, NULL);
   uv_close((uv_handle_t *)&d->intr, NULL);
+  uv_close((uv_handle_t *)&d->hup, NULL);
   TR_INFO("service", "stopped");
 }
 
@@ -165,11 +227,29 @@ static void on_stop_signal(uv_signal_t *s, int signum) {
   tr_service_daemon_shutdown(d->svc, on_done, d);
 }
 
+static void on_hup(uv_signal_t *s, int signum) {
+  struct daemon *d = s->data;
+  struct tr_service_daemon_opts o = {0};
+  (void)signum;
+  if (d->stopping)
+    return;
+  TR_INFO("service", "SIGHUP: reloading the certificates");
+  if (load_flags(&o) != 0) {
+    TR_ERROR("service", "SIGHUP: the flags or config file are invalid (see above): nothing "
+             "reloaded");
+    return;
+  }
+  tr_service_daemon_reload_tls(d->svc, o.ca_path, o.cert_path, o.key_path);
+}
+
 int main(int argc, char **argv) {
   struct tr_service_daemon_opts opts = {0};
   struct daemon d = {0};
   uv_loop_t loop;
-  int rc = parse_flags(argc, argv, &opts);
+  cmdline_argc = argc;
+  cmdline_argv = argv;
+  atexit(free_config);
+  int rc = load_flags(&opts);
   if (rc != 0)
     return rc;
   signal(SIGPIPE, SIG_IGN); /* a consumer or agent that went away is an error code */
@@ -182,9 +262,11 @@ int main(int argc, char **argv) {
   }
   uv_signal_init(&loop, &d.term);
   uv_signal_init(&loop, &d.intr);
-  d.term.data = d.intr.data = &d;
+  uv_signal_init(&loop, &d.hup);
+  d.term.data = d.intr.data = d.hup.data = &d;
   uv_signal_start(&d.term, on_stop_signal, SIGTERM);
   uv_signal_start(&d.intr, on_stop_signal, SIGINT);
+  uv_signal_start(&d.hup, on_hup, SIGHUP);
   uv_run(&loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(&loop) == 0 ? 0 : 1;
   tr_service_daemon_free(d.svc);

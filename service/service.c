@@ -183,6 +183,31 @@ void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), vo
   on_shutdown_flush(d, true);
 }
 
+int tr_service_daemon_reload_tls(tr_service_daemon *d, const char *ca_path,
+                                 const char *cert_path, const char *key_path) {
+  struct tr_tls_config_opts tls_opts = {0};
+  tr_tls_config *cfg;
+  char err[512] = "";
+  int rc;
+  if (d->stopping || !d->link)
+    return TR_ERR_STATE;
+  tls_opts.role = TR_TLS_SERVER;
+  tls_opts.ca_path = ca_path;
+  tls_opts.cert_path = cert_path;
+  tls_opts.key_path = key_path;
+  if ((rc = tr_tls_config_new(&tls_opts, &cfg, err, sizeof err)) != 0) {
+    TR_ERROR(COMP, "certificates NOT reloaded, the current ones stay in use: %s",
+             err[0] ? err : tr_strerror(rc));
+    return rc;
+  }
+  tr_link_server_reload_tls(d->link, cfg);
+  tr_tls_config_unref(d->tls);
+  d->tls = cfg;
+  TR_INFO(COMP, "certificates reloaded (ca %s, cert %s, key %s); connected agents and running "
+          "sessions carry on", ca_path, cert_path, key_path);
+  return 0;
+}
+
 void tr_service_daemon_free(tr_service_daemon *d) {
   free(d);
 }

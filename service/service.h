@@ -21,6 +21,7 @@
 
 #include "perfetto/common/data_source_descriptor.pb-c.h"
 #include "perfetto/trace/system_info.pb-c.h"
+#include "relay/clock.h"
 #include "relay/clocksync.h"
 #include "tracerelay/relay.pb-c.h"
 
@@ -57,9 +58,19 @@ typedef struct tr_host_stats {
   uint64_t agent_spill_dropped_bytes;
   uint64_t agent_smb_full;
   uint64_t agent_abi_violations;
+  uint64_t agent_queue_dropped_packets; /* packets begun in the dropped chunks above */
+  uint64_t agent_spill_dropped_packets;
   uint64_t disconnects;
   uint64_t flushes_missed;        /* flushes this host did not ack within the timeout */
 } tr_host_stats;
+
+#define TR_HOST_CLOCK_SNAPSHOTS 64
+
+/* One HostClockSnapshot of an agent, as received. */
+struct tr_host_clock_snapshot {
+  struct tr_clock_snapshot snap; /* the host's clocks (simulated ones under --fake-clock) */
+  int64_t received_ns;           /* service BOOTTIME at receipt */
+};
 
 struct tr_host {
   char name[65];                  /* machine name, from the agent's certificate */
@@ -71,6 +82,11 @@ struct tr_host {
   tr_remote_producer *producers;  /* array */
   size_t num_producers;
   struct tr_clocksync *clock;     /* host BOOTTIME -> service BOOTTIME */
+  /* The agent's HostClockSnapshots, the last TR_HOST_CLOCK_SNAPSHOTS of them: snapshot number
+   * g (1, 2, ...) is at [(g - 1) % TR_HOST_CLOCK_SNAPSHOTS]; clock_snapshots_taken is the
+   * newest g. Sessions write those received since they started (service/timeline_output.c). */
+  struct tr_host_clock_snapshot clock_snapshots[TR_HOST_CLOCK_SNAPSHOTS];
+  uint64_t clock_snapshots_taken;
   tr_host_stats stats;
   tr_host *next;
 };
@@ -86,6 +102,12 @@ void tr_service_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch
 void tr_service_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack);
 void tr_service_on_command_reply(tr_service *svc, tr_host *host,
                                  const Tracerelay__CommandReply *reply);
+
+/* A HostClockSnapshot from the host's agent: kept in host->clock_snapshots. TR_ERR_PROTO for
+ * an empty snapshot, more than TR_CLOCK_SNAPSHOT_MAX clocks, or ids outside 1..63 (service/
+ * timeline_output.c). */
+int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
+                                      const Tracerelay__HostClockSnapshot *snap);
 
 /* Downward: queue a command for the host's agent. The caller keeps ownership of cmd.
  * Returns TR_ERR_CLOSED if the host is not connected. */

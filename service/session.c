@@ -18,6 +18,7 @@
 
 #include "relay/log.h"
 #include "relay/tr_error.h"
+#include "service/timeline_output.h"
 #include "service/trace_output.h"
 
 #define COMP "session"
@@ -702,6 +703,7 @@ void tr_session_free(tr_session *s) {
   tr_session_end(s, NULL);
   tr_session_flush_free_all(s);
   tr_trace_output_reset(s);
+  tr_timeline_free(s);
   for (tr_session **p = &svc->sessions; *p; p = &(*p)->next)
     if (*p == s) {
       *p = s->next;

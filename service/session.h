@@ -145,6 +145,7 @@ struct tr_session {
   bool all_started;
   bool first_read_done;
   tr_session_reader reader;
+  struct tr_timeline_out *timeline; /* service/timeline_output.c; NULL until the first pass */
   tr_flush_op *flushes;
   uint64_t flushes_requested, flushes_succeeded, flushes_failed;
   int final_flush_outcome; /* 0 none, 1 ok, 2 failed */

@@ -5,7 +5,10 @@
  * Trusted slice of a host's packet (reference 4.8): the producer's uid and pid as the agent saw
  * them (SO_PEERCRED), a sequence id unique in the session across hosts (tr_tbuf_seqids keyed by
  * the session's host entry), machine_id = tr_machine_id(host name) in the `machines` timeline,
- * and previous_packet_dropped when the buffer lost data on that sequence.
+ * and previous_packet_dropped when the buffer lost data on that sequence. In the `global-clocks`
+ * timeline each host packet is first rewritten to its host's global clock ids (with an ftrace
+ * anchor before it when needed), and the head of each pass carries the cross-host snapshots and
+ * the hosts' own clock snapshots (service/timeline_output.c).
  *
  * Stats layout (protos/tracerelay/tracerelay_stats.proto): TraceStats.buffer_stats has one entry
  * per (buffer, host entry that received data), buffer-major; the extension field 1000 lists
@@ -19,6 +22,7 @@
 
 #include "relay/log.h"
 #include "relay/tr_error.h"
+#include "service/timeline_output.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"
 
 #define COMP "output"
@@ -146,6 +150,9 @@ static int build_head(tr_session *s) {
     rc = add_events(s, r);
   if (rc == 0 && s->svc->timeline == TR_TIMELINE_MACHINES)
     rc = add_clock_syncs(s, r, cap);
+  /* Host clock snapshots; in global-clocks the cross-host snapshots, before the host data. */
+  if (rc == 0)
+    rc = tr_timeline_head(s, r->final);
   return rc;
 }
 
@@ -208,6 +215,10 @@ static int next_buffer_packet(tr_session *s, tr_output_packet *out) {
                               &t.sequence_id);
       if (rc < 0)
         return rc;
+      if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS) {
+        rc = tr_timeline_packet(s, r->host, pkt.data, pkt.len, &t, out);
+        return rc == 0 ? 2 : rc; /* 2: malformed, dropped and counted; read on */
+      }
       out->data = pkt.data;
       out->len = pkt.len;
       rc = tr_tbuf_append_trusted(out->trusted, sizeof out->trusted, &t);
@@ -243,7 +254,11 @@ int tr_trace_output_next(tr_session *s, tr_output_packet *out) {
       r->phase = PHASE_BUFFERS;
       break;
     case PHASE_BUFFERS:
-      rc = next_buffer_packet(s, out);
+      if (tr_timeline_pending(s, out))
+        return 1; /* a rewritten packet behind its ftrace anchor */
+      do
+        rc = next_buffer_packet(s, out);
+      while (rc == 2);
       if (rc != 0)
         return rc;
       if ((rc = build_tail(s)) != 0)
@@ -316,6 +331,8 @@ static void fill_host(Tracerelay__HostStats *h, const tr_session_host *sh) {
   SET(agent_abi_violations);
   SET(disconnects);
   SET(flushes_missed);
+  SET(agent_queue_dropped_packets);
+  SET(agent_spill_dropped_packets);
 #undef SET
   h->has_session_chunks_refused = 1;
   h->session_chunks_refused = sh->chunks_refused;
@@ -339,6 +356,14 @@ static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {
   for (size_t h = 0; h < nh; h++) {
     tracerelay__host_stats__init(&hosts[h]);
     fill_host(&hosts[h], &s->hosts[h]);
+    hosts[h].has_session_packets_lost_in_gaps = 1;
+    for (size_t b = 0; b < s->num_buffers; b++) {
+      tr_tbuf_stats t;
+      if (s->hosts[h].tbufs[b]) {
+        tr_tbuf_get_stats(s->hosts[h].tbufs[b], &t);
+        hosts[h].session_packets_lost_in_gaps += t.packets_lost_in_gaps;
+      }
+    }
     hosts[h].buffer_stats_index = idx + h * s->num_buffers * 2;
     hosts[h].buffer_index = hosts[h].buffer_stats_index + s->num_buffers;
     ptrs[h] = &hosts[h];
@@ -398,6 +423,7 @@ int tr_trace_output_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uin
       n++;
     }
   st->n_buffer_stats = n;
+  invalid += tr_timeline_invalid(s);
   if (n == 0)
     free(bs); /* free_stats frees buffer_stats[0] only when there is one */
   bs = NULL;

@@ -14,6 +14,8 @@
 #   cluster_start_loadgen web-1 [loadgen flags...]   # prints nothing; PID in LOADGEN_PID
 #   "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" ...
 # Every process started here is killed by PID, and every namespace deleted, on exit.
+# TR_WRAP (e.g. "valgrind --log-file=/tmp/vg.%p") prefixes the service and agent commands
+# (tools/valgrind.sh); the wrapper must exec or be the daemon, so that its PID is the daemon's.
 
 CLUSTER_PIDS=()
 CLUSTER_NETNS=()
@@ -118,7 +120,7 @@ wait_for_socket() { # wait_for_socket PATH PID: up to 10 s
 }
 
 cluster_start_service() {
-  $(ns_prefix "$(svc_ns)") "$TR_BIN/tracerelay-service" --listen "0.0.0.0:$SERVICE_PORT" \
+  $(ns_prefix "$(svc_ns)") ${TR_WRAP:-} "$TR_BIN/tracerelay-service" --listen "0.0.0.0:$SERVICE_PORT" \
     --consumer-socket "$CONSUMER_SOCK" --ca "$WORK/pki/ca.crt" \
     --cert "$WORK/pki/service.crt" --key "$WORK/pki/service.key" "$@" \
     >>"$WORK/service.log" 2>&1 &
@@ -131,7 +133,7 @@ cluster_start_agent() {
   local name=$1; shift
   local i; i=$(host_index "$name") || { cluster_log "unknown host $name"; return 1; }
   mkdir -p "$WORK/$name"
-  $(ns_prefix "$(host_ns "$i")") "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/$name/producer.sock" \
+  $(ns_prefix "$(host_ns "$i")") ${TR_WRAP:-} "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/$name/producer.sock" \
     --service "$(service_addr_for "$i"):$SERVICE_PORT" --service-name "$SERVICE_NAME" \
     --ca "$WORK/pki/ca.crt" --cert "$WORK/pki/agent-$name.crt" --key "$WORK/pki/agent-$name.key" \
     "$@" >>"$WORK/agent-$name.log" 2>&1 &

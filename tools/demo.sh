@@ -2,8 +2,9 @@
 # demo.sh: the main job in one command. Installs dependencies, builds tracerelay, and runs a
 # demo cluster on this machine: a service, three agents in network namespaces (on loopback
 # where namespaces are not allowed) with their own certificates and machine names, a loadgen
-# producer on each, a 10 s recording with `tracerelay record`, then `tracerelay inspect` on
-# the result. The trace is kept; everything else the demo started is stopped on exit.
+# producer on each, a 10 s recording with `tracerelay record` (`tracerelay status` half-way),
+# then `tracerelay inspect` on the result. The trace is kept; everything else the demo
+# started is stopped on exit.
 #   tools/demo.sh [--seconds N] [--out FILE]
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,14 +32,31 @@ for h in "${HOSTS[@]}"; do cluster_start_agent "$h"; done
 for h in "${HOSTS[@]}"; do
   cluster_start_loadgen "$h" --name "demo-app-$h" --writers 2 --rate 2000 --packet-size 120
 done
+# Record once every agent's link is up and its producer registered (up to 10 s), so that each
+# host's data covers the whole recording.
+for _ in $(seq 50); do
+  "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json 2>/dev/null | python3 -c '
+import json, sys
+hosts = [h for h in json.load(sys.stdin)["hosts"] if h["connected"] and h["producers"] > 0]
+sys.exit(0 if len(hosts) >= int(sys.argv[1]) else 1)' "${#HOSTS[@]}" && break
+  sleep 0.2
+done
 cluster_log "service, 3 agents and 3 producers running; recording ${SECONDS_TO_RECORD}s"
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 64mb \
-  -t "${SECONDS_TO_RECORD}s" -o "$OUT"
+  -t "${SECONDS_TO_RECORD}s" -o "$OUT" &
+RECORD_PID=$!
+# Half-way through, what the service sees: one line per host (`tracerelay status`).
+sleep $((SECONDS_TO_RECORD / 2 > 3 ? SECONDS_TO_RECORD / 2 : 3))
+"$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" || true
+wait "$RECORD_PID"
 "$TR_BIN/tracerelay" inspect "$OUT"
 cat <<TXT
 
 The trace is at $OUT
 Open it in the Perfetto UI (https://ui.perfetto.dev: "Open trace file"), or query it with
-trace_processor: every host is a row of the machine table, with its own processes and threads.
+trace_processor: every host is a row of the machine table, with its own processes and threads
+(docs/querying.md has example queries). While a cluster runs,
+  tracerelay status --socket CONSUMER_SOCKET --watch
+shows each host's link, data, clock and losses (docs/troubleshooting.md).
 Logs of this run: $WORK
 TXT

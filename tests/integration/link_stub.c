@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "relay/tr_error.h"
+
 struct link_event link_events[LINK_STUB_MAX_EVENTS];
 size_t link_n_events;
 
@@ -83,4 +85,11 @@ void tr_service_on_command_reply(tr_service *svc, tr_host *host,
   struct link_event *e = add(EV_REPLY, host);
   if (e)
     e->id = reply->request_id;
+}
+
+int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
+                                      const Tracerelay__HostClockSnapshot *snap) {
+  (void)svc;
+  (void)host;
+  return snap->n_clocks > 0 ? 0 : TR_ERR_PROTO;
 }

@@ -3,8 +3,10 @@
 # agent in its own network namespace with its own certificate, loadgen producers on every
 # host, `tracerelay record` on the consumer socket. Checks that the trace decodes, names
 # every machine, and holds exactly the packets every loadgen wrote (nothing was lost here, so
-# nothing may be missing or counted lost), and that agents with a certificate from another
-# CA or without the clientAuth usage are refused while the others keep working.
+# nothing may be missing or counted lost), that `record --progress` shows bytes per host, and
+# that agents with a certificate from another CA or without the clientAuth usage are refused
+# while the others keep working, and that an agent given a valid certificate under another
+# name than its --machine-name refuses to start.
 # Usage: test_cluster.sh BIN_DIR
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,7 +15,7 @@ cluster_init "$1"
 HOSTS=(web-1 web-2 web-3)
 cluster_hosts "${HOSTS[@]}"
 cluster_start_service
-for h in "${HOSTS[@]}"; do cluster_start_agent "$h"; done
+for h in "${HOSTS[@]}"; do cluster_start_agent "$h" --machine-name "$h"; done
 
 PACKETS=1500
 for h in "${HOSTS[@]}"; do
@@ -36,9 +38,25 @@ $(ns_prefix "$(host_ns 2)") "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/
   >"$WORK/noauth-agent.log" 2>&1 &
 CLUSTER_PIDS+=($!)
 
+# web-1's valid certificate, but the agent is meant to be web-9: it must not start.
+if "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/misnamed.sock" \
+  --service "$(service_addr_for 1):$SERVICE_PORT" --service-name "$SERVICE_NAME" \
+  --ca "$WORK/pki/ca.crt" --cert "$WORK/pki/agent-web-1.crt" --key "$WORK/pki/agent-web-1.key" \
+  --machine-name web-9 >"$WORK/misnamed-agent.log" 2>&1; then
+  echo "FAIL: an agent with web-1's certificate started as --machine-name web-9"; exit 1
+fi
+grep -q "is for machine 'web-1', not 'web-9'" "$WORK/misnamed-agent.log" || {
+  echo "FAIL: the misnamed agent did not say why it refused"; cat "$WORK/misnamed-agent.log"; exit 1; }
+
 sleep 1
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 32mb -t 4s \
-  -o "$WORK/cluster.pftrace"
+  --progress -o "$WORK/cluster.pftrace" 2>"$WORK/record.err" || {
+  echo "FAIL: tracerelay record"; cat "$WORK/record.err"; exit 1; }
+for h in "${HOSTS[@]}"; do
+  grep -Eq "^tracerelay record: recording .* $h ([1-9][0-9]*|0)\.[0-9] MB" "$WORK/record.err" &&
+    grep -Eq " $h ([1-9][0-9]*\.[0-9]|0\.[1-9]) MB" "$WORK/record.err" || {
+    echo "FAIL: no progress with bytes for $h"; cat "$WORK/record.err"; exit 1; }
+done
 
 for pid in "${LOADGENS[@]}"; do
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "relay/chunk.h"
 #include "relay/relay_frame.h"
 #include "relay/tr_error.h"
 
@@ -486,6 +487,9 @@ static void test_tally(void **state) {
   Tracerelay__Chunk second = it->chunk;
   second.producer_id = 5;
   second.payload.len = 10;
+  /* 4 fragments, the first the tail of a packet begun in the chunk before: 3 packets begun. */
+  second.packet_count = 4;
+  second.flags = TR_CHUNK_FIRST_CONTINUES | TR_CHUNK_LAST_CONTINUES;
   Tracerelay__ChunkItem extra = TRACERELAY__CHUNK_ITEM__INIT;
   extra.item_case = TRACERELAY__CHUNK_ITEM__ITEM_CHUNK;
   extra.chunk = &second;
@@ -500,6 +504,10 @@ static void test_tally(void **state) {
   assert_int_equal(t[1].producer_id, 5);
   assert_int_equal(t[1].chunks, 1);
   assert_int_equal(t[1].bytes, 10);
+  assert_int_equal(t[1].packets, 3);
+  assert_int_equal(tr_chunk_packets_begun(1, TR_CHUNK_FIRST_CONTINUES | TR_CHUNK_LAST_CONTINUES), 0);
+  assert_int_equal(tr_chunk_packets_begun(0, TR_CHUNK_FIRST_CONTINUES), 0);
+  assert_int_equal(tr_chunk_packets_begun(2, TR_CHUNK_LAST_CONTINUES), 2);
   free(t);
   assert_int_equal(tr_relay_batch_tally(list, 0, &t, &n), 0);
   assert_null(t);

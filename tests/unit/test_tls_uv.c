@@ -3,7 +3,9 @@
  * Covers the handshake and peer name, 8 MiB carried intact through a small write queue (so
  * TR_ERR_FULL / on_drain backpressure is exercised), a plain-TCP client sending garbage being
  * refused while a connected client carries on, a silent client dropped at the handshake
- * deadline, a client refusing the service's name, and a certificate reload on a live server.
+ * deadline, a client refusing the service's name, a certificate reload on a live server, and
+ * read pausing (nothing delivered while paused, the sender held back by TCP, every byte intact
+ * and in order across pauses taken inside on_read).
  * Every test ends with uv_loop_close() succeeding, so no handle outlives its connection. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -79,6 +81,14 @@ static void tick_stop(uv_timer_t *tick) {
       fail_msg("timed out after %d ms waiting for %s", (int)(ms), #cond);                         \
   } while (0)
 
+static void run_for(uv_loop_t *loop, uint64_t ms) {
+  uv_timer_t tick;
+  uint64_t deadline = tick_start(loop, &tick, ms);
+  while (uv_now(loop) < deadline)
+    uv_run(loop, UV_RUN_ONCE);
+  tick_stop(&tick);
+}
+
 static void finish_loop(uv_loop_t *loop) {
   uv_run(loop, UV_RUN_DEFAULT);
   assert_int_equal(uv_loop_close(loop), 0);
@@ -99,6 +109,9 @@ struct side {
   /* sender state for the bulk transfer */
   size_t to_send, sent;
   int fulls;
+  /* receiver: pause reading once received reaches next_pause (0: never) */
+  size_t next_pause, pause_step;
+  int pauses, blips;
 };
 
 static unsigned char pattern(size_t i) { return (unsigned char)((i * 2654435761u) >> 13); }
@@ -122,6 +135,17 @@ static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
     strncat(s->text, data, len < room ? len : room);
   }
   s->received += len;
+  if (s->next_pause && s->received >= s->next_pause) {
+    s->next_pause += s->pause_step;
+    assert_int_equal(tr_tls_uv_pause_read(conn), 0);
+    assert_int_equal(tr_tls_uv_pause_read(conn), 0); /* twice is harmless */
+    s->pauses++;
+  } else if (s->next_pause && s->received / 65536 % 50 == 0 && s->received % 65536 < len) {
+    /* Pause and resume in the same callback: delivery goes on from the loop. */
+    assert_int_equal(tr_tls_uv_pause_read(conn), 0);
+    assert_int_equal(tr_tls_uv_resume_read(conn), 0);
+    s->blips++;
+  }
 }
 
 static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
@@ -294,6 +318,56 @@ static void test_bulk_transfer_with_backpressure(void **state) {
   fixture_finish(&f);
 }
 
+static void test_pause_read_holds_back_the_sender(void **state) {
+  (void)state;
+  struct fixture f;
+  fixture_start(&f, NULL);
+  struct side *srv = &f.accepted[0];
+  srv->verify_pattern = true;
+  srv->pattern_ok = true;
+  srv->pause_step = 3u << 20;
+  srv->next_pause = 1u << 20;
+  /* Far more than loopback socket buffers can absorb (a few MiB each way). */
+  struct side client = {.to_send = 48u << 20};
+  struct tr_tls_uv_options copts = {.max_queued = BULK_MAX_QUEUED};
+  tr_tls_uv_conn *conn;
+  assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
+                                     &copts, &pump_cbs, &client, &conn), 0);
+  RUN_UNTIL(&f.loop, srv->connected, 5000);
+  int checked = 0;
+  while (srv->received < client.to_send) {
+    RUN_UNTIL(&f.loop, tr_tls_uv_read_is_paused(srv->conn) || srv->received >= client.to_send ||
+                           srv->closed, 30000);
+    assert_false(srv->closed);
+    if (!tr_tls_uv_read_is_paused(srv->conn))
+      break;
+    if (checked < 2) {
+      /* Paused: nothing is delivered, and the sender stalls on a full queue. */
+      size_t got = srv->received;
+      run_for(&f.loop, 300);
+      assert_int_equal(srv->received, got);
+      assert_true(client.sent < client.to_send);
+      assert_true(client.fulls > 0);
+      size_t sent = client.sent;
+      run_for(&f.loop, 100);
+      assert_int_equal(client.sent, sent);
+      checked++;
+    }
+    assert_int_equal(tr_tls_uv_resume_read(srv->conn), 0);
+  }
+  assert_int_equal(srv->received, client.to_send);
+  assert_true(srv->pattern_ok);
+  assert_true(srv->pauses >= 10);
+  assert_true(srv->blips > 0);
+  assert_false(tr_tls_uv_read_is_paused(srv->conn));
+
+  tr_tls_uv_close(conn);
+  RUN_UNTIL(&f.loop, client.closed && srv->closed, 5000);
+  assert_int_equal(client.close_reason, 0);
+  assert_int_equal(srv->close_reason, TR_ERR_CLOSED);
+  fixture_finish(&f);
+}
+
 static void test_garbage_client_refused_others_unaffected(void **state) {
   (void)state;
   struct fixture f;
@@ -402,6 +476,7 @@ static void test_connect_refused_reports_on_close(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bulk_transfer_with_backpressure),
+      cmocka_unit_test(test_pause_read_holds_back_the_sender),
       cmocka_unit_test(test_garbage_client_refused_others_unaffected),
       cmocka_unit_test(test_silent_client_times_out),
       cmocka_unit_test(test_client_refuses_wrong_service_name),

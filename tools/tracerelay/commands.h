@@ -10,5 +10,7 @@ int cmd_record(int argc, char **argv);
 void cmd_record_usage(FILE *out);
 int cmd_inspect(int argc, char **argv);
 void cmd_inspect_usage(FILE *out);
+int cmd_status(int argc, char **argv);
+void cmd_status_usage(FILE *out);
 
 #endif

@@ -164,11 +164,16 @@ static void print_host_json(const struct tr_inspect_host *h) {
            ",\"agent_spill_dropped_chunks\":%" PRIu64 ",\"agent_smb_full\":%" PRIu64
            ",\"agent_abi_violations\":%" PRIu64 ",\"flushes_missed\":%" PRIu64
            ",\"session_chunks_refused\":%" PRIu64 ",\"session_flushes_missed\":%" PRIu64
-           ",\"session_disconnects\":%" PRIu64 "}",
+           ",\"session_disconnects\":%" PRIu64 ",\"agent_queue_dropped_packets\":%" PRIu64
+           ",\"agent_spill_dropped_packets\":%" PRIu64
+           ",\"session_packets_lost_in_gaps\":%" PRIu64 ",\"lost_packets\":%" PRIu64 "}",
            l->connected ? "true" : "false", l->link_lost_chunks, l->link_lost_bytes,
            l->agent_queue_dropped_chunks, l->agent_spill_dropped_chunks, l->agent_smb_full,
            l->agent_abi_violations, l->flushes_missed, l->session_chunks_refused,
-           l->session_flushes_missed, l->session_disconnects);
+           l->session_flushes_missed, l->session_disconnects, l->agent_queue_dropped_packets,
+           l->agent_spill_dropped_packets, l->session_packets_lost_in_gaps,
+           l->agent_queue_dropped_packets + l->agent_spill_dropped_packets +
+               l->session_packets_lost_in_gaps);
   else
     printf(",\"host_stats\":null");
   if (h->has_mapping)

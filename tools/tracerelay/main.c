@@ -16,6 +16,8 @@ static const struct command commands[] = {
      cmd_record_usage},
     {"inspect", "resolve every timestamp of a trace and summarise it per host", cmd_inspect,
      cmd_inspect_usage},
+    {"status", "one line per host of a running service: links, sessions, losses, clocks",
+     cmd_status, cmd_status_usage},
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -55,9 +55,12 @@ void cmd_record_usage(FILE *out) {
       "      --socket PATH     the consumer socket. Default: $TRACERELAY_CONSUMER_SOCK, else\n"
       "                        $PERFETTO_CONSUMER_SOCK_NAME, else " DEFAULT_SOCKET "\n"
       "      --dry-run         print the TraceConfig that would be sent, as text, and exit\n"
+      "      --progress        print the progress as a line on stderr every second, even\n"
+      "                        when stderr is not a terminal (logs, scripts)\n"
       "  -h, --help            this text\n"
       "\n"
-      "On a terminal, a status line shows the elapsed time and the bytes received. The exit\n"
+      "On a terminal, a status line shows the elapsed time, the bytes in the central buffers\n"
+      "and, from a tracerelay service, the bytes (and any losses) of each host. The exit\n"
       "status is 0 when the trace was written, 1 on any failure (including a session that\n"
       "the service ended with an error), 2 for bad usage.\n"
       "\n"
@@ -78,6 +81,7 @@ enum long_only {
   OPT_FLUSH_PERIOD,
   OPT_SOCKET,
   OPT_DRY_RUN,
+  OPT_PROGRESS,
 };
 
 struct options {
@@ -85,6 +89,7 @@ struct options {
   const char *out_path;
   const char *socket_path;
   bool dry_run;
+  bool progress;
   record_overrides over;
   const char *data_sources[MAX_DATA_SOURCES];
 };
@@ -117,6 +122,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
       {"flush-period", required_argument, NULL, OPT_FLUSH_PERIOD},
       {"socket", required_argument, NULL, OPT_SOCKET},
       {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+      {"progress", no_argument, NULL, OPT_PROGRESS},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -155,6 +161,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
       break;
     case OPT_SOCKET: o->socket_path = optarg; break;
     case OPT_DRY_RUN: o->dry_run = true; break;
+    case OPT_PROGRESS: o->progress = true; break;
     case 'h': cmd_record_usage(stdout); return 0;
     case ':': return usage_error("%s needs a value", argv[optind - 1]);
     default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -239,6 +246,7 @@ int cmd_record(int argc, char **argv) {
       .out_fd = fd,
       .pass_fd = fd >= 0 && cfg->write_into_file,
       .stop_requests = &stop_requests,
+      .progress_lines = o.progress,
   };
   status = record_session_run(&s);
   if (fd >= 0 && close(fd) < 0 && status == 0) {

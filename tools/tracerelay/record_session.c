@@ -2,8 +2,10 @@
  *
  * Everything happens on one blocking IPC client read with a short timeout, so the loop can
  * redraw progress and notice stop requests (the signal handler only bumps a counter). Replies
- * are matched by request id, since Flush, DisableTracing and EnableTracing answers may come in
- * any order. */
+ * are matched by request id, since Flush, DisableTracing, GetTraceStats and EnableTracing
+ * answers may come in any order. While progress shows, GetTraceStats is sent about once a
+ * second (one outstanding at a time) for the bytes per host; a service that does not offer it
+ * just gets no more requests. */
 #include "tools/tracerelay/record_session.h"
 
 #include <errno.h>
@@ -17,12 +19,15 @@
 #include "relay/ipc_client.h"
 #include "relay/ipc_frame.h"
 #include "relay/tr_error.h"
+#include "tools/tracerelay/host_progress.h"
 #include "tools/tracerelay/progress.h"
 #include "tools/tracerelay/trace_sink.h"
 
 #define POLL_MS 200
 #define DEFAULT_FLUSH_TIMEOUT_MS 5000
 #define READ_IDLE_TIMEOUT_MS 30000
+#define STATS_PERIOD_MS 1000
+#define STATS_GIVE_UP_MS 5000 /* an unanswered GetTraceStats no longer blocks the next one */
 
 typedef Perfetto__Protos__IPCFrame IPCFrame;
 
@@ -31,7 +36,10 @@ typedef struct run {
   tr_ipc_client *c;
   progress prog;
   trace_sink sink;
-  uint64_t enable_id, flush_id, read_id;
+  uint64_t enable_id, flush_id, read_id, stats_id;
+  bool stats_pending, stats_off, have_stats;
+  int64_t stats_sent_ms, next_stats_ms;
+  uint64_t stats_bytes; /* bytes in the central buffers, from the last GetTraceStats */
   bool flush_sent, disable_sent;
   int64_t flush_deadline; /* DisableTracing goes out by then even without a Flush answer */
   int64_t end_deadline;   /* the session must have ended by then (0: no limit yet) */
@@ -141,6 +149,35 @@ static int recv_frame(run *r, IPCFrame **f) {
   return rc == TR_ERR_TIMEOUT ? -1 : 0;
 }
 
+/* Asks for the trace stats if progress shows and the last answer is in (or long overdue). */
+static void poll_stats(run *r) {
+  int64_t now = progress_now_ms();
+  if (!r->prog.enabled || r->stats_off || now < r->next_stats_ms ||
+      (r->stats_pending && now - r->stats_sent_ms < STATS_GIVE_UP_MS))
+    return;
+  Perfetto__Protos__GetTraceStatsRequest req = PERFETTO__PROTOS__GET_TRACE_STATS_REQUEST__INIT;
+  /* Not offered (TR_ERR_UNSUPPORTED): progress goes on without it. A broken connection
+   * shows in the next read, which reports it. */
+  if (invoke(r, "GetTraceStats", &req.base, -1, &r->stats_id) < 0) {
+    r->stats_off = true;
+    return;
+  }
+  r->stats_pending = true;
+  r->stats_sent_ms = now;
+  r->next_stats_ms = now + STATS_PERIOD_MS;
+}
+
+static void on_stats(run *r, const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep) {
+  r->stats_pending = false;
+  /* A failure (no session yet) or an undecodable reply keeps the last figures. */
+  if (rep->success && host_progress_format(rep->reply_proto.data, rep->reply_proto.len,
+                                           r->prog.hosts, sizeof r->prog.hosts,
+                                           &r->stats_bytes) == 0) {
+    r->have_stats = true;
+    progress_refresh(&r->prog);
+  }
+}
+
 /* Stop requests, watchdogs and the Flush -> DisableTracing step; 1 = give up. */
 static int tick(run *r) {
   int64_t now = progress_now_ms();
@@ -166,14 +203,18 @@ static int wait_for_end(run *r) {
     IPCFrame *f = NULL;
     if (tick(r))
       return 1;
-    progress_update(&r->prog, r->flush_sent ? "stopping" : "recording", output_bytes(r));
+    poll_stats(r);
+    progress_update(&r->prog, r->flush_sent ? "stopping" : "recording",
+                    r->have_stats ? r->stats_bytes : output_bytes(r));
     int rc = recv_frame(r, &f);
     if (rc > 0)
       return 1;
     if (rc < 0)
       continue;
     const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep;
-    if (r->flush_sent && (rep = reply_to(f, r->flush_id))) {
+    if (r->stats_pending && (rep = reply_to(f, r->stats_id))) {
+      on_stats(r, rep);
+    } else if (r->flush_sent && (rep = reply_to(f, r->flush_id))) {
       if (!rep->success)
         warnf(r, "flush did not complete (some data sources did not answer); stopping anyway");
       if (!r->disable_sent && send_disable(r)) {
@@ -265,7 +306,7 @@ static int connect_and_bind(run *r) {
 int record_session_run(const record_session *s) {
   run r = {.s = s};
   int status;
-  progress_start(&r.prog);
+  progress_start(&r.prog, s->progress_lines);
   trace_sink_init(&r.sink, s->out_fd);
   if ((status = connect_and_bind(&r)))
     goto out;

@@ -25,6 +25,7 @@ typedef struct record_session {
   int out_fd;            /* where packets go, or -1 */
   bool pass_fd;          /* write_into_file: hand out_fd to the service with EnableTracing */
   volatile sig_atomic_t *stop_requests; /* bumped by the signal handler */
+  bool progress_lines;   /* --progress: progress as stderr lines even off a terminal */
 } record_session;
 
 /* Runs the session and prints what went wrong to stderr. Returns the exit status: 0, or 1 for

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# bench_timeline.sh: timeline accuracy per encoding, beside the raw RTT of the same path.
+# Runs tests/integration/test_timeline.sh (3 hosts with simulated clocks, offsets up to 2 h,
+# drift up to +-200 ppm) with SECONDS per encoding (default 60), then prints the median, p99
+# and max |error| of every loadgen event against its true instant, in microseconds, and the
+# round trip of a bare UDP ping-pong between a host namespace and the service namespace (the
+# relay link's path without TLS, framing or event loops), measured in the same run.
+# Target (issue 4): median <= 2 us, p99 <= 20 us, no violation.
+# Usage: bench/bench_timeline.sh BIN_DIR [SECONDS]     (as root, for the network namespaces)
+set -uo pipefail
+TR_SRC=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(cd "$1" && pwd)
+SECS=${2:-60}
+OUT=$(mktemp /tmp/bench-timeline.XXXXXX.jsonl)
+
+# Raw RTT: a UDP echo in one namespace, 2000 pings from another (or loopback without them).
+rtt_us() {
+  local a=tr-bench-rtt-a b=tr-bench-rtt-b pre_a="" pre_b="" addr=127.0.0.1
+  if ip netns add "$a" 2>/dev/null; then
+    ip netns add "$b"
+    ip link add tbrtta netns "$a" type veth peer name tbrttb netns "$b"
+    ip -n "$a" addr add 10.201.0.1/24 dev tbrtta; ip -n "$a" link set tbrtta up
+    ip -n "$b" addr add 10.201.0.2/24 dev tbrttb; ip -n "$b" link set tbrttb up
+    ip -n "$a" link set lo up; ip -n "$b" link set lo up
+    pre_a="ip netns exec $a"; pre_b="ip netns exec $b"; addr=10.201.0.1
+  fi
+  $pre_a python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 47999)); s.settimeout(10)
+try:
+    while True:
+        d, a = s.recvfrom(64); s.sendto(d, a)
+except socket.timeout:
+    pass' &
+  local echo=$!
+  sleep 0.5
+  $pre_b python3 -c '
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1)
+r = []
+for i in range(2000):
+    t = time.perf_counter_ns(); s.sendto(b"x", (sys.argv[1], 47999)); s.recvfrom(64)
+    r.append(time.perf_counter_ns() - t)
+r.sort(); print("%.1f %.1f" % (r[len(r) // 2] / 1e3, r[int(len(r) * 0.99)] / 1e3))' "$addr"
+  kill "$echo" 2>/dev/null; wait "$echo" 2>/dev/null
+  if [ -n "$pre_a" ]; then ip netns del "$a"; ip netns del "$b"; fi
+}
+
+read -r RTT_MED RTT_P99 < <(rtt_us)
+BOUND_GLOBAL_US=${BOUND_GLOBAL_US:-1000000} BOUND_MACHINES_US=${BOUND_MACHINES_US:-1000000} \
+  bash "$TR_SRC/tests/integration/test_timeline.sh" "$BIN" "$SECS" "$OUT" >/dev/null 2>&1
+read -r RTT_MED2 RTT_P992 < <(rtt_us)
+
+python3 - "$OUT" "$SECS" "$RTT_MED" "$RTT_P99" "$RTT_MED2" "$RTT_P992" <<'PY'
+import json, sys
+path, secs = sys.argv[1], sys.argv[2]
+rtt = [float(x) for x in sys.argv[3:]]
+print(f"timeline accuracy, 3 hosts, {secs} s per encoding (target: median <= 2 us, p99 <= 20 us)")
+print(f"raw UDP RTT on the same path: median {rtt[0]:.1f} us, p99 {rtt[1]:.1f} us before; "
+      f"median {rtt[2]:.1f} us, p99 {rtt[3]:.1f} us after")
+print(f"{'encoding':<14} {'events':>8} {'median us':>10} {'p99 us':>10} {'max us':>10} "
+      f"{'violations':>10}  median/RTT")
+rows = [json.loads(l) for l in open(path) if l.strip()]
+if not rows:
+    print("no result: the run failed (see tests/integration/test_timeline.sh)")
+    sys.exit(1)
+for r in rows:
+    a = r["check"]["all"]
+    print(f"{r['encoding']:<14} {a['events']:>8} {a['median_us']:>10.3f} {a['p99_us']:>10.3f} "
+          f"{a['max_us']:>10.3f} {a['violations']:>10}  {a['median_us'] / max(rtt[0], 1e-9):.2f}")
+    for name, h in r["check"]["hosts"].items():
+        print(f"  {name:<12} {h['events']:>8} {h['median_us']:>10.3f} {h['p99_us']:>10.3f} "
+              f"{h['max_us']:>10.3f}  signed median {h['signed_median_us']:+.3f} us")
+PY
+rm -f "$OUT"

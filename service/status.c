@@ -1,0 +1,179 @@
+/* status.c: per-host status for QueryServiceState (see status.h). */
+#include "service/status.h"
+
+#include <stdlib.h>
+
+#include "relay/clock.h"
+#include "relay/clocksync.h"
+#include "relay/tr_error.h"
+#include "tracerelay/tracerelay_status.pb-c.h"
+
+static char *const kStates[] = {"CONFIGURED", "STARTED", "DISABLING_WAITING_STOP_ACKS",
+                                "DISABLED"};
+
+static void fill_stats(Tracerelay__HostStats *h, const tr_host *host) {
+  const tr_host_stats *st = &host->stats;
+  h->machine_name = (char *)host->name;
+  h->has_machine_id = 1;
+  h->machine_id = host->machine_id;
+  h->has_connected = 1;
+  h->connected = host->link != NULL;
+#define SET(f)                                                                                    \
+  h->has_##f = 1;                                                                                 \
+  h->f = st->f
+  SET(batches_received);
+  SET(batches_duplicate);
+  SET(chunks_received);
+  SET(bytes_received);
+  SET(link_lost_batches);
+  SET(link_lost_chunks);
+  SET(link_lost_bytes);
+  SET(agent_queue_dropped_chunks);
+  SET(agent_queue_dropped_bytes);
+  SET(agent_spill_dropped_chunks);
+  SET(agent_spill_dropped_bytes);
+  SET(agent_smb_full);
+  SET(agent_abi_violations);
+  SET(disconnects);
+  SET(flushes_missed);
+#undef SET
+}
+
+/* The session's view of host: its instances there and its central buffers' losses. A session
+ * may hold several entries for one host (one per agent instance); all are summed. */
+static void fill_session(Tracerelay__HostSessionStatus *ss, tr_session *s, const tr_host *host) {
+  size_t num_entries = 0;
+  bool any_live = false;
+  ss->has_session_id = 1;
+  ss->session_id = s->id;
+  ss->state = kStates[s->state];
+  ss->has_instances = ss->has_instances_started = 1;
+  ss->has_chunks_overwritten = ss->has_bytes_overwritten = ss->has_chunks_discarded = 1;
+  ss->has_packets_lost_in_gaps = 1;
+  for (size_t h = 0; h < s->num_hosts; h++) {
+    const tr_session_host *sh = &s->hosts[h];
+    if (sh->host != host)
+      continue;
+    num_entries++;
+    any_live |= !sh->gone && !sh->retired;
+    for (size_t b = 0; sh->tbufs && b < s->num_buffers; b++) {
+      tr_tbuf_stats st;
+      if (!sh->tbufs[b])
+        continue;
+      tr_tbuf_get_stats(sh->tbufs[b], &st);
+      ss->chunks_overwritten += st.chunks_overwritten;
+      ss->bytes_overwritten += st.bytes_overwritten;
+      ss->chunks_discarded += st.chunks_discarded;
+      ss->packets_lost_in_gaps += st.packets_lost_in_gaps;
+    }
+    for (size_t i = 0; i < s->num_instances; i++) {
+      if (s->instances[i].host_index != h)
+        continue;
+      ss->instances++;
+      ss->instances_started += s->instances[i].state == TR_DS_STARTED;
+    }
+  }
+  ss->has_gone = 1;
+  ss->gone = num_entries > 0 && !any_live;
+}
+
+static void fill_clock(Tracerelay__HostStatus *hs, const tr_host *host, uint64_t boot_now) {
+  struct tr_clocksync_stats cs;
+  if (!host->clock)
+    return;
+  tr_clocksync_get_stats(host->clock, &cs);
+  if (cs.probes == 0)
+    return;
+  hs->has_clock_synced = hs->clock_synced = 1;
+  hs->has_clock_offset_ns = 1;
+  hs->clock_offset_ns = tr_clocksync_offset_ns(host->clock);
+  hs->has_clock_drift_ppm = 1;
+  hs->clock_drift_ppm = tr_clocksync_drift_ppm(host->clock);
+  hs->has_clock_rtt_ns = 1;
+  hs->clock_rtt_ns = tr_clocksync_rtt_ns(host->clock);
+  /* The bound grows with the distance from the fit's samples: report it for "now" on the
+   * host's clock, where the next event will land, not at the last probe. */
+  int64_t host_now = (int64_t)boot_now - hs->clock_offset_ns;
+  int64_t bound = tr_clocksync_error_bound(host->clock, host_now > 0 ? host_now : 0);
+  if (bound >= 0) {
+    hs->has_clock_error_bound_ns = 1;
+    hs->clock_error_bound_ns = bound;
+  }
+  hs->has_clock_probes = hs->has_clock_outliers = 1;
+  hs->clock_probes = cs.probes;
+  hs->clock_outliers = cs.outliers;
+}
+
+int tr_service_host_status(tr_service *svc, tr_host *host, uint8_t **out, size_t *out_len) {
+  Tracerelay__TracingServiceStateExtension x = TRACERELAY__TRACING_SERVICE_STATE_EXTENSION__INIT;
+  Tracerelay__HostStatus hs = TRACERELAY__HOST_STATUS__INIT;
+  Tracerelay__HostStatus *hsp = &hs;
+  Tracerelay__HostStats stats = TRACERELAY__HOST_STATS__INIT;
+  Tracerelay__HostSessionStatus *sessions = NULL, **session_ptrs = NULL;
+  uint64_t boot_now = 0, real_now = 0;
+  size_t n = 0;
+  int rc = 0;
+
+  *out = NULL;
+  *out_len = 0;
+  tr_clock_read(TR_CLOCK_BOOTTIME, &boot_now);
+  tr_clock_read(TR_CLOCK_REALTIME, &real_now);
+  hs.machine_name = host->name;
+  hs.has_machine_id = 1;
+  hs.machine_id = host->machine_id;
+  hs.has_connected = 1;
+  hs.connected = host->link != NULL;
+  if (host->connected_since_ns != 0 && host->connected_since_ns <= boot_now) {
+    uint64_t ago = boot_now - host->connected_since_ns;
+    hs.has_connected_since_unix_ns = 1;
+    hs.connected_since_unix_ns = (int64_t)(real_now - ago);
+    hs.has_connected_for_ms = hs.connected;
+    hs.connected_for_ms = hs.connected ? ago / 1000000u : 0;
+  }
+  hs.has_producers = hs.has_data_sources = 1;
+  for (size_t p = 0; p < host->num_producers; p++) {
+    if (!host->producers[p].connected)
+      continue;
+    hs.producers++;
+    hs.data_sources += (uint32_t)host->producers[p].num_data_sources;
+  }
+  fill_stats(&stats, host);
+  hs.stats = &stats;
+  fill_clock(&hs, host, boot_now);
+
+  for (tr_session *s = svc->sessions; s; s = s->next)
+    n += tr_session_find_host(s, host, NULL) != NULL;
+  if (n > 0) {
+    sessions = calloc(n, sizeof *sessions);
+    session_ptrs = calloc(n, sizeof *session_ptrs);
+    if (!sessions || !session_ptrs) {
+      rc = TR_ERR_NOMEM;
+      goto done;
+    }
+    n = 0;
+    for (tr_session *s = svc->sessions; s; s = s->next) {
+      if (tr_session_find_host(s, host, NULL) == NULL)
+        continue;
+      tracerelay__host_session_status__init(&sessions[n]);
+      fill_session(&sessions[n], s, host);
+      session_ptrs[n] = &sessions[n];
+      n++;
+    }
+  }
+  hs.n_sessions = n;
+  hs.sessions = session_ptrs;
+  x.n_tracerelay_hosts = 1;
+  x.tracerelay_hosts = &hsp;
+  *out_len = tracerelay__tracing_service_state_extension__get_packed_size(&x);
+  *out = malloc(*out_len ? *out_len : 1);
+  if (!*out) {
+    rc = TR_ERR_NOMEM;
+    *out_len = 0;
+    goto done;
+  }
+  tracerelay__tracing_service_state_extension__pack(&x, *out);
+done:
+  free(session_ptrs);
+  free(sessions);
+  return rc;
+}

@@ -1,0 +1,21 @@
+/* status.h: the live per-host status the consumer port adds to QueryServiceState replies
+ * (tracerelay.HostStatus, protos/tracerelay/tracerelay_status.proto), read by
+ * `tracerelay status`: connection, producers, sessions and their buffer losses on the host,
+ * link and agent counters, and the clock estimate.
+ *
+ * The encoding is a TracingServiceStateExtension holding ONE host (field 1000), meant to be
+ * appended to a TracingServiceState's bytes: Perfetto's own clients skip the unknown field.
+ * Cost O(sessions x (buffers + instances)) per host. Runs on the service's loop. */
+#ifndef TR_SERVICE_STATUS_H
+#define TR_SERVICE_STATUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "service/session.h"
+
+/* Encodes host's status into a new buffer (*out, freed by the caller with free()).
+ * TR_ERR_NOMEM. */
+int tr_service_host_status(tr_service *svc, tr_host *host, uint8_t **out, size_t *out_len);
+
+#endif

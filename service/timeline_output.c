@@ -1,0 +1,394 @@
+/* timeline_output.c: the timeline part of a session's trace output (see timeline_output.h and
+ * docs/timeline.md).
+ *
+ * Host clock snapshots. Each agent sends HostClockSnapshot when a data source starts or stops
+ * and periodically while one runs; the service keeps the last TR_HOST_CLOCK_SNAPSHOTS per host
+ * (tr_host.clock_snapshots). Each read pass writes those received since the session started
+ * and not yet written, as packets of that host: `machines`, on sequence 1 with the host's
+ * machine_id (TP scopes them to the machine); `global-clocks`, rewritten to the host's global
+ * ids (relay/packet_rewrite.h) on a sequence of their own (the (host entry, producer 0) key of
+ * the session's sequence ids: producer ids are never 0), without primary_trace_clock.
+ *
+ * Cross-host snapshots (`global-clocks`). Per host, the estimator's mapping exported as
+ * breakpoints every TR_TIMELINE_TOLERANCE_NS of error (tr_clocksync_export), from an
+ * export point that starts one second before the session's start and moves forward each pass
+ * to a little past the host's present. They are written in the pass's head, before the host
+ * data of that pass; trace_processor converts by the latest snapshot at or below a value, so
+ * data read later but stamped earlier still finds its breakpoint. Beyond the estimator's
+ * frontier the mapping is its plan (slope 1 + drift), which later probes may re-plan by at most
+ * a few microseconds over the second or so a pass covers; a breakpoint that would not strictly
+ * follow the last one written on both clocks is left out, so each series stays monotonic as
+ * trace_processor needs. */
+#include "service/timeline_output.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "perfetto/trace/trace_packet.pb-c.h"
+#include "relay/clocksync.h"
+#include "relay/log.h"
+#include "relay/packet_rewrite.h"
+#include "relay/tr_error.h"
+
+#define COMP "timeline"
+#define EXPORT_BEFORE_START_NS 1000000000ll /* data stamped just before the session started */
+#define EXPORT_AHEAD_NS 20000000ll          /* past the host's present at a non-final pass */
+#define EXPORT_STEP_NS 1000000000ll         /* host time exported per tr_clocksync_export call */
+#define EXPORT_CAP 4096                     /* breakpoints per call: 1 s at 2 us up to 8000 ppm */
+#define HOST_MAX ((1ll << 62) - 1)
+
+typedef struct tl_host {
+  bool rw_init;
+  tr_rewrite_host rw;
+  uint64_t snapshots_written; /* host->clock_snapshots_taken already looked at */
+  bool started;               /* export_from is set */
+  int64_t export_from;        /* host BOOTTIME the next export starts at */
+  bool exported;
+  int64_t last_host, last_service; /* the last breakpoint written */
+  uint64_t invalid;
+} tl_host;
+
+struct tr_timeline_out {
+  tl_host *hosts;
+  size_t n_hosts;
+  tr_rewrite_seq *seqs; /* by sequence id */
+  size_t n_seqs;
+  uint8_t *buf;
+  size_t cap;
+  uint8_t anchor[TR_REWRITE_ANCHOR_MAX + TR_TBUF_TRUSTED_MAX];
+  struct tr_clocksync_breakpoint *bp;
+  bool pending;
+  size_t pending_len;
+  uint8_t pending_trusted[TR_TBUF_TRUSTED_MAX];
+  size_t pending_trusted_len;
+};
+
+static struct tr_timeline_out *state(tr_session *s) {
+  if (!s->timeline)
+    s->timeline = calloc(1, sizeof *s->timeline);
+  return s->timeline;
+}
+
+static tl_host *host_state(struct tr_timeline_out *tl, size_t n_hosts, size_t index) {
+  if (tl->n_hosts < n_hosts) {
+    tl_host *g = realloc(tl->hosts, n_hosts * sizeof *g);
+    if (!g)
+      return NULL;
+    memset(g + tl->n_hosts, 0, (n_hosts - tl->n_hosts) * sizeof *g);
+    tl->hosts = g;
+    tl->n_hosts = n_hosts;
+  }
+  return &tl->hosts[index];
+}
+
+static const tr_rewrite_host *rewrite_host(tl_host *th, const tr_host *host) {
+  if (!th->rw_init) {
+    if (tr_rewrite_host_init(&th->rw, host->name, NULL, 0) < 0)
+      return NULL; /* cannot happen: certificate names are valid machine names */
+    th->rw_init = true;
+  }
+  return &th->rw;
+}
+
+/* The entry that speaks for a host: the newest one (a restarted agent's). */
+static bool newest_entry(const tr_session *s, size_t index) {
+  for (size_t i = index + 1; i < s->num_hosts; i++)
+    if (s->hosts[i].host == s->hosts[index].host)
+      return false;
+  return true;
+}
+
+static int grow_svc(tr_session_reader *r, size_t more) {
+  tr_trace_writer_buf *g = realloc(r->svc, (r->num_svc + more) * sizeof *g);
+  if (!g)
+    return TR_ERR_NOMEM;
+  r->svc = g;
+  return 0;
+}
+
+/* Appends bytes (packet + trusted slice) as one service packet; room was grown before. */
+static int push_bytes(tr_session_reader *r, const uint8_t *a, size_t alen, const uint8_t *b,
+                      size_t blen) {
+  uint8_t *d = malloc(alen + blen);
+  if (!d)
+    return TR_ERR_NOMEM;
+  memcpy(d, a, alen);
+  memcpy(d + alen, b, blen);
+  r->svc[r->num_svc++] = (tr_trace_writer_buf){d, alen + blen};
+  return 0;
+}
+
+/* ---- host clock snapshots ---- */
+
+int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
+                                      const Tracerelay__HostClockSnapshot *m) {
+  (void)svc;
+  if (m->n_clocks == 0 || m->n_clocks > TR_CLOCK_SNAPSHOT_MAX)
+    return TR_ERR_PROTO;
+  struct tr_host_clock_snapshot *e =
+      &host->clock_snapshots[host->clock_snapshots_taken % TR_HOST_CLOCK_SNAPSHOTS];
+  struct tr_host_clock_snapshot n = {.received_ns = (int64_t)tr_session_now()};
+  for (size_t i = 0; i < m->n_clocks; i++) {
+    const Tracerelay__HostClockSnapshot__Clock *c = m->clocks[i];
+    if (!c->has_clock_id || c->clock_id == 0 || c->clock_id >= 64 || !c->has_timestamp)
+      return TR_ERR_PROTO;
+    n.snap.clocks[i] = (struct tr_clock_reading){c->clock_id, c->timestamp};
+  }
+  n.snap.n = (uint32_t)m->n_clocks;
+  *e = n;
+  host->clock_snapshots_taken++;
+  return 0;
+}
+
+static int host_snapshot_packet(tr_session *s, size_t index, tl_host *th,
+                                const struct tr_clock_snapshot *snap) {
+  tr_session_reader *r = &s->reader;
+  Perfetto__Protos__ClockSnapshot cs = PERFETTO__PROTOS__CLOCK_SNAPSHOT__INIT;
+  Perfetto__Protos__ClockSnapshot__Clock clocks[TR_CLOCK_SNAPSHOT_MAX];
+  Perfetto__Protos__ClockSnapshot__Clock *ptrs[TR_CLOCK_SNAPSHOT_MAX];
+  Perfetto__Protos__TracePacket p = PERFETTO__PROTOS__TRACE_PACKET__INIT;
+  uint8_t raw[256], out[TR_REWRITE_OUT_MAX(256)], trusted[TR_TBUF_TRUSTED_MAX];
+  tr_tbuf_trusted t = {.uid = s->svc->uid, .sequence_id = 1};
+  const uint8_t *bytes = raw;
+  size_t len;
+  int rc;
+
+  for (uint32_t i = 0; i < snap->n; i++) {
+    perfetto__protos__clock_snapshot__clock__init(&clocks[i]);
+    clocks[i].has_clock_id = clocks[i].has_timestamp = 1;
+    clocks[i].clock_id = snap->clocks[i].clock_id;
+    clocks[i].timestamp = snap->clocks[i].ts_ns;
+    ptrs[i] = &clocks[i];
+  }
+  cs.n_clocks = snap->n;
+  cs.clocks = ptrs;
+  p.data_case = PERFETTO__PROTOS__TRACE_PACKET__DATA_CLOCK_SNAPSHOT;
+  p.clock_snapshot = &cs;
+  len = perfetto__protos__trace_packet__get_packed_size(&p);
+  if (len > sizeof raw)
+    return 0; /* six clocks are about 80 bytes */
+  perfetto__protos__trace_packet__pack(&p, raw);
+  if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS) {
+    tr_rewrite_seq seq = {0};
+    const tr_rewrite_host *rw = rewrite_host(th, s->hosts[index].host);
+    uint8_t anchor[TR_REWRITE_ANCHOR_MAX];
+    size_t alen = 0;
+    if (!rw || (rc = tr_rewrite_packet(rw, &seq, raw, len, out, sizeof out, anchor, &alen)) < 0)
+      return 0;
+    bytes = out;
+    len = (size_t)rc;
+    if ((rc = tr_tbuf_seqids_get(s->seqids, (uint32_t)index, 0, 0, &t.sequence_id)) < 0)
+      return rc == TR_ERR_NOMEM ? rc : 0;
+  } else {
+    t.machine_id = s->hosts[index].host->machine_id;
+  }
+  rc = tr_tbuf_append_trusted(trusted, sizeof trusted, &t);
+  if (rc < 0)
+    return rc;
+  return push_bytes(r, bytes, len, trusted, (size_t)rc);
+}
+
+static int add_host_snapshots(tr_session *s, struct tr_timeline_out *tl, size_t index) {
+  const tr_host *host = s->hosts[index].host;
+  tl_host *th = &tl->hosts[index];
+  uint64_t taken = host->clock_snapshots_taken;
+  uint64_t g = th->snapshots_written;
+  int64_t start = (int64_t)s->start_clocks.clocks[0].ts_ns; /* BOOTTIME comes first */
+  int rc;
+  if (taken > TR_HOST_CLOCK_SNAPSHOTS && g < taken - TR_HOST_CLOCK_SNAPSHOTS)
+    g = taken - TR_HOST_CLOCK_SNAPSHOTS; /* older ones were overwritten before a pass came */
+  if (g >= taken)
+    return 0;
+  if ((rc = grow_svc(&s->reader, (size_t)(taken - g))) < 0)
+    return rc;
+  for (; g < taken; g++) {
+    const struct tr_host_clock_snapshot *e = &host->clock_snapshots[g % TR_HOST_CLOCK_SNAPSHOTS];
+    if (e->received_ns < start)
+      continue; /* from before this session */
+    if ((rc = host_snapshot_packet(s, index, th, &e->snap)) < 0)
+      return rc;
+  }
+  th->snapshots_written = taken;
+  return 0;
+}
+
+/* ---- cross-host snapshots ---- */
+
+static int push_breakpoint(tr_session *s, tl_host *th, const tr_rewrite_host *rw,
+                           const struct tr_clocksync_breakpoint *bp) {
+  uint8_t pkt[TR_REWRITE_SNAPSHOT_MAX], uid[11];
+  int len, rc;
+  size_t ul = 0;
+  uint64_t v = (uint64_t)(int64_t)s->svc->uid; /* trusted_uid (3), sign-extended as protobuf */
+  if (th->exported && (bp->host_ts <= th->last_host || bp->service_ts <= th->last_service))
+    return 0;
+  len = tr_rewrite_cross_host_snapshot(rw, bp->service_ts, bp->host_ts, pkt, sizeof pkt);
+  if (len < 0)
+    return 0;
+  uid[ul++] = 0x18;
+  do {
+    uid[ul++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  if ((rc = push_bytes(&s->reader, pkt, (size_t)len, uid, ul)) < 0)
+    return rc;
+  th->exported = true;
+  th->last_host = bp->host_ts;
+  th->last_service = bp->service_ts;
+  return 0;
+}
+
+static int add_cross_host(tr_session *s, struct tr_timeline_out *tl, size_t index, bool final) {
+  const tr_host *host = s->hosts[index].host;
+  tl_host *th = &tl->hosts[index];
+  const struct tr_clocksync *est = host->clock;
+  const tr_rewrite_host *rw = rewrite_host(th, host);
+  int64_t offset, host_now, to;
+  int rc;
+  if (!est || !rw || tr_clocksync_frontier(est) < 0)
+    return 0; /* no probe answered yet: the next pass exports from the same point */
+  offset = tr_clocksync_offset_ns(est); /* service minus host */
+  host_now = (int64_t)tr_session_now() - offset;
+  if (!th->started) {
+    th->export_from = (int64_t)s->start_clocks.clocks[0].ts_ns - offset - EXPORT_BEFORE_START_NS;
+    if (th->export_from < 0)
+      th->export_from = 0;
+    th->started = true;
+  }
+  to = host_now + EXPORT_AHEAD_NS;
+  if (final && tr_clocksync_frontier(est) > to)
+    to = tr_clocksync_frontier(est);
+  if (to > HOST_MAX)
+    to = HOST_MAX;
+  if (!tl->bp && !(tl->bp = malloc(EXPORT_CAP * sizeof *tl->bp)))
+    return TR_ERR_NOMEM;
+  for (int64_t step = EXPORT_STEP_NS; th->export_from <= to;) {
+    int64_t end = th->export_from + step - 1 < to ? th->export_from + step - 1 : to;
+    int n = tr_clocksync_export(est, th->export_from, end, TR_TIMELINE_TOLERANCE_NS, tl->bp,
+                                EXPORT_CAP);
+    if (n == TR_ERR_FULL && step > 1000) {
+      step /= 2;
+      continue;
+    }
+    if (n < 0) {
+      TR_WARN(COMP, "host %s: clock mapping not exported: %s", host->name, tr_strerror(n));
+      return 0;
+    }
+    if ((rc = grow_svc(&s->reader, (size_t)n)) < 0)
+      return rc;
+    for (int i = 0; i < n; i++)
+      if ((rc = push_breakpoint(s, th, rw, &tl->bp[i])) < 0)
+        return rc;
+    th->export_from = end + 1;
+  }
+  return 0;
+}
+
+int tr_timeline_head(tr_session *s, bool final) {
+  struct tr_timeline_out *tl = state(s);
+  int rc;
+  if (!tl || (s->num_hosts && !host_state(tl, s->num_hosts, 0)))
+    return TR_ERR_NOMEM;
+  for (size_t h = 0; h < s->num_hosts; h++) {
+    if (!newest_entry(s, h))
+      continue;
+    if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS && (rc = add_cross_host(s, tl, h, final)) < 0)
+      return rc;
+    if ((rc = add_host_snapshots(s, tl, h)) < 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* ---- host packets ---- */
+
+int tr_timeline_packet(tr_session *s, size_t host_index, const uint8_t *data, size_t len,
+                       const tr_tbuf_trusted *t, tr_output_packet *out) {
+  struct tr_timeline_out *tl = state(s);
+  tl_host *th;
+  const tr_rewrite_host *rw;
+  size_t need = TR_REWRITE_OUT_MAX(len), alen = 0;
+  int rc;
+  if (!tl || !(th = host_state(tl, s->num_hosts, host_index)))
+    return TR_ERR_NOMEM;
+  if (!(rw = rewrite_host(th, s->hosts[host_index].host)) || len > TR_REWRITE_PACKET_MAX) {
+    th->invalid++;
+    return 0;
+  }
+  if (t->sequence_id >= tl->n_seqs) {
+    size_t n = tl->n_seqs ? tl->n_seqs : 64;
+    while (n <= t->sequence_id)
+      n *= 2;
+    tr_rewrite_seq *g = realloc(tl->seqs, n * sizeof *g);
+    if (!g)
+      return TR_ERR_NOMEM;
+    memset(g + tl->n_seqs, 0, (n - tl->n_seqs) * sizeof *g);
+    tl->seqs = g;
+    tl->n_seqs = n;
+  }
+  if (tl->cap < need) {
+    uint8_t *g = realloc(tl->buf, need);
+    if (!g)
+      return TR_ERR_NOMEM;
+    tl->buf = g;
+    tl->cap = need;
+  }
+  rc = tr_rewrite_packet(rw, &tl->seqs[t->sequence_id], data, len, tl->buf, tl->cap, tl->anchor,
+                         &alen);
+  if (rc < 0) {
+    th->invalid++;
+    return 0;
+  }
+  out->data = tl->buf;
+  out->len = (size_t)rc;
+  if ((rc = tr_tbuf_append_trusted(out->trusted, sizeof out->trusted, t)) < 0)
+    return rc;
+  out->trusted_len = (size_t)rc;
+  if (alen) {
+    /* The anchor goes first on the same sequence; the loss mark stays with the packet. */
+    tr_tbuf_trusted at = *t;
+    at.previous_packet_dropped = 0;
+    memcpy(tl->pending_trusted, out->trusted, out->trusted_len);
+    tl->pending_trusted_len = out->trusted_len;
+    tl->pending_len = out->len;
+    tl->pending = true;
+    out->data = tl->anchor;
+    out->len = alen;
+    if ((rc = tr_tbuf_append_trusted(out->trusted, sizeof out->trusted, &at)) < 0)
+      return rc;
+    out->trusted_len = (size_t)rc;
+  }
+  return 1;
+}
+
+int tr_timeline_pending(tr_session *s, tr_output_packet *out) {
+  struct tr_timeline_out *tl = s->timeline;
+  if (!tl || !tl->pending)
+    return 0;
+  tl->pending = false;
+  out->data = tl->buf;
+  out->len = tl->pending_len;
+  memcpy(out->trusted, tl->pending_trusted, tl->pending_trusted_len);
+  out->trusted_len = tl->pending_trusted_len;
+  return 1;
+}
+
+uint64_t tr_timeline_invalid(const tr_session *s) {
+  uint64_t n = 0;
+  if (s->timeline)
+    for (size_t i = 0; i < s->timeline->n_hosts; i++)
+      n += s->timeline->hosts[i].invalid;
+  return n;
+}
+
+void tr_timeline_free(tr_session *s) {
+  struct tr_timeline_out *tl = s->timeline;
+  if (!tl)
+    return;
+  free(tl->hosts);
+  free(tl->seqs);
+  free(tl->buf);
+  free(tl->bp);
+  free(tl);
+  s->timeline = NULL;
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# test_overload.sh: more producers than their shared memory can hold at the configured rate.
+# On web-1, 6 loadgens write 1 KB events at 2 x 4000 a second each into a small SMB (64 KB asked
+# for): the SMB fills up (the producers count their dropped packets, the agent counts SMB-full
+# events), and everything the producers did write is accounted for exactly: written = in
+# trace + counted lost. web-2 runs a steady producer next to it: lossless. Meanwhile a probe
+# producer on web-1 serves a second session whose Flush, and a QueryServiceState, must each
+# be answered within 1 s (a liveness check of the service and of the loaded agent, loose on
+# purpose). Usage: test_overload.sh BIN_DIR
+set -euo pipefail
+TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
+source "$TR_SRC/tools/cluster-lib.sh"
+source "$TR_SRC/tests/integration/fault-lib.sh"
+fault_init "$1"
+HOSTS=(web-1 web-2)
+cluster_hosts "${HOSTS[@]}"
+cluster_start_service
+for h in "${HOSTS[@]}"; do cluster_start_agent "$h"; done
+for n in 1 2 3 4 5 6; do
+  cluster_start_loadgen web-1 --name "flood-$n" --writers 2 --rate 4000 --packet-size 1000 \
+    --smb-size 64 --page-size 4 --duration 4
+done
+cluster_start_loadgen web-2 --name steady-web-2 --writers 2 --rate 500 --duration 4
+LOADGENS=("${CLUSTER_PIDS[@]: -7}")
+# The probe's producer: its own data source, so the probe's session is not the recorded one.
+mkdir -p "$WORK/probe"
+$(ns_prefix "$(host_ns 1)") "$TR_BIN/tracerelay-loadgen" --socket "$WORK/web-1/producer.sock" \
+  --name probe --data-source probe_source --rate 10 >"$WORK/probe/loadgen.log" 2>&1 &
+CLUSTER_PIDS+=($!)
+sleep 1
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 256mb \
+  -t 9s -o "$WORK/overload.pftrace" >"$WORK/record.log" 2>&1 &
+RECORD=$!; CLUSTER_PIDS+=("$RECORD")
+sleep 1.5
+"$TR_BIN/consumer_probe" --socket "$CONSUMER_SOCK" --data-source probe_source --rounds 8 \
+  --interval-ms 200 --bound-ms 1000 >"$WORK/probe.json" 2>"$WORK/probe.log" || {
+  echo "FAIL: the service or agent did not answer within 1 s under load: $(cat "$WORK/probe.json")"
+  cat "$WORK/probe.log"; exit 1; }
+cluster_log "probe under load: $(cat "$WORK/probe.json")"
+fault_wait_pid "$RECORD" 40 || { echo "FAIL: record did not finish"; exit 1; }
+wait "$RECORD" || { echo "FAIL: record failed"; cat "$WORK/record.log"; exit 1; }
+for pid in "${LOADGENS[@]}"; do
+  fault_wait_pid "$pid" 10 || { echo "FAIL: loadgen $pid did not stop"; exit 1; }
+  wait "$pid" || { echo "FAIL: loadgen $pid failed"; exit 1; }
+done
+dropped=$(python3 -c 'import json,glob,sys; print(sum(json.load(open(f))["total"]["packets_dropped"] for f in glob.glob(sys.argv[1]+"/loadgen-web-1-*.json")))' "$WORK")
+cluster_log "web-1 producers dropped $dropped packets (SMB full)"
+[ "$dropped" -gt 0 ] || { echo "FAIL: the SMB never filled: no overload happened"; exit 1; }
+FAULT_EXPECT_LOSS= fault_check_accounting "$WORK/overload.pftrace" exact web-1
+fault_check_accounting "$WORK/overload.pftrace" lossless web-2
+echo "PASS: test_overload"

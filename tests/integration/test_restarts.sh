@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# test_restarts.sh: processes that die or freeze in the middle of a trace.
+# Session 1 (three hosts, steady loadgens on each):
+#   - web-1's agent is killed with SIGKILL, then restarted, and a new producer starts there:
+#     the trace marks web-1 as disconnected (its HostStats: session_disconnects >= 1), holds
+#     web-1's data from before the kill and from the new agent, and web-2/web-3 are exact.
+#   - on web-2, next to a steady producer, one producer is frozen with SIGSTOP in the middle
+#     of its writing (mid-chunk: it writes 2000 1 KB events a second) and one is killed with
+#     SIGKILL mid-packet: the steady producer's sequences are exact, the session still ends
+#     on time (the frozen producer's missing flush ack is counted, not waited for forever).
+# Session 2: the service is killed with SIGKILL while it runs: `tracerelay record` exits
+#   non-zero with a message naming the lost connection.
+# Session 3: the service is restarted; every agent reconnects and re-advertises its
+#   producers, and a new session gets every host's new producers, exactly.
+# Usage: test_restarts.sh BIN_DIR
+set -euo pipefail
+TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
+source "$TR_SRC/tools/cluster-lib.sh"
+source "$TR_SRC/tests/integration/fault-lib.sh"
+fault_init "$1"
+HOSTS=(web-1 web-2 web-3)
+cluster_hosts "${HOSTS[@]}"
+cluster_start_service
+for h in "${HOSTS[@]}"; do cluster_start_agent "$h"; done
+AGENT1=$AGENT_PID_1
+
+# ---- session 1 ----
+cluster_start_loadgen web-1 --name old-web-1 --writers 1 --rate 300 --duration 20
+OLD1=$LOADGEN_PID
+cluster_start_loadgen web-2 --name steady-web-2 --writers 2 --rate 300 --packets 2400
+STEADY2=$LOADGEN_PID; STEADY2_JSON="$WORK/loadgen-web-2-$((LOADGEN_SEQ - 1)).json"
+cluster_start_loadgen web-2 --name frozen-web-2 --writers 1 --rate 2000 --packet-size 1000
+FROZEN=$LOADGEN_PID
+cluster_start_loadgen web-2 --name killed-web-2 --writers 1 --rate 2000 --packet-size 1000
+KILLED=$LOADGEN_PID
+cluster_start_loadgen web-3 --name steady-web-3 --writers 2 --rate 300 --packets 2400
+STEADY3=$LOADGEN_PID
+sleep 1
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 64mb \
+  -t 14s -o "$WORK/s1.pftrace" >"$WORK/record-1.log" 2>&1 &
+RECORD=$!; CLUSTER_PIDS+=("$RECORD")
+T_REC=$SECONDS
+sleep 3
+kill -STOP "$FROZEN"
+kill -KILL "$KILLED"
+kill -KILL "$AGENT1"
+wait "$AGENT1" 2>/dev/null || true
+cluster_log "web-1's agent killed; frozen/killed producers on web-2"
+fault_wait_pid "$OLD1" 10 || { echo "FAIL: web-1's producer did not notice its agent died"; exit 1; }
+sleep 1
+rm -f "$WORK/web-1/producer.sock"
+cluster_start_agent web-1
+cluster_start_loadgen web-1 --name new-web-1 --writers 1 --rate 300 --packets 2400
+NEW1=$LOADGEN_PID
+T0=$SECONDS
+fault_wait_pid "$RECORD" 40 || { echo "FAIL: session 1 did not end"; exit 1; }
+wait "$RECORD" || { echo "FAIL: record of session 1 failed"; cat "$WORK/record-1.log"; exit 1; }
+cluster_log "session 1 ended $((SECONDS - T0)) s after web-1's agent restart, $((SECONDS - T_REC)) s after it began"
+# 14 s, then at most the flush timeout and the stop timeout (5 s each) for the frozen producer.
+[ $((SECONDS - T_REC)) -le 27 ] || { echo "FAIL: the frozen producer held session 1 too long"; exit 1; }
+for pid in "$STEADY2" "$STEADY3" "$NEW1"; do
+  fault_wait_pid "$pid" 10 || { echo "FAIL: loadgen $pid did not stop"; exit 1; }
+  wait "$pid" || { echo "FAIL: loadgen $pid failed"; exit 1; }
+done
+kill -KILL "$FROZEN" 2>/dev/null || true
+
+"$TR_BIN/tracerelay" inspect --json "$WORK/s1.pftrace" >"$WORK/s1.json"
+python3 - "$WORK/s1.json" "$STEADY2_JSON" "$WORK" <<'PY'
+import json, sys, glob
+report, steady2, work = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+m = {h.get("name"): h for h in report["hosts"]}
+fail = []
+def seqs(h): return sorted(n for s, n in m[h]["sequences"].items() if int(s) >= 2)
+# web-3: exact, nothing lost, never disconnected.
+w3 = json.load(open(glob.glob(f"{work}/loadgen-web-3-*.json")[0]))["total"]["packets_written"]
+if sum(seqs("web-3")) != w3: fail.append(f"web-3: {w3} written, {sum(seqs('web-3'))} in trace")
+hs3 = m["web-3"].get("host_stats") or {}
+if hs3.get("session_disconnects"): fail.append("web-3 marked disconnected")
+# web-2: the steady producer's two sequences are there, exactly.
+have = seqs("web-2")
+for w in steady2["writers"] if "writers" in steady2 else []:
+    n = w["packets_written"]
+    if n in have: have.remove(n)
+    else: fail.append(f"web-2: no sequence with the steady writer's {n} packets ({seqs('web-2')})")
+if "writers" not in steady2:
+    fail.append(f"loadgen stats have no per-writer counts: {list(steady2)}")
+hs2 = m["web-2"].get("host_stats") or {}
+lost2 = {k: v for k, v in m["web-2"]["losses"].items() if v and k in ("chunks_overwritten", "chunks_discarded")}
+if lost2: fail.append(f"web-2: the central buffer lost data, the test is too big for it: {lost2}")
+print("web-2 sequences", seqs("web-2"), "host_stats", {k: v for k, v in hs2.items() if v})
+# web-1: data from both agents; marked disconnected.
+hs1 = m["web-1"].get("host_stats") or {}
+print("web-1 sequences", seqs("web-1"), "host_stats", {k: v for k, v in hs1.items() if v})
+if not hs1.get("session_disconnects"): fail.append("web-1 not marked disconnected in the trace")
+new1 = [json.load(open(f))["total"]["packets_written"] for f in glob.glob(f"{work}/loadgen-web-1-*.json")]
+if not new1: fail.append("web-1: the new producer wrote no stats")
+elif new1[0] not in seqs("web-1"): fail.append(f"web-1: the new producer's {new1[0]} packets not in {seqs('web-1')}")
+if len(seqs("web-1")) < 2: fail.append("web-1: the old agent's data is missing")
+if fail: print("FAIL:\n  " + "\n  ".join(fail)); sys.exit(1)
+PY
+
+# ---- session 2: the service dies under a running session ----
+mkdir -p "$WORK/session1"; mv "$WORK"/loadgen-* "$WORK/session1/"
+for h in "${HOSTS[@]}"; do cluster_start_loadgen "$h" --name "s2-$h" --writers 1 --rate 200; done
+S2_LOADGENS=("${CLUSTER_PIDS[@]: -3}")
+sleep 1
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 30s \
+  -o "$WORK/s2.pftrace" >"$WORK/record-2.log" 2>&1 &
+RECORD=$!; CLUSTER_PIDS+=("$RECORD")
+sleep 3
+kill -KILL "$SERVICE_PID"
+wait "$SERVICE_PID" 2>/dev/null || true
+T0=$SECONDS
+fault_wait_pid "$RECORD" 5 || { echo "FAIL: record still running 5 s after the service died"; exit 1; }
+if wait "$RECORD"; then echo "FAIL: record exited 0 after the service died"; exit 1; fi
+cluster_log "record exited non-zero after $((SECONDS - T0)) s: $(tail -n 1 "$WORK/record-2.log")"
+grep -Eiq "lost|closed|disconnect|service" "$WORK/record-2.log" || {
+  echo "FAIL: record gave no clear message"; cat "$WORK/record-2.log"; exit 1; }
+for pid in "${S2_LOADGENS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+for pid in "${S2_LOADGENS[@]}"; do fault_wait_pid "$pid" 5 || kill -KILL "$pid"; wait "$pid" 2>/dev/null || true; done
+mkdir -p "$WORK/session2"; mv "$WORK"/loadgen-* "$WORK/session2/" 2>/dev/null || true
+
+# ---- session 3: the restarted service gets every host back ----
+rm -f "$CONSUMER_SOCK"
+mv "$WORK/service.log" "$WORK/service-1.log"
+cluster_start_service
+T0=$SECONDS
+for _ in $(seq 150); do
+  n=$(grep -c "host web-[123] connected" "$WORK/service.log" || true)
+  [ "$n" -ge 3 ] && break
+  sleep 0.1
+done
+[ "$n" -ge 3 ] || { echo "FAIL: only $n agents reconnected to the restarted service"; exit 1; }
+cluster_log "all agents back $((SECONDS - T0)) s after the service restart"
+for h in "${HOSTS[@]}"; do
+  cluster_start_loadgen "$h" --name "s3-$h" --writers 2 --rate 300 --packets 1200
+done
+S3_LOADGENS=("${CLUSTER_PIDS[@]: -3}")
+sleep 1
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 32mb -t 7s \
+  --machines web-1,web-2,web-3 -o "$WORK/s3.pftrace" >"$WORK/record-3.log" 2>&1 ||
+  { echo "FAIL: record of session 3 failed"; cat "$WORK/record-3.log"; exit 1; }
+for pid in "${S3_LOADGENS[@]}"; do
+  fault_wait_pid "$pid" 10 || { echo "FAIL: loadgen $pid did not stop"; exit 1; }
+  wait "$pid" || { echo "FAIL: loadgen $pid failed"; exit 1; }
+done
+fault_check_accounting "$WORK/s3.pftrace" lossless "${HOSTS[@]}"
+echo "PASS: test_restarts"

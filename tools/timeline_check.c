@@ -1,0 +1,301 @@
+/* timeline_check.c: tracerelay-timeline-check, the accuracy checker of the timeline tests and
+ * benchmark (tests/integration/test_timeline.sh, bench/bench_timeline.sh). A TEST TOOL.
+ *
+ * Usage: tracerelay-timeline-check [--bound-us N] [--allow-inversions] [--json] TRACE
+ *        NAME=OFFSET_NS,DRIFT_PPM...
+ *
+ * Every host NAME ran its loadgen with `--fake-clock OFFSET_NS,DRIFT_PPM` while the service ran
+ * on the real clocks, so a loadgen event stamped f on its host's (simulated) BOOTTIME truly
+ * happened at service BOOTTIME t = fake^-1(f) (relay/clock.h). The checker resolves the trace
+ * with tr_inspect_trace, as trace_processor would, and for every track event of a named host
+ * compares where it landed (trace time) with t. It prints, per host and overall, the count, the
+ * median, p99 and max of |error| in microseconds, the signed median, and two kinds of
+ * violation: an event whose |error| exceeds the bound, and an order inversion (two events of one
+ * sequence whose trace times run against their host times). Events that did not resolve count
+ * as violations too; --allow-inversions still counts and prints inversions but does not fail
+ * on them (the `machines` encoding: trace_processor's constant offset per remote_clock_sync
+ * edge steps back at an edge by as much as the error accumulated since the previous one). Exit 0 when there is none and every named host has events, 1 otherwise,
+ * 2 on bad arguments or an unreadable trace. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "perfetto/trace/trace_packet.pb-c.h"
+#include "relay/clock.h"
+#include "relay/trace_inspect.h"
+#include "relay/tr_error.h"
+
+#define MAX_HOSTS 64
+
+struct host {
+  const char *name;
+  int64_t offset_ns;
+  double drift_ppm;
+  double *err; /* signed errors in ns */
+  size_t n, cap;
+  uint64_t unresolved, over_bound, inversions;
+};
+
+struct seq_last {
+  uint32_t host_index, seq;
+  uint64_t clock_ts;
+  int64_t trace_ts;
+};
+
+struct ctx {
+  struct host hosts[MAX_HOSTS];
+  size_t n_hosts;
+  struct tr_inspect_result *res;
+  int64_t bound_ns;
+  struct seq_last *seqs;
+  size_t n_seqs, cap_seqs;
+  int oom;
+};
+
+/* The real instant t with fake(t) <= f < fake(t + 1). */
+static int invert(const struct host *h, uint64_t f, int64_t *t) {
+  long double guess = ((long double)f - h->offset_ns) / (1.0L + h->drift_ppm * 1e-6L);
+  int64_t lo = (int64_t)guess - 4;
+  uint64_t v;
+  if (lo < 0)
+    lo = 0;
+  for (int64_t c = lo + 8; c >= lo; c--)
+    if (tr_clock_fake_apply(h->offset_ns, h->drift_ppm, (uint64_t)c, &v) == 0 && v <= f) {
+      *t = c;
+      return 0;
+    }
+  return TR_ERR_INVAL;
+}
+
+static struct host *host_of(struct ctx *c, const struct tr_inspect_point *p) {
+  if (p->host >= c->res->n_hosts)
+    return NULL;
+  const char *name = c->res->hosts[p->host].name;
+  for (size_t i = 0; i < c->n_hosts; i++)
+    if (strcmp(c->hosts[i].name, name) == 0)
+      return &c->hosts[i];
+  return NULL;
+}
+
+static struct seq_last *seq_of(struct ctx *c, uint32_t host, uint32_t seq) {
+  for (size_t i = 0; i < c->n_seqs; i++)
+    if (c->seqs[i].host_index == host && c->seqs[i].seq == seq)
+      return &c->seqs[i];
+  if (c->n_seqs == c->cap_seqs) {
+    size_t n = c->cap_seqs ? 2 * c->cap_seqs : 64;
+    struct seq_last *g = realloc(c->seqs, n * sizeof *g);
+    if (!g)
+      return NULL;
+    c->seqs = g;
+    c->cap_seqs = n;
+  }
+  c->seqs[c->n_seqs] = (struct seq_last){host, seq, 0, INT64_MIN};
+  return &c->seqs[c->n_seqs++];
+}
+
+static void on_point(const struct tr_inspect_point *p, void *arg) {
+  struct ctx *c = arg;
+  struct host *h;
+  struct seq_last *s;
+  int64_t truth;
+  if (p->source != TR_INSPECT_PACKET || !p->packet->track_event || !(h = host_of(c, p)))
+    return;
+  if (p->status != 0 || invert(h, p->clock_ts, &truth) < 0) {
+    h->unresolved++;
+    return;
+  }
+  double e = (double)(p->trace_ts - truth);
+  if (fabs(e) > (double)c->bound_ns)
+    h->over_bound++;
+  if (!(s = seq_of(c, p->host, p->seq_id))) {
+    c->oom = 1;
+    return;
+  }
+  if (s->trace_ts != INT64_MIN && p->clock_ts >= s->clock_ts && p->trace_ts < s->trace_ts)
+    h->inversions++;
+  s->clock_ts = p->clock_ts;
+  s->trace_ts = p->trace_ts;
+  if (h->n == h->cap) {
+    size_t n = h->cap ? 2 * h->cap : 4096;
+    double *g = realloc(h->err, n * sizeof *g);
+    if (!g) {
+      c->oom = 1;
+      return;
+    }
+    h->err = g;
+    h->cap = n;
+  }
+  h->err[h->n++] = e;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+struct summary {
+  size_t n;
+  double median_us, p99_us, max_us, signed_median_us;
+};
+
+static void summarize(const double *err, size_t n, struct summary *out) {
+  double *a = malloc((n ? n : 1) * sizeof *a), *b = malloc((n ? n : 1) * sizeof *b);
+  *out = (struct summary){.n = n};
+  if (!a || !b || n == 0)
+    goto done;
+  for (size_t i = 0; i < n; i++) {
+    a[i] = fabs(err[i]);
+    b[i] = err[i];
+  }
+  qsort(a, n, sizeof *a, cmp_double);
+  qsort(b, n, sizeof *b, cmp_double);
+  out->median_us = a[n / 2] / 1e3;
+  out->p99_us = a[(size_t)((double)(n - 1) * 0.99)] / 1e3;
+  out->max_us = a[n - 1] / 1e3;
+  out->signed_median_us = b[n / 2] / 1e3;
+done:
+  free(a);
+  free(b);
+}
+
+static void usage(void) {
+  fputs("Usage: tracerelay-timeline-check [--bound-us N] [--allow-inversions] [--json] TRACE "
+        "NAME=OFFSET_NS,DRIFT_PPM...\n"
+        "Test tool: checks that every loadgen event of each named host (run with\n"
+        "--fake-clock OFFSET_NS,DRIFT_PPM) lands within N us (default 100) of its true instant\n"
+        "on the trace clock, and that no sequence's events change order.\n",
+        stderr);
+}
+
+int main(int argc, char **argv) {
+  struct ctx c = {.bound_ns = 100000};
+  struct tr_inspect_result res = {0};
+  const char *path = NULL;
+  bool json = false, allow_inversions = false;
+  int i, rc, status = 0;
+  for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--bound-us") == 0 && i + 1 < argc) {
+      char *end;
+      double v = strtod(argv[++i], &end);
+      if (*end || v <= 0) {
+        usage();
+        return 2;
+      }
+      c.bound_ns = (int64_t)(v * 1e3);
+    } else if (strcmp(argv[i], "--allow-inversions") == 0) {
+      allow_inversions = true;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (!path) {
+      path = argv[i];
+    } else {
+      char *eq = strchr(argv[i], '=');
+      if (!eq || c.n_hosts == MAX_HOSTS) {
+        usage();
+        return 2;
+      }
+      *eq = '\0';
+      struct host *h = &c.hosts[c.n_hosts++];
+      h->name = argv[i];
+      if (tr_clock_parse_fake(eq + 1, &h->offset_ns, &h->drift_ppm) < 0) {
+        usage();
+        return 2;
+      }
+    }
+  }
+  if (!path || c.n_hosts == 0) {
+    usage();
+    return 2;
+  }
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "tracerelay-timeline-check: %s: %s\n", path, strerror(errno));
+    return 2;
+  }
+  size_t cap = 1 << 20, len = 0;
+  uint8_t *data = malloc(cap);
+  size_t got;
+  while (data && (got = fread(data + len, 1, cap - len, f)) > 0) {
+    len += got;
+    if (len == cap) {
+      uint8_t *g = realloc(data, cap *= 2);
+      if (!g) {
+        free(data);
+        data = NULL;
+      }
+      data = g;
+    }
+  }
+  fclose(f);
+  if (!data) {
+    fprintf(stderr, "tracerelay-timeline-check: out of memory\n");
+    return 2;
+  }
+  c.res = &res;
+  rc = tr_inspect_trace(data, len, on_point, &c, &res);
+  if (rc < 0 || c.oom) {
+    fprintf(stderr, "tracerelay-timeline-check: %s: %s\n", path,
+            c.oom ? "out of memory" : tr_strerror(rc));
+    return 2;
+  }
+  size_t total = 0;
+  for (size_t h = 0; h < c.n_hosts; h++)
+    total += c.hosts[h].n;
+  double *all = calloc(total ? total : 1, sizeof *all);
+  if (!all) {
+    fprintf(stderr, "tracerelay-timeline-check: out of memory\n");
+    return 2;
+  }
+  size_t k = 0;
+  uint64_t unresolved = 0, over = 0, inv = 0;
+  if (json)
+    printf("{\"bound_us\": %.3f, \"hosts\": {", (double)c.bound_ns / 1e3);
+  for (size_t h = 0; h < c.n_hosts; h++) {
+    struct host *x = &c.hosts[h];
+    struct summary s;
+    summarize(x->err, x->n, &s);
+    for (size_t j = 0; j < x->n; j++)
+      all[k++] = x->err[j];
+    unresolved += x->unresolved;
+    over += x->over_bound;
+    inv += x->inversions;
+    if (x->n == 0)
+      status = 1;
+    if (json)
+      printf("%s\"%s\": {\"events\": %zu, \"median_us\": %.3f, \"p99_us\": %.3f, \"max_us\": "
+             "%.3f, \"signed_median_us\": %.3f, \"over_bound\": %llu, \"inversions\": %llu, "
+             "\"unresolved\": %llu}",
+             h ? ", " : "", x->name, s.n, s.median_us, s.p99_us, s.max_us, s.signed_median_us,
+             (unsigned long long)x->over_bound, (unsigned long long)x->inversions,
+             (unsigned long long)x->unresolved);
+    else
+      printf("%-12s events %8zu  |error| median %8.3f us  p99 %8.3f us  max %8.3f us  "
+             "(signed median %+.3f us)  over bound %llu  order inversions %llu  unresolved %llu\n",
+             x->name, s.n, s.median_us, s.p99_us, s.max_us, s.signed_median_us,
+             (unsigned long long)x->over_bound, (unsigned long long)x->inversions,
+             (unsigned long long)x->unresolved);
+  }
+  struct summary s;
+  summarize(all, k, &s);
+  if (unresolved || over || (inv && !allow_inversions))
+    status = 1;
+  if (json)
+    printf("}, \"all\": {\"events\": %zu, \"median_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f, "
+           "\"violations\": %llu}, \"ok\": %s}\n",
+           s.n, s.median_us, s.p99_us, s.max_us, (unsigned long long)(unresolved + over + inv),
+           status == 0 ? "true" : "false");
+  else
+    printf("%-12s events %8zu  |error| median %8.3f us  p99 %8.3f us  max %8.3f us  bound %.1f "
+           "us  violations %llu: %s\n",
+           "all", s.n, s.median_us, s.p99_us, s.max_us, (double)c.bound_ns / 1e3,
+           (unsigned long long)(unresolved + over + inv), status == 0 ? "OK" : "FAIL");
+  free(all);
+  for (size_t h = 0; h < c.n_hosts; h++)
+    free(c.hosts[h].err);
+  free(c.seqs);
+  tr_inspect_result_free(&res);
+  free(data);
+  return status;
+}

@@ -1,0 +1,98 @@
+/* host_progress.c: per-host bytes and losses from a GetTraceStats reply (see host_progress.h).
+ *
+ * protobuf-c keeps the fields of TraceStats it does not know (our extension) as unknown
+ * fields and packs them back, so the extension is read by packing the decoded TraceStats
+ * again and decoding those bytes as TraceStatsExtension, which in turn skips Perfetto's fields:
+ * no hand-written wire parsing. */
+#include "tools/tracerelay/host_progress.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "perfetto/ipc/consumer_port.pb-c.h"
+#include "tracerelay/tracerelay_stats.pb-c.h"
+
+typedef Perfetto__Protos__TraceStats TraceStats;
+
+static void append(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *out, size_t cap, const char *fmt, ...) {
+  size_t used = strlen(out);
+  if (used + 1 >= cap)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out + used, cap - used, fmt, ap);
+  va_end(ap);
+}
+
+static bool printable_name(const char *s) {
+  if (!s || !*s || strlen(s) > 64)
+    return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '.' || *s == '_' || *s == '-'))
+      return false;
+  return true;
+}
+
+static Tracerelay__TraceStatsExtension *extension_of(const TraceStats *st) {
+  if (st->base.n_unknown_fields == 0)
+    return NULL;
+  size_t n = protobuf_c_message_get_packed_size(&st->base);
+  uint8_t *buf = malloc(n + 1);
+  if (!buf)
+    return NULL;
+  protobuf_c_message_pack(&st->base, buf);
+  Tracerelay__TraceStatsExtension *x = tracerelay__trace_stats_extension__unpack(NULL, n, buf);
+  free(buf);
+  return x;
+}
+
+static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, char *out,
+                        size_t cap) {
+  uint64_t bytes = 0, lost = h->agent_queue_dropped_chunks + h->agent_spill_dropped_chunks +
+                              h->link_lost_chunks;
+  for (size_t i = 0; i < h->n_buffer_stats_index; i++) {
+    uint32_t k = h->buffer_stats_index[i];
+    if (k >= st->n_buffer_stats)
+      continue; /* a service bug or a hostile reply: ignore the entry */
+    const Perfetto__Protos__TraceStats__BufferStats *b = st->buffer_stats[k];
+    bytes += b->bytes_written;
+    lost += b->chunks_discarded + b->chunks_overwritten;
+  }
+  append(out, cap, "%s%s %.1f MB", out[0] ? "  " : "",
+         printable_name(h->machine_name) ? h->machine_name : "?",
+         (double)bytes / (1024.0 * 1024.0)); /* MB as the total's: MiB */
+  if (lost)
+    append(out, cap, " (%llu chunks lost)", (unsigned long long)lost);
+  if (h->has_connected && !h->connected)
+    append(out, cap, " (down)");
+}
+
+int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,
+                         uint64_t *total) {
+  Perfetto__Protos__GetTraceStatsResponse *resp =
+      perfetto__protos__get_trace_stats_response__unpack(NULL, len, reply);
+  if (!resp || !resp->trace_stats) {
+    if (resp)
+      perfetto__protos__get_trace_stats_response__free_unpacked(resp, NULL);
+    return -1;
+  }
+  const TraceStats *st = resp->trace_stats;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < st->n_buffer_stats; i++)
+    sum += st->buffer_stats[i]->bytes_written;
+  *total = sum;
+  if (cap > 0)
+    out[0] = '\0';
+  Tracerelay__TraceStatsExtension *x = extension_of(st);
+  for (size_t i = 0; x && cap > 0 && i < x->n_tracerelay_hosts; i++)
+    format_host(x->tracerelay_hosts[i], st, out, cap);
+  if (x)
+    tracerelay__trace_stats_extension__free_unpacked(x, NULL);
+  perfetto__protos__get_trace_stats_response__free_unpacked(resp, NULL);
+  return 0;
+}

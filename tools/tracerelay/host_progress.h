@@ -1,0 +1,25 @@
+/* host_progress.h: the per-host part of `tracerelay record`'s progress line, from a
+ * GetTraceStats reply.
+ *
+ * A tracerelay service appends its per-host extension (protos/tracerelay/tracerelay_stats.proto,
+ * field 1000 of TraceStats) to the TraceStats it returns; each HostStats names the
+ * TraceStats.buffer_stats entries that are that host's. A host's bytes are the bytes_written
+ * of those entries (this session's data of that host in the central buffers); its losses are
+ * the chunks dropped on its agent (queue, spill queue), lost on the link, and discarded or
+ * overwritten in its buffers. Perfetto's traced sends no extension: then only the total shows.
+ * The reply is untrusted: every index is checked, names are printed only if they are valid
+ * machine names. */
+#ifndef TRACERELAY_HOST_PROGRESS_H
+#define TRACERELAY_HOST_PROGRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Decodes the reply_proto of a GetTraceStats reply. Writes "web-1 4.1 MB  web-2 0.3 MB
+ * (12 chunks lost)  web-3 1.0 MB (down)" into out (hosts in the service's order; "" without
+ * the extension) and the sum of every buffer's bytes_written into *total. Returns 0, or -1
+ * if the reply does not decode (out and *total untouched). */
+int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,
+                         uint64_t *total);
+
+#endif
