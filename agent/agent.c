@@ -300,14 +300,15 @@ static void on_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
     break;
   case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
     a->running++;
-    tr_link_client_clock_snapshots(lc, true); /* trace start, as traced snapshots its clocks */
+    /* trace start, as traced snapshots its clocks, at the session's interval if it gave one */
+    tr_link_client_clock_snapshots(lc, true, cmd->start_data_source->clock_snapshot_interval_ms);
     rc = start_or_stop(a, cmd, cmd->start_data_source->instance_id, true);
     if (rc == 0)
       return; /* replied when it started */
     break;
   case TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE:
     a->running -= a->running > 0;
-    tr_link_client_clock_snapshots(lc, a->running > 0); /* and at stop */
+    tr_link_client_clock_snapshots(lc, a->running > 0, 0); /* and at stop */
     rc = start_or_stop(a, cmd, cmd->stop_data_source->instance_id, false);
     if (rc == 0)
       return; /* replied when it stopped */

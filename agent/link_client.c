@@ -66,9 +66,10 @@ struct tr_link_client {
   uint64_t features; /* accepted by the last Welcome */
   size_t max_out;    /* the service's max frame */
   uint64_t service_instance_id;
-  int64_t t2;        /* BOOTTIME at the start of the current read */
+  int64_t t2;        /* BOOTTIME when the socket read being processed returned */
   bool snap_active;  /* a data source runs: HostClockSnapshot every snap_interval_ms */
   uint64_t snap_interval_ms, snap_next_ms;
+  uint64_t snap_session_ms; /* the sessions' snapshot_interval_ms while active, 0: none */
 
   uv_getaddrinfo_t resolve;
   bool resolving;
@@ -109,8 +110,10 @@ static void close_conn(tr_link_client *lc, Tracerelay__Goodbye__Reason reason, c
                        ...) __attribute__((format(printf, 3, 4)));
 static void hang_up(tr_link_client *lc);
 
-static int write_bytes(tr_link_client *lc, const uint8_t *buf, size_t len) {
-  int rc = tr_tls_uv_write(lc->conn, buf, len);
+/* sent_ns: NULL, or where to put the exact send time (tr_tls_uv_write_stamped). */
+static int write_bytes(tr_link_client *lc, const uint8_t *buf, size_t len, int64_t *sent_ns) {
+  int rc = sent_ns != NULL ? tr_tls_uv_write_stamped(lc->conn, buf, len, sent_ns)
+                           : tr_tls_uv_write(lc->conn, buf, len);
   if (rc == TR_ERR_FULL && !lc->closing_conn)
     close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
                "the service does not read what we send");
@@ -120,7 +123,7 @@ static int write_bytes(tr_link_client *lc, const uint8_t *buf, size_t len) {
   return 0;
 }
 
-static int send_frame(tr_link_client *lc, Tracerelay__RelayFrame *f) {
+static int send_frame_stamped(tr_link_client *lc, Tracerelay__RelayFrame *f, int64_t *sent_ns) {
   if (lc->conn == NULL || lc->closing_conn)
     return TR_ERR_CLOSED;
   uint8_t *buf;
@@ -128,9 +131,13 @@ static int send_frame(tr_link_client *lc, Tracerelay__RelayFrame *f) {
   int rc = tr_relay_frame_encode(f, lc->max_out, &buf, &len);
   if (rc < 0)
     return rc;
-  rc = write_bytes(lc, buf, len);
+  rc = write_bytes(lc, buf, len, sent_ns);
   free(buf);
   return rc;
+}
+
+static int send_frame(tr_link_client *lc, Tracerelay__RelayFrame *f) {
+  return send_frame_stamped(lc, f, NULL);
 }
 
 /* Ends the connection (the rest happens in on_close). UNSPECIFIED: no Goodbye. */
@@ -174,7 +181,7 @@ static void pump(tr_link_client *lc) {
     uint64_t seq;
     if (tr_relay_agent_next(&lc->agent, &frame, &len, &seq) == 0)
       return;
-    if (write_bytes(lc, frame, len) < 0)
+    if (write_bytes(lc, frame, len, NULL) < 0)
       return;
   }
 }
@@ -542,6 +549,10 @@ static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
   pump(lc);
 }
 
+static uint64_t snap_period(const tr_link_client *lc) {
+  return lc->snap_session_ms ? lc->snap_session_ms : lc->snap_interval_ms;
+}
+
 int tr_link_client_send_clock_snapshot(tr_link_client *lc) {
   struct tr_clock_snapshot snap;
   Tracerelay__HostClockSnapshot__Clock clocks[TR_CLOCK_SNAPSHOT_MAX];
@@ -567,12 +578,22 @@ int tr_link_client_send_clock_snapshot(tr_link_client *lc) {
   return send_frame(lc, &f);
 }
 
-void tr_link_client_clock_snapshots(tr_link_client *lc, bool active) {
+void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t interval_ms) {
   tr_link_client_send_clock_snapshot(lc);
+  if (!active || !lc->snap_active)
+    lc->snap_session_ms = 0;
+  if (active && interval_ms > 0) {
+    uint64_t ms = interval_ms < TR_LINK_CLOCK_SNAPSHOT_MIN_MS ? TR_LINK_CLOCK_SNAPSHOT_MIN_MS
+                                                              : interval_ms;
+    if (lc->snap_session_ms == 0 || ms < lc->snap_session_ms)
+      lc->snap_session_ms = ms;
+  }
   lc->snap_active = active;
-  lc->snap_next_ms = uv_now(lc->loop) + lc->snap_interval_ms;
+  lc->snap_next_ms = uv_now(lc->loop) + snap_period(lc);
 }
 
+/* Answers at once. With FEATURE_CLOCK_FOLLOW_UP the exact send time of the encrypted answer
+ * follows in a ClockFollowUp (two-step: an encrypted message cannot carry its own). */
 static void on_probe(tr_link_client *lc, const Tracerelay__ClockProbe *q) {
   Tracerelay__ClockProbe a = TRACERELAY__CLOCK_PROBE__INIT;
   a.has_probe_id = a.has_t1 = a.has_t2 = a.has_t3 = 1;
@@ -583,6 +604,16 @@ static void on_probe(tr_link_client *lc, const Tracerelay__ClockProbe *q) {
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE;
   f.clock_probe = &a;
   a.t3 = (uint64_t)boottime();
+  int64_t sent = 0;
+  if (send_frame_stamped(lc, &f, &sent) < 0 || !(lc->features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP))
+    return;
+  Tracerelay__ClockFollowUp fu = TRACERELAY__CLOCK_FOLLOW_UP__INIT;
+  fu.has_probe_id = 1;
+  fu.probe_id = q->probe_id;
+  fu.has_t3 = sent > 0;
+  fu.t3 = (uint64_t)sent;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_FOLLOW_UP;
+  f.clock_follow_up = &fu;
   send_frame(lc, &f);
 }
 
@@ -634,15 +665,15 @@ static void on_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
 
 static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
   tr_link_client *lc = tr_tls_uv_get_data(conn);
-  lc->t2 = boottime(); /* first: a probe's receive time */
+  lc->t2 = tr_tls_uv_read_time(conn); /* a probe's receive time, taken before decryption */
   tr_relay_heartbeat_heard(&lc->hb, uv_hrtime());
   const uint8_t *p = data;
   while (!lc->closing_conn) {
     const uint8_t *payload;
     size_t plen;
-    int rc = tr_relay_reader_next(&lc->reader, &payload, &plen);
+    int rc = tr_frame_reader_next(&lc->reader, &payload, &plen);
     if (rc < 0) {
-      PROTO_ERROR(lc, "frame longer than %zu bytes", lc->reader.max_frame);
+      PROTO_ERROR(lc, "frame longer than %zu bytes", lc->reader.max_payload);
       break;
     }
     if (rc == 1) {
@@ -656,9 +687,9 @@ static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
     }
     if (len == 0)
       break;
-    rc = tr_relay_reader_push(&lc->reader, p, len);
+    rc = tr_frame_reader_push(&lc->reader, p, len);
     if (rc < 0) {
-      PROTO_ERROR(lc, "frame longer than %zu bytes", lc->reader.max_frame);
+      PROTO_ERROR(lc, "frame longer than %zu bytes", lc->reader.max_payload);
       break;
     }
     p += rc;
@@ -672,7 +703,7 @@ static void on_drain(tr_tls_uv_conn *conn) { pump(tr_tls_uv_get_data(conn)); }
 static void on_connect(tr_tls_uv_conn *conn) {
   tr_link_client *lc = tr_tls_uv_get_data(conn);
   lc->tls_up = true;
-  tr_relay_reader_free(&lc->reader);
+  tr_frame_reader_free(&lc->reader);
   if (tr_relay_reader_init(&lc->reader, 0) < 0) {
     close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED, "out of memory");
     return;
@@ -685,7 +716,7 @@ static void on_connect(tr_tls_uv_conn *conn) {
   h.agent_instance_id = lc->agent.instance_id;
   h.system_info = &lc->sysinfo;
   h.acked_seq = lc->agent.acked_seq;
-  h.max_frame_bytes = (uint32_t)lc->reader.max_frame;
+  h.max_frame_bytes = (uint32_t)lc->reader.max_payload;
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HELLO;
   f.hello = &h;
@@ -697,7 +728,7 @@ static void maybe_done(tr_link_client *lc) {
     return;
   tr_relay_agent_free(&lc->agent);
   tr_relay_codec_free(&lc->codec);
-  tr_relay_reader_free(&lc->reader);
+  tr_frame_reader_free(&lc->reader);
   tr_tls_config_unref(lc->tls);
   while (lc->replies_head != NULL) {
     pending_reply *r = lc->replies_head;
@@ -808,7 +839,7 @@ static void on_tick(uv_timer_t *t) {
     }
   }
   if (lc->snap_active && now_ms >= lc->snap_next_ms) {
-    lc->snap_next_ms = now_ms + lc->snap_interval_ms;
+    lc->snap_next_ms = now_ms + snap_period(lc);
     tr_link_client_send_clock_snapshot(lc);
   }
   if (now_ms >= lc->next_stats_ms) {

@@ -17,8 +17,9 @@
  * - A CommandReply carries after_seq = the last batch queued after everything taken from the
  *   chunk queue so far, so the service applies it after the data that preceded it. Replies
  *   made while disconnected wait (up to TR_LINK_MAX_PENDING_REPLIES) for the next Welcome.
- * - Clock probes are answered at once: t2 is read at the start of the read callback, t3 right
- *   before the answer is written.
+ * - Clock probes are answered at once: t2 is when the socket read that brought the probe
+ *   returned (before decryption); the exact t3, right before the encrypted answer went to the
+ *   kernel, follows in a ClockFollowUp (FEATURE_CLOCK_FOLLOW_UP).
  * - Reconnects: capped exponential backoff with +-20% jitter (100 ms doubling to 10 s by
  *   default), reset by each Welcome. The name is resolved again on each attempt.
  * Everything runs on the loop's thread. */
@@ -42,6 +43,7 @@
 #define TR_LINK_BACKOFF_MIN_MS 100
 #define TR_LINK_BACKOFF_MAX_MS 10000
 #define TR_LINK_CLOCK_SNAPSHOT_MS 10000 /* traced's default snapshot_interval_ms */
+#define TR_LINK_CLOCK_SNAPSHOT_MIN_MS 100 /* a session cannot ask for more than 10 a second */
 
 typedef struct tr_link_client tr_link_client;
 
@@ -86,8 +88,10 @@ int tr_link_client_reply(tr_link_client *lc, uint64_t request_id, const char *er
  * kept for later: a snapshot is only worth its moment). */
 int tr_link_client_send_clock_snapshot(tr_link_client *lc);
 /* A data source started or stopped: sends a snapshot now, then every clock snapshot interval
- * while active (some data source of this host runs). */
-void tr_link_client_clock_snapshots(tr_link_client *lc, bool active);
+ * while active (some data source of this host runs). interval_ms: the session's
+ * snapshot_interval_ms, 0 if none; the shortest given since the host became active is used
+ * (at least TR_LINK_CLOCK_SNAPSHOT_MIN_MS), else clock_snapshot_interval_ms. */
+void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t interval_ms);
 /* The ABI violations counted so far for a producer (monotonic), for AgentStats. */
 int tr_link_client_set_abi(tr_link_client *lc, uint32_t producer_id, uint64_t abi_violations);
 /* Uses cfg (referenced) for the next connections. */

@@ -34,20 +34,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t off = 1;
   while (off < size) {
     size_t n = size - off < step ? size - off : step;
-    int taken = tr_ipc_reader_push(&r, data + off, n);
+    int taken = tr_frame_reader_push(&r, data + off, n);
     if (taken < 0)
       break;
     off += (size_t)taken;
     const uint8_t *payload;
     size_t len;
     int rc;
-    while ((rc = tr_ipc_reader_next(&r, &payload, &len)) == 1)
+    while ((rc = tr_frame_reader_next(&r, &payload, &len)) == 1)
       decode_and_reencode(payload, len);
     if (rc < 0)
       break;
     if (r.cap > TR_IPC_MAX_FRAME)
       abort();
   }
-  tr_ipc_reader_free(&r);
+  tr_frame_reader_free(&r);
   return 0;
 }

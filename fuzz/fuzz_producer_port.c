@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "perfetto/ipc/producer_port.pb-c.h"
+#include "relay/pb_valid.h"
 #include "relay/producer_shm.h"
 #include "relay/tr_error.h"
 
@@ -103,13 +104,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   ProtobufCMessage *m = protobuf_c_message_unpack(kRequests[method], NULL, len, data);
-  if (m) {
-    /* What the port keeps of a descriptor must re-encode (unknown fields included). */
+  if (m && tr_pb_tags_valid(m)) { /* the port refuses the others (producer_port.c decode) */
+    /* What the port keeps of a descriptor must re-encode (unknown fields included) into
+     * bytes that decode again: the agent forwards descriptors to the service. */
     size_t n = protobuf_c_message_get_packed_size(m);
     uint8_t *buf = malloc(n ? n : 1);
     protobuf_c_message_pack(m, buf);
+    ProtobufCMessage *again = protobuf_c_message_unpack(kRequests[method], NULL, n, buf);
+    if (!again)
+      abort();
+    protobuf_c_message_free_unpacked(again, NULL);
     free(buf);
-    protobuf_c_message_free_unpacked(m, NULL);
   }
+  if (m)
+    protobuf_c_message_free_unpacked(m, NULL);
   return 0;
 }

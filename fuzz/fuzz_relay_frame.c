@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (tr_relay_reader_init(&r, TR_RELAY_MIN_FRAME * 16) < 0)
     abort();
   while (size > 0) {
-    int taken = tr_relay_reader_push(&r, data, size < step ? size : step);
+    int taken = tr_frame_reader_push(&r, data, size < step ? size : step);
     if (taken < 0)
       break;
     data += taken;
@@ -67,11 +67,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *payload;
     size_t len;
     int rc;
-    while ((rc = tr_relay_reader_next(&r, &payload, &len)) == 1)
+    while ((rc = tr_frame_reader_next(&r, &payload, &len)) == 1)
       handle(payload, len);
     if (rc < 0)
       break;
   }
-  tr_relay_reader_free(&r);
+  tr_frame_reader_free(&r);
   return 0;
 }

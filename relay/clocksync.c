@@ -49,6 +49,11 @@ struct tr_clocksync {
   bool window_open;
   int64_t window_start;
   struct sample window_best;
+  struct sample *ex; /* ring of exchange-period bests, oldest at ex_start */
+  uint32_t ex_start, ex_n;
+  bool ex_open;
+  int64_t ex_period_start;
+  struct sample ex_best;
   struct knot *knots; /* ring, oldest at knot_start */
   uint32_t knot_start, knot_n;
   struct fit fit;
@@ -65,8 +70,10 @@ void tr_clocksync_config_default(struct tr_clocksync_config *cfg) {
   cfg->rtt_noise_ns = 2000;
   cfg->slew_max_ppm = 500;
   cfg->max_drift_ppm = 1000;
-  cfg->max_knots = 16384;
+  cfg->max_knots = 65536;
   cfg->history = 4096;
+  cfg->exchange_period_ns = 100000000;
+  cfg->exchanges = 16384;
 }
 
 int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_config *cfg) {
@@ -77,7 +84,8 @@ int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_confi
     tr_clocksync_config_default(&c);
   if (c.window_ns <= 0 || c.fit_samples == 0 || c.fit_span_ns <= 0 || c.outlier_slack_ns < 0 ||
       c.fit_samples > MAX_FIT || c.rtt_noise_ns <= 0 || !(c.slew_max_ppm > 0 && c.slew_max_ppm < 1e5) ||
-      !(c.max_drift_ppm > 0 && c.max_drift_ppm < 1e5) || c.max_knots < 2 || c.history == 0)
+      !(c.max_drift_ppm > 0 && c.max_drift_ppm < 1e5) || c.max_knots < 2 || c.history == 0 ||
+      c.exchange_period_ns <= 0 || c.exchanges == 0)
     return TR_ERR_INVAL;
   struct tr_clocksync *est = calloc(1, sizeof(*est));
   if (!est)
@@ -89,8 +97,13 @@ int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_confi
   est->knots = calloc(c.max_knots, sizeof(*est->knots));
   if (!est->knots)
     goto fail_hist;
+  est->ex = calloc(c.exchanges, sizeof(*est->ex));
+  if (!est->ex)
+    goto fail_knots;
   *out = est;
   return 0;
+fail_knots:
+  free(est->knots);
 fail_hist:
   free(est->hist);
 fail_est:
@@ -102,6 +115,7 @@ fail:
 void tr_clocksync_free(struct tr_clocksync *est) {
   if (!est)
     return;
+  free(est->ex);
   free(est->knots);
   free(est->hist);
   free(est);
@@ -257,6 +271,20 @@ static void close_window(struct tr_clocksync *est) {
   est->window_open = false;
 }
 
+/* Keeps the best of the exchange period that ends, flagged as an outlier against the fit's
+ * smallest rtt as a window best would be (without the path-change rule: that is the fit's). */
+static void close_exchange(struct tr_clocksync *est) {
+  struct sample s = est->ex_best;
+  s.outlier = !plausible(est, &s, est->fit.valid ? est->fit.rtt_min : INT64_MAX);
+  if (est->ex_n == est->cfg.exchanges) {
+    est->ex_start = (est->ex_start + 1) % est->cfg.exchanges;
+    est->ex_n--;
+  }
+  est->ex[(est->ex_start + est->ex_n) % est->cfg.exchanges] = s;
+  est->ex_n++;
+  est->ex_open = false;
+}
+
 /* ---- the mapping ---- */
 
 /* Index of the last knot at or below h, or -1 if h is before the first. O(log knots). */
@@ -362,6 +390,16 @@ int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int
     est->window_best = s;
   }
   est->stats.probes++;
+
+  if (est->ex_open && s.h - est->ex_period_start >= est->cfg.exchange_period_ns)
+    close_exchange(est);
+  if (!est->ex_open) {
+    est->ex_open = true;
+    est->ex_period_start = s.h;
+    est->ex_best = s;
+  } else if (s.rtt < est->ex_best.rtt) {
+    est->ex_best = s;
+  }
 
   uint32_t idx[MAX_FIT];
   uint32_t n = est->hist_n ? fit_set(est, est->window_best.h, idx) : 0;
@@ -484,10 +522,23 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
   struct tr_clocksync_sync_pair last = {0};
   const struct sample *best = NULL;
   int64_t best_bucket = -1;
-  for (uint32_t i = 0; i <= est->hist_n && n < cap; i++) {
-    const struct sample *s = i < est->hist_n ? hist_at(est, i) : NULL;
+  /* Candidates, oldest first: the window bests older than the exchange ring, the ring, then
+   * the open exchange period's best. */
+  int64_t cut = est->ex_n ? est->ex[est->ex_start].h : est->ex_open ? est->ex_best.h : INT64_MAX;
+  uint32_t n_old = 0;
+  while (n_old < est->hist_n && hist_at(est, n_old)->h < cut)
+    n_old++;
+  uint32_t total = n_old + est->ex_n + (est->ex_open ? 1 : 0);
+  for (uint32_t i = 0; i <= total && n < cap; i++) {
+    const struct sample *s = i == total ? NULL
+                             : i < n_old ? hist_at(est, i)
+                             : i < n_old + est->ex_n
+                                 ? &est->ex[(est->ex_start + i - n_old) % est->cfg.exchanges]
+                                 : &est->ex_best;
     if (s && (s->outlier || s->h < host_from || s->h > host_to))
       continue;
+    if (s == &est->ex_best && !plausible(est, s, est->fit.valid ? est->fit.rtt_min : INT64_MAX))
+      continue; /* judged now, as it will be when its period closes */
     int64_t bucket = s ? (s->h - host_from) / period_ns : -2;
     if (best && bucket != best_bucket) {
       struct tr_clocksync_sync_pair pair = {0};

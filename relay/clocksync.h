@@ -27,7 +27,7 @@
  * on the trace timeline; M at host times up to the frontier (the last knot) never changes
  * afterwards, later probes only re-plan what lies beyond it; no probe added so far has its
  * corridor violated. All three hold for the host times covered by the retained knots
- * (max_knots, about 4.5 h at one probe a second by default; export breakpoints before then).
+ * (max_knots: 18 h at one probe a second, 55 min at 20 a second; export breakpoints before then).
  *
  * Error bound (tr_clocksync_error_bound). Each knot stores, when it is placed,
  *     bound(h) = R/2 + D * |h - hbar| + |M(h) - E(h)| + 1 ns
@@ -59,8 +59,10 @@ struct tr_clocksync_config {
   int64_t rtt_noise_ns;     /* weight floor (default 2 us) */
   double slew_max_ppm;      /* slew rate bound on top of the drift (default 500 ppm) */
   double max_drift_ppm;     /* drift clamp (default 1000 ppm) */
-  uint32_t max_knots;       /* mapping knots kept, one per probe (default 16384) */
+  uint32_t max_knots;       /* mapping knots kept, one per probe (default 65536) */
   uint32_t history;         /* window bests kept for tr_clocksync_best_exchanges (default 4096) */
+  int64_t exchange_period_ns; /* best-of period of the exchange ring (default 100 ms) */
+  uint32_t exchanges;       /* exchange-period bests kept (default 16384) */
 };
 
 struct tr_clocksync_probe {
@@ -126,10 +128,14 @@ int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64
                         int64_t tolerance_ns, struct tr_clocksync_breakpoint *out, size_t cap);
 
 /* The real exchanges to write as remote_clock_sync in the `machines` encoding: for each period
- * [host_from + k*period_ns, ...) of host time up to host_to, the minimum-RTT non-outlier window
- * best whose midpoint falls in it, oldest first, skipping any whose pair (see below) would not
- * come strictly after the previous one on both clocks. Returns the count (<= cap),
- * TR_ERR_INVAL for an empty range or period < 1. */
+ * [host_from + k*period_ns, ...) of host time up to host_to, the minimum-RTT non-outlier
+ * candidate whose midpoint falls in it, oldest first, skipping any whose pair (see below) would
+ * not come strictly after the previous one on both clocks. The candidates are the bests of each
+ * exchange_period_ns (the last `exchanges` of them, plus the open period's) and, before those,
+ * the window bests; a best is an outlier by the window rule against the fit's smallest rtt at
+ * the time its period closed. So a period_ns of exchange_period_ns gives one exchange per
+ * exchange period while the ring covers the range, one per window before. Returns the count
+ * (<= cap), TR_ERR_INVAL for an empty range or period < 1. */
 int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_from,
                                 int64_t host_to, int64_t period_ns,
                                 struct tr_clocksync_probe *out, size_t cap);

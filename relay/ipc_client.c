@@ -113,7 +113,7 @@ void tr_ipc_client_close(tr_ipc_client *c) {
   if (!c)
     return;
   free_methods(c);
-  tr_ipc_reader_free(&c->reader);
+  tr_frame_reader_free(&c->reader);
   for (size_t i = 0; i < c->num_pending; i++)
     close(c->pending[i].fd);
   close(c->fd);
@@ -191,7 +191,7 @@ static int take_pending(tr_ipc_client *c, uint64_t end) {
 static int recv_some(tr_ipc_client *c) {
   uint8_t *dst;
   size_t room;
-  int rc = tr_ipc_reader_space(&c->reader, &dst, &room);
+  int rc = tr_frame_reader_space(&c->reader, &dst, &room);
   if (rc < 0)
     return rc;
   union {
@@ -205,7 +205,7 @@ static int recv_some(tr_ipc_client *c) {
   if (n < 0)
     return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ? 0 : TR_ERR_SYS(errno);
   c->rx_bytes += (uint64_t)n;
-  tr_ipc_reader_commit(&c->reader, (size_t)n);
+  tr_frame_reader_commit(&c->reader, (size_t)n);
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
       continue;
@@ -226,7 +226,7 @@ static int recv_until(tr_ipc_client *c, int64_t deadline, Perfetto__Protos__IPCF
   for (;;) {
     const uint8_t *payload;
     size_t len;
-    int rc = tr_ipc_reader_next(&c->reader, &payload, &len);
+    int rc = tr_frame_reader_next(&c->reader, &payload, &len);
     if (rc < 0)
       return rc;
     if (rc == 1) {

@@ -1,108 +1,23 @@
-/* ipc_frame.c: the bounded frame reader and the IPCFrame codec behind ipc_frame.h.
- *
- * The reader keeps one buffer per connection that starts small (most frames are tens of
- * bytes) and grows to the size of the largest frame seen, never past TR_IPC_MAX_FRAME. The
- * length header is checked before any payload byte is buffered, so a peer cannot make us
- * hold more than one maximal frame. Each call is O(bytes moved): taking a frame is O(1),
- * making room compacts the unread tail once. */
+/* ipc_frame.c: the IPCFrame codec behind ipc_frame.h, and the frame reader's IPC limits
+ * (the reader itself is relay/frame_reader.c). */
 #include "relay/ipc_frame.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "relay/pb_valid.h"
 #include "relay/tr_error.h"
 
-#define MIN_CAP 4096u
-#define HEADER 4u
 
-static uint32_t read_le32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-void tr_ipc_reader_init(tr_ipc_reader *r) { memset(r, 0, sizeof *r); }
-
-void tr_ipc_reader_free(tr_ipc_reader *r) {
-  free(r->buf);
-  memset(r, 0, sizeof *r);
-}
-
-/* The bytes the buffer must be able to hold for the frame at `start`: its whole size once
- * its header is in, else the header. */
-static int frame_need(const tr_ipc_reader *r, size_t *need) {
-  if (r->len - r->start < HEADER) {
-    *need = HEADER;
-    return 0;
-  }
-  uint32_t size = read_le32(r->buf + r->start);
-  if (size > TR_IPC_MAX_PAYLOAD)
-    return TR_ERR_TOO_BIG;
-  *need = HEADER + size;
-  return 0;
-}
-
-int tr_ipc_reader_space(tr_ipc_reader *r, uint8_t **out, size_t *room) {
-  size_t need;
-  int rc = frame_need(r, &need);
-  if (rc < 0)
-    return rc;
-  if (r->start > 0) {
-    memmove(r->buf, r->buf + r->start, r->len - r->start);
-    r->len -= r->start;
-    r->start = 0;
-  }
-  if (r->cap < need) {
-    size_t cap = r->cap * 2 > need ? r->cap * 2 : need;
-    if (cap < MIN_CAP)
-      cap = MIN_CAP;
-    if (cap > TR_IPC_MAX_FRAME)
-      cap = TR_IPC_MAX_FRAME;
-    uint8_t *buf = realloc(r->buf, cap);
-    if (!buf)
-      return TR_ERR_NOMEM;
-    r->buf = buf;
-    r->cap = cap;
-  }
-  *out = r->buf + r->len;
-  *room = r->cap - r->len;
-  return 0;
-}
-
-void tr_ipc_reader_commit(tr_ipc_reader *r, size_t n) { r->len += n; }
-
-int tr_ipc_reader_push(tr_ipc_reader *r, const uint8_t *data, size_t len) {
-  uint8_t *dst;
-  size_t room;
-  int rc = tr_ipc_reader_space(r, &dst, &room);
-  if (rc < 0)
-    return rc;
-  size_t n = len < room ? len : room;
-  if (n > 0)
-    memcpy(dst, data, n);
-  tr_ipc_reader_commit(r, n);
-  return (int)n;
-}
-
-int tr_ipc_reader_next(tr_ipc_reader *r, const uint8_t **payload, size_t *len) {
-  for (;;) {
-    size_t avail = r->len - r->start;
-    if (avail < HEADER)
-      return 0;
-    uint32_t size = read_le32(r->buf + r->start);
-    if (size > TR_IPC_MAX_PAYLOAD)
-      return TR_ERR_TOO_BIG;
-    if (avail - HEADER < size)
-      return 0;
-    r->start += HEADER + size;
-    if (size == 0)
-      continue;
-    *payload = r->buf + r->start - size;
-    *len = size;
-    return 1;
-  }
-}
+void tr_ipc_reader_init(tr_ipc_reader *r) { tr_frame_reader_init(r, TR_IPC_MAX_PAYLOAD, true); }
 
 Perfetto__Protos__IPCFrame *tr_ipc_frame_decode(const uint8_t *payload, size_t len) {
-  return perfetto__protos__ipcframe__unpack(NULL, len, payload);
+  Perfetto__Protos__IPCFrame *f = perfetto__protos__ipcframe__unpack(NULL, len, payload);
+  if (f && !tr_pb_tags_valid(&f->base)) { /* would not re-encode: see pb_valid.h */
+    perfetto__protos__ipcframe__free_unpacked(f, NULL);
+    return NULL;
+  }
+  return f;
 }
 
 void tr_ipc_frame_free(Perfetto__Protos__IPCFrame *frame) {
@@ -166,7 +81,7 @@ int tr_ipc_frame_encode(const Perfetto__Protos__IPCFrame *frame, uint8_t **out, 
   if (size > TR_IPC_MAX_PAYLOAD)
     return TR_ERR_TOO_BIG;
 
-  uint8_t *buf = malloc(HEADER + size);
+  uint8_t *buf = malloc(TR_FRAME_HEADER + size);
   if (!buf)
     return TR_ERR_NOMEM;
   uint8_t *p = buf;
@@ -191,6 +106,6 @@ int tr_ipc_frame_encode(const Perfetto__Protos__IPCFrame *frame, uint8_t **out, 
     p += protobuf_c_message_pack(msg, p);
   }
   *out = buf;
-  *out_len = HEADER + size;
+  *out_len = TR_FRAME_HEADER + size;
   return 0;
 }

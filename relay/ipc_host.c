@@ -10,7 +10,12 @@
  * Fairness: a poll callback handles at most FRAMES_PER_TURN frames and does at most one
  * recvmsg. Frames left in the reader wait for the idle handle, which keeps the loop from
  * blocking while any connection has a backlog (it scans the connections: O(connections)
- * per turn while that lasts). */
+ * per turn while that lasts).
+ *
+ * Deadlines: one timer per host checks every connection (O(connections) per tick, a tick
+ * being a quarter of the shorter timeout, at most a second): the bind deadline runs from
+ * accept to the first successful BindService, the stall deadline from the moment a frame is
+ * partly buffered until it is whole. Pending requests are tracked by id in a fixed array. */
 #include "relay/ipc_host.h"
 
 #include <errno.h>
@@ -57,6 +62,11 @@ struct tr_ipc_conn {
   tr_ipc_conn_cb drain_cb;
   void *data;
   bool connected; /* on_connect accepted it, so on_disconnect is owed */
+  bool bound;     /* a BindService succeeded: the bind deadline no longer applies */
+  uint64_t accepted_ms;
+  uint64_t partial_since_ms; /* 0: no partly received frame */
+  uint64_t *pending;         /* ids of requests awaiting their final reply */
+  size_t num_pending;
   bool closing;
   bool backlog;
   /* The call being dispatched: its successful reply is not sent if drop_reply was set. */
@@ -109,7 +119,8 @@ static void on_conn_closed(uv_handle_t *handle) {
   if (conn->rx_fd >= 0)
     close(conn->rx_fd);
   free_out_queue(conn);
-  tr_ipc_reader_free(&conn->reader);
+  tr_frame_reader_free(&conn->reader);
+  free(conn->pending);
   if (conn->prev)
     conn->prev->next = conn->next;
   else
@@ -247,6 +258,14 @@ int tr_ipc_conn_reply(tr_ipc_conn *conn, uint64_t request_id, bool success, bool
                       const uint8_t *reply, size_t reply_len, int fd) {
   if (success && conn->in_call && conn->call_drop_reply && conn->call_id == request_id)
     return 0;
+  if (!has_more) {
+    for (size_t i = 0; i < conn->num_pending; i++) {
+      if (conn->pending[i] == request_id) {
+        conn->pending[i] = conn->pending[--conn->num_pending];
+        break;
+      }
+    }
+  }
   Perfetto__Protos__IPCFrame__InvokeMethodReply r =
       PERFETTO__PROTOS__IPCFRAME__INVOKE_METHOD_REPLY__INIT;
   r.has_has_more = true;
@@ -298,6 +317,7 @@ static void on_bind(tr_ipc_conn *conn, uint64_t request_id,
   r.has_success = true;
   r.success = svc != NULL;
   if (svc) {
+    conn->bound = true;
     r.has_service_id = true;
     r.service_id = (uint32_t)id;
     infos = calloc(svc->num_methods + 1, sizeof *infos);
@@ -346,6 +366,17 @@ static void on_invoke(tr_ipc_conn *conn, uint64_t request_id,
   const uint8_t *args = req->has_args_proto && req->args_proto.data ? req->args_proto.data
                                                                       : no_args;
   size_t args_len = req->has_args_proto ? req->args_proto.len : 0;
+  bool drop_reply = req->has_drop_reply && req->drop_reply;
+  if (!drop_reply) {
+    if (conn->num_pending >= cfg->max_pending) {
+      char reason[96];
+      snprintf(reason, sizeof reason, "more than %zu requests awaiting their reply",
+               cfg->max_pending);
+      close_conn(conn, TR_LOG_WARN, reason);
+      return;
+    }
+    conn->pending[conn->num_pending++] = request_id;
+  }
   conn->in_call = true;
   conn->call_id = request_id;
   conn->call_drop_reply = req->has_drop_reply && req->drop_reply;
@@ -423,7 +454,7 @@ static void process_frames(tr_ipc_conn *conn, int *budget) {
   while (*budget > 0 && !conn->closing) {
     const uint8_t *payload;
     size_t len;
-    int rc = tr_ipc_reader_next(&conn->reader, &payload, &len);
+    int rc = tr_frame_reader_next(&conn->reader, &payload, &len);
     if (rc == 0)
       return;
     if (rc < 0) {
@@ -431,6 +462,7 @@ static void process_frames(tr_ipc_conn *conn, int *budget) {
       return;
     }
     (*budget)--;
+    conn->partial_since_ms = 0;
     handle_frame(conn, payload, len);
   }
 }
@@ -456,7 +488,7 @@ static void read_some(tr_ipc_conn *conn) {
   }
   uint8_t *dst;
   size_t room;
-  int rc = tr_ipc_reader_space(&conn->reader, &dst, &room);
+  int rc = tr_frame_reader_space(&conn->reader, &dst, &room);
   if (rc < 0) {
     close_conn(conn, TR_LOG_WARN, tr_strerror(rc));
     return;
@@ -473,10 +505,12 @@ static void read_some(tr_ipc_conn *conn) {
                n == TR_ERR_PROTO ? "too many fds in one message" : tr_strerror((int)n));
     return;
   }
-  tr_ipc_reader_commit(&conn->reader, (size_t)n);
+  tr_frame_reader_commit(&conn->reader, (size_t)n);
   process_frames(conn, &budget);
   if (!conn->closing && budget == 0)
     set_backlog(conn);
+  else if (conn->reader.len > conn->reader.start && conn->partial_since_ms == 0)
+    conn->partial_since_ms = uv_now(conn->host->loop) | 1;
 }
 
 /* After any I/O: run a due drain callback, then poll for what is now wanted. */
@@ -540,6 +574,10 @@ static void add_conn(tr_ipc_host *host, int fd) {
   conn->fd = fd;
   conn->rx_fd = -1;
   conn->peer = (tr_ipc_peer){.uid = cred.uid, .gid = cred.gid, .pid = cred.pid};
+  conn->accepted_ms = uv_now(host->loop);
+  conn->pending = calloc(host->cfg.max_pending, sizeof *conn->pending);
+  if (!conn->pending)
+    goto fail_conn;
   tr_ipc_reader_init(&conn->reader);
   if (uv_poll_init(host->loop, &conn->poll, fd) < 0)
     goto fail_conn;
@@ -560,6 +598,7 @@ static void add_conn(tr_ipc_host *host, int fd) {
   return;
 
 fail_conn:
+  free(conn->pending);
   free(conn);
 fail_fd:
   close(fd);
@@ -585,6 +624,30 @@ static void on_listen_readable(uv_poll_t *handle, int status, int events) {
   }
 }
 
+/* ---- deadlines ------------------------------------------------------------------- */
+
+static void on_timeout_tick(uv_timer_t *timer) {
+  tr_ipc_host *host = timer->data;
+  uint64_t now = uv_now(host->loop);
+  char reason[128];
+  /* Closing only marks a connection; it is unlinked later, so the list stays walkable. */
+  for (tr_ipc_conn *conn = host->conns; conn; conn = conn->next) {
+    if (conn->closing)
+      continue;
+    if (!conn->bound && now - conn->accepted_ms >= host->cfg.bind_timeout_ms) {
+      snprintf(reason, sizeof reason, "no service bound within %u ms (idle client)",
+               host->cfg.bind_timeout_ms);
+      close_conn(conn, TR_LOG_WARN, reason);
+    } else if (conn->partial_since_ms && !conn->backlog &&
+               now - conn->partial_since_ms >= host->cfg.stall_timeout_ms) {
+      snprintf(reason, sizeof reason,
+               "a frame left unfinished for %u ms (%zu bytes received; stalled client)",
+               host->cfg.stall_timeout_ms, conn->reader.len - conn->reader.start);
+      close_conn(conn, TR_LOG_WARN, reason);
+    }
+  }
+}
+
 /* ---- host lifecycle --------------------------------------------------------------- */
 
 int tr_ipc_host_init(tr_ipc_host *host, uv_loop_t *loop, const tr_ipc_host_config *cfg) {
@@ -597,11 +660,20 @@ int tr_ipc_host_init(tr_ipc_host *host, uv_loop_t *loop, const tr_ipc_host_confi
     host->cfg.max_out_bytes = TR_IPC_DEFAULT_MAX_OUT;
   if (!host->cfg.max_conns)
     host->cfg.max_conns = TR_IPC_DEFAULT_MAX_CONNS;
+  if (!host->cfg.bind_timeout_ms)
+    host->cfg.bind_timeout_ms = TR_IPC_DEFAULT_BIND_TIMEOUT_MS;
+  if (!host->cfg.stall_timeout_ms)
+    host->cfg.stall_timeout_ms = TR_IPC_DEFAULT_STALL_TIMEOUT_MS;
+  if (!host->cfg.max_pending)
+    host->cfg.max_pending = TR_IPC_DEFAULT_MAX_PENDING;
   host->listen_fd = -1;
   int rc = uv_idle_init(loop, &host->backlog_idle);
   if (rc < 0)
     return rc;
   host->backlog_idle.data = host;
+  uv_timer_init(loop, &host->timeout_timer); /* cannot fail */
+  host->timeout_timer.data = host;
+  uv_unref((uv_handle_t *)&host->timeout_timer); /* the listener keeps the loop alive */
   return 0;
 }
 
@@ -656,6 +728,11 @@ int tr_ipc_host_start(tr_ipc_host *host, const char *path, mode_t mode) {
   strcpy(host->path, path);
   host->path_dev = st.st_dev;
   host->path_ino = st.st_ino;
+  unsigned shorter = host->cfg.bind_timeout_ms < host->cfg.stall_timeout_ms
+                         ? host->cfg.bind_timeout_ms
+                         : host->cfg.stall_timeout_ms;
+  unsigned tick = shorter / 4 < 10 ? 10 : shorter / 4 > 1000 ? 1000 : shorter / 4;
+  uv_timer_start(&host->timeout_timer, on_timeout_tick, tick, tick);
   return uv_poll_start(&host->listen_poll, UV_READABLE, on_listen_readable);
 
 fail_bound:
@@ -684,6 +761,8 @@ void tr_ipc_host_close(tr_ipc_host *host, tr_ipc_host_close_cb cb) {
   }
   host->handles_closing++;
   uv_close((uv_handle_t *)&host->backlog_idle, on_host_handle_closed);
+  host->handles_closing++;
+  uv_close((uv_handle_t *)&host->timeout_timer, on_host_handle_closed);
 }
 
 /* ---- accessors -------------------------------------------------------------------- */
@@ -703,6 +782,16 @@ void tr_ipc_conn_on_drain(tr_ipc_conn *conn, tr_ipc_conn_cb cb) {
 }
 
 tr_ipc_peer tr_ipc_conn_peer(const tr_ipc_conn *conn) { return conn->peer; }
+
+int tr_ipc_conn_peer_groups(const tr_ipc_conn *conn, gid_t *groups, size_t cap) {
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59 /* Linux 4.13 */
+#endif
+  socklen_t len = (socklen_t)(cap * sizeof *groups);
+  if (getsockopt(conn->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+    return TR_ERR_SYS(errno); /* ERANGE: more than cap groups */
+  return (int)(len / sizeof *groups);
+}
 tr_ipc_host *tr_ipc_conn_host(const tr_ipc_conn *conn) { return conn->host; }
 void tr_ipc_conn_set_data(tr_ipc_conn *conn, void *data) { conn->data = data; }
 void *tr_ipc_conn_data(const tr_ipc_conn *conn) { return conn->data; }

@@ -10,6 +10,9 @@
  * max_out_bytes are queued for writing (over it the connection is dropped), at most one
  * received fd is held; a bounded number of frames is handled per loop turn, so one client
  * cannot starve the others. A misbehaving peer loses only its own connection.
+ * Slow and idle peers are timed out: a connection that has bound no service within
+ * bind_timeout_ms, or that leaves a frame unfinished for stall_timeout_ms, is closed; at most
+ * max_pending requests may await their final reply at once (more closes the connection).
  *
  * Lifecycle, libuv style: tr_ipc_host_init, tr_ipc_host_start, tr_ipc_host_close with a
  * callback after which the caller may free the host. Connections are owned by the host;
@@ -26,6 +29,9 @@
 
 #define TR_IPC_DEFAULT_MAX_OUT (8u << 20)
 #define TR_IPC_DEFAULT_MAX_CONNS 1024u
+#define TR_IPC_DEFAULT_BIND_TIMEOUT_MS 30000u
+#define TR_IPC_DEFAULT_STALL_TIMEOUT_MS 30000u
+#define TR_IPC_DEFAULT_MAX_PENDING 64u
 
 typedef struct tr_ipc_host tr_ipc_host;
 typedef struct tr_ipc_conn tr_ipc_conn;
@@ -69,6 +75,11 @@ typedef struct tr_ipc_host_config {
   tr_ipc_conn_cb on_disconnect;    /* optional */
   size_t max_out_bytes;            /* 0: TR_IPC_DEFAULT_MAX_OUT */
   size_t max_conns;                /* 0: TR_IPC_DEFAULT_MAX_CONNS; more are refused */
+  /* 0: the TR_IPC_DEFAULT_* values. A request awaits its final reply (has_more false) unless
+   * it was sent with drop_reply. */
+  unsigned bind_timeout_ms;        /* no BindService by then: closed */
+  unsigned stall_timeout_ms;       /* a partly received frame not completed by then: closed */
+  size_t max_pending;              /* requests awaiting their final reply, per connection */
 } tr_ipc_host_config;
 
 /* Caller-allocated like a uv handle; fields other than `data` are private. */
@@ -78,6 +89,7 @@ struct tr_ipc_host {
   tr_ipc_host_config cfg;
   uv_poll_t listen_poll;
   uv_idle_t backlog_idle;
+  uv_timer_t timeout_timer; /* bind and stall deadlines of every connection */
   int listen_fd;
   char path[108];
   dev_t path_dev;
@@ -120,6 +132,9 @@ size_t tr_ipc_conn_out_bytes(const tr_ipc_conn *conn);
  * call replaces the callback; NULL cancels it. */
 void tr_ipc_conn_on_drain(tr_ipc_conn *conn, tr_ipc_conn_cb cb);
 tr_ipc_peer tr_ipc_conn_peer(const tr_ipc_conn *conn);
+/* The peer's supplementary groups as the kernel recorded them at connect (SO_PEERGROUPS):
+ * the count, or a negative code (TR_ERR_SYS(ERANGE) when there are more than cap). */
+int tr_ipc_conn_peer_groups(const tr_ipc_conn *conn, gid_t *groups, size_t cap);
 tr_ipc_host *tr_ipc_conn_host(const tr_ipc_conn *conn);
 void tr_ipc_conn_set_data(tr_ipc_conn *conn, void *data);
 void *tr_ipc_conn_data(const tr_ipc_conn *conn);

@@ -11,6 +11,7 @@
 
 #include "perfetto/ipc/producer_port.pb-c.h"
 #include "relay/log.h"
+#include "relay/pb_valid.h"
 #include "relay/producer_port_priv.h"
 #include "relay/tr_error.h"
 
@@ -117,6 +118,10 @@ static ProtobufCMessage *decode(pp_producer *p, uint64_t request_id, const char 
                                 const ProtobufCMessageDescriptor *d, const uint8_t *args,
                                 size_t len) {
   ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, args);
+  if (m && !tr_pb_tags_valid(m)) { /* kept descriptors are forwarded: see pb_valid.h */
+    protobuf_c_message_free_unpacked(m, NULL);
+    m = NULL;
+  }
   if (!m)
     refuse(p, request_id, what, "arguments do not decode");
   return m;

@@ -1,9 +1,7 @@
-/* relay_frame.c: the bounded frame reader, the RelayFrame codec and batch compression behind
- * relay_frame.h.
+/* relay_frame.c: the RelayFrame codec, batch compression and the frame reader's link limits
+ * behind relay_frame.h (the reader itself is relay/frame_reader.c).
  *
- * The reader checks a frame's length header before buffering any of its payload, and its
- * buffer grows only to the largest frame seen, so a peer can make us hold at most one
- * maximal frame. Decoding goes through a protobuf-c allocator with a budget proportional to
+ * Decoding goes through a protobuf-c allocator with a budget proportional to
  * the input, because protobuf-c turns each 2-byte empty sub-message into a ~50-byte struct.
  * Decompression trusts nothing in the zstd frame but its declared content size, checked
  * against the cap before the one allocation; zstd then writes into that buffer and fails
@@ -14,14 +12,9 @@
 #include <string.h>
 
 #include "relay/chunk.h"
+#include "relay/pb_valid.h"
 #include "relay/tr_error.h"
 
-#define HEADER 4u
-#define MIN_CAP 4096u
-
-static uint32_t read_le32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 static void write_le32(uint8_t *p, uint32_t v) {
   p[0] = (uint8_t)v;
@@ -41,90 +34,9 @@ static int check_max_frame(size_t *max_frame) {
 /* ---- reader ---- */
 
 int tr_relay_reader_init(tr_relay_reader *r, size_t max_frame) {
-  memset(r, 0, sizeof *r);
   int rc = check_max_frame(&max_frame);
-  if (rc < 0)
-    return rc;
-  r->max_frame = max_frame;
-  return 0;
-}
-
-void tr_relay_reader_free(tr_relay_reader *r) {
-  free(r->buf);
-  memset(r, 0, sizeof *r);
-}
-
-/* The bytes the buffer must hold for the frame at `start`: all of it once its header is in,
- * else the header. */
-static int frame_need(const tr_relay_reader *r, size_t *need) {
-  if (r->len - r->start < HEADER) {
-    *need = HEADER;
-    return 0;
-  }
-  uint32_t size = read_le32(r->buf + r->start);
-  if (size > r->max_frame)
-    return TR_ERR_TOO_BIG;
-  *need = HEADER + size;
-  return 0;
-}
-
-int tr_relay_reader_space(tr_relay_reader *r, uint8_t **out, size_t *room) {
-  size_t need;
-  int rc = frame_need(r, &need);
-  if (rc < 0)
-    return rc;
-  if (r->start > 0) {
-    memmove(r->buf, r->buf + r->start, r->len - r->start);
-    r->len -= r->start;
-    r->start = 0;
-  }
-  if (r->cap < need) {
-    size_t cap = r->cap * 2 > need ? r->cap * 2 : need;
-    if (cap < MIN_CAP)
-      cap = MIN_CAP;
-    if (cap > HEADER + r->max_frame)
-      cap = HEADER + r->max_frame;
-    uint8_t *buf = realloc(r->buf, cap);
-    if (!buf)
-      return TR_ERR_NOMEM;
-    r->buf = buf;
-    r->cap = cap;
-  }
-  *out = r->buf + r->len;
-  *room = r->cap - r->len;
-  return 0;
-}
-
-void tr_relay_reader_commit(tr_relay_reader *r, size_t n) { r->len += n; }
-
-int tr_relay_reader_push(tr_relay_reader *r, const uint8_t *data, size_t len) {
-  uint8_t *dst;
-  size_t room;
-  int rc = tr_relay_reader_space(r, &dst, &room);
-  if (rc < 0)
-    return rc;
-  size_t n = len < room ? len : room;
-  if (n > INT32_MAX)
-    n = INT32_MAX;
-  if (n > 0)
-    memcpy(dst, data, n);
-  tr_relay_reader_commit(r, n);
-  return (int)n;
-}
-
-int tr_relay_reader_next(tr_relay_reader *r, const uint8_t **payload, size_t *len) {
-  size_t avail = r->len - r->start;
-  if (avail < HEADER)
-    return 0;
-  uint32_t size = read_le32(r->buf + r->start);
-  if (size > r->max_frame)
-    return TR_ERR_TOO_BIG;
-  if (avail - HEADER < size)
-    return 0;
-  *payload = r->buf + r->start + HEADER;
-  *len = size;
-  r->start += HEADER + size;
-  return 1;
+  tr_frame_reader_init(r, rc < 0 ? 0 : max_frame, false);
+  return rc;
 }
 
 /* ---- decoding with an allocation budget ---- */
@@ -151,7 +63,12 @@ static ProtobufCMessage *decode_bounded(const ProtobufCMessageDescriptor *desc,
                                         const uint8_t *data, size_t len) {
   budget b = {.left = 4096 + TR_RELAY_DECODE_AMP * len};
   ProtobufCAllocator alloc = {.alloc = budget_alloc, .free = plain_free, .allocator_data = &b};
-  return protobuf_c_message_unpack(desc, &alloc, len, data);
+  ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, len, data);
+  if (m && !tr_pb_tags_valid(m)) { /* would not re-encode: see pb_valid.h */
+    protobuf_c_message_free_unpacked(m, NULL);
+    return NULL;
+  }
+  return m;
 }
 
 Tracerelay__RelayFrame *tr_relay_frame_decode(const uint8_t *payload, size_t len) {
@@ -175,13 +92,13 @@ int tr_relay_frame_encode(const Tracerelay__RelayFrame *frame, size_t max_frame,
   size_t size = tracerelay__relay_frame__get_packed_size(frame);
   if (size > max_frame || size > UINT32_MAX)
     return TR_ERR_TOO_BIG;
-  uint8_t *buf = malloc(HEADER + size);
+  uint8_t *buf = malloc(TR_FRAME_HEADER + size);
   if (!buf)
     return TR_ERR_NOMEM;
   write_le32(buf, (uint32_t)size);
-  tracerelay__relay_frame__pack(frame, buf + HEADER);
+  tracerelay__relay_frame__pack(frame, buf + TR_FRAME_HEADER);
   *out = buf;
-  *out_len = HEADER + size;
+  *out_len = TR_FRAME_HEADER + size;
   return 0;
 }
 

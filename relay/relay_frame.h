@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "relay/frame_reader.h"
+
 #include <zstd.h>
 
 #include "tracerelay/relay.pb-c.h"
@@ -33,31 +35,14 @@
  * for frames made of empty sub-messages. */
 #define TR_RELAY_DECODE_AMP 16u
 
-/* Accumulates bytes from the stream and hands out whole frames. Holds at most one frame of
- * max_frame + 4 bytes. */
-typedef struct tr_relay_reader {
-  uint8_t *buf;
-  size_t start; /* first unread byte */
-  size_t len;   /* bytes in buf */
-  size_t cap;
-  size_t max_frame;
-} tr_relay_reader;
+/* The stream reader (relay/frame_reader.h) with the link's limit: at most one frame of
+ * max_payload + 4 bytes is held. Read with the tr_frame_reader_* calls; free with
+ * tr_frame_reader_free. */
+typedef tr_frame_reader tr_relay_reader;
 
 /* max_frame: largest declared length accepted; 0 = TR_RELAY_MAX_FRAME_DEFAULT. TR_ERR_INVAL
  * outside [TR_RELAY_MIN_FRAME, TR_RELAY_MAX_FRAME_LIMIT]. */
 int tr_relay_reader_init(tr_relay_reader *r, size_t max_frame);
-void tr_relay_reader_free(tr_relay_reader *r);
-/* Where the next read should write and how much room there is; room is 0 only when a whole
- * frame is waiting in the buffer (take it with tr_relay_reader_next). TR_ERR_TOO_BIG if the
- * pending frame declares more than max_frame. */
-int tr_relay_reader_space(tr_relay_reader *r, uint8_t **out, size_t *room);
-void tr_relay_reader_commit(tr_relay_reader *r, size_t n);
-/* Copies as many of the bytes as fit; returns the count taken (0 when a frame must be taken
- * first) or a negative error. Callers loop: push, then next until it returns 0. */
-int tr_relay_reader_push(tr_relay_reader *r, const uint8_t *data, size_t len);
-/* Takes the next whole frame: 1 and *payload, *len (valid until the next call on r), 0 when
- * more bytes are needed, TR_ERR_TOO_BIG for an oversize declared length. */
-int tr_relay_reader_next(tr_relay_reader *r, const uint8_t **payload, size_t *len);
 
 /* Decodes a frame payload; NULL when it does not parse or would allocate more than
  * TR_RELAY_DECODE_AMP times its size. Free with tr_relay_frame_free. A frame that parses may

@@ -39,10 +39,12 @@
 #define TR_RELAY_FEATURE_AGENT_STATS TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_AGENT_STATS)
 #define TR_RELAY_FEATURE_HOST_CLOCKS                                                               \
   TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_HOST_CLOCK_SNAPSHOTS)
+#define TR_RELAY_FEATURE_CLOCK_FOLLOW_UP                                                           \
+  TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_CLOCK_FOLLOW_UP)
 /* Everything this build implements. */
 #define TR_RELAY_FEATURES_ALL                                                                      \
   (TR_RELAY_FEATURE_ZSTD | TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_AGENT_STATS |       \
-   TR_RELAY_FEATURE_HOST_CLOCKS)
+   TR_RELAY_FEATURE_HOST_CLOCKS | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)
 
 /* Service: the features to accept in Welcome (bits unknown to us are dropped). */
 uint64_t tr_relay_features_negotiate(uint64_t ours, uint64_t offered);

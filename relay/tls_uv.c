@@ -11,10 +11,13 @@
  * emptied into such a request before control returns to libuv, so records leave in order. */
 #include "relay/tls_uv.h"
 
+#include "relay/clock.h"
 #include "relay/log.h"
 #include "relay/tr_error.h"
 
 #include <arpa/inet.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -52,6 +55,7 @@ struct tr_tls_uv_conn {
   size_t queued;
   unsigned writes_pending;
   uint64_t bytes_in;
+  int64_t read_ns; /* BOOTTIME when the socket read now being delivered returned */
   int handles_open;
   bool app_owned; /* on_close is owed: client connections, server ones after on_connect */
   bool want_drain;
@@ -194,7 +198,47 @@ static int flush_cipher(tr_tls_uv_conn *c) {
   return submit(c, w);
 }
 
-int tr_tls_uv_write(tr_tls_uv_conn *c, const void *data, size_t len) {
+static int64_t boottime(void) {
+  uint64_t t = 0;
+  tr_clock_read(TR_CLOCK_BOOTTIME, &t);
+  return (int64_t)t;
+}
+
+/* Nothing waits before new bytes: no write request in libuv, no unsent byte in the kernel. */
+static bool output_idle(tr_tls_uv_conn *c) {
+  uv_os_fd_t fd;
+  int unsent = 0;
+  return c->writes_pending == 0 && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+         ioctl(fd, SIOCOUTQNSD, &unsent) == 0 && unsent == 0;
+}
+
+/* Hands w's ciphertext to the kernel at once if nothing waits before it, with *sent_ns = the
+ * BOOTTIME right before; otherwise (or for what the kernel did not take) queues it as submit()
+ * does, *sent_ns = 0. */
+static int submit_stamped(tr_tls_uv_conn *c, struct write_req *w, int64_t *sent_ns) {
+  *sent_ns = 0;
+  if (w->len == 0 || !output_idle(c))
+    return submit(c, w);
+  uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)w->len);
+  int64_t t = boottime();
+  int n = uv_try_write((uv_stream_t *)&c->tcp, &buf, 1);
+  if (n == (int)w->len) {
+    *sent_ns = t;
+    free(w);
+    return 0;
+  }
+  if (n < 0 && n != UV_EAGAIN) {
+    free(w);
+    return n;
+  }
+  if (n > 0) {
+    memmove(w->data, w->data + n, w->len - (size_t)n);
+    w->len -= (size_t)n;
+  }
+  return submit(c, w);
+}
+
+static int write_impl(tr_tls_uv_conn *c, const void *data, size_t len, int64_t *sent_ns) {
   if (c->closing)
     return TR_ERR_CLOSED;
   if (!tr_tls_handshake_done(c->tls))
@@ -222,7 +266,7 @@ int tr_tls_uv_write(tr_tls_uv_conn *c, const void *data, size_t len) {
     if (rc < 0)
       goto fail;
   }
-  rc = submit(c, w);
+  rc = sent_ns != NULL ? submit_stamped(c, w, sent_ns) : submit(c, w);
   if (rc < 0) {
     close_conn(c, rc, "sending failed: %s", uv_strerror(rc));
     return rc;
@@ -239,6 +283,17 @@ fail:
     close_conn(c, rc, "TLS failure while writing: %s", tr_tls_last_error(c->tls));
   return rc;
 }
+
+int tr_tls_uv_write(tr_tls_uv_conn *c, const void *data, size_t len) {
+  return write_impl(c, data, len, NULL);
+}
+
+int tr_tls_uv_write_stamped(tr_tls_uv_conn *c, const void *data, size_t len, int64_t *sent_ns) {
+  *sent_ns = 0;
+  return write_impl(c, data, len, sent_ns);
+}
+
+int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *c) { return c->read_ns; }
 
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *c) { return c->queued; }
 
@@ -420,6 +475,8 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
       close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection during the handshake");
     return;
   }
+  /* First, before any decryption: the arrival time of every message completed by this read. */
+  c->read_ns = boottime();
   c->bytes_in += (uint64_t)nread;
   (void)buf; /* always rbuf (on_alloc) */
   feed_and_drive(c, 0, (size_t)nread);

@@ -105,6 +105,23 @@ int tr_tls_uv_resume_read(tr_tls_uv_conn *conn);
 bool tr_tls_uv_read_is_paused(const tr_tls_uv_conn *conn);
 /* Ciphertext bytes handed to libuv and not yet written to the socket. */
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
+
+/* Clock-probe timestamps, on BOOTTIME as relay/clock.h reads it (the simulated clock included),
+ * taken as close to the socket as the event loop allows and with the encryption outside:
+ *
+ * tr_tls_uv_write_stamped: tr_tls_uv_write for a small message whose send time matters. It
+ * encrypts first; then, if nothing waits before it (no write queued here, no unsent byte in the
+ * kernel's socket buffer), it reads the clock into *sent_ns and hands the ciphertext to the
+ * kernel at once (uv_try_write): *sent_ns is the moment right before the kernel took the bytes.
+ * Otherwise (something queued, or the kernel did not take all of it) the bytes are queued as by
+ * tr_tls_uv_write and *sent_ns = 0: there is no exact send time. Returns as tr_tls_uv_write.
+ *
+ * tr_tls_uv_read_time: inside on_read, the clock read when the socket read that completed the
+ * bytes being delivered returned, before they were decrypted (for bytes held over a pause, the
+ * time of the read that brought them). A received message's arrival time: never earlier than
+ * the bytes reached this process. */
+int tr_tls_uv_write_stamped(tr_tls_uv_conn *conn, const void *data, size_t len, int64_t *sent_ns);
+int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *conn);
 /* Closes gracefully: queued bytes and a close_notify are sent (for at most
  * TR_TLS_UV_CLOSE_LINGER_MS), then on_close(conn, 0, ...) runs. Safe to call from any
  * callback and more than once. */

@@ -405,6 +405,9 @@ static void add_host_counters(struct tr_inspect_losses *l, const Tracerelay__Hos
   l->agent_queue_dropped_packets += h->agent_queue_dropped_packets;
   l->agent_spill_dropped_packets += h->agent_spill_dropped_packets;
   l->session_packets_lost_in_gaps += h->session_packets_lost_in_gaps;
+  for (size_t i = 0; i < h->n_session_disconnected_at_ns; i++)
+    if (l->num_disconnected_at < TR_INSPECT_MAX_MARKS)
+      l->disconnected_at_ns[l->num_disconnected_at++] = h->session_disconnected_at_ns[i];
 }
 
 static void add_losses(struct tr_inspect_losses *d, const struct tr_inspect_losses *s) {
@@ -435,6 +438,9 @@ static void add_losses(struct tr_inspect_losses *d, const struct tr_inspect_loss
   d->agent_queue_dropped_packets += s->agent_queue_dropped_packets;
   d->agent_spill_dropped_packets += s->agent_spill_dropped_packets;
   d->session_packets_lost_in_gaps += s->session_packets_lost_in_gaps;
+  for (size_t i = 0; i < s->num_disconnected_at; i++)
+    if (d->num_disconnected_at < TR_INSPECT_MAX_MARKS)
+      d->disconnected_at_ns[d->num_disconnected_at++] = s->disconnected_at_ns[i];
 }
 
 static struct pending_stats *new_stats(struct ctx *c) {

@@ -82,6 +82,8 @@ struct tr_inspect_seq {
   uint64_t packets;
 };
 
+#define TR_INSPECT_MAX_MARKS 16
+
 struct tr_inspect_losses { /* summed over the trace's TraceStats packets */
   uint64_t trace_stats_packets; /* on this host's sequences */
   /* its buffers' BufferStats, plus the TraceStats totals when written on its sequences */
@@ -98,6 +100,9 @@ struct tr_inspect_losses { /* summed over the trace's TraceStats packets */
   /* packets lost on the way: begun in chunks the agent dropped, and spanning a lost chunk */
   uint64_t agent_queue_dropped_packets, agent_spill_dropped_packets;
   uint64_t session_packets_lost_in_gaps;
+  /* HostStats.session_disconnected_at_ns, in the trace clock (the first TR_INSPECT_MAX_MARKS) */
+  uint64_t disconnected_at_ns[TR_INSPECT_MAX_MARKS];
+  size_t num_disconnected_at;
 };
 
 struct tr_inspect_host {

@@ -439,11 +439,17 @@ static void attach(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t 
   Perfetto__Protos__AttachResponse resp = PERFETTO__PROTOS__ATTACH_RESPONSE__INIT;
   tr_session *s = NULL;
   (void)drop;
-  if (r && r->key && !c->session)
+  if (r && r->key && !c->session) {
     for (s = c->port->svc->sessions; s; s = s->next)
       if (s->detach_key && strcmp(s->detach_key, r->key) == 0 &&
           s->consumer_uid == c->peer.uid)
         break;
+    for (tr_session *o = c->port->svc->sessions; !s && o; o = o->next)
+      if (o->detach_key && strcmp(o->detach_key, r->key) == 0)
+        TR_WARN(COMP, "Attach from uid %u pid %d refused: the session detached under that key "
+                "belongs to uid %u", (unsigned)c->peer.uid, (int)c->peer.pid,
+                (unsigned)o->consumer_uid);
+  }
   if (r)
     perfetto__protos__attach_request__free_unpacked(r, NULL);
   if (!s) {
@@ -756,8 +762,38 @@ static const tr_ipc_service consumer_service = {"ConsumerPort", methods,
 
 /* ---- connections ---- */
 
+/* The peer-credential check of consumer_port.h. */
+static bool peer_allowed(const tr_consumer_port *port, tr_ipc_conn *conn) {
+  const tr_consumer_access *a = &port->access;
+  tr_ipc_peer peer = tr_ipc_conn_peer(conn);
+  if (a->num_uids == 0 && a->num_gids == 0)
+    return true;
+  if (peer.uid == 0 || peer.uid == geteuid())
+    return true;
+  for (size_t i = 0; i < a->num_uids; i++)
+    if (a->uids[i] == peer.uid)
+      return true;
+  gid_t groups[256];
+  int n = a->num_gids > 0 ? tr_ipc_conn_peer_groups(conn, groups, 256) : 0;
+  for (size_t i = 0; i < a->num_gids; i++) {
+    if (a->gids[i] == peer.gid)
+      return true;
+    for (int g = 0; g < n; g++)
+      if (groups[g] == a->gids[i])
+        return true;
+  }
+  return false;
+}
+
 static int on_connect(tr_ipc_conn *conn) {
   tr_consumer_port *port = tr_ipc_conn_host(conn)->data;
+  if (!peer_allowed(port, conn)) {
+    tr_ipc_peer peer = tr_ipc_conn_peer(conn);
+    TR_WARN(COMP, "consumer refused: uid %u gid %u pid %d is not allowed (uid 0, the service's "
+            "uid, --consumer-allow-uid and --consumer-allow-gid are)", (unsigned)peer.uid,
+            (unsigned)peer.gid, (int)peer.pid);
+    return TR_ERR_PERM;
+  }
   tr_consumer *c = calloc(1, sizeof *c);
   if (!c)
     return TR_ERR_NOMEM;
@@ -804,11 +840,16 @@ int tr_consumer_port_start(tr_consumer_port *port, tr_service *svc, const char *
   port->svc = svc;
   port->close_cb = NULL;
   port->ipc_ready = false;
+  memset(&port->access, 0, sizeof port->access);
   if ((rc = tr_ipc_host_init(&port->ipc, svc->loop, &cfg)) != 0)
     return rc;
   port->ipc_ready = true;
   port->ipc.data = port;
   return tr_ipc_host_start(&port->ipc, path, mode);
+}
+
+void tr_consumer_port_allow(tr_consumer_port *port, const tr_consumer_access *access) {
+  port->access = *access;
 }
 
 void tr_consumer_port_end_sessions(tr_consumer_port *port, const char *error) {

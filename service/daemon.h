@@ -7,6 +7,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "service/consumer_port.h"
 #include "service/session.h"
 
 #define TR_SERVICE_DEFAULT_LISTEN "0.0.0.0:7393"
@@ -18,6 +19,8 @@ struct tr_service_daemon_opts {
   const char *listen;          /* ADDR:PORT of the relay link */
   const char *consumer_socket; /* its directory is created (0755) if missing */
   mode_t consumer_mode;
+  tr_consumer_access consumer_access; /* --consumer-allow-uid/-gid; empty: file mode only */
+  unsigned handshake_timeout_ms;      /* TLS handshake, then Hello; 0: the default */
   const char *ca_path, *cert_path, *key_path;
   enum tr_timeline timeline;
 };

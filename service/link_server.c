@@ -24,7 +24,10 @@
 #define TICK_MS 50
 #define PROBES_DENSE 10         /* after Welcome, this many probes... */
 #define PROBE_DENSE_MS 50       /* ...this far apart, */
-#define PROBE_PERIOD_MS 1000    /* then one a second */
+#define PROBE_PERIOD_MS 1000    /* then one a second, */
+#define PROBE_SESSION_MS 50     /* or 20 a second while a session runs (dense remote_clock_sync) */
+#define PROBE_GAP_MS 1          /* probes to different agents this far apart at least, so that
+                                   their answers do not queue behind each other here */
 #define PROBE_TIMEOUT_MS 2000   /* an unanswered probe is forgotten after this */
 
 struct tr_link_peer {
@@ -32,6 +35,7 @@ struct tr_link_peer {
   tr_tls_uv_conn *conn;
   tr_link_peer *prev, *next;
   tr_host *host; /* set once Hello was accepted */
+  uint64_t connected_ms; /* handshake done: Hello is due within hello_timeout_ms */
   tr_relay_reader reader;
   tr_relay_codec codec;
   tr_relay_heartbeat hb;
@@ -44,10 +48,11 @@ struct tr_link_peer {
                          the read that was being processed waits in stash */
   uint8_t *stash;
   size_t stash_len, stash_cap;
-  int64_t t4;         /* BOOTTIME at the start of the current read, while a probe is out */
+  int64_t t4;         /* BOOTTIME when the socket read being processed returned */
   bool probe_out, probe_wanted;
+  bool probe_answered; /* the answer is here, its ClockFollowUp not yet */
   uint64_t probe_id;
-  int64_t probe_t1;
+  int64_t probe_t1, probe_t2, probe_t3, probe_t4;
   uint64_t probe_sent_ms, next_probe_ms;
   unsigned probes_sent;
 };
@@ -62,7 +67,9 @@ struct tr_link_server {
   uint64_t features;
   uint64_t instance_id;
   uint64_t hb_interval_ns, hb_timeout_ns;
+  unsigned hello_timeout_ms;
   uint64_t next_probe_id;
+  bool probe_sent_in_tick, probe_deferred;
   bool stopping;
   bool tick_closed;
 };
@@ -79,14 +86,16 @@ static void peer_close(tr_link_peer *p, Tracerelay__Goodbye__Reason reason, cons
     __attribute__((format(printf, 3, 4)));
 static void hang_up(tr_link_peer *p);
 
-/* Encodes and queues one frame. A full queue means the agent stopped reading: it is closed. */
-static int send_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
+/* Encodes and queues one frame. A full queue means the agent stopped reading: it is closed.
+ * sent_ns: NULL, or where to put the exact send time (tr_tls_uv_write_stamped). */
+static int send_frame_stamped(tr_link_peer *p, Tracerelay__RelayFrame *f, int64_t *sent_ns) {
   uint8_t *buf;
   size_t len;
   int rc = tr_relay_frame_encode(f, p->max_out, &buf, &len);
   if (rc < 0)
     return rc;
-  rc = tr_tls_uv_write(p->conn, buf, len);
+  rc = sent_ns != NULL ? tr_tls_uv_write_stamped(p->conn, buf, len, sent_ns)
+                       : tr_tls_uv_write(p->conn, buf, len);
   free(buf);
   if (rc == TR_ERR_FULL && !p->closing)
     peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
@@ -100,6 +109,10 @@ static int send_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
     tr_tls_uv_pause_read(p->conn); /* TCP now holds the agent back, not our memory */
   }
   return 0;
+}
+
+static int send_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
+  return send_frame_stamped(p, f, NULL);
 }
 
 static void send_goodbye(tr_link_peer *p, Tracerelay__Goodbye__Reason reason, const char *text) {
@@ -153,10 +166,13 @@ static void send_ack(tr_link_peer *p) {
     p->acked = stored;
 }
 
-static void send_probe(tr_link_peer *p) {
-  if (p->probe_out || p->paused || p->closing) {
+/* Sends a probe unless one is out or our output is not idle (a probe queued behind other
+ * frames would only measure the queue); then it is wanted, and sent once the answer is in or
+ * at a later tick. Returns whether it was sent. */
+static bool send_probe(tr_link_peer *p) {
+  if (p->probe_out || p->paused || p->closing || tr_tls_uv_queued(p->conn) > 0) {
     p->probe_wanted = true;
-    return;
+    return false;
   }
   p->probe_wanted = false;
   Tracerelay__ClockProbe probe = TRACERELAY__CLOCK_PROBE__INIT;
@@ -165,15 +181,21 @@ static void send_probe(tr_link_peer *p) {
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE;
   f.clock_probe = &probe;
-  /* t1 as late as we can: only the encoding and the encryption follow. */
+  /* The exact t1 is taken once the frame is encrypted, right before the kernel takes it; this
+   * earlier reading stands in when the bytes had to be queued (still a valid bound). */
   p->probe_t1 = boottime();
   probe.t1 = (uint64_t)p->probe_t1;
-  if (send_frame(p, &f) < 0)
-    return;
+  int64_t sent = 0;
+  if (send_frame_stamped(p, &f, &sent) < 0)
+    return false;
+  if (sent > 0)
+    p->probe_t1 = sent;
   p->probe_out = true;
+  p->probe_answered = false;
   p->probe_id = probe.probe_id;
   p->probe_sent_ms = uv_now(p->ls->loop);
   p->probes_sent++;
+  return true;
 }
 
 /* ---- frames from the agent ---- */
@@ -223,7 +245,7 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   w.machine_name = host->name;
   w.service_instance_id = ls->instance_id;
   w.stored_seq = welcome_seq;
-  w.max_frame_bytes = (uint32_t)p->reader.max_frame;
+  w.max_frame_bytes = (uint32_t)p->reader.max_payload;
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_WELCOME;
   f.welcome = &w;
@@ -294,23 +316,46 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
   tr_hosts_release_replies(p->ls->hosts, host);
 }
 
+static void finish_probe(tr_link_peer *p) {
+  p->probe_out = p->probe_answered = false;
+  int rc = tr_clocksync_add_probe(p->host->clock, p->probe_t1, p->probe_t2, p->probe_t3,
+                                  p->probe_t4);
+  TR_DEBUG("link", "host %s: clock probe %llu t1 %lld t2 %lld t3 %lld t4 %lld: %s",
+           p->host->name, (unsigned long long)p->probe_id, (long long)p->probe_t1,
+           (long long)p->probe_t2, (long long)p->probe_t3, (long long)p->probe_t4,
+           rc < 0 ? tr_strerror(rc) : "used");
+  if (p->probe_wanted)
+    send_probe(p);
+}
+
 static void on_probe_answer(tr_link_peer *p, const Tracerelay__ClockProbe *a) {
-  if (!p->probe_out || a->probe_id != p->probe_id)
+  if (!p->probe_out || p->probe_answered || a->probe_id != p->probe_id)
     return; /* answered after we gave up on it */
-  p->probe_out = false;
   if (a->t2 >= (1ull << 62) || a->t3 >= (1ull << 62)) {
     PROTO_ERROR(p, "clock probe answer with t2/t3 out of range");
     return;
   }
-  int rc = tr_clocksync_add_probe(p->host->clock, p->probe_t1, (int64_t)a->t2, (int64_t)a->t3,
-                                  p->t4);
-  if (rc < 0)
-    TR_DEBUG("link", "host %s: clock probe %llu not used (t1 %lld t2 %llu t3 %llu t4 %lld): %s",
-             p->host->name, (unsigned long long)a->probe_id, (long long)p->probe_t1,
-             (unsigned long long)a->t2, (unsigned long long)a->t3, (long long)p->t4,
-             tr_strerror(rc));
-  if (p->probe_wanted)
-    send_probe(p);
+  p->probe_t2 = (int64_t)a->t2;
+  p->probe_t3 = (int64_t)a->t3;
+  p->probe_t4 = p->t4;
+  if (p->features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)
+    p->probe_answered = true; /* the exact t3 follows */
+  else
+    finish_probe(p);
+}
+
+/* Two-step probes: the exact send time of the answer, when the agent had one. */
+static void on_probe_follow_up(tr_link_peer *p, const Tracerelay__ClockFollowUp *fu) {
+  if (!p->probe_out || !p->probe_answered || fu->probe_id != p->probe_id)
+    return;
+  if (fu->has_t3 && fu->t3 >= (1ull << 62)) {
+    PROTO_ERROR(p, "clock follow-up with t3 out of range");
+    return;
+  }
+  /* The answer's t3 was read before encoding: the exact one can only be later. */
+  if (fu->has_t3 && (int64_t)fu->t3 >= p->probe_t3)
+    p->probe_t3 = (int64_t)fu->t3;
+  finish_probe(p);
 }
 
 static bool is_reannouncement(const Tracerelay__RelayFrame *f) {
@@ -365,6 +410,12 @@ static void on_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
     else
       PROTO_ERROR(p, "clock probe answer without the feature");
     break;
+  case TRACERELAY__RELAY_FRAME__MSG_CLOCK_FOLLOW_UP:
+    if (p->features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)
+      on_probe_follow_up(p, f->clock_follow_up);
+    else
+      PROTO_ERROR(p, "clock follow-up without the feature");
+    break;
   case TRACERELAY__RELAY_FRAME__MSG_AGENT_STATS:
     if (p->features & TR_RELAY_FEATURE_AGENT_STATS)
       tr_hosts_agent_stats(p->host, f->agent_stats);
@@ -414,11 +465,11 @@ static void consume(tr_link_peer *p, const uint8_t *data, size_t len) {
     while (!p->closing && !p->paused) {
       const uint8_t *payload;
       size_t plen;
-      int rc = tr_relay_reader_next(&p->reader, &payload, &plen);
+      int rc = tr_frame_reader_next(&p->reader, &payload, &plen);
       if (rc == 0)
         break;
       if (rc < 0) {
-        PROTO_ERROR(p, "frame longer than %zu bytes", p->reader.max_frame);
+        PROTO_ERROR(p, "frame longer than %zu bytes", p->reader.max_payload);
         return;
       }
       Tracerelay__RelayFrame *f = tr_relay_frame_decode(payload, plen);
@@ -437,9 +488,9 @@ static void consume(tr_link_peer *p, const uint8_t *data, size_t len) {
     }
     if (len == 0)
       return;
-    int n = tr_relay_reader_push(&p->reader, data, len);
+    int n = tr_frame_reader_push(&p->reader, data, len);
     if (n < 0) {
-      PROTO_ERROR(p, "frame longer than %zu bytes", p->reader.max_frame);
+      PROTO_ERROR(p, "frame longer than %zu bytes", p->reader.max_payload);
       return;
     }
     data += n;
@@ -454,8 +505,7 @@ static void end_burst(tr_link_peer *p) {
 
 static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
   tr_link_peer *p = tr_tls_uv_get_data(conn);
-  if (p->probe_out)
-    p->t4 = boottime();
+  p->t4 = tr_tls_uv_read_time(conn); /* before decryption: a probe answer's arrival */
   if (p->closing)
     return;
   /* Any bytes prove the agent alive, even part of a long frame on a slow link. */
@@ -469,8 +519,7 @@ static void on_drain(tr_tls_uv_conn *conn) {
   if (!p->paused || p->closing)
     return;
   p->paused = false;
-  if (p->probe_out)
-    p->t4 = boottime(); /* late, so the probe only looks slower: still a valid bound */
+  /* t4 stays the time of the read whose rest was stashed: when those bytes arrived. */
   uint8_t *held = p->stash;
   size_t len = p->stash_len;
   p->stash = NULL;
@@ -498,14 +547,15 @@ static void on_connect(tr_tls_uv_conn *conn) {
     free(p);
     goto fail;
   }
-  if (tr_relay_codec_init(&p->codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, p->reader.max_frame) < 0) {
-    tr_relay_reader_free(&p->reader);
+  if (tr_relay_codec_init(&p->codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, p->reader.max_payload) < 0) {
+    tr_frame_reader_free(&p->reader);
     free(p);
     goto fail;
   }
   p->ls = ls;
   p->conn = conn;
   p->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
+  p->connected_ms = uv_now(ls->loop);
   tr_relay_heartbeat_init(&p->hb, ls->hb_interval_ns, ls->hb_timeout_ns, uv_hrtime());
   p->next = ls->peers;
   if (p->next != NULL)
@@ -538,7 +588,7 @@ static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
     TR_INFO("link", "host %s disconnected: %s", host->name, reason ? why : "closed by us");
     tr_service_on_host_disconnected(ls->svc, host, why);
   }
-  tr_relay_reader_free(&p->reader);
+  tr_frame_reader_free(&p->reader);
   tr_relay_codec_free(&p->codec);
   free(p->stash);
   free(p);
@@ -558,15 +608,29 @@ static void tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
                  (unsigned long long)(p->hb.timeout_ns / 1000000));
     return;
   }
-  if (p->host == NULL)
+  if (p->host == NULL) {
+    /* Bytes that never make a Hello (a client that stalls after the handshake, or trickles
+     * a frame) must not hold a connection: heartbeats alone would let them. */
+    if (now_ms - p->connected_ms >= p->ls->hello_timeout_ms)
+      PROTO_ERROR(p, "no Hello within %u ms of the TLS handshake", p->ls->hello_timeout_ms);
     return; /* nothing may precede Welcome */
+  }
   if (p->features & TR_RELAY_FEATURE_CLOCK_PROBES) {
     if (p->probe_out && now_ms - p->probe_sent_ms >= PROBE_TIMEOUT_MS)
-      p->probe_out = false;
-    if (now_ms >= p->next_probe_ms && !p->probe_out) {
-      send_probe(p);
-      p->next_probe_ms = now_ms + (p->probes_sent < PROBES_DENSE ? PROBE_DENSE_MS
-                                                                 : PROBE_PERIOD_MS);
+      p->probe_out = p->probe_answered = false;
+    /* The period as of now: a session that just began shortens the wait at once. */
+    uint64_t period = p->probes_sent < PROBES_DENSE         ? PROBE_DENSE_MS
+                      : tr_service_has_sessions(p->ls->svc) ? PROBE_SESSION_MS
+                                                            : PROBE_PERIOD_MS;
+    bool due = now_ms >= p->next_probe_ms ||
+               (p->probes_sent > 0 && now_ms >= p->probe_sent_ms + period);
+    if (due && !p->probe_out) {
+      if (p->ls->probe_sent_in_tick) {
+        p->ls->probe_deferred = true; /* one probe per PROBE_GAP_MS */
+      } else if (send_probe(p)) {
+        p->ls->probe_sent_in_tick = true;
+        p->next_probe_ms = now_ms + period;
+      }
     }
   }
   if (!p->closing && tr_relay_heartbeat_due(&p->hb, now_ns)) {
@@ -583,10 +647,14 @@ static void tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
 static void on_tick(uv_timer_t *t) {
   tr_link_server *ls = t->data;
   uint64_t now_ns = uv_hrtime(), now_ms = uv_now(ls->loop);
+  ls->probe_sent_in_tick = ls->probe_deferred = false;
   /* Closing a peer frees it later (on_close), so the list stays walkable. */
   for (tr_link_peer *p = ls->peers; p != NULL; p = p->next)
     if (!p->closing)
       tick_peer(p, now_ns, now_ms);
+  /* More probes are due: the next one PROBE_GAP_MS from now, then the usual ticks. */
+  if (ls->probe_deferred && !ls->stopping)
+    uv_timer_start(&ls->tick, on_tick, PROBE_GAP_MS, TICK_MS);
 }
 
 /* ---- the public side ---- */
@@ -666,13 +734,16 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
   ls->features = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
   ls->hb_interval_ns = opts->heartbeat_interval_ms * 1000000ull;
   ls->hb_timeout_ns = opts->heartbeat_timeout_ms * 1000000ull;
+  ls->hello_timeout_ms =
+      opts->handshake_timeout_ms ? opts->handshake_timeout_ms : TR_TLS_UV_HANDSHAKE_TIMEOUT_MS;
   if (getrandom(&ls->instance_id, sizeof ls->instance_id, 0) != sizeof ls->instance_id) {
     rc = TR_ERR_SYS(errno);
     goto fail_hosts;
   }
   static const struct tr_tls_uv_callbacks cbs = {
       .on_connect = on_connect, .on_read = on_read, .on_drain = on_drain, .on_close = on_close};
-  struct tr_tls_uv_options tls_opts = {.max_queued = TR_LINK_MAX_QUEUED};
+  struct tr_tls_uv_options tls_opts = {.max_queued = TR_LINK_MAX_QUEUED,
+                                       .handshake_timeout_ms = ls->hello_timeout_ms};
   rc = tr_tls_uv_listen(loop, opts->tls, (struct sockaddr *)&addr, &tls_opts, &cbs, ls, &ls->tls);
   if (rc < 0) {
     TR_ERROR("link", "cannot listen on %s: %s", opts->listen, tr_strerror(rc));

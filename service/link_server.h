@@ -11,10 +11,14 @@
  *   tr_service_on_chunk / on_patch / on_flush_ack in batch order; one BatchAck per read burst.
  * - CommandReply is held until its after_seq batch was processed (across reconnects of the
  *   same agent instance), so a reply never overtakes the data before it.
- * - ClockProbe: one probe in flight per host, 10 at 50 ms after Welcome, then one a second,
- *   plus tr_host_probe_clock on demand; t1 is read right before the write, t4 at the start of
- *   the read callback; each answered probe feeds host->clock.
- * - Heartbeats both ways; a peer silent for the timeout is closed.
+ * - ClockProbe: one probe in flight per host, 10 at 50 ms after Welcome, then one a second
+ *   (20 a second while a session runs), plus tr_host_probe_clock on demand; probes to
+ *   different hosts at least 1 ms apart, and only when nothing of ours waits to be sent. t1 is
+ *   read right before the encrypted probe goes to the kernel, t4 when the socket read that
+ *   brought the answer returned (before decryption); with FEATURE_CLOCK_FOLLOW_UP the answer is
+ *   completed by the agent's ClockFollowUp (exact t3). Each completed probe feeds host->clock.
+ * - Heartbeats both ways; a peer silent for the timeout is closed. Before Hello there are
+ *   none: a peer that has not sent Hello within the handshake timeout is closed.
  * - Backpressure: while more than half of max_queued bytes of our frames wait to be sent to an
  *   agent, reading its socket is paused (tr_tls_uv_pause_read), so TCP flow control holds the
  *   agent back; only the rest of the read being processed is held (in a stash, bounded by
@@ -44,6 +48,10 @@ struct tr_link_server_opts {
   tr_tls_config *tls;      /* server role; referenced */
   uint64_t features;       /* offered to agents; 0 = TR_RELAY_FEATURES_ALL */
   uint64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0 = the relay defaults */
+  /* The TLS handshake must finish within handshake_timeout_ms of the TCP accept, and Hello
+   * arrive within it after the handshake; else the connection is closed with a log line
+   * naming the peer address. 0 = TR_TLS_UV_HANDSHAKE_TIMEOUT_MS. */
+  unsigned handshake_timeout_ms;
 };
 
 /* Listens and returns the server. svc receives the upward calls. TR_ERR_CONFIG for an

@@ -31,10 +31,21 @@ static const char kHelp[] =
     "                         its directory is created if missing.\n"
     "  --consumer-mode MODE   octal permissions of the consumer socket (default 0660): who may\n"
     "                         start and read traces. Each consumer's uid/pid is logged.\n"
+    "  --consumer-allow-uid UID\n"
+    "  --consumer-allow-gid GID\n"
+    "                         repeatable. With either given, a consumer is also checked by its\n"
+    "                         peer credentials (SO_PEERCRED), in addition to the socket mode:\n"
+    "                         uid 0, the service's own uid, these uids and members (primary or\n"
+    "                         supplementary) of these groups are served, anyone else is closed\n"
+    "                         at once and logged. Without them the socket mode alone decides.\n"
     "  --ca FILE              PEM CA certificate agents' certificates must chain to. Required.\n"
     "  --cert FILE            PEM certificate of this service. Required.\n"
     "  --key FILE             PEM private key of --cert. Required. certs/make-certs.sh makes\n"
     "                         all three.\n"
+    "  --handshake-timeout-ms MS\n"
+    "                         an agent connection must finish its TLS handshake within MS of\n"
+    "                         the TCP accept, then send Hello within MS; else it is closed and\n"
+    "                         logged with its address (default 10000).\n"
     "  --timeline ENCODING    machines (default): machine_id on every remote packet, one\n"
     "                         SystemInfo per machine, remote_clock_sync exchanges.\n"
     "                         global-clocks: no machine_id; each host's clocks get global ids\n"
@@ -69,7 +80,17 @@ static const char kHelp[] =
     "Exit status: 0 after a clean shutdown, 1 on a runtime failure, 2 on bad flags.\n";
 
 enum { OPT_LISTEN = 256, OPT_CONSUMER_SOCKET, OPT_CONSUMER_MODE, OPT_CA, OPT_CERT, OPT_KEY,
-       OPT_TIMELINE, OPT_LOG_LEVEL, OPT_HELP };
+       OPT_TIMELINE, OPT_LOG_LEVEL, OPT_HELP, OPT_ALLOW_UID, OPT_ALLOW_GID,
+       OPT_HANDSHAKE_TIMEOUT };
+
+/* A decimal id or count in [0, max]; -1 if s is not one. */
+static long long parse_num(const char *s, unsigned long long max) {
+  char *end;
+  if (*s < '0' || *s > '9')
+    return -1;
+  unsigned long long v = strtoull(s, &end, 10);
+  return *end != '\0' || v > max ? -1 : (long long)v;
+}
 
 static int bad(const char *flag, const char *value, const char *why) {
   fprintf(stderr, "tracerelay-service: invalid value '%s' for %s%s%s (see --help)\n", value,
@@ -137,6 +158,9 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"timeline", required_argument, NULL, OPT_TIMELINE},
       {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
       {"help", no_argument, NULL, OPT_HELP},
+      {"consumer-allow-uid", required_argument, NULL, OPT_ALLOW_UID},
+      {"consumer-allow-gid", required_argument, NULL, OPT_ALLOW_GID},
+      {"handshake-timeout-ms", required_argument, NULL, OPT_HANDSHAKE_TIMEOUT},
       {"config", required_argument, NULL, OPT_CONFIG},
       {NULL, 0, NULL, 0}};
   int opt;
@@ -146,6 +170,8 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
   o->consumer_socket = TR_SERVICE_DEFAULT_CONSUMER_SOCKET;
   o->consumer_mode = 0660;
   o->timeline = TR_TIMELINE_MACHINES;
+  memset(&o->consumer_access, 0, sizeof o->consumer_access);
+  o->handshake_timeout_ms = 0;
   while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     switch (opt) {
     case OPT_LISTEN: o->listen = optarg; break;
@@ -156,6 +182,31 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       if (*optarg == '\0' || *end != '\0' || m > 0777)
         return bad("--consumer-mode", optarg, "give octal permissions such as 0660");
       o->consumer_mode = (mode_t)m;
+      break;
+    }
+    case OPT_ALLOW_UID: {
+      long long v = parse_num(optarg, 0xfffffffeull);
+      if (v < 0)
+        return bad("--consumer-allow-uid", optarg, "give a numeric uid");
+      if (o->consumer_access.num_uids == TR_CONSUMER_MAX_ALLOW)
+        return bad("--consumer-allow-uid", optarg, "too many (32 at most); use a group");
+      o->consumer_access.uids[o->consumer_access.num_uids++] = (uid_t)v;
+      break;
+    }
+    case OPT_ALLOW_GID: {
+      long long v = parse_num(optarg, 0xfffffffeull);
+      if (v < 0)
+        return bad("--consumer-allow-gid", optarg, "give a numeric gid");
+      if (o->consumer_access.num_gids == TR_CONSUMER_MAX_ALLOW)
+        return bad("--consumer-allow-gid", optarg, "too many (32 at most)");
+      o->consumer_access.gids[o->consumer_access.num_gids++] = (gid_t)v;
+      break;
+    }
+    case OPT_HANDSHAKE_TIMEOUT: {
+      long long v = parse_num(optarg, 600000);
+      if (v < 100)
+        return bad("--handshake-timeout-ms", optarg, "give milliseconds from 100 to 600000");
+      o->handshake_timeout_ms = (unsigned)v;
       break;
     }
     case OPT_CA: o->ca_path = optarg; break;

@@ -133,8 +133,10 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
     goto fail;
   }
   d->port_open = true;
+  tr_consumer_port_allow(&d->port, &o->consumer_access);
   link_opts.listen = o->listen;
   link_opts.tls = d->tls;
+  link_opts.handshake_timeout_ms = o->handshake_timeout_ms;
   if ((rc = tr_link_server_start(loop, &d->svc, &link_opts, &d->link)) != 0)
     goto fail; /* the link server logged the address and the reason */
   TR_INFO(COMP, "listening for agents on %s, consumers on %s (mode %04o)", o->listen,

@@ -109,6 +109,9 @@ void tr_service_on_command_reply(tr_service *svc, tr_host *host,
 int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *snap);
 
+/* Whether any tracing session exists (the link probes clocks densely then). */
+bool tr_service_has_sessions(const tr_service *svc);
+
 /* Downward: queue a command for the host's agent. The caller keeps ownership of cmd.
  * Returns TR_ERR_CLOSED if the host is not connected. */
 int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd);

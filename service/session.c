@@ -185,6 +185,11 @@ static void start_instance(tr_session *s, tr_ds_instance *in) {
   Tracerelay__Command__StartDataSource start = TRACERELAY__COMMAND__START_DATA_SOURCE__INIT;
   start.has_instance_id = 1;
   start.instance_id = in->id;
+  const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = s->cfg->builtin_data_sources;
+  if (b != NULL && b->has_snapshot_interval_ms && b->snapshot_interval_ms > 0) {
+    start.has_clock_snapshot_interval_ms = 1;
+    start.clock_snapshot_interval_ms = b->snapshot_interval_ms;
+  }
   cmd.has_producer_id = 1;
   cmd.producer_id = in->producer_id;
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_START_DATA_SOURCE;
@@ -735,6 +740,8 @@ void tr_session_free(tr_session *s) {
 
 /* ---- calls from the link server (service.h) ---- */
 
+bool tr_service_has_sessions(const tr_service *svc) { return svc->num_sessions > 0; }
+
 void tr_service_on_host_connected(tr_service *svc, tr_host *host) {
   bool known = false;
   for (size_t i = 0; i < svc->num_hosts; i++)
@@ -784,6 +791,8 @@ void tr_service_on_host_disconnected(tr_service *svc, tr_host *host, const char 
       continue;
     sh->gone = true;
     sh->disconnects++;
+    if (sh->num_disconnected_at < TR_SESSION_MAX_DISCONNECT_MARKS)
+      sh->disconnected_at[sh->num_disconnected_at++] = tr_session_now();
     TR_WARN(COMP, "session %llu: host %s disconnected (%s); its data so far is kept",
             (unsigned long long)s->id, host->name, reason ? reason : "no reason given");
     tr_session_flush_on_host_gone(s, hi);

@@ -75,6 +75,8 @@ typedef struct tr_ds_instance {
   uint64_t pending_request; /* the start or stop awaiting its CommandReply; 0 none */
 } tr_ds_instance;
 
+#define TR_SESSION_MAX_DISCONNECT_MARKS 16
+
 /* One host in a session. A restarted agent (new agent_instance_id) gets a new entry, so its
  * producer ids, central buffers and sequences never mix with its previous life's. */
 typedef struct tr_session_host {
@@ -87,6 +89,8 @@ typedef struct tr_session_host {
   uint64_t chunks_refused;
   uint64_t flushes_missed;
   uint64_t disconnects;
+  uint64_t disconnected_at[TR_SESSION_MAX_DISCONNECT_MARKS]; /* tr_session_now() of the first */
+  size_t num_disconnected_at;
 } tr_session_host;
 
 typedef struct tr_session_buffer {

@@ -27,7 +27,7 @@
 
 #define COMP "output"
 #define FILE_CHUNK (64u * 1024u)
-#define SYNC_PERIOD_NS 1000000000ll
+#define SYNC_PERIOD_NS 100000000ll /* the estimator's exchange period: probes are 20/s in a session */
 #define SYNC_MAX_PER_PASS 1024
 #define SYNC_HOST_MAX ((1ll << 62) - 1)
 
@@ -81,7 +81,7 @@ static int add_events(tr_session *s, tr_session_reader *r) {
  * the last pass, one packet per exchange and per SYNC_PERIOD_NS of host time, so trace_processor
  * gets one cross-machine edge per period and follows the drift piecewise. A non-final pass
  * stops at the estimator's frontier (what it will not revise); the final one takes all. */
-static int add_clock_syncs(tr_session *s, tr_session_reader *r, size_t cap) {
+static int add_clock_syncs(tr_session *s, tr_session_reader *r) {
   struct tr_clocksync_probe ex[SYNC_MAX_PER_PASS];
   for (size_t h = 0; h < s->num_hosts; h++) {
     tr_session_host *sh = &s->hosts[h];
@@ -90,22 +90,31 @@ static int add_clock_syncs(tr_session *s, tr_session_reader *r, size_t cap) {
     if (!sh->host->clock || host_listed_before(s, h))
       continue;
     to = r->final ? SYNC_HOST_MAX : tr_clocksync_frontier(sh->host->clock);
-    if (to <= sh->clock_sync_from)
-      continue;
-    n = tr_clocksync_best_exchanges(sh->host->clock, sh->clock_sync_from, to, SYNC_PERIOD_NS, ex,
-                                    SYNC_MAX_PER_PASS);
-    for (int i = 0; i < n && r->num_svc < cap; i++) {
-      struct tr_clocksync_sync_pair pair;
-      tr_trace_writer_buf p;
-      int rc;
-      if (tr_clocksync_pair_from_exchange(&ex[i], &pair) != 0)
-        continue;
-      rc = push(r, tr_trace_writer_remote_clock_sync(s->svc->uid, sh->host->machine_id, &pair, &p),
-                &p);
-      if (rc != 0)
-        return rc;
-      sh->clock_sync_from = (ex[i].t2 + ex[i].t3) / 2 + 1;
-    }
+    /* In slices of SYNC_MAX_PER_PASS: a session read only at its end has them all at once. */
+    do {
+      if (to <= sh->clock_sync_from)
+        break;
+      n = tr_clocksync_best_exchanges(sh->host->clock, sh->clock_sync_from, to, SYNC_PERIOD_NS,
+                                      ex, SYNC_MAX_PER_PASS);
+      if (n <= 0)
+        break;
+      tr_trace_writer_buf *grown = realloc(r->svc, (r->num_svc + (size_t)n) * sizeof *grown);
+      if (!grown)
+        return TR_ERR_NOMEM;
+      r->svc = grown;
+      for (int i = 0; i < n; i++) {
+        struct tr_clocksync_sync_pair pair;
+        tr_trace_writer_buf p;
+        sh->clock_sync_from = (ex[i].t2 + ex[i].t3) / 2 + 1;
+        if (tr_clocksync_pair_from_exchange(&ex[i], &pair) != 0)
+          continue;
+        int rc = push(r, tr_trace_writer_remote_clock_sync(s->svc->uid, sh->host->machine_id,
+                                                            &pair, &p),
+                      &p);
+        if (rc != 0)
+          return rc;
+      }
+    } while (n == SYNC_MAX_PER_PASS);
   }
   return 0;
 }
@@ -149,7 +158,7 @@ static int build_head(tr_session *s) {
   if (rc == 0)
     rc = add_events(s, r);
   if (rc == 0 && s->svc->timeline == TR_TIMELINE_MACHINES)
-    rc = add_clock_syncs(s, r, cap);
+    rc = add_clock_syncs(s, r);
   /* Host clock snapshots; in global-clocks the cross-host snapshots, before the host data. */
   if (rc == 0)
     rc = tr_timeline_head(s, r->final);
@@ -340,6 +349,8 @@ static void fill_host(Tracerelay__HostStats *h, const tr_session_host *sh) {
   h->session_flushes_missed = sh->flushes_missed;
   h->has_session_disconnects = 1;
   h->session_disconnects = sh->disconnects;
+  h->n_session_disconnected_at_ns = sh->num_disconnected_at;
+  h->session_disconnected_at_ns = (uint64_t *)sh->disconnected_at;
 }
 
 static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # fuzz.sh: builds every libFuzzer target (clang, ASan + UBSan) and runs each for a while.
 #   tools/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     default 60 s, every target in fuzz/
+#   TR_FUZZ_RUNS=10000000 tools/fuzz.sh 1800 fuzz_ipc_frame   stops at 10M executions or 30 min
+# Targets run one after another, niced (TR_FUZZ_NICE, default 10), -timeout=10 s per input,
+# -rss_limit_mb=2048. Results (executions, exec/s, coverage) are printed per target.
 # Seeds come from fuzz/corpus/<name>/ (recorded traffic); new inputs go to a scratch corpus
 # in the build tree, and crashes to build-fuzz/crashes/. A crash fails the run: turn it into
 # a regression test before fixing it.
@@ -25,10 +28,13 @@ for t in "${TARGETS[@]}"; do
   echo "== $t for ${SECS}s"
   args=("$scratch")
   [ -d "$seeds" ] && args+=("$seeds")
-  if ! "$BUILD/fuzz/$t" -max_total_time="$SECS" -print_final_stats=1 \
+  limits=(-max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048)
+  [ -n "${TR_FUZZ_RUNS:-}" ] && limits+=(-runs="$TR_FUZZ_RUNS")
+  if ! nice -n "${TR_FUZZ_NICE:-10}" "$BUILD/fuzz/$t" "${limits[@]}" -print_final_stats=1 \
        -artifact_prefix="$BUILD/crashes/$t-" "${args[@]}" 2>"$BUILD/$t.log"; then
     echo "!! $t found a crash: see $BUILD/$t.log and $BUILD/crashes/"; status=1
   fi
-  grep -E "stat::number_of_executed_units" "$BUILD/$t.log" || true
+  grep -E "stat::(number_of_executed_units|average_exec_per_sec)" "$BUILD/$t.log" || true
+  grep -E "cov: " "$BUILD/$t.log" | tail -1 || true
 done
 exit $status

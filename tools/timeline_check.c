@@ -1,8 +1,8 @@
 /* timeline_check.c: tracerelay-timeline-check, the accuracy checker of the timeline tests and
  * benchmark (tests/integration/test_timeline.sh, bench/bench_timeline.sh). A TEST TOOL.
  *
- * Usage: tracerelay-timeline-check [--bound-us N] [--allow-inversions] [--json] TRACE
- *        NAME=OFFSET_NS,DRIFT_PPM...
+ * Usage: tracerelay-timeline-check [--bound-us N] [--allow-inversions] [--json] [--dump FILE]
+ *        TRACE NAME=OFFSET_NS,DRIFT_PPM...
  *
  * Every host NAME ran its loadgen with `--fake-clock OFFSET_NS,DRIFT_PPM` while the service ran
  * on the real clocks, so a loadgen event stamped f on its host's (simulated) BOOTTIME truly
@@ -15,7 +15,9 @@
  * as violations too; --allow-inversions still counts and prints inversions but does not fail
  * on them (the `machines` encoding: trace_processor's constant offset per remote_clock_sync
  * edge steps back at an edge by as much as the error accumulated since the previous one). Exit 0 when there is none and every named host has events, 1 otherwise,
- * 2 on bad arguments or an unreadable trace. */
+ * 2 on bad arguments or an unreadable trace. --dump FILE writes one line per checked event,
+ * "NAME TRUE_NS ERROR_NS" (true instant on the service's BOOTTIME, signed error), to see where
+ * in time the error is. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +54,7 @@ struct ctx {
   struct seq_last *seqs;
   size_t n_seqs, cap_seqs;
   int oom;
+  FILE *dump;
 };
 
 /* The real instant t with fake(t) <= f < fake(t + 1). */
@@ -107,6 +110,8 @@ static void on_point(const struct tr_inspect_point *p, void *arg) {
     return;
   }
   double e = (double)(p->trace_ts - truth);
+  if (c->dump)
+    fprintf(c->dump, "%s %lld %lld\n", h->name, (long long)truth, (long long)(p->trace_ts - truth));
   if (fabs(e) > (double)c->bound_ns)
     h->over_bound++;
   if (!(s = seq_of(c, p->host, p->seq_id))) {
@@ -161,7 +166,8 @@ done:
 }
 
 static void usage(void) {
-  fputs("Usage: tracerelay-timeline-check [--bound-us N] [--allow-inversions] [--json] TRACE "
+  fputs("Usage: tracerelay-timeline-check [--bound-us N] [--allow-inversions] [--json] "
+        "[--dump FILE] TRACE "
         "NAME=OFFSET_NS,DRIFT_PPM...\n"
         "Test tool: checks that every loadgen event of each named host (run with\n"
         "--fake-clock OFFSET_NS,DRIFT_PPM) lands within N us (default 100) of its true instant\n"
@@ -188,6 +194,11 @@ int main(int argc, char **argv) {
       allow_inversions = true;
     } else if (strcmp(argv[i], "--json") == 0) {
       json = true;
+    } else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
+      if (!(c.dump = fopen(argv[++i], "w"))) {
+        fprintf(stderr, "tracerelay-timeline-check: %s: %s\n", argv[i], strerror(errno));
+        return 2;
+      }
     } else if (!path) {
       path = argv[i];
     } else {
@@ -295,6 +306,8 @@ int main(int argc, char **argv) {
   for (size_t h = 0; h < c.n_hosts; h++)
     free(c.hosts[h].err);
   free(c.seqs);
+  if (c.dump)
+    fclose(c.dump);
   tr_inspect_result_free(&res);
   free(data);
   return status;

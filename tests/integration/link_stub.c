@@ -93,3 +93,8 @@ int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
   (void)host;
   return snap->n_clocks > 0 ? 0 : TR_ERR_PROTO;
 }
+
+bool tr_service_has_sessions(const tr_service *svc) {
+  (void)svc;
+  return false;
+}

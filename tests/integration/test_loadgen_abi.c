@@ -341,7 +341,7 @@ static bool pump(fake *f, int timeout_ms) {
     const uint8_t *payload;
     size_t len;
     int rc;
-    while ((rc = tr_ipc_reader_next(&f->reader, &payload, &len)) == 1) {
+    while ((rc = tr_frame_reader_next(&f->reader, &payload, &len)) == 1) {
       Perfetto__Protos__IPCFrame *frame = tr_ipc_frame_decode(payload, len);
       assert_non_null(frame);
       on_frame(f, frame);
@@ -353,11 +353,11 @@ static bool pump(fake *f, int timeout_ms) {
       return true;
     uint8_t *dst;
     size_t room;
-    assert_int_equal(tr_ipc_reader_space(&f->reader, &dst, &room), 0);
+    assert_int_equal(tr_frame_reader_space(&f->reader, &dst, &room), 0);
     ssize_t n = recv(f->fd, dst, room, 0);
     if (n <= 0)
       return false;
-    tr_ipc_reader_commit(&f->reader, (size_t)n);
+    tr_frame_reader_commit(&f->reader, (size_t)n);
   }
 }
 
@@ -578,7 +578,7 @@ static void run_loadgen(const scenario *sc) {
   munmap(f->smb, f->smb_size);
   close(f->memfd);
   close(f->fd);
-  tr_ipc_reader_free(&f->reader);
+  tr_frame_reader_free(&f->reader);
   free(f);
   close(lfd);
   unlink(sock_path);

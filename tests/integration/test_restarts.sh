@@ -2,7 +2,8 @@
 # test_restarts.sh: processes that die or freeze in the middle of a trace.
 # Session 1 (three hosts, steady loadgens on each):
 #   - web-1's agent is killed with SIGKILL, then restarted, and a new producer starts there:
-#     the trace marks web-1 as disconnected (its HostStats: session_disconnects >= 1), holds
+#     the trace marks web-1 as disconnected (its HostStats: session_disconnects >= 1, and
+#     session_disconnected_at_ns just after the kill, in the trace clock), holds
 #     web-1's data from before the kill and from the new agent, and web-2/web-3 are exact.
 #   - on web-2, next to a steady producer, one producer is frozen with SIGSTOP in the middle
 #     of its writing (mid-chunk: it writes 2000 1 KB events a second) and one is killed with
@@ -43,6 +44,8 @@ T_REC=$SECONDS
 sleep 3
 kill -STOP "$FROZEN"
 kill -KILL "$KILLED"
+boottime_ns() { python3 -c 'import time; print(time.clock_gettime_ns(time.CLOCK_BOOTTIME))'; }
+boottime_ns >"$WORK/kill-web-1.ns" # the service's trace clock is BOOTTIME too
 kill -KILL "$AGENT1"
 wait "$AGENT1" 2>/dev/null || true
 cluster_log "web-1's agent killed; frozen/killed producers on web-2"
@@ -92,6 +95,11 @@ print("web-2 sequences", seqs("web-2"), "host_stats", {k: v for k, v in hs2.item
 hs1 = m["web-1"].get("host_stats") or {}
 print("web-1 sequences", seqs("web-1"), "host_stats", {k: v for k, v in hs1.items() if v})
 if not hs1.get("session_disconnects"): fail.append("web-1 not marked disconnected in the trace")
+# ...and when: the mark follows the kill, within the heartbeat timeout (8 s) and some slack.
+kill_ns = int(open(f"{work}/kill-web-1.ns").read())
+marks = m["web-1"].get("disconnected_at_ns") or []
+if not marks or not kill_ns <= marks[0] <= kill_ns + 10**10:
+    fail.append(f"web-1: disconnect mark {marks} not just after the kill at {kill_ns}")
 new1 = [json.load(open(f))["total"]["packets_written"] for f in glob.glob(f"{work}/loadgen-web-1-*.json")]
 if not new1: fail.append("web-1: the new producer wrote no stats")
 elif new1[0] not in seqs("web-1"): fail.append(f"web-1: the new producer's {new1[0]} packets not in {seqs('web-1')}")

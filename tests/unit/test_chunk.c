@@ -247,14 +247,14 @@ static void for_each_frame(const char *name, frame_fn fn, void *ctx) {
   for (;;) {
     int pushed = 0;
     if (off < len) {
-      pushed = tr_ipc_reader_push(&r, bytes + off, len - off);
+      pushed = tr_frame_reader_push(&r, bytes + off, len - off);
       assert_true(pushed >= 0);
       off += (size_t)pushed;
     }
     const uint8_t *payload;
     size_t plen;
     int rc, frames = 0;
-    while ((rc = tr_ipc_reader_next(&r, &payload, &plen)) == 1) {
+    while ((rc = tr_frame_reader_next(&r, &payload, &plen)) == 1) {
       Perfetto__Protos__IPCFrame *frame = tr_ipc_frame_decode(payload, plen);
       assert_non_null(frame);
       fn(frame, ctx);
@@ -266,7 +266,7 @@ static void for_each_frame(const char *name, frame_fn fn, void *ctx) {
       break;
   }
   assert_int_equal(off, len);
-  tr_ipc_reader_free(&r);
+  tr_frame_reader_free(&r);
   free(bytes);
 }
 

@@ -47,10 +47,10 @@ static void test_byte_by_byte(void **state) {
   const uint8_t *payload;
   size_t len;
   for (size_t i = 0; i < sizeof bind_producer; i++) {
-    assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), 0);
-    assert_int_equal(tr_ipc_reader_push(&r, &bind_producer[i], 1), 1);
+    assert_int_equal(tr_frame_reader_next(&r, &payload, &len), 0);
+    assert_int_equal(tr_frame_reader_push(&r, &bind_producer[i], 1), 1);
   }
-  assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), 1);
+  assert_int_equal(tr_frame_reader_next(&r, &payload, &len), 1);
   assert_int_equal(len, 18);
   Perfetto__Protos__IPCFrame *f = tr_ipc_frame_decode(payload, len);
   assert_non_null(f);
@@ -58,8 +58,8 @@ static void test_byte_by_byte(void **state) {
   assert_int_equal(f->msg_case, PERFETTO__PROTOS__IPCFRAME__MSG_MSG_BIND_SERVICE);
   assert_string_equal(f->msg_bind_service->service_name, "ProducerPort");
   tr_ipc_frame_free(f);
-  assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), 0);
-  tr_ipc_reader_free(&r);
+  assert_int_equal(tr_frame_reader_next(&r, &payload, &len), 0);
+  tr_frame_reader_free(&r);
 }
 
 /* Three frames and two zero-length frames in one push come out as three frames. */
@@ -77,16 +77,16 @@ static void test_several_frames_and_zero_length(void **state) {
 
   tr_ipc_reader r;
   tr_ipc_reader_init(&r);
-  assert_int_equal(tr_ipc_reader_push(&r, buf, sizeof buf), (int)sizeof buf);
+  assert_int_equal(tr_frame_reader_push(&r, buf, sizeof buf), (int)sizeof buf);
   const uint8_t *payload;
   size_t len;
   for (int i = 0; i < 3; i++) {
-    assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), 1);
+    assert_int_equal(tr_frame_reader_next(&r, &payload, &len), 1);
     assert_int_equal(len, 18);
     assert_memory_equal(payload, bind_producer + 4, 18);
   }
-  assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), 0);
-  tr_ipc_reader_free(&r);
+  assert_int_equal(tr_frame_reader_next(&r, &payload, &len), 0);
+  tr_frame_reader_free(&r);
 }
 
 static void test_oversize_declared_length(void **state) {
@@ -95,23 +95,23 @@ static void test_oversize_declared_length(void **state) {
   put_le32(hdr, TR_IPC_MAX_PAYLOAD + 1);
   tr_ipc_reader r;
   tr_ipc_reader_init(&r);
-  assert_int_equal(tr_ipc_reader_push(&r, hdr, 3), 3);
+  assert_int_equal(tr_frame_reader_push(&r, hdr, 3), 3);
   const uint8_t *payload;
   size_t len;
-  assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), 0);
-  assert_int_equal(tr_ipc_reader_push(&r, hdr + 3, 1), 1);
-  assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), TR_ERR_TOO_BIG);
+  assert_int_equal(tr_frame_reader_next(&r, &payload, &len), 0);
+  assert_int_equal(tr_frame_reader_push(&r, hdr + 3, 1), 1);
+  assert_int_equal(tr_frame_reader_next(&r, &payload, &len), TR_ERR_TOO_BIG);
   uint8_t *dst;
   size_t room;
-  assert_int_equal(tr_ipc_reader_space(&r, &dst, &room), TR_ERR_TOO_BIG);
-  assert_int_equal(tr_ipc_reader_push(&r, hdr, 1), TR_ERR_TOO_BIG);
-  tr_ipc_reader_free(&r);
+  assert_int_equal(tr_frame_reader_space(&r, &dst, &room), TR_ERR_TOO_BIG);
+  assert_int_equal(tr_frame_reader_push(&r, hdr, 1), TR_ERR_TOO_BIG);
+  tr_frame_reader_free(&r);
 
   put_le32(hdr, UINT32_MAX);
   tr_ipc_reader_init(&r);
-  assert_int_equal(tr_ipc_reader_push(&r, hdr, 4), 4);
-  assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), TR_ERR_TOO_BIG);
-  tr_ipc_reader_free(&r);
+  assert_int_equal(tr_frame_reader_push(&r, hdr, 4), 4);
+  assert_int_equal(tr_frame_reader_next(&r, &payload, &len), TR_ERR_TOO_BIG);
+  tr_frame_reader_free(&r);
 }
 
 /* A frame of exactly 131072 bytes, header included, is accepted, and the reader never
@@ -128,18 +128,18 @@ static void test_exact_limit(void **state) {
   const uint8_t *payload;
   size_t len;
   while (off < TR_IPC_MAX_FRAME + 8) {
-    int n = tr_ipc_reader_push(&r, frame + off, TR_IPC_MAX_FRAME + 8 - off);
+    int n = tr_frame_reader_push(&r, frame + off, TR_IPC_MAX_FRAME + 8 - off);
     assert_true(n >= 0);
     assert_true(r.cap <= TR_IPC_MAX_FRAME);
     if (n == 0) {
-      assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), 1);
+      assert_int_equal(tr_frame_reader_next(&r, &payload, &len), 1);
       assert_int_equal(len, TR_IPC_MAX_PAYLOAD);
     }
     off += (size_t)n;
   }
-  assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), 1);
+  assert_int_equal(tr_frame_reader_next(&r, &payload, &len), 1);
   assert_int_equal(len, 4);
-  tr_ipc_reader_free(&r);
+  tr_frame_reader_free(&r);
 
   /* data_for_testing of 131064 bytes: tag 1 + 3-byte varint + data = 131068. */
   ProtobufCBinaryData blob = {.len = TR_IPC_MAX_PAYLOAD - 4, .data = frame};
@@ -183,10 +183,10 @@ static void test_round_trip(void **state) {
 
   tr_ipc_reader r;
   tr_ipc_reader_init(&r);
-  assert_int_equal(tr_ipc_reader_push(&r, out, out_len), (int)out_len);
+  assert_int_equal(tr_frame_reader_push(&r, out, out_len), (int)out_len);
   const uint8_t *payload;
   size_t len;
-  assert_int_equal(tr_ipc_reader_next(&r, &payload, &len), 1);
+  assert_int_equal(tr_frame_reader_next(&r, &payload, &len), 1);
   Perfetto__Protos__IPCFrame *d = tr_ipc_frame_decode(payload, len);
   assert_non_null(d);
   assert_int_equal(d->request_id, 1ull << 40);
@@ -196,7 +196,7 @@ static void test_round_trip(void **state) {
   assert_int_equal(d->msg_invoke_method->args_proto.len, sizeof args);
   assert_memory_equal(d->msg_invoke_method->args_proto.data, args, sizeof args);
   tr_ipc_frame_free(d);
-  tr_ipc_reader_free(&r);
+  tr_frame_reader_free(&r);
   free(out);
 
   /* A small message keeps a one-byte length, as traced writes it. */
@@ -259,13 +259,13 @@ static size_t replay(const uint8_t *data, size_t size, size_t step) {
   size_t off = 0, frames = 0, frame_start = 0;
   while (off < size) {
     size_t n = size - off < step ? size - off : step;
-    int taken = tr_ipc_reader_push(&r, data + off, n);
+    int taken = tr_frame_reader_push(&r, data + off, n);
     assert_true(taken >= 0);
     off += (size_t)taken;
     const uint8_t *payload;
     size_t len;
     int rc;
-    while ((rc = tr_ipc_reader_next(&r, &payload, &len)) == 1) {
+    while ((rc = tr_frame_reader_next(&r, &payload, &len)) == 1) {
       Perfetto__Protos__IPCFrame *f = tr_ipc_frame_decode(payload, len);
       assert_non_null(f);
       uint8_t *out;
@@ -282,7 +282,7 @@ static size_t replay(const uint8_t *data, size_t size, size_t step) {
   }
   assert_int_equal(frame_start, size);
   assert_int_equal(r.len - r.start, 0);
-  tr_ipc_reader_free(&r);
+  tr_frame_reader_free(&r);
   return frames;
 }
 

@@ -666,6 +666,143 @@ static void test_peer_credentials_and_socket_file(void **state) {
 }
 
 /* A stale socket file (its owner died) is replaced. */
+/* ---- deadlines and pending requests (short limits so the tests are fast) ---- */
+
+#define SHORT_TIMEOUT_MS 200
+
+static int setup_deadlines(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  snprintf(f->dir, sizeof f->dir, "/tmp/tr-ipc-test-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  snprintf(f->path, sizeof f->path, "%s/sock", f->dir);
+  assert_int_equal(uv_loop_init(&f->loop), 0);
+  tr_ipc_host_config cfg = {.name = "test socket",
+                            .services = producer_services,
+                            .num_services = 2,
+                            .on_connect = on_connect,
+                            .on_disconnect = on_disconnect,
+                            .bind_timeout_ms = SHORT_TIMEOUT_MS,
+                            .stall_timeout_ms = SHORT_TIMEOUT_MS,
+                            .max_pending = 4};
+  assert_int_equal(tr_ipc_host_init(&f->host, &f->loop, &cfg), 0);
+  f->host.data = f;
+  assert_int_equal(tr_ipc_host_start(&f->host, f->path, 0600), 0);
+  *state = f;
+  return 0;
+}
+
+/* Turns the loop until `disconnects` reaches want or ms pass; returns the ms it took. */
+static uint64_t wait_disconnects(fixture *f, int want, uint64_t ms) {
+  uint64_t t0 = uv_hrtime() / 1000000;
+  while (f->disconnects < want && uv_hrtime() / 1000000 - t0 < ms) {
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    usleep(2000);
+  }
+  return uv_hrtime() / 1000000 - t0;
+}
+
+static void expect_sync_works(fixture *f, tr_ipc_client *c) {
+  uint64_t id;
+  assert_int_equal(tr_ipc_client_invoke(c, "Sync", NULL, 0, false, -1, &id), 0);
+  tr_ipc_frame_free(expect_reply(f, c, id, true, false, NULL));
+}
+
+/* A client that connects and never binds is closed after the bind deadline; a bound client,
+ * idle just as long, is not. */
+static void test_idle_unbound_client_timed_out(void **state) {
+  fixture *f = *state;
+  tr_ipc_client *good = connect_client(f);
+  assert_int_equal(bind_client(f, good, "ProducerPort"), 0);
+  int idle = raw_connect(f->path);
+  pump(f, 2);
+  assert_int_equal(f->connects, 2);
+  uint64_t took = wait_disconnects(f, 1, 3000);
+  assert_int_equal(f->disconnects, 1);
+  assert_true(took >= SHORT_TIMEOUT_MS / 2);
+  char b;
+  assert_int_equal(recv(idle, &b, 1, 0), 0); /* EOF: the host closed it */
+  wait_disconnects(f, 2, 3 * SHORT_TIMEOUT_MS);
+  assert_int_equal(f->disconnects, 1);
+  expect_sync_works(f, good);
+  close(idle);
+  tr_ipc_client_close(good);
+}
+
+/* Slow loris: a frame begun and left unfinished closes the connection after the stall
+ * deadline, even from a bound client; a frame sent in two halves within it is served. */
+static void test_stalled_partial_frame_timed_out(void **state) {
+  fixture *f = *state;
+  tr_ipc_client *good = connect_client(f);
+  tr_ipc_client *loris = connect_client(f);
+  assert_int_equal(bind_client(f, good, "ProducerPort"), 0);
+  assert_int_equal(bind_client(f, loris, "ProducerPort"), 0);
+  static const uint8_t part[] = {100, 0, 0, 0, 0x08, 0x01, 0x1a}; /* 100 declared, 3 sent */
+  assert_int_equal(tr_ipc_client_send_raw(loris, part, sizeof part, -1), 0);
+
+  /* The good client's frame, in two halves SHORT_TIMEOUT_MS / 4 apart. */
+  Perfetto__Protos__IPCFrame__InvokeMethod im = PERFETTO__PROTOS__IPCFRAME__INVOKE_METHOD__INIT;
+  im.has_service_id = im.has_method_id = true;
+  im.service_id = 1;
+  im.method_id = 11; /* Sync */
+  Perfetto__Protos__IPCFrame req = PERFETTO__PROTOS__IPCFRAME__INIT;
+  req.has_request_id = true;
+  req.request_id = 77;
+  req.msg_case = PERFETTO__PROTOS__IPCFRAME__MSG_MSG_INVOKE_METHOD;
+  req.msg_invoke_method = &im;
+  uint8_t *enc;
+  size_t enc_len;
+  assert_int_equal(tr_ipc_frame_encode(&req, &enc, &enc_len), 0);
+  assert_int_equal(tr_ipc_client_send_raw(good, enc, 5, -1), 0);
+  pump(f, 2);
+  usleep(SHORT_TIMEOUT_MS / 4 * 1000);
+  pump(f, 2);
+  assert_int_equal(tr_ipc_client_send_raw(good, enc + 5, enc_len - 5, -1), 0);
+  free(enc);
+  tr_ipc_frame_free(expect_reply(f, good, 77, true, false, NULL));
+
+  uint64_t took = wait_disconnects(f, 1, 3000);
+  assert_int_equal(f->disconnects, 1);
+  assert_true(took >= SHORT_TIMEOUT_MS / 4);
+  Perfetto__Protos__IPCFrame *frame;
+  assert_int_equal(recv_frame(f, loris, &frame, NULL), TR_ERR_CLOSED);
+  expect_sync_works(f, good);
+  tr_ipc_client_close(loris);
+  tr_ipc_client_close(good);
+}
+
+/* Requests awaiting their final reply are bounded per connection: drop_reply calls and
+ * answered calls do not count; one more than max_pending open ones closes the connection,
+ * and only it. */
+static void test_pending_requests_bounded(void **state) {
+  fixture *f = *state;
+  tr_ipc_client *good = connect_client(f);
+  tr_ipc_client *greedy = connect_client(f);
+  assert_int_equal(bind_client(f, good, "ProducerPort"), 0);
+  assert_int_equal(bind_client(f, greedy, "ProducerPort"), 0);
+  for (uint64_t i = 0; i < 20; i++) {
+    send_invoke(greedy, 1000 + i, 1, 4, true); /* CommitData, drop_reply: nothing owed */
+    send_invoke(greedy, 2000 + i, 1, 11, false); /* Sync: answered at once */
+    tr_ipc_frame_free(expect_reply(f, greedy, 2000 + i, true, false, NULL));
+  }
+  /* UnregisterTraceWriter here streams one has_more reply and never a final one. */
+  for (uint64_t i = 0; i < 4; i++) {
+    send_invoke(greedy, 3000 + i, 1, 7, false);
+    int fd = -1;
+    tr_ipc_frame_free(expect_reply(f, greedy, 3000 + i, true, true, &fd));
+    if (fd >= 0)
+      close(fd);
+  }
+  assert_int_equal(f->disconnects, 0);
+  send_invoke(greedy, 4000, 1, 7, false);
+  wait_disconnects(f, 1, 3000);
+  assert_int_equal(f->disconnects, 1);
+  Perfetto__Protos__IPCFrame *frame;
+  assert_int_equal(recv_frame(f, greedy, &frame, NULL), TR_ERR_CLOSED);
+  expect_sync_works(f, good);
+  tr_ipc_client_close(greedy);
+  tr_ipc_client_close(good);
+}
+
 static void test_stale_socket_replaced(void **state) {
   (void)state;
   char dir[] = "/tmp/tr-ipc-stale-XXXXXX";
@@ -713,6 +850,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_peer_credentials_and_socket_file, setup_producer,
                                       teardown),
       cmocka_unit_test(test_stale_socket_replaced),
+      cmocka_unit_test_setup_teardown(test_idle_unbound_client_timed_out, setup_deadlines,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_stalled_partial_frame_timed_out, setup_deadlines,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_pending_requests_bounded, setup_deadlines,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -204,7 +204,7 @@ static void client_close(client *c) {
   if (c->rx_fd >= 0)
     close(c->rx_fd);
   close(c->fd);
-  tr_ipc_reader_free(&c->reader);
+  tr_frame_reader_free(&c->reader);
 }
 
 static void client_send_raw(client *c, const uint8_t *data, size_t len) {
@@ -215,7 +215,7 @@ static void client_send_raw(client *c, const uint8_t *data, size_t len) {
 static void client_recv(client *c) {
   uint8_t *dst;
   size_t room;
-  assert_int_equal(tr_ipc_reader_space(&c->reader, &dst, &room), 0);
+  assert_int_equal(tr_frame_reader_space(&c->reader, &dst, &room), 0);
   union {
     struct cmsghdr align;
     char buf[CMSG_SPACE(sizeof(int))];
@@ -235,7 +235,7 @@ static void client_recv(client *c) {
       memcpy(&c->rx_fd, CMSG_DATA(cm), sizeof(int));
     }
   }
-  tr_ipc_reader_commit(&c->reader, (size_t)n);
+  tr_frame_reader_commit(&c->reader, (size_t)n);
 }
 
 /* The next frame from the port (its payload copied to *out), waiting up to 2 s. */
@@ -243,7 +243,7 @@ static bool client_next(env *e, client *c, uint8_t **out, size_t *out_len, int w
   for (int i = 0; i <= wait_ms; i++) {
     const uint8_t *payload;
     size_t len;
-    if (tr_ipc_reader_next(&c->reader, &payload, &len) == 1) {
+    if (tr_frame_reader_next(&c->reader, &payload, &len) == 1) {
       *out = malloc(len ? len : 1);
       memcpy(*out, payload, len);
       *out_len = len;

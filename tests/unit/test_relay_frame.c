@@ -31,7 +31,7 @@ static void drain(tr_relay_reader *r, uint64_t *next_ts) {
   const uint8_t *p;
   size_t n;
   int rc;
-  while ((rc = tr_relay_reader_next(r, &p, &n)) == 1) {
+  while ((rc = tr_frame_reader_next(r, &p, &n)) == 1) {
     Tracerelay__RelayFrame *f = tr_relay_frame_decode(p, n);
     assert_non_null(f);
     assert_int_equal(f->msg_case, TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT);
@@ -46,7 +46,7 @@ static void feed(tr_relay_reader *r, const uint8_t *data, size_t len, size_t ste
                  uint64_t *next_ts) {
   while (len > 0) {
     size_t n = len < step ? len : step;
-    int taken = tr_relay_reader_push(r, data, n);
+    int taken = tr_frame_reader_push(r, data, n);
     assert_true(taken >= 0);
     data += taken;
     len -= (size_t)taken;
@@ -72,7 +72,7 @@ static void test_partial_and_multiple_frames(void **state) {
     uint64_t next_ts = 1000;
     feed(&r, stream, total, steps[s], &next_ts);
     assert_int_equal(next_ts, 1020);
-    tr_relay_reader_free(&r);
+    tr_frame_reader_free(&r);
   }
 }
 
@@ -84,15 +84,15 @@ static void test_space_commit(void **state) {
   uint8_t *fr = heartbeat_frame(7, &len);
   uint8_t *dst;
   size_t room;
-  assert_int_equal(tr_relay_reader_space(&r, &dst, &room), 0);
+  assert_int_equal(tr_frame_reader_space(&r, &dst, &room), 0);
   assert_true(room >= len);
   memcpy(dst, fr, len);
-  tr_relay_reader_commit(&r, len);
+  tr_frame_reader_commit(&r, len);
   uint64_t next_ts = 7;
   drain(&r, &next_ts);
   assert_int_equal(next_ts, 8);
   free(fr);
-  tr_relay_reader_free(&r);
+  tr_frame_reader_free(&r);
 }
 
 static void test_oversize_declared_length(void **state) {
@@ -100,21 +100,21 @@ static void test_oversize_declared_length(void **state) {
   tr_relay_reader r;
   assert_int_equal(tr_relay_reader_init(&r, 8192), 0);
   uint8_t hdr[4] = {0x01, 0x20, 0x00, 0x00}; /* 8193 */
-  assert_int_equal(tr_relay_reader_push(&r, hdr, 4), 4);
+  assert_int_equal(tr_frame_reader_push(&r, hdr, 4), 4);
   const uint8_t *p;
   size_t n;
-  assert_int_equal(tr_relay_reader_next(&r, &p, &n), TR_ERR_TOO_BIG);
+  assert_int_equal(tr_frame_reader_next(&r, &p, &n), TR_ERR_TOO_BIG);
   /* The reader never buffers the body of an oversize frame. */
-  assert_int_equal(tr_relay_reader_push(&r, hdr, 4), TR_ERR_TOO_BIG);
+  assert_int_equal(tr_frame_reader_push(&r, hdr, 4), TR_ERR_TOO_BIG);
   assert_true(r.cap <= 4096 + 4);
-  tr_relay_reader_free(&r);
+  tr_frame_reader_free(&r);
 
   /* A declared length of exactly max_frame is fine. */
   assert_int_equal(tr_relay_reader_init(&r, 8192), 0);
   uint8_t ok[4] = {0x00, 0x20, 0x00, 0x00};
-  assert_int_equal(tr_relay_reader_push(&r, ok, 4), 4);
-  assert_int_equal(tr_relay_reader_next(&r, &p, &n), 0);
-  tr_relay_reader_free(&r);
+  assert_int_equal(tr_frame_reader_push(&r, ok, 4), 4);
+  assert_int_equal(tr_frame_reader_next(&r, &p, &n), 0);
+  tr_frame_reader_free(&r);
 
   assert_int_equal(tr_relay_reader_init(&r, 16), TR_ERR_INVAL);
   assert_int_equal(tr_relay_reader_init(&r, (size_t)TR_RELAY_MAX_FRAME_LIMIT + 1), TR_ERR_INVAL);
@@ -304,10 +304,10 @@ static int round_trip(tr_relay_codec *c, const items *it, bool compress, size_t 
   assert_int_equal(tr_relay_batch_encode(c, 42, compress, it->ptr, 3, &fr, frame_len), 0);
   tr_relay_reader r;
   assert_int_equal(tr_relay_reader_init(&r, c->max_frame), 0);
-  assert_int_equal(tr_relay_reader_push(&r, fr, *frame_len), (int)*frame_len);
+  assert_int_equal(tr_frame_reader_push(&r, fr, *frame_len), (int)*frame_len);
   const uint8_t *p;
   size_t n;
-  assert_int_equal(tr_relay_reader_next(&r, &p, &n), 1);
+  assert_int_equal(tr_frame_reader_next(&r, &p, &n), 1);
   Tracerelay__RelayFrame *f = tr_relay_frame_decode(p, n);
   assert_non_null(f);
   assert_int_equal(f->msg_case, TRACERELAY__RELAY_FRAME__MSG_CHUNK_BATCH);
@@ -329,7 +329,7 @@ static int round_trip(tr_relay_codec *c, const items *it, bool compress, size_t 
   assert_int_equal(got[2]->flush_ack->flush_request_id, 9);
   tr_relay_items_free(owned);
   tr_relay_frame_free(f);
-  tr_relay_reader_free(&r);
+  tr_frame_reader_free(&r);
   free(fr);
   return codec;
 }

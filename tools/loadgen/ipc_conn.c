@@ -43,7 +43,7 @@ void lg_conn_close(lg_conn *c) {
   if (c->received_fd >= 0)
     close(c->received_fd);
   c->fd = c->wake_fd = c->received_fd = -1;
-  tr_ipc_reader_free(&c->reader);
+  tr_frame_reader_free(&c->reader);
 }
 
 int lg_conn_send(lg_conn *c, const Perfetto__Protos__IPCFrame *frame) {
@@ -82,7 +82,7 @@ int lg_conn_take_fd(lg_conn *c) {
 static int receive(lg_conn *c) {
   uint8_t *dst;
   size_t room;
-  int rc = tr_ipc_reader_space(&c->reader, &dst, &room);
+  int rc = tr_frame_reader_space(&c->reader, &dst, &room);
   if (rc < 0)
     return rc;
   union {
@@ -108,7 +108,7 @@ static int receive(lg_conn *c) {
       memcpy(&c->received_fd, CMSG_DATA(cm), sizeof(int));
     }
   }
-  tr_ipc_reader_commit(&c->reader, (size_t)n);
+  tr_frame_reader_commit(&c->reader, (size_t)n);
   return 0;
 }
 
@@ -116,7 +116,7 @@ int lg_conn_next(lg_conn *c, int timeout_ms, Perfetto__Protos__IPCFrame **frame)
   for (;;) {
     const uint8_t *payload;
     size_t len;
-    int rc = tr_ipc_reader_next(&c->reader, &payload, &len);
+    int rc = tr_frame_reader_next(&c->reader, &payload, &len);
     if (rc < 0)
       return rc;
     if (rc == 1) {

@@ -174,7 +174,12 @@ static void print_host_json(const struct tr_inspect_host *h) {
            l->agent_spill_dropped_packets, l->session_packets_lost_in_gaps,
            l->agent_queue_dropped_packets + l->agent_spill_dropped_packets +
                l->session_packets_lost_in_gaps);
-  else
+  if (l->has_host_stats) {
+    printf(",\"disconnected_at_ns\":[");
+    for (size_t i = 0; i < l->num_disconnected_at; i++)
+      printf("%s%" PRIu64, i ? "," : "", l->disconnected_at_ns[i]);
+    printf("]");
+  } else
     printf(",\"host_stats\":null");
   if (h->has_mapping)
     printf(",\"clock\":{\"offset_ns\":%" PRId64 ",\"drift_ppm\":%.6f,\"span_ns\":%" PRIu64,
@@ -254,6 +259,9 @@ static void print_host_text(const struct tr_inspect_host *h) {
            l->session_flushes_missed, l->session_chunks_refused, l->link_lost_chunks,
            l->link_lost_bytes, l->agent_queue_dropped_chunks, l->agent_spill_dropped_chunks,
            l->agent_smb_full, l->agent_abi_violations, l->flushes_missed);
+  for (size_t i = 0; i < l->num_disconnected_at; i++)
+    printf("  relay:  link down during this session at %" PRIu64 " ns (trace clock)\n",
+           l->disconnected_at_ns[i]);
   if (h->unresolved) {
     printf("  unresolved: %" PRIu64 " timestamps, first at byte offsets", h->unresolved);
     for (size_t i = 0; i < h->n_unresolved_offsets; i++)

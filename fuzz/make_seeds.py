@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""make_seeds.py: rebuilds the seed corpora of fuzz targets from the recorded Perfetto traffic in
+tests/vectors/ (see fuzz/CMakeLists.txt for the input layout each target expects).
+
+    fuzz/make_seeds.py            (from anywhere; writes into fuzz/corpus/<target>/)
+
+Seeds are cut from real bytes: IPC requests of the real SDK/CLI producers, the chunks and patches
+they committed, packets of the recorded traces. Relay frames (our own protocol, never recorded)
+are assembled from those same chunks, patches and descriptors, shaped as the agent sends them.
+Files whose names start with "crash-" are inputs that once crashed a target: never regenerated,
+never deleted. Every seed is kept under 64 KiB. Needs only python3 (and zstd for one seed)."""
+import hashlib, os, struct, subprocess, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VEC = os.path.join(ROOT, "tests", "vectors")
+CORPUS = os.path.join(ROOT, "fuzz", "corpus")
+MAX_SEED = 60000
+
+# ---- minimal protobuf wire codec ---------------------------------------------------------
+
+def varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+def read_varint(b, i):
+    v = shift = 0
+    while True:
+        c = b[i]; i += 1
+        v |= (c & 0x7F) << shift
+        if not c & 0x80:
+            return v, i
+        shift += 7
+
+def fields(b):
+    """(field, wiretype, value) of one message; value is int or bytes."""
+    i, out = 0, []
+    while i < len(b):
+        key, i = read_varint(b, i)
+        f, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = read_varint(b, i)
+        elif wt == 1:
+            v = b[i:i + 8]; i += 8
+        elif wt == 2:
+            n, i = read_varint(b, i)
+            v = b[i:i + n]; i += n
+        elif wt == 5:
+            v = b[i:i + 4]; i += 4
+        else:
+            raise ValueError("wire type %d" % wt)
+        out.append((f, wt, v))
+    return out
+
+def first(b, f, default=None):
+    for ff, _, v in fields(b):
+        if ff == f:
+            return v
+    return default
+
+def all_of(b, f):
+    return [v for ff, _, v in fields(b) if ff == f]
+
+def fv(f, v):       # varint field
+    return varint(f << 3) + varint(v)
+
+def fb(f, data):    # length-delimited field
+    if isinstance(data, str):
+        data = data.encode()
+    return varint(f << 3 | 2) + varint(len(data)) + data
+
+def ff64(f, v):     # fixed64 field
+    return varint(f << 3 | 1) + struct.pack("<Q", v)
+
+def ff32(f, v):     # fixed32 field
+    return varint(f << 3 | 5) + struct.pack("<I", v)
+
+def frames_of(path):
+    """Payloads of a `uint32 LE length + payload` stream file."""
+    b = open(path, "rb").read()
+    i, out = 0, []
+    while i + 4 <= len(b):
+        n = struct.unpack_from("<I", b, i)[0]
+        out.append(b[i + 4:i + 4 + n]); i += 4 + n
+    return out
+
+def le_frame(payload):
+    return struct.pack("<I", len(payload)) + payload
+
+# ---- output ------------------------------------------------------------------------------
+
+def reset(target):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    for name in os.listdir(d):
+        if not name.startswith("crash-"):
+            os.remove(os.path.join(d, name))
+    return d
+
+def write(d, name, data):
+    if len(data) > MAX_SEED:
+        return
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+# ---- the recorded IPC traffic ------------------------------------------------------------
+
+PRODUCER_METHODS = ["InitializeConnection", "RegisterDataSource", "UnregisterDataSource",
+                    "CommitData", "GetAsyncCommand", "RegisterTraceWriter",
+                    "UnregisterTraceWriter", "NotifyDataSourceStarted",
+                    "NotifyDataSourceStopped", "ActivateTriggers", "Sync", "UpdateDataSource"]
+
+def producer_requests():
+    """(method name, args) of every ProducerPort request in the producer recordings."""
+    out = []
+    ipc = os.path.join(VEC, "ipc")
+    for name in sorted(os.listdir(ipc)):
+        if not name.startswith("producer-") or not (name.endswith(".to-service.bin") or
+                                                     name.endswith(".to-relay.bin")):
+            continue
+        stem = name.split(".")[0]
+        methods = {}
+        for p in frames_of(os.path.join(ipc, stem + ".to-producer.bin")):
+            reply = first(p, 4)
+            if reply is None:
+                continue
+            sid = first(reply, 2, 0)
+            for m in all_of(reply, 3):
+                methods[(sid, first(m, 1, 0))] = first(m, 2, b"").decode()
+        for p in frames_of(os.path.join(ipc, name)):
+            inv = first(p, 5)
+            if inv is None:
+                continue
+            key = (first(inv, 1, 0), first(inv, 2, 0))
+            if methods.get(key) in PRODUCER_METHODS:
+                out.append((stem, methods[key], first(inv, 3, b"")))
+    return out
+
+def commits():
+    return [(stem, args) for stem, m, args in producer_requests() if m == "CommitData"]
+
+def moved_chunks():
+    """(target_buffer, full chunk bytes incl. 8-byte header, incomplete) of emulated commits."""
+    out = []
+    for _, args in commits():
+        for mv in all_of(args, 1):
+            data = first(mv, 4)
+            if data and len(data) >= 8:
+                out.append((first(mv, 3, 0), bytes(data), bool(first(mv, 5, 0))))
+    return out
+
+def patches():
+    """(target_buffer, writer_id, chunk_id, [(offset, 4 bytes)], has_more) of the commits."""
+    out = []
+    for _, args in commits():
+        for cp in all_of(args, 2):
+            entries = [(first(p, 1, 0), bytes(first(p, 2, b""))) for p in all_of(cp, 4)]
+            out.append((first(cp, 1, 0), first(cp, 2, 0), first(cp, 3, 0), entries,
+                        bool(first(cp, 5, 0))))
+    return out
+
+def chunk_header(c):
+    chunk_id, writer_id, packets = struct.unpack_from("<IHH", c, 0)
+    return chunk_id, writer_id, packets & 0x3FF, packets >> 10
+
+# ---- producer_port: [method byte][request length LE16][request][SMB bytes] ----------------
+
+def seeds_producer_port():
+    d = reset("producer_port")
+    smb = open(os.path.join(CORPUS, "smb_chunk", "smb-div1-div2"), "rb").read()[1:]
+    seen = set()
+    per_method = {}
+    for stem, m, args in producer_requests():
+        h = hashlib.sha1(m.encode() + args).hexdigest()[:8]
+        if h in seen or per_method.get((stem, m), 0) >= 2 or len(args) > 0xFFFF:
+            continue
+        seen.add(h)
+        per_method[(stem, m)] = per_method.get((stem, m), 0) + 1
+        body = bytes([PRODUCER_METHODS.index(m)]) + struct.pack("<H", len(args)) + args
+        if m == "CommitData" and "emulated" not in stem:
+            body += smb  # a real SMB image for the chunks this commit moves
+        write(d, "%s-%s-%s" % (stem, m, h), body)
+
+# ---- relay frames (our protocol), built from the recorded chunks ---------------------------
+
+def relay_chunk_item(tb, c, incomplete, producer_id=1):
+    chunk_id, writer_id, count, flags = chunk_header(c)
+    chunk = (fv(1, producer_id) + fv(2, writer_id) + fv(3, chunk_id) + fv(4, count) +
+             fv(5, flags) + fv(6, tb) + fv(7, int(incomplete)) + fv(8, 1000) + fv(9, 4242) +
+             fb(10, c[8:]))
+    return fb(1, chunk)
+
+def relay_patch_item(tb, writer, chunk_id, entries, more, producer_id=1):
+    body = fv(1, producer_id) + fv(2, tb) + fv(3, writer) + fv(4, chunk_id)
+    for off, data in entries:
+        body += fb(5, fv(1, off) + ff32(2, struct.unpack("<I", data.ljust(4, b"\0")[:4])[0]))
+    return fb(2, body + fv(6, int(more)))
+
+def relay(msg_field, body):
+    return le_frame(fb(msg_field, body))
+
+def hello(instance=0x1122334455667788, acked=0, features=0xF):
+    sysinfo = fb(1, fb(1, "Linux") + fb(3, "6.1.0-13-amd64")) + fb(4, "agent-typed-name")
+    return relay(1, fv(1, features) + ff64(2, instance) + fb(3, sysinfo) + fv(4, acked) +
+                 fv(5, 4 << 20))
+
+def descriptors():
+    out = []
+    for _, m, args in producer_requests():
+        if m == "RegisterDataSource":
+            d = first(args, 1)
+            if d is not None and bytes(d) not in out:
+                out.append(bytes(d))
+    return out
+
+def producer_update(pid, state, with_sources=True, unregistered=()):
+    body = fv(1, pid) + fv(2, state) + fb(3, "perfetto.producer") + fv(4, 1000) + fv(5, 4242)
+    body += fb(6, "Perfetto v58.2")
+    if with_sources:
+        for d in descriptors()[:4]:
+            body += fb(10, d)
+    for name in unregistered:
+        body += fb(11, name)
+    return relay(10, body)
+
+def batch(seq, items, zstd=False):
+    raw = b"".join(fb(3, it) for it in items)
+    if zstd:
+        # From a file, so the zstd frame declares its content size (the decoder requires it).
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(raw)
+            f.flush()
+            z = subprocess.run(["zstd", "-q", "-c", "-1", f.name], stdout=subprocess.PIPE,
+                               check=True).stdout
+        return relay(11, fv(1, seq) + fv(2, 1) + fb(4, z))
+    return relay(11, fv(1, seq) + fv(2, 0) + raw)
+
+def relay_streams():
+    """Named frame streams, as an agent sends them on one connection."""
+    chunks = moved_chunks()
+    pts = patches()
+    small = [c for c in chunks if len(c[1]) <= 4096][:6]
+    items = [relay_chunk_item(tb, c, inc) for tb, c, inc in small[:3]]
+    pitems = [relay_patch_item(*p) for p in pts[:4]]
+    flush_ack = fb(3, fv(1, 7) + fv(2, 1))
+    reply = lambda req, after, err="": relay(14, fv(1, req) + (fb(2, err) if err else b"") +
+                                             fv(3, after))
+    probe = relay(20, fv(1, 3) + fv(2, 1700000000000) + fv(3, 1700000000100) +
+                  fv(4, 1700000000150))
+    stats = relay(21, fb(1, fv(1, 1) + fv(2, 2) + fv(3, 8192) + fv(4, 1) + fv(5, 4096) +
+                        fv(6, 3) + fv(8, 40) + fv(9, 20)) + fv(2, 1) + fv(3, 100) + fv(4, 0))
+    snap = relay(22, fb(1, fv(1, 6) + fv(2, 123456789)) + fb(1, fv(1, 1) + fv(2, 987654321)) +
+                 fb(1, fv(1, 3) + fv(2, 555)))
+    return {
+        "session": hello() + producer_update(1, 1) + batch(1, items) +
+                   batch(2, pitems + [flush_ack]) + reply(11, 2) + reply(12, 3, "no such ds") +
+                   batch(3, items[:1], zstd=True) + stats + probe + snap +
+                   relay(4, fv(1, 99)) + producer_update(1, 2, False, ["track_event"]) +
+                   producer_update(1, 3, False) + relay(3, fv(1, 1) + fb(2, "shutting down")),
+        "reconnect-resync": hello(acked=0) + producer_update(1, 1) + producer_update(2, 1) +
+                            batch(1, items[:1]) + le_frame(b"\xff") + hello(acked=1) +
+                            producer_update(2, 1) + batch(2, items[1:2]) + reply(5, 2),
+        "agent-restart": hello() + producer_update(1, 1) + reply(9, 5) + le_frame(b"\xff") +
+                         hello(instance=0x99, acked=0) + batch(1, items[:1]),
+        "seq-gap": hello() + batch(1, items[:1]) + batch(5, items[1:2]) + batch(3, items[:1]),
+        "zstd-batch": hello() + batch(1, items, zstd=True),
+        "patches": hello() + batch(1, pitems),
+        "stats-probe-snapshot": hello() + stats + probe + snap,
+    }
+
+def seeds_relay():
+    streams = relay_streams()
+    d = reset("relay_frame")
+    for name, s in streams.items():
+        write(d, name, bytes([63]) + s)       # step byte: pushed in 64-byte pieces
+        write(d, name + "-bytewise", bytes([0]) + s[:2048])
+    d = reset("hosts")
+    for name, s in streams.items():
+        write(d, name, bytes([0]) + s)
+
+# ---- trace_buffer: an op stream (fuzz_trace_buffer.c) over real fragments ------------------
+
+def seeds_trace_buffer():
+    d = reset("trace_buffer")
+    chunks = moved_chunks()
+    for n, (tb, c, inc) in enumerate(chunks[:8]):
+        chunk_id, writer, count, flags = chunk_header(c)
+        payload = c[8:]
+        # Whole fragments that fit the op's one-byte length.
+        frags, i, used = 0, 0, 0
+        while frags < min(count, 7):
+            size, j = read_varint(payload, i)
+            if j + size - 0 > 255:
+                break
+            i = j + size; frags += 1
+        ops = bytearray([n & 31, n & 1])
+        for k in range(3):
+            ops += bytes([0, (writer - 1) << 1 & 2 | (4 if inc else 0), k, frags,
+                          flags & 7, i]) + payload[:i]
+        ops += bytes([3, 7, 2, 1, 0, 0, 0, 0, 0, 3, 7])
+        write(d, "emulated-%d" % n, bytes(ops))
+    # Structured chunks: fragment sizes only (bodies are generated), across the id wrap.
+    write(d, "structured-continued", bytes([1, 0, 1, 0, 0, 3, 2, 10, 20, 30, 1, 0, 1, 3, 1,
+                                           5, 1, 0, 2, 1, 1, 7, 3, 7]))
+
+# ---- packet_rewrite: [state byte][TracePacket] from the recorded traces --------------------
+
+def seeds_packet_rewrite():
+    d = reset("packet_rewrite")
+    seen = {}
+    for trace in ("sdk-track-event", "relay-emulated", "traced-relay-2machines"):
+        data = open(os.path.join(VEC, "traces", trace + ".pftrace"), "rb").read()
+        for n, pkt in enumerate(all_of(data, 1)):
+            # One seed per distinct set of top-level fields: clock snapshots, track events,
+            # interned data, ftrace bundles, defaults...
+            shape = tuple(sorted({f for f, _, _ in fields(pkt)}))
+            if shape in seen or len(pkt) > 8192:
+                continue
+            seen[shape] = 1
+            write(d, "%s-%d" % (trace, n), bytes([n & 3]) + bytes(pkt))
+
+# ---- text formats ------------------------------------------------------------------------
+
+def seeds_pbtxt():
+    d = os.path.join(CORPUS, "pbtxt")
+    for name in ("traced-relay-2machines.config.pbtxt",):
+        write(d, "2machines.pbtxt", b"0" + open(os.path.join(VEC, "traces", name), "rb").read())
+
+def seeds_config_file():
+    d = os.path.join(CORPUS, "config_file")
+    text = open(os.path.join(ROOT, "docs", "configuration.md")).read().split("```")
+    n = 0
+    for block in text[1::2]:
+        lines = block.split("\n", 1)
+        if len(lines) < 2 or "=" not in lines[1] or lines[1].lstrip().startswith("tracerelay"):
+            continue
+        write(d, "docs-%d.conf" % n, lines[1].encode()); n += 1
+
+def seeds_ipc_frame():
+    d = os.path.join(CORPUS, "ipc_frame")
+    s = open(os.path.join(VEC, "ipc", "producer-unix.to-service.bin"), "rb").read()[:3000]
+    write(d, "stream-producer-unix-head", bytes([0]) + s)
+
+def main():
+    seeds_producer_port()
+    seeds_relay()
+    seeds_trace_buffer()
+    seeds_packet_rewrite()
+    seeds_pbtxt()
+    seeds_config_file()
+    seeds_ipc_frame()
+    total = 0
+    for root, _, files in os.walk(CORPUS):
+        for f in files:
+            total += os.path.getsize(os.path.join(root, f))
+    print("corpus: %d bytes" % total)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+/* pb_valid.h: checks protobuf-c cannot make on a message it decoded from outside.
+ *
+ * protobuf-c 1.4 accepts a tag of field number 0 when the tag varint is over-long (0x81 0x00
+ * is field 0, fixed64) and keeps it as an unknown field; re-encoding then writes the short
+ * tag 0x01, which protobuf-c itself refuses. Anything we decode, keep and forward (IPC frames,
+ * a producer's data source descriptors, relay frames) would then turn into bytes the next
+ * hop cannot parse: a producer could get its agent's link dropped over and over. Field 0 is
+ * invalid in every protobuf encoding, so such messages are refused at decode.
+ *
+ * Cost: one walk over the decoded message tree, O(fields). Pure. */
+#ifndef TR_PB_VALID_H
+#define TR_PB_VALID_H
+
+#include <stdbool.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+/* True unless m or a message inside it holds an unknown field numbered 0. NULL is valid. */
+bool tr_pb_tags_valid(const ProtobufCMessage *m);
+
+#endif
