@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -351,6 +352,47 @@ static void test_best_exchanges_as_remote_clock_sync(void **state) {
   tr_clocksync_free(est);
 }
 
+/* Probes every 50 ms: one real exchange per 100 ms exchange period, the best of its period;
+ * before the exchange ring (made small here) the window bests stand in. */
+static void test_dense_exchanges(void **state) {
+  (void)state;
+  const struct host h = {.offset = 2.0L * 3600 * SEC, .drift = 200e-6L, .t0 = 5000.0L * SEC};
+  struct link l = {.base_ns = 30 * US, .jitter_mean_ns = 20 * US, .turnaround_ns = 20 * US};
+  struct tr_clocksync_config cfg;
+  tr_clocksync_config_default(&cfg);
+  cfg.exchanges = 100; /* the last 10 s */
+  struct tr_clocksync *est;
+  assert_int_equal(tr_clocksync_init(&est, &cfg), 0);
+  rng_state = 11;
+  struct tr_clocksync_probe all[600];
+  for (int i = 0; i < 600; i++) { /* 30 s */
+    all[i] = probe_at(&h, &l, (int64_t)h.t0 + (int64_t)i * 50 * MS);
+    assert_int_equal(tr_clocksync_add_probe(est, all[i].t1, all[i].t2, all[i].t3, all[i].t4), 0);
+  }
+  struct tr_clocksync_probe ex[1024];
+  int64_t from = host_clock(&h, h.t0), to = tr_clocksync_frontier(est);
+  int n = tr_clocksync_best_exchanges(est, from, to, 100 * MS, ex, 1024);
+  /* 20 s of 2 s window bests (about 10), then 10 s at one per 100 ms (about 100) */
+  assert_true(n >= 80 && n <= 115); /* fewer: two bests can share one 100 ms period */
+  int dense = 0;
+  for (int i = 0; i < n; i++) {
+    bool real = false;
+    for (int j = 0; j < 600 && !real; j++)
+      real = memcmp(&ex[i], &all[j], sizeof ex[i]) == 0;
+    assert_true(real); /* a probe as it was measured, never a mapped point */
+    if (i > 0) {
+      int64_t gap = ex[i].t2 - ex[i - 1].t2;
+      assert_true(gap > 0);
+      if (ex[i].t2 > to - 9 * SEC) {
+        assert_true(gap <= 300 * MS); /* dense where the ring reaches */
+        dense++;
+      }
+    }
+  }
+  assert_true(dense >= 60);
+  tr_clocksync_free(est);
+}
+
 static int64_t frontier_value(const struct tr_clocksync *est) {
   int64_t s;
   assert_int_equal(tr_clocksync_map(est, tr_clocksync_frontier(est), &s), 0);
@@ -490,6 +532,7 @@ int main(void) {
       cmocka_unit_test(test_accuracy),
       cmocka_unit_test(test_export_reproduces_mapping),
       cmocka_unit_test(test_best_exchanges_as_remote_clock_sync),
+      cmocka_unit_test(test_dense_exchanges),
       cmocka_unit_test(test_outliers_and_path_change),
       cmocka_unit_test(test_slews_never_steps),
       cmocka_unit_test(test_invalid_input),
