@@ -220,6 +220,9 @@ static void on_producer_disconnected(tr_producer_port *port, const tr_producer_i
   agent_producer *p = find_producer(a, info->id);
   if (p == NULL)
     return;
+  /* A producer disconnected for its violations is gone before the next stats collection:
+   * its count is kept from here (test_hostile_producer). */
+  tr_link_client_set_abi(a->link, info->id, info->abi_violations);
   Tracerelay__ProducerUpdate u = TRACERELAY__PRODUCER_UPDATE__INIT;
   u.has_producer_id = u.has_state = 1;
   u.producer_id = info->id;

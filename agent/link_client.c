@@ -22,6 +22,7 @@
 
 #include "relay/clock.h"
 #include "relay/log.h"
+#include "relay/relay_conn.h"
 #include "relay/relay_frame.h"
 #include "relay/relay_session.h"
 #include "relay/tls_uv.h"
@@ -110,10 +111,8 @@ static void close_conn(tr_link_client *lc, Tracerelay__Goodbye__Reason reason, c
                        ...) __attribute__((format(printf, 3, 4)));
 static void hang_up(tr_link_client *lc);
 
-/* sent_ns: NULL, or where to put the exact send time (tr_tls_uv_write_stamped). */
-static int write_bytes(tr_link_client *lc, const uint8_t *buf, size_t len, int64_t *sent_ns) {
-  int rc = sent_ns != NULL ? tr_tls_uv_write_stamped(lc->conn, buf, len, sent_ns)
-                           : tr_tls_uv_write(lc->conn, buf, len);
+/* After a write that returned rc: a full queue means the service stopped reading. 0 or rc. */
+static int wrote(tr_link_client *lc, int rc) {
   if (rc == TR_ERR_FULL && !lc->closing_conn)
     close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
                "the service does not read what we send");
@@ -123,17 +122,11 @@ static int write_bytes(tr_link_client *lc, const uint8_t *buf, size_t len, int64
   return 0;
 }
 
+/* sent_ns: NULL, or where to put the exact send time (tr_tls_uv_write_stamped). */
 static int send_frame_stamped(tr_link_client *lc, Tracerelay__RelayFrame *f, int64_t *sent_ns) {
   if (lc->conn == NULL || lc->closing_conn)
     return TR_ERR_CLOSED;
-  uint8_t *buf;
-  size_t len;
-  int rc = tr_relay_frame_encode(f, lc->max_out, &buf, &len);
-  if (rc < 0)
-    return rc;
-  rc = write_bytes(lc, buf, len, sent_ns);
-  free(buf);
-  return rc;
+  return wrote(lc, tr_relay_conn_send(lc->conn, f, lc->max_out, sent_ns));
 }
 
 static int send_frame(tr_link_client *lc, Tracerelay__RelayFrame *f) {
@@ -150,16 +143,8 @@ static void close_conn(tr_link_client *lc, Tracerelay__Goodbye__Reason reason, c
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
-  if (reason != TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED) {
-    Tracerelay__Goodbye bye = TRACERELAY__GOODBYE__INIT;
-    bye.has_reason = 1;
-    bye.reason = reason;
-    bye.text = text;
-    Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-    f.msg_case = TRACERELAY__RELAY_FRAME__MSG_GOODBYE;
-    f.goodbye = &bye;
-    send_frame(lc, &f);
-  }
+  if (reason != TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED)
+    tr_relay_conn_goodbye(lc->conn, reason, text, lc->max_out);
   if (reason != TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN)
     TR_WARN("link", "closing the link to %s:%s: %s", lc->host, lc->port, text);
   hang_up(lc);
@@ -181,7 +166,7 @@ static void pump(tr_link_client *lc) {
     uint64_t seq;
     if (tr_relay_agent_next(&lc->agent, &frame, &len, &seq) == 0)
       return;
-    if (write_bytes(lc, frame, len, NULL) < 0)
+    if (wrote(lc, tr_tls_uv_write(lc->conn, frame, len)) < 0)
       return;
   }
 }
@@ -668,28 +653,21 @@ static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
   lc->t2 = tr_tls_uv_read_time(conn); /* a probe's receive time, taken before decryption */
   tr_relay_heartbeat_heard(&lc->hb, uv_hrtime());
   const uint8_t *p = data;
+  char why[96];
   while (!lc->closing_conn) {
-    const uint8_t *payload;
-    size_t plen;
-    int rc = tr_frame_reader_next(&lc->reader, &payload, &plen);
-    if (rc < 0) {
-      PROTO_ERROR(lc, "frame longer than %zu bytes", lc->reader.max_payload);
-      break;
-    }
+    Tracerelay__RelayFrame *f;
+    int rc = tr_relay_conn_next(&lc->reader, &f, why, sizeof why);
     if (rc == 1) {
-      Tracerelay__RelayFrame *f = tr_relay_frame_decode(payload, plen);
-      if (f == NULL || f->msg_case == TRACERELAY__RELAY_FRAME__MSG__NOT_SET)
-        PROTO_ERROR(lc, "a frame of %zu bytes does not decode to a known message", plen);
-      else
-        on_frame(lc, f);
+      on_frame(lc, f);
       tr_relay_frame_free(f);
       continue;
     }
-    if (len == 0)
+    if (rc == 0 && len == 0)
       break;
-    rc = tr_frame_reader_push(&lc->reader, p, len);
+    if (rc == 0)
+      rc = tr_relay_conn_push(&lc->reader, p, len, why, sizeof why);
     if (rc < 0) {
-      PROTO_ERROR(lc, "frame longer than %zu bytes", lc->reader.max_payload);
+      PROTO_ERROR(lc, "%s", why);
       break;
     }
     p += rc;

@@ -9,10 +9,12 @@
 #include "agent/agent.h"
 #include "relay/clock.h"
 #include "relay/config_file.h"
+#include "relay/daemon_util.h"
 #include "relay/log.h"
 #include "relay/tls.h"
 #include "relay/tr_error.h"
 
+#define PROG "tracerelay-agent"
 #define SHUTDOWN_TIMEOUT_MS 5000u
 
 static const char kHelp[] =
@@ -72,12 +74,11 @@ static const char kHelp[] =
     "Exit status: 0 after a clean shutdown, 1 on a runtime failure, 2 on bad flags.\n";
 
 enum { OPT_SERVICE = 256, OPT_SERVICE_NAME, OPT_CA, OPT_CERT, OPT_KEY, OPT_PRODUCER_SOCKET,
-       OPT_QUEUE_MB, OPT_SPILL_MB, OPT_COMPRESS, OPT_NO_COMPRESS, OPT_FAKE_CLOCK, OPT_LOG_LEVEL,
-       OPT_HELP, OPT_MACHINE_NAME };
+       OPT_QUEUE_MB, OPT_SPILL_MB, OPT_COMPRESS, OPT_NO_COMPRESS, OPT_FAKE_CLOCK,
+       OPT_MACHINE_NAME };
 
 static int bad(const char *flag, const char *value) {
-  fprintf(stderr, "tracerelay-agent: invalid value '%s' for %s (see --help)\n", value, flag);
-  return 2;
+  return tr_daemon_bad_value(PROG, flag, value, NULL);
 }
 
 /* A size in MiB, 1..65536. */
@@ -91,23 +92,12 @@ static int parse_mb(const char *s, size_t *out) {
 }
 
 /* --config FILE: its flags go before the command line's (relay/config_file.h). */
-enum { OPT_CONFIG = 512 };
 static tr_config_file config;
 static char **config_argv;
 
 static void free_config(void) {
   tr_config_file_free(&config);
   free(config_argv);
-}
-
-static int check_config(int argc, char **argv, const struct option *longopts) {
-  const char *path;
-  char err[256];
-  if (config.num_entries == 0 || tr_config_file_find_arg(argc, argv, &path) < 0 || !path ||
-      tr_config_file_check(&config, longopts, err, sizeof err) == 0)
-    return 0;
-  fprintf(stderr, "tracerelay-agent: config file %s: %s\n", path, err);
-  return 2;
 }
 
 static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
@@ -124,11 +114,11 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       {"compress", no_argument, NULL, OPT_COMPRESS},
       {"no-compress", no_argument, NULL, OPT_NO_COMPRESS},
       {"fake-clock", required_argument, NULL, OPT_FAKE_CLOCK},
-      {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-      {"help", no_argument, NULL, OPT_HELP},
-      {"config", required_argument, NULL, OPT_CONFIG},
+      {"log-level", required_argument, NULL, TR_DAEMON_OPT_LOG_LEVEL},
+      {"help", no_argument, NULL, TR_DAEMON_OPT_HELP},
+      {"config", required_argument, NULL, TR_DAEMON_OPT_CONFIG},
       {NULL, 0, NULL, 0}};
-  if (check_config(argc, argv, longopts) != 0)
+  if (tr_daemon_check_config(PROG, &config, argc, argv, longopts) != 0)
     return 2;
   const char *env = getenv("PERFETTO_PRODUCER_SOCK_NAME");
   o->producer_socket = env != NULL && env[0] != '\0' ? env : TR_AGENT_DEFAULT_PRODUCER_SOCKET;
@@ -164,78 +154,36 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
         return bad("--fake-clock", optarg);
       break;
     }
-    case OPT_LOG_LEVEL: {
-      enum tr_log_level level;
-      if (tr_log_parse_level(optarg, &level) < 0)
-        return bad("--log-level", optarg);
-      tr_log_set_level(level);
+    default: {
+      int rc = tr_daemon_common_flag(PROG, opt, kHelp, argv);
+      if (rc != 0)
+        return rc;
       break;
     }
-    case OPT_CONFIG: break; /* read by main() before getopt */
-    case OPT_HELP:
-      fputs(kHelp, stdout);
-      exit(0);
-    default:
-      fprintf(stderr, "tracerelay-agent: unknown or incomplete option '%s' (see --help)\n",
-              argv[optind - 1]);
-      return 2;
     }
-  }
-  if (optind < argc) {
-    fprintf(stderr, "tracerelay-agent: unexpected argument '%s' (see --help)\n", argv[optind]);
-    return 2;
   }
   const char *missing = o->service == NULL ? "--service HOST:PORT"
                         : o->ca_path == NULL ? "--ca FILE"
                         : o->cert_path == NULL ? "--cert FILE"
                         : o->key_path == NULL ? "--key FILE"
                                               : NULL;
-  if (missing != NULL) {
-    fprintf(stderr, "tracerelay-agent: %s is required (see --help)\n", missing);
-    return 2;
-  }
-  return 0;
+  return tr_daemon_flags_done(PROG, argc, argv, missing);
 }
 
-struct daemon {
-  tr_agent *agent;
-  uv_signal_t term, intr, hup;
-  bool stopping;
-};
-
-static void on_closed(uv_handle_t *h) { (void)h; }
-
 static void on_agent_done(void *data) {
-  struct daemon *d = data;
-  d->agent = NULL;
-  uv_close((uv_handle_t *)&d->term, on_closed);
-  uv_close((uv_handle_t *)&d->intr, on_closed);
-  uv_close((uv_handle_t *)&d->hup, on_closed);
+  tr_daemon_signals_close(data);
   TR_INFO("agent", "stopped");
 }
 
-static void on_stop_signal(uv_signal_t *s, int signum) {
-  struct daemon *d = s->data;
-  if (d->stopping) {
-    TR_WARN("agent", "signal %d: already shutting down (at most %u ms)", signum,
-            SHUTDOWN_TIMEOUT_MS);
-    return;
-  }
-  d->stopping = true;
-  TR_INFO("agent", "signal %d: shutting down", signum);
-  tr_agent_shutdown(d->agent, SHUTDOWN_TIMEOUT_MS, on_agent_done, d);
+static void on_stop(tr_daemon_signals *sig) {
+  tr_agent_shutdown(sig->data, SHUTDOWN_TIMEOUT_MS, on_agent_done, sig);
 }
 
-static void on_hup(uv_signal_t *s, int signum) {
-  (void)signum;
-  struct daemon *d = s->data;
-  if (d->agent != NULL && !d->stopping)
-    tr_agent_reload_tls(d->agent);
-}
+static void on_hup(tr_daemon_signals *sig) { tr_agent_reload_tls(sig->data); }
 
 int main(int argc, char **argv) {
   struct tr_agent_opts opts = {0};
-  if (tr_config_file_args("tracerelay-agent", argc, argv, &config, &argc, &config_argv) < 0)
+  if (tr_config_file_args(PROG, argc, argv, &config, &argc, &config_argv) < 0)
     return 2;
   atexit(free_config); /* opts point into config_argv until the end */
   if (config_argv)
@@ -247,21 +195,16 @@ int main(int argc, char **argv) {
 
   uv_loop_t loop;
   uv_loop_init(&loop);
-  struct daemon d = {0};
-  rc = tr_agent_start(&loop, &opts, &d.agent);
-  if (rc < 0) {
-    uv_run(&loop, UV_RUN_DEFAULT); /* lets what was started close */
-    uv_loop_close(&loop);
-    return 1;
-  }
-  uv_signal_init(&loop, &d.term);
-  uv_signal_init(&loop, &d.intr);
-  uv_signal_init(&loop, &d.hup);
-  d.term.data = d.intr.data = d.hup.data = &d;
-  uv_signal_start(&d.term, on_stop_signal, SIGTERM);
-  uv_signal_start(&d.intr, on_stop_signal, SIGINT);
-  uv_signal_start(&d.hup, on_hup, SIGHUP);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  rc = uv_loop_close(&loop) == 0 ? 0 : 1;
-  return rc;
+  tr_agent *agent;
+  if (tr_agent_start(&loop, &opts, &agent) < 0)
+    return tr_daemon_start_failed(&loop);
+  char again[64];
+  snprintf(again, sizeof again, "already shutting down (at most %u ms)", SHUTDOWN_TIMEOUT_MS);
+  tr_daemon_signals sig = {.data = agent,
+                           .comp = "agent",
+                           .stop_note = "shutting down",
+                           .again_note = again,
+                           .on_stop = on_stop,
+                           .on_hup = on_hup};
+  return tr_daemon_run(&loop, &sig);
 }

@@ -51,7 +51,8 @@ tr_producer_info pp_info(const pp_producer *p) {
       .gid = p->peer.gid,
       .pid = p->peer.pid,
       .data_sources = (const Perfetto__Protos__DataSourceDescriptor *const *)p->data_sources,
-      .num_data_sources = p->num_data_sources};
+      .num_data_sources = p->num_data_sources,
+      .abi_violations = p->shm.stats.abi_violations};
 }
 
 /* Logs a violation already counted in the stats; disconnects once there were too many. */
@@ -104,16 +105,6 @@ static void reply(pp_producer *p, uint64_t request_id, const ProtobufCMessage *m
     free(buf);
 }
 
-/* The producer behind a call, or NULL (and the call refused) before InitializeConnection. */
-static pp_producer *ready(tr_ipc_conn *conn, uint64_t request_id, const char *what) {
-  pp_producer *p = tr_ipc_conn_data(conn);
-  if (!p->initialized) {
-    refuse(p, request_id, what, "called before InitializeConnection");
-    return NULL;
-  }
-  return p;
-}
-
 static ProtobufCMessage *decode(pp_producer *p, uint64_t request_id, const char *what,
                                 const ProtobufCMessageDescriptor *d, const uint8_t *args,
                                 size_t len) {
@@ -125,6 +116,20 @@ static ProtobufCMessage *decode(pp_producer *p, uint64_t request_id, const char 
   if (!m)
     refuse(p, request_id, what, "arguments do not decode");
   return m;
+}
+
+/* The prologue of every method but InitializeConnection: the producer behind the call (in *p)
+ * and its decoded arguments (of type d, freed by the caller), or NULL when the call was
+ * refused: made before InitializeConnection, or with arguments that do not decode. */
+static void *begin(tr_ipc_conn *conn, uint64_t request_id, const char *what,
+                   const ProtobufCMessageDescriptor *d, const uint8_t *args, size_t len,
+                   pp_producer **p) {
+  *p = tr_ipc_conn_data(conn);
+  if (!(*p)->initialized) {
+    refuse(*p, request_id, what, "called before InitializeConnection");
+    return NULL;
+  }
+  return decode(*p, request_id, what, d, args, len);
 }
 
 static void notify_data_sources(pp_producer *p) {
@@ -243,11 +248,10 @@ static void m_register_data_source(tr_ipc_conn *conn, uint64_t request_id, const
                                    size_t len, bool drop_reply) {
   (void)drop_reply;
   const char *what = "RegisterDataSource";
-  pp_producer *p = ready(conn, request_id, what);
-  if (!p)
-    return;
-  Perfetto__Protos__RegisterDataSourceRequest *req = (void *)decode(
-      p, request_id, what, &perfetto__protos__register_data_source_request__descriptor, args, len);
+  pp_producer *p;
+  Perfetto__Protos__RegisterDataSourceRequest *req =
+      begin(conn, request_id, what, &perfetto__protos__register_data_source_request__descriptor,
+            args, len, &p);
   if (!req)
     return;
   Perfetto__Protos__RegisterDataSourceResponse r =
@@ -273,12 +277,10 @@ static void m_unregister_data_source(tr_ipc_conn *conn, uint64_t request_id,
                                      const uint8_t *args, size_t len, bool drop_reply) {
   (void)drop_reply;
   const char *what = "UnregisterDataSource";
-  pp_producer *p = ready(conn, request_id, what);
-  if (!p)
-    return;
+  pp_producer *p;
   Perfetto__Protos__UnregisterDataSourceRequest *req =
-      (void *)decode(p, request_id, what,
-                     &perfetto__protos__unregister_data_source_request__descriptor, args, len);
+      begin(conn, request_id, what, &perfetto__protos__unregister_data_source_request__descriptor,
+            args, len, &p);
   if (!req)
     return;
   ssize_t i = req->data_source_name ? pp_find_data_source(p, req->data_source_name) : -1;
@@ -299,11 +301,10 @@ static void m_update_data_source(tr_ipc_conn *conn, uint64_t request_id, const u
                                  size_t len, bool drop_reply) {
   (void)drop_reply;
   const char *what = "UpdateDataSource";
-  pp_producer *p = ready(conn, request_id, what);
-  if (!p)
-    return;
-  Perfetto__Protos__UpdateDataSourceRequest *req = (void *)decode(
-      p, request_id, what, &perfetto__protos__update_data_source_request__descriptor, args, len);
+  pp_producer *p;
+  Perfetto__Protos__UpdateDataSourceRequest *req =
+      begin(conn, request_id, what, &perfetto__protos__update_data_source_request__descriptor, args,
+            len, &p);
   if (!req)
     return;
   Perfetto__Protos__DataSourceDescriptor *d = req->data_source_descriptor;
@@ -328,11 +329,9 @@ static void m_commit_data(tr_ipc_conn *conn, uint64_t request_id, const uint8_t 
                           size_t len, bool drop_reply) {
   (void)drop_reply;
   const char *what = "CommitData";
-  pp_producer *p = ready(conn, request_id, what);
-  if (!p)
-    return;
-  Perfetto__Protos__CommitDataRequest *req = (void *)decode(
-      p, request_id, what, &perfetto__protos__commit_data_request__descriptor, args, len);
+  pp_producer *p;
+  Perfetto__Protos__CommitDataRequest *req = begin(
+      conn, request_id, what, &perfetto__protos__commit_data_request__descriptor, args, len, &p);
   if (!req)
     return;
   tr_producer_port *port = p->port;
@@ -358,11 +357,10 @@ static void m_get_async_command(tr_ipc_conn *conn, uint64_t request_id, const ui
                                 size_t len, bool drop_reply) {
   (void)drop_reply;
   const char *what = "GetAsyncCommand";
-  pp_producer *p = ready(conn, request_id, what);
-  if (!p)
-    return;
-  ProtobufCMessage *req = decode(p, request_id, what,
-                                 &perfetto__protos__get_async_command_request__descriptor, args, len);
+  pp_producer *p;
+  ProtobufCMessage *req =
+      begin(conn, request_id, what, &perfetto__protos__get_async_command_request__descriptor, args,
+            len, &p);
   if (!req)
     return;
   protobuf_c_message_free_unpacked(req, NULL);
@@ -381,12 +379,10 @@ static void m_register_trace_writer(tr_ipc_conn *conn, uint64_t request_id, cons
                                     size_t len, bool drop_reply) {
   (void)drop_reply;
   const char *what = "RegisterTraceWriter";
-  pp_producer *p = ready(conn, request_id, what);
-  if (!p)
-    return;
-  Perfetto__Protos__RegisterTraceWriterRequest *req = (void *)decode(
-      p, request_id, what, &perfetto__protos__register_trace_writer_request__descriptor, args,
-      len);
+  pp_producer *p;
+  Perfetto__Protos__RegisterTraceWriterRequest *req =
+      begin(conn, request_id, what, &perfetto__protos__register_trace_writer_request__descriptor,
+            args, len, &p);
   if (!req)
     return;
   int rc = tr_producer_shm_register_writer(&p->shm, req->trace_writer_id, req->target_buffer);
@@ -402,13 +398,10 @@ static void m_register_trace_writer(tr_ipc_conn *conn, uint64_t request_id, cons
 static void m_unregister_trace_writer(tr_ipc_conn *conn, uint64_t request_id,
                                       const uint8_t *args, size_t len, bool drop_reply) {
   (void)drop_reply;
-  const char *what = "UnregisterTraceWriter";
-  pp_producer *p = ready(conn, request_id, what);
-  if (!p)
-    return;
-  Perfetto__Protos__UnregisterTraceWriterRequest *req = (void *)decode(
-      p, request_id, what, &perfetto__protos__unregister_trace_writer_request__descriptor, args,
-      len);
+  pp_producer *p;
+  Perfetto__Protos__UnregisterTraceWriterRequest *req =
+      begin(conn, request_id, "UnregisterTraceWriter",
+            &perfetto__protos__unregister_trace_writer_request__descriptor, args, len, &p);
   if (!req)
     return;
   /* The SDK may unregister a writer it never bound to a buffer: not an error. */
@@ -419,32 +412,32 @@ static void m_unregister_trace_writer(tr_ipc_conn *conn, uint64_t request_id,
 
 /* ---- 8 NotifyDataSourceStarted, 9 NotifyDataSourceStopped ------------------------------- */
 
-/* Decodes the one uint64 both Notify requests carry (field 1, same layout). */
-static bool decode_instance_id(pp_producer *p, uint64_t request_id, const char *what,
-                               const uint8_t *args, size_t len, uint64_t *id) {
-  Perfetto__Protos__NotifyDataSourceStartedRequest *req = (void *)decode(
-      p, request_id, what, &perfetto__protos__notify_data_source_started_request__descriptor,
-      args, len);
+/* Decodes and answers either Notify request (the one uint64 both carry: field 1, same layout).
+ * Returns the index of the instance it names, or -1: for a refused call, and for an instance
+ * not `waiting` for it, which is ignored as traced does (it can race with a stop timeout). */
+static ssize_t notified_instance(tr_ipc_conn *conn, uint64_t request_id, const char *what,
+                                 const uint8_t *args, size_t len, pp_instance_state waiting,
+                                 pp_producer **p, uint64_t *id) {
+  Perfetto__Protos__NotifyDataSourceStartedRequest *req =
+      begin(conn, request_id, what,
+            &perfetto__protos__notify_data_source_started_request__descriptor, args, len, p);
   if (!req)
-    return false;
+    return -1;
   *id = req->data_source_id;
   perfetto__protos__notify_data_source_started_request__free_unpacked(req, NULL);
-  return true;
+  reply(*p, request_id, NULL);
+  ssize_t i = pp_find_instance(*p, *id);
+  return i >= 0 && (*p)->instances[i].state == waiting ? i : -1;
 }
 
-/* A notification for an instance not waiting for one is ignored, as traced does: it can
- * race with a stop timeout. */
 static void m_notify_started(tr_ipc_conn *conn, uint64_t request_id, const uint8_t *args,
                              size_t len, bool drop_reply) {
   (void)drop_reply;
-  const char *what = "NotifyDataSourceStarted";
-  pp_producer *p = ready(conn, request_id, what);
+  pp_producer *p;
   uint64_t id;
-  if (!p || !decode_instance_id(p, request_id, what, args, len, &id))
-    return;
-  reply(p, request_id, NULL);
-  ssize_t i = pp_find_instance(p, id);
-  if (i < 0 || p->instances[i].state != PP_STARTING)
+  ssize_t i = notified_instance(conn, request_id, "NotifyDataSourceStarted", args, len,
+                                PP_STARTING, &p, &id);
+  if (i < 0)
     return;
   p->instances[i].state = PP_STARTED;
   tr_producer_port *port = p->port;
@@ -455,14 +448,11 @@ static void m_notify_started(tr_ipc_conn *conn, uint64_t request_id, const uint8
 static void m_notify_stopped(tr_ipc_conn *conn, uint64_t request_id, const uint8_t *args,
                              size_t len, bool drop_reply) {
   (void)drop_reply;
-  const char *what = "NotifyDataSourceStopped";
-  pp_producer *p = ready(conn, request_id, what);
+  pp_producer *p;
   uint64_t id;
-  if (!p || !decode_instance_id(p, request_id, what, args, len, &id))
-    return;
-  reply(p, request_id, NULL);
-  ssize_t i = pp_find_instance(p, id);
-  if (i < 0 || p->instances[i].state != PP_STOPPING)
+  ssize_t i = notified_instance(conn, request_id, "NotifyDataSourceStopped", args, len,
+                                PP_STOPPING, &p, &id);
+  if (i < 0)
     return;
   pp_remove_instance(p, (size_t)i);
   tr_producer_port *port = p->port;
@@ -475,12 +465,10 @@ static void m_notify_stopped(tr_ipc_conn *conn, uint64_t request_id, const uint8
 static void m_activate_triggers(tr_ipc_conn *conn, uint64_t request_id, const uint8_t *args,
                                 size_t len, bool drop_reply) {
   (void)drop_reply;
-  const char *what = "ActivateTriggers";
-  pp_producer *p = ready(conn, request_id, what);
-  if (!p)
-    return;
-  Perfetto__Protos__ActivateTriggersRequest *req = (void *)decode(
-      p, request_id, what, &perfetto__protos__activate_triggers_request__descriptor, args, len);
+  pp_producer *p;
+  Perfetto__Protos__ActivateTriggersRequest *req =
+      begin(conn, request_id, "ActivateTriggers",
+            &perfetto__protos__activate_triggers_request__descriptor, args, len, &p);
   if (!req)
     return;
   reply(p, request_id, NULL);
@@ -495,12 +483,9 @@ static void m_activate_triggers(tr_ipc_conn *conn, uint64_t request_id, const ui
 static void m_sync(tr_ipc_conn *conn, uint64_t request_id, const uint8_t *args, size_t len,
                    bool drop_reply) {
   (void)drop_reply;
-  const char *what = "Sync";
-  pp_producer *p = ready(conn, request_id, what);
-  if (!p)
-    return;
+  pp_producer *p;
   ProtobufCMessage *req =
-      decode(p, request_id, what, &perfetto__protos__sync_request__descriptor, args, len);
+      begin(conn, request_id, "Sync", &perfetto__protos__sync_request__descriptor, args, len, &p);
   if (!req)
     return;
   protobuf_c_message_free_unpacked(req, NULL);

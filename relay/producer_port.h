@@ -58,6 +58,9 @@ typedef struct tr_producer_info {
   /* The registered data sources, in registration order. */
   const Perfetto__Protos__DataSourceDescriptor *const *data_sources;
   size_t num_data_sources;
+  /* Its ABI violations so far: in producer_disconnected, the final count (the producer may
+   * be disconnected for them before anyone asked tr_producer_port_stats). */
+  uint64_t abi_violations;
 } tr_producer_info;
 
 typedef struct tr_producer_port_callbacks {

@@ -874,6 +874,8 @@ static int pass(struct ctx *c, const void *data, size_t len,
   c->out->packets = r.records;
   c->out->zlib_packets = r.zlib_packets;
   c->out->zstd_packets = r.zstd_packets;
+  c->out->undecodable_packets = r.undecodable_packets;
+  c->out->first_undecodable_offset = r.first_undecodable_offset;
   tr_trace_reader_free(&r);
   return rc;
 }

@@ -135,6 +135,7 @@ struct tr_inspect_result {
   size_t n_hosts;
   uint64_t clock_snapshots, snapshots_rejected, remote_clock_syncs, sync_edges;
   uint64_t zlib_packets, zstd_packets;
+  uint64_t undecodable_packets, first_undecodable_offset; /* skipped by the reader */
   struct tr_trace_reader_error error; /* why tr_inspect_trace failed on malformed input */
 };
 

@@ -262,8 +262,14 @@ int tr_trace_reader_next(struct tr_trace_reader *r, struct tr_trace_record *rec)
       continue;
     }
     r->packet = perfetto__protos__trace_packet__unpack(NULL, len, c->data + start);
-    if (!r->packet)
-      return fail(r, TR_ERR_DECODE, offset, inner, "packet does not decode as a TracePacket");
+    if (!r->packet) {
+      /* The record's framing is intact, only its content is bad (a producer can write a
+       * malformed nested message: services check top-level fields only). Skip it, as
+       * trace_processor does, and count it. */
+      if (r->undecodable_packets++ == 0)
+        r->first_undecodable_offset = offset;
+      continue;
+    }
     if (is_compressed(r->packet)) {
       if (in_inner)
         return fail(r, TR_ERR_DECODE, offset, inner, "compressed packet inside a compressed one");

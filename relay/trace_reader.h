@@ -50,6 +50,8 @@ struct tr_trace_reader {
   uint64_t records;             /* TracePackets returned */
   uint64_t zlib_packets, zstd_packets, inflated_bytes;
   uint64_t skipped_fields;      /* top-level fields other than packets */
+  uint64_t undecodable_packets; /* well-framed records whose packet does not decode: skipped */
+  uint64_t first_undecodable_offset;
 };
 
 struct tr_trace_record {

@@ -16,6 +16,7 @@
 
 #include "relay/clock.h"
 #include "relay/log.h"
+#include "relay/relay_conn.h"
 #include "relay/relay_frame.h"
 #include "relay/relay_session.h"
 #include "relay/tls_uv.h"
@@ -89,14 +90,7 @@ static void hang_up(tr_link_peer *p);
 /* Encodes and queues one frame. A full queue means the agent stopped reading: it is closed.
  * sent_ns: NULL, or where to put the exact send time (tr_tls_uv_write_stamped). */
 static int send_frame_stamped(tr_link_peer *p, Tracerelay__RelayFrame *f, int64_t *sent_ns) {
-  uint8_t *buf;
-  size_t len;
-  int rc = tr_relay_frame_encode(f, p->max_out, &buf, &len);
-  if (rc < 0)
-    return rc;
-  rc = sent_ns != NULL ? tr_tls_uv_write_stamped(p->conn, buf, len, sent_ns)
-                       : tr_tls_uv_write(p->conn, buf, len);
-  free(buf);
+  int rc = tr_relay_conn_send(p->conn, f, p->max_out, sent_ns);
   if (rc == TR_ERR_FULL && !p->closing)
     peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
                "the agent does not read what the service sends (%u bytes queued)",
@@ -115,17 +109,6 @@ static int send_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
   return send_frame_stamped(p, f, NULL);
 }
 
-static void send_goodbye(tr_link_peer *p, Tracerelay__Goodbye__Reason reason, const char *text) {
-  Tracerelay__Goodbye bye = TRACERELAY__GOODBYE__INIT;
-  bye.has_reason = 1;
-  bye.reason = reason;
-  bye.text = (char *)text;
-  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_GOODBYE;
-  f.goodbye = &bye;
-  send_frame(p, &f);
-}
-
 /* Ends the connection; the rest happens in on_close. reason UNSPECIFIED: no Goodbye. */
 static void peer_close(tr_link_peer *p, Tracerelay__Goodbye__Reason reason, const char *fmt, ...) {
   if (p->closing)
@@ -140,7 +123,7 @@ static void peer_close(tr_link_peer *p, Tracerelay__Goodbye__Reason reason, cons
     TR_WARN("link", "closing the link of %s (%s): %s", tr_tls_uv_peer_name(p->conn),
             tr_tls_uv_peer_address(p->conn), text);
   if (reason != TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED)
-    send_goodbye(p, reason, text);
+    tr_relay_conn_goodbye(p->conn, reason, text, p->max_out);
   hang_up(p);
 }
 
@@ -462,20 +445,14 @@ static void stash(tr_link_peer *p, const uint8_t *data, size_t len) {
  * the connection closes, or our output backs up (the rest is stashed). */
 static void consume(tr_link_peer *p, const uint8_t *data, size_t len) {
   for (;;) {
+    char why[96];
     while (!p->closing && !p->paused) {
-      const uint8_t *payload;
-      size_t plen;
-      int rc = tr_frame_reader_next(&p->reader, &payload, &plen);
+      Tracerelay__RelayFrame *f;
+      int rc = tr_relay_conn_next(&p->reader, &f, why, sizeof why);
       if (rc == 0)
         break;
       if (rc < 0) {
-        PROTO_ERROR(p, "frame longer than %zu bytes", p->reader.max_payload);
-        return;
-      }
-      Tracerelay__RelayFrame *f = tr_relay_frame_decode(payload, plen);
-      if (f == NULL || f->msg_case == TRACERELAY__RELAY_FRAME__MSG__NOT_SET) {
-        tr_relay_frame_free(f);
-        PROTO_ERROR(p, "a frame of %zu bytes does not decode to a known message", plen);
+        PROTO_ERROR(p, "%s", why);
         return;
       }
       on_frame(p, f);
@@ -488,9 +465,9 @@ static void consume(tr_link_peer *p, const uint8_t *data, size_t len) {
     }
     if (len == 0)
       return;
-    int n = tr_frame_reader_push(&p->reader, data, len);
+    int n = tr_relay_conn_push(&p->reader, data, len, why, sizeof why);
     if (n < 0) {
-      PROTO_ERROR(p, "frame longer than %zu bytes", p->reader.max_payload);
+      PROTO_ERROR(p, "%s", why);
       return;
     }
     data += n;

@@ -8,9 +8,12 @@
 #include <string.h>
 
 #include "relay/config_file.h"
+#include "relay/daemon_util.h"
 #include "relay/log.h"
 #include "relay/tr_error.h"
 #include "service/daemon.h"
+
+#define PROG "tracerelay-service"
 
 static const char kHelp[] =
     "Usage: tracerelay-service --ca FILE --cert FILE --key FILE [options]\n"
@@ -80,7 +83,7 @@ static const char kHelp[] =
     "Exit status: 0 after a clean shutdown, 1 on a runtime failure, 2 on bad flags.\n";
 
 enum { OPT_LISTEN = 256, OPT_CONSUMER_SOCKET, OPT_CONSUMER_MODE, OPT_CA, OPT_CERT, OPT_KEY,
-       OPT_TIMELINE, OPT_LOG_LEVEL, OPT_HELP, OPT_ALLOW_UID, OPT_ALLOW_GID,
+       OPT_TIMELINE, OPT_ALLOW_UID, OPT_ALLOW_GID,
        OPT_HANDSHAKE_TIMEOUT };
 
 /* A decimal id or count in [0, max]; -1 if s is not one. */
@@ -93,14 +96,11 @@ static long long parse_num(const char *s, unsigned long long max) {
 }
 
 static int bad(const char *flag, const char *value, const char *why) {
-  fprintf(stderr, "tracerelay-service: invalid value '%s' for %s%s%s (see --help)\n", value,
-          flag, why ? ": " : "", why ? why : "");
-  return 2;
+  return tr_daemon_bad_value(PROG, flag, value, why);
 }
 
 /* --config FILE: its flags go before the command line's (relay/config_file.h). SIGHUP
  * re-reads it; every argv built stays allocated until exit, since opts point into them. */
-enum { OPT_CONFIG = 512 };
 static tr_config_file config;
 static char **config_argvs[64];
 static size_t num_config_argvs;
@@ -113,16 +113,6 @@ static void free_config(void) {
     free(config_argvs[--num_config_argvs]);
 }
 
-static int check_config(int argc, char **argv, const struct option *longopts) {
-  const char *path;
-  char err[256];
-  if (config.num_entries == 0 || tr_config_file_find_arg(argc, argv, &path) < 0 || !path ||
-      tr_config_file_check(&config, longopts, err, sizeof err) == 0)
-    return 0;
-  fprintf(stderr, "tracerelay-service: config file %s: %s\n", path, err);
-  return 2;
-}
-
 static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o);
 
 /* Loads --config (if any) and parses the flags into *o; on SIGHUP again, with the same
@@ -132,10 +122,10 @@ static int load_flags(struct tr_service_daemon_opts *o) {
   int argc;
   char **argv;
   if (num_config_argvs == sizeof config_argvs / sizeof config_argvs[0]) {
-    fprintf(stderr, "tracerelay-service: config file reloaded too many times: restart\n");
+    fprintf(stderr, PROG ": config file reloaded too many times: restart\n");
     return 2;
   }
-  if (tr_config_file_args("tracerelay-service", cmdline_argc, cmdline_argv, &config, &argc,
+  if (tr_config_file_args(PROG, cmdline_argc, cmdline_argv, &config, &argc,
                           &argv) < 0) {
     config = old;
     return 2;
@@ -156,15 +146,15 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"cert", required_argument, NULL, OPT_CERT},
       {"key", required_argument, NULL, OPT_KEY},
       {"timeline", required_argument, NULL, OPT_TIMELINE},
-      {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-      {"help", no_argument, NULL, OPT_HELP},
+      {"log-level", required_argument, NULL, TR_DAEMON_OPT_LOG_LEVEL},
+      {"help", no_argument, NULL, TR_DAEMON_OPT_HELP},
       {"consumer-allow-uid", required_argument, NULL, OPT_ALLOW_UID},
       {"consumer-allow-gid", required_argument, NULL, OPT_ALLOW_GID},
       {"handshake-timeout-ms", required_argument, NULL, OPT_HANDSHAKE_TIMEOUT},
-      {"config", required_argument, NULL, OPT_CONFIG},
+      {"config", required_argument, NULL, TR_DAEMON_OPT_CONFIG},
       {NULL, 0, NULL, 0}};
   int opt;
-  if (check_config(argc, argv, longopts) != 0)
+  if (tr_daemon_check_config(PROG, &config, argc, argv, longopts) != 0)
     return 2;
   o->listen = TR_SERVICE_DEFAULT_LISTEN;
   o->consumer_socket = TR_SERVICE_DEFAULT_CONSUMER_SOCKET;
@@ -221,81 +211,42 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
         return bad("--timeline", optarg, "use machines or global-clocks");
       }
       break;
-    case OPT_LOG_LEVEL: {
-      enum tr_log_level level;
-      if (tr_log_parse_level(optarg, &level) < 0)
-        return bad("--log-level", optarg, NULL);
-      tr_log_set_level(level);
+    default: {
+      int rc = tr_daemon_common_flag(PROG, opt, kHelp, argv);
+      if (rc != 0)
+        return rc;
       break;
     }
-    case OPT_CONFIG: break; /* read by main() before getopt */
-    case OPT_HELP:
-      fputs(kHelp, stdout);
-      exit(0);
-    default:
-      fprintf(stderr, "tracerelay-service: unknown or incomplete option '%s' (see --help)\n",
-              argv[optind - 1]);
-      return 2;
     }
-  }
-  if (optind < argc) {
-    fprintf(stderr, "tracerelay-service: unexpected argument '%s' (see --help)\n", argv[optind]);
-    return 2;
   }
   const char *missing = o->ca_path == NULL     ? "--ca FILE"
                         : o->cert_path == NULL ? "--cert FILE"
                         : o->key_path == NULL  ? "--key FILE"
                                                : NULL;
-  if (missing) {
-    fprintf(stderr, "tracerelay-service: %s is required (see --help)\n", missing);
-    return 2;
-  }
-  return 0;
+  return tr_daemon_flags_done(PROG, argc, argv, missing);
 }
 
-struct daemon {
-  tr_service_daemon *svc;
-  uv_signal_t term, intr, hup;
-  bool stopping;
-};
-
 static void on_done(void *ud) {
-  struct daemon *d = ud;
-  uv_close((uv_handle_t *)&d->term, NULL);
-  uv_close((uv_handle_t *)&d->intr, NULL);
-  uv_close((uv_handle_t *)&d->hup, NULL);
+  tr_daemon_signals_close(ud);
   TR_INFO("service", "stopped");
 }
 
-static void on_stop_signal(uv_signal_t *s, int signum) {
-  struct daemon *d = s->data;
-  if (d->stopping) {
-    TR_WARN("service", "signal %d: already shutting down (flushes time out within 5 s)", signum);
-    return;
-  }
-  d->stopping = true;
-  TR_INFO("service", "signal %d: flushing and stopping sessions, then exiting", signum);
-  tr_service_daemon_shutdown(d->svc, on_done, d);
-}
+static void on_stop(tr_daemon_signals *sig) { tr_service_daemon_shutdown(sig->data, on_done, sig); }
 
-static void on_hup(uv_signal_t *s, int signum) {
-  struct daemon *d = s->data;
+static void on_hup(tr_daemon_signals *sig) {
   struct tr_service_daemon_opts o = {0};
-  (void)signum;
-  if (d->stopping)
-    return;
   TR_INFO("service", "SIGHUP: reloading the certificates");
   if (load_flags(&o) != 0) {
     TR_ERROR("service", "SIGHUP: the flags or config file are invalid (see above): nothing "
              "reloaded");
     return;
   }
-  tr_service_daemon_reload_tls(d->svc, o.ca_path, o.cert_path, o.key_path);
+  tr_service_daemon_reload_tls(sig->data, o.ca_path, o.cert_path, o.key_path);
 }
 
 int main(int argc, char **argv) {
   struct tr_service_daemon_opts opts = {0};
-  struct daemon d = {0};
+  tr_service_daemon *svc;
   uv_loop_t loop;
   cmdline_argc = argc;
   cmdline_argv = argv;
@@ -306,20 +257,15 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN); /* a consumer or agent that went away is an error code */
 
   uv_loop_init(&loop);
-  if (tr_service_daemon_start(&loop, &opts, &d.svc) < 0) {
-    uv_run(&loop, UV_RUN_DEFAULT); /* lets what was started close */
-    uv_loop_close(&loop);
-    return 1;
-  }
-  uv_signal_init(&loop, &d.term);
-  uv_signal_init(&loop, &d.intr);
-  uv_signal_init(&loop, &d.hup);
-  d.term.data = d.intr.data = d.hup.data = &d;
-  uv_signal_start(&d.term, on_stop_signal, SIGTERM);
-  uv_signal_start(&d.intr, on_stop_signal, SIGINT);
-  uv_signal_start(&d.hup, on_hup, SIGHUP);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  rc = uv_loop_close(&loop) == 0 ? 0 : 1;
-  tr_service_daemon_free(d.svc);
+  if (tr_service_daemon_start(&loop, &opts, &svc) < 0)
+    return tr_daemon_start_failed(&loop);
+  tr_daemon_signals sig = {.data = svc,
+                           .comp = "service",
+                           .stop_note = "flushing and stopping sessions, then exiting",
+                           .again_note = "already shutting down (flushes time out within 5 s)",
+                           .on_stop = on_stop,
+                           .on_hup = on_hup};
+  rc = tr_daemon_run(&loop, &sig);
+  tr_service_daemon_free(svc);
   return rc;
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "relay/log.h"
+#include "relay/pb_valid.h"
 #include "relay/tr_error.h"
 #include "service/timeline_output.h"
 #include "service/trace_output.h"
@@ -78,6 +79,8 @@ int tr_session_validate_config(const Perfetto__Protos__TraceConfig *cfg, char *e
                                size_t err_len) {
   if (!cfg)
     CONFIG_ERROR("EnableTracing without a trace_config");
+  if (!tr_pb_tags_valid(&cfg->base)) /* it could not be copied nor forwarded: pb_valid.h */
+    CONFIG_ERROR("trace_config holds a field numbered 0 (an over-long tag): not valid protobuf");
   if (cfg->n_buffers < 1 || cfg->n_buffers > TR_SESSION_MAX_BUFFERS)
     CONFIG_ERROR("trace_config has %zu buffers; give 1 to %u", cfg->n_buffers,
                  TR_SESSION_MAX_BUFFERS);

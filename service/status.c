@@ -11,13 +11,13 @@
 static char *const kStates[] = {"CONFIGURED", "STARTED", "DISABLING_WAITING_STOP_ACKS",
                                 "DISABLED"};
 
-static void fill_stats(Tracerelay__HostStats *h, const tr_host *host) {
+void tr_service_fill_host_stats(Tracerelay__HostStats *h, const tr_host *host, bool connected) {
   const tr_host_stats *st = &host->stats;
   h->machine_name = (char *)host->name;
   h->has_machine_id = 1;
   h->machine_id = host->machine_id;
   h->has_connected = 1;
-  h->connected = host->link != NULL;
+  h->connected = connected;
 #define SET(f)                                                                                    \
   h->has_##f = 1;                                                                                 \
   h->f = st->f
@@ -137,7 +137,7 @@ int tr_service_host_status(tr_service *svc, tr_host *host, uint8_t **out, size_t
     hs.producers++;
     hs.data_sources += (uint32_t)host->producers[p].num_data_sources;
   }
-  fill_stats(&stats, host);
+  tr_service_fill_host_stats(&stats, host, host->link != NULL);
   hs.stats = &stats;
   fill_clock(&hs, host, boot_now);
 

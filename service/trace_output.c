@@ -22,6 +22,7 @@
 
 #include "relay/log.h"
 #include "relay/tr_error.h"
+#include "service/status.h"
 #include "service/timeline_output.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"
 
@@ -317,32 +318,11 @@ static void fill_buffer_stats(Perfetto__Protos__TraceStats__BufferStats *o,
 
 static void fill_host(Tracerelay__HostStats *h, const tr_session_host *sh) {
   const tr_host_stats *st = &sh->host->stats;
-  h->machine_name = (char *)sh->host->name;
-  h->has_machine_id = 1;
-  h->machine_id = sh->host->machine_id;
-  h->has_connected = 1;
-  h->connected = !sh->gone && !sh->retired;
-#define SET(f)                                                                                    \
-  h->has_##f = 1;                                                                                 \
-  h->f = st->f
-  SET(batches_received);
-  SET(batches_duplicate);
-  SET(chunks_received);
-  SET(bytes_received);
-  SET(link_lost_batches);
-  SET(link_lost_chunks);
-  SET(link_lost_bytes);
-  SET(agent_queue_dropped_chunks);
-  SET(agent_queue_dropped_bytes);
-  SET(agent_spill_dropped_chunks);
-  SET(agent_spill_dropped_bytes);
-  SET(agent_smb_full);
-  SET(agent_abi_violations);
-  SET(disconnects);
-  SET(flushes_missed);
-  SET(agent_queue_dropped_packets);
-  SET(agent_spill_dropped_packets);
-#undef SET
+  tr_service_fill_host_stats(h, sh->host, !sh->gone && !sh->retired);
+  /* The packets in the dropped chunks: for the accounting check, not in the live status. */
+  h->has_agent_queue_dropped_packets = h->has_agent_spill_dropped_packets = 1;
+  h->agent_queue_dropped_packets = st->agent_queue_dropped_packets;
+  h->agent_spill_dropped_packets = st->agent_spill_dropped_packets;
   h->has_session_chunks_refused = 1;
   h->session_chunks_refused = sh->chunks_refused;
   h->has_session_flushes_missed = 1;

@@ -39,18 +39,12 @@ for p in tracerelay-service tracerelay-loadgen tracerelay; do
   [ -x "$BIN/$p" ] || { log "$BIN/$p is not built"; exit 1; }
 done
 
-free_port() {
-  local p
-  for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 40000))
-    [ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ] && { echo "$p"; return 0; }
-  done
-  return 1
-}
-SERVICE_PORT=$(free_port)
-export SERVICE_PORT
 # shellcheck source=tools/cluster-lib.sh
 source "$TR_SRC/tools/cluster-lib.sh"
+# shellcheck source=tests/integration/common.sh
+source "$TR_SRC/tests/integration/common.sh"
+SERVICE_PORT=$(free_port)
+export SERVICE_PORT
 WORK_DIR=$(mktemp -d /tmp/tr-ctr.XXXXXX)
 cluster_init "$BIN" "$WORK_DIR"
 
@@ -58,22 +52,6 @@ CT_NAME=""
 IMAGE=""
 AGENT_PID=""
 PASSED=0
-# Stops everything in CLUSTER_PIDS before cluster_cleanup deletes the namespaces. cluster-lib's
-# cluster_start_* background a shell function, so a PID there can be a subshell whose child is
-# the real program, and `unshare --fork` ignores SIGTERM while its child runs: signal each PID's
-# direct children as well, then wait (bounded) and SIGKILL what is left.
-stop_started() {
-  local pids=() pid
-  for pid in "${CLUSTER_PIDS[@]}"; do
-    # shellcheck disable=SC2207 # PIDs: no spaces
-    pids+=($(pgrep -P "$pid") "$pid")
-  done
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null
-  done
-}
 cleanup() {
   local rc=$?
   set +e # tear everything down even when one step fails
@@ -84,12 +62,7 @@ cleanup() {
   stop_started # AGENT_PID too: it is in CLUSTER_PIDS
   cluster_cleanup
   [ -n "$IMAGE" ] && podman rmi -f "$IMAGE" >/dev/null 2>&1
-  if [ "$PASSED" != 1 ] && [ "$rc" -ne 77 ]; then
-    for f in "$WORK_DIR"/*.log; do
-      [ -f "$f" ] || continue
-      echo "---- $(basename "$f") (last 30 lines)"; tail -n 30 "$f"
-    done
-  fi
+  [ "$PASSED" != 1 ] && [ "$rc" -ne 77 ] && dump_logs "$WORK_DIR"
   if [ "${TR_KEEP_WORK:-0}" = 1 ]; then log "kept $WORK_DIR"; else rm -rf "$WORK_DIR"; fi
   exit "$rc"
 }
@@ -230,45 +203,15 @@ STATS_JSON="$WORK_DIR/loadgen.json"
   --writers 2 --rate 500 --stats-json "$STATS_JSON" >>"$WORK_DIR/loadgen.log" 2>&1 &
 LOADGEN=$!
 CLUSTER_PIDS+=("$LOADGEN")
-# The producer should be known to the agent (and so to the service) before the session starts,
-# or it would only join it late.
-for _ in $(seq 100); do
-  grep -q 'connected: container-test-producer' "$AGENT_LOG" && break
-  kill -0 "$LOADGEN" 2>/dev/null || { log "the loadgen exited at once"; exit 1; }
-  sleep 0.1
-done
-grep -q 'connected: container-test-producer' "$AGENT_LOG" ||
-  { log "the loadgen did not connect to the contained agent within 10 s"; exit 1; }
-sleep 0.5 # the agent's ProducerUpdate to the service
+wait_producer "$AGENT_LOG" container-test-producer "$LOADGEN"
 
 TRACE="$WORK_DIR/trace.pftrace"
-timeout 60 "$BIN/tracerelay" record --socket "$CONSUMER_SOCK" -t 3s --data-source track_event -o "$TRACE" \
-  >"$WORK_DIR/record.log" 2>&1 || { log "tracerelay record failed: $(cat "$WORK_DIR/record.log")"; exit 1; }
-[ -s "$TRACE" ] || { log "tracerelay record wrote an empty trace"; exit 1; }
+record_trace "$CONSUMER_SOCK" "$TRACE"
+wait_loadgen "$LOADGEN" "$WORK_DIR/loadgen.log" "$STATS_JSON"
+written=$WRITTEN
 
-for _ in $(seq 150); do kill -0 "$LOADGEN" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$LOADGEN" 2>/dev/null; then
-  log "the loadgen still runs 15 s after the session ended (was it stopped?)"; exit 1
-fi
-wait "$LOADGEN" || { log "the loadgen failed: $(cat "$WORK_DIR/loadgen.log")"; exit 1; }
-written=$(sed -n 's/.*"total":{[^}]*"packets_written":\([0-9]*\).*/\1/p' "$STATS_JSON")
-[ -n "$written" ] || { log "no packets_written in $STATS_JSON"; exit 1; }
-
-# machine_id of a remote host's packets: low 32 bits of FNV-1a-64 of its name (0 -> 1).
-machine_id() {
-  local s=$1 h=$((0xcbf29ce484222325)) i c
-  for ((i = 0; i < ${#s}; i++)); do
-    printf -v c '%d' "'${s:i:1}"
-    h=$(((h ^ c) * 0x100000001b3))
-  done
-  h=$((h & 0xffffffff))
-  [ "$h" -eq 0 ] && h=1
-  echo "$h"
-}
 MID=$(machine_id "$MACHINE")
-protoc --decode=perfetto.protos.Trace -I "$TR_SRC/protos" perfetto/trace/trace.proto \
-  <"$TRACE" >"$WORK_DIR/trace.txt" 2>"$WORK_DIR/protoc.log" ||
-  { log "the trace does not decode as perfetto.protos.Trace: $(head -c 500 "$WORK_DIR/protoc.log")"; exit 1; }
+decode_trace "$TRACE" "$WORK_DIR/trace.txt"
 read -r events total sysinfo decoy < <(awk -v id="$MID" -v name="\"$MACHINE\"" \
   -v decoy="\"$DECOY_HOSTNAME\"" '
   /^packet \{/ { te = 0; m = ""; next }
