@@ -17,6 +17,9 @@
 #define TS_LIMIT ((int64_t)1 << 62)
 #define MAX_REJECTS_IN_ROW 4
 #define MAX_FIT 256 /* bounds fit_samples, so the fit's scratch lives on the stack */
+/* The newest exchange-period bests the fit reads before the window bests: dense samples make
+ * the drift right within seconds of a start, where 2 s windows would give only a few. */
+#define EX_FIT 128
 
 struct sample { /* the best probe of one window */
   struct tr_clocksync_probe p;
@@ -125,6 +128,10 @@ static const struct sample *hist_at(const struct tr_clocksync *est, uint32_t i) 
   return &est->hist[(est->hist_start + i) % est->cfg.history];
 }
 
+static const struct sample *ex_at(const struct tr_clocksync *est, uint32_t i) {
+  return &est->ex[(est->ex_start + i) % est->cfg.exchanges];
+}
+
 static const struct knot *knot_at(const struct tr_clocksync *est, uint32_t i) {
   return &est->knots[(est->knot_start + i) % est->cfg.max_knots];
 }
@@ -169,18 +176,31 @@ static bool plausible(const struct tr_clocksync *est, const struct sample *s, in
   return rtt_floor == INT64_MAX || s->rtt <= 2 * rtt_floor + est->cfg.outlier_slack_ns;
 }
 
-/* Weighted least squares of offset against host time over the fit set plus `extra` (the open
- * window's best, when plausible). Keeps the previous drift when the samples cannot give one. */
-static void refit(struct tr_clocksync *est, const struct sample *extra) {
-  uint32_t idx[MAX_FIT];
-  int64_t newest = extra ? extra->h : hist_at(est, est->hist_n - 1)->h;
-  uint32_t n = fit_set(est, newest, idx);
-  const struct sample *set[MAX_FIT + 1];
+/* Weighted least squares of offset against host time, from `newest` back, over `extra` (the
+ * open exchange period's best, when plausible), the last EX_FIT closed exchange-period bests
+ * (non-outliers, within the fit span, after the last path change and not before the oldest
+ * window best of a full fit set), then the fit set's window bests older than those. Keeps the previous drift when the samples cannot give one. */
+static void refit(struct tr_clocksync *est, int64_t newest, const struct sample *extra) {
+  const struct sample *set[1 + EX_FIT + MAX_FIT];
   uint32_t m = 0;
   if (extra)
     set[m++] = extra;
+  uint32_t idx[MAX_FIT];
+  uint32_t n = est->hist_n ? fit_set(est, newest, idx) : 0;
+  /* No further back than the window bests reach once fit_samples of them are in use. */
+  int64_t h_old = n == est->cfg.fit_samples ? hist_at(est, idx[n - 1])->h : INT64_MIN;
+  int64_t h_cut = INT64_MAX;
+  for (uint32_t i = est->ex_n, k = 0; i-- > 0 && k < EX_FIT; k++) {
+    const struct sample *s = ex_at(est, i);
+    if (newest - s->h > est->cfg.fit_span_ns || s->h < est->fit_after || s->h < h_old)
+      break;
+    h_cut = s->h;
+    if (!s->outlier)
+      set[m++] = s;
+  }
   for (uint32_t i = 0; i < n; i++)
-    set[m++] = hist_at(est, idx[i]);
+    if (hist_at(est, idx[i])->h < h_cut)
+      set[m++] = hist_at(est, idx[i]);
   if (m == 0)
     return;
 
@@ -190,7 +210,7 @@ static void refit(struct tr_clocksync *est, const struct sample *extra) {
     if (set[i]->rtt < f.rtt_min)
       f.rtt_min = set[i]->rtt;
   double w_sum = 0, w2_sum = 0, x_sum = 0, y_sum = 0, r_sum = 0, x_min = 0, x_max = 0;
-  double w[MAX_FIT + 1], x[MAX_FIT + 1], y[MAX_FIT + 1];
+  double w[1 + EX_FIT + MAX_FIT], x[1 + EX_FIT + MAX_FIT], y[1 + EX_FIT + MAX_FIT];
   for (uint32_t i = 0; i < m; i++) {
     double d = (double)(set[i]->rtt - f.rtt_min + est->cfg.rtt_noise_ns);
     w[i] = 1.0 / (d * d);
@@ -402,9 +422,9 @@ int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int
   }
 
   uint32_t idx[MAX_FIT];
-  uint32_t n = est->hist_n ? fit_set(est, est->window_best.h, idx) : 0;
-  bool use_open = n == 0 || plausible(est, &est->window_best, set_rtt_min(est, idx, n));
-  refit(est, use_open ? &est->window_best : NULL);
+  uint32_t n = est->hist_n ? fit_set(est, est->ex_best.h, idx) : 0;
+  bool use_open = n == 0 || plausible(est, &est->ex_best, set_rtt_min(est, idx, n));
+  refit(est, est->ex_best.h, use_open ? &est->ex_best : NULL);
   place_knot(est, &s.p);
   return 0;
 }

@@ -11,8 +11,9 @@
  * is kept. A window's best is rejected as an outlier when its rtt exceeds 2 * (the smallest rtt
  * among the kept samples) + outlier_slack_ns, unless the last 4 windows were all rejected:
  * then the path changed, the window is kept and the fit restarts from it. Offset and drift come
- * from a weighted least-squares line over the last fit_samples kept samples younger than
- * fit_span_ns (plus the best of the open window), weight 1/(rtt - rtt_min + rtt_noise_ns)^2, so
+ * from a weighted least-squares line over the best of the open exchange period, the last 128
+ * exchange-period bests (below), then the window bests older than those (at most fit_samples),
+ * all non-outliers younger than fit_span_ns, weight 1/(rtt - rtt_min + rtt_noise_ns)^2, so
  * the samples with the least queueing dominate. Drift is clamped to +-max_drift_ppm.
  *
  * Mapping M. Piecewise linear, with one knot per probe at host time t3:
@@ -41,7 +42,7 @@
  * fewer than two samples exist; hbar: the weighted mean host time of the samples; E: the current
  * estimate, so the third term is what the slew has not caught up yet; 1 ns for rounding.
  *
- * Cost: tr_clocksync_add_probe O(fit_samples), tr_clocksync_map O(log max_knots), memory
+ * Cost: tr_clocksync_add_probe O(fit_samples + 128), tr_clocksync_map O(log max_knots), memory
  * O(max_knots + history), all fixed at init. Not thread-safe: one estimator per host, one owner. */
 #ifndef TR_CLOCKSYNC_H
 #define TR_CLOCKSYNC_H

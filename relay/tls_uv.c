@@ -16,16 +16,20 @@
 #include "relay/tr_error.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <linux/sockios.h>
+#include <sys/socket.h>
 #include <sys/ioctl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define KEEPALIVE_DELAY_S 30
 #define READ_BUFFER (64 * 1024)
+#define RX_PAIR_NS 2000 /* widest REALTIME bracket of a BOOTTIME read that converts a stamp */
 
 struct tr_tls_uv_server {
   uv_tcp_t tcp;
@@ -55,7 +59,13 @@ struct tr_tls_uv_conn {
   size_t queued;
   unsigned writes_pending;
   uint64_t bytes_in;
-  int64_t read_ns; /* BOOTTIME when the socket read now being delivered returned */
+  int64_t read_ns; /* BOOTTIME when the bytes now being delivered reached the socket */
+  /* rx_stamps: the kernel stamps received bytes (SO_TIMESTAMPNS) and on_alloc reads the
+   * socket itself with recvmsg, leaving pre_* for on_tcp_read. */
+  bool rx_stamps;
+  size_t pre_len;
+  int pre_err; /* 0, UV_EOF or a libuv error code */
+  int64_t pre_ns;
   int handles_open;
   bool app_owned; /* on_close is owed: client connections, server ones after on_connect */
   bool want_drain;
@@ -456,14 +466,86 @@ static bool feed_and_drive(tr_tls_uv_conn *c, size_t off, size_t end) {
   return true;
 }
 
+/* Reads the socket into rbuf with the kernel's receive time of the newest bytes read (TCP
+ * reports the last segment's), as BOOTTIME: the clock now minus the segment's age. The age
+ * comes from REALTIME, the clock of socket timestamps; a value that makes no sense (REALTIME
+ * stepped, a segment not stamped) falls back to now, which is still no earlier than arrival. */
+static void own_read(tr_tls_uv_conn *c) {
+  c->pre_len = 0;
+  c->pre_err = 0;
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0) {
+    c->pre_err = UV_EBADF;
+    return;
+  }
+  union {
+    char buf[CMSG_SPACE(sizeof(struct timespec))];
+    struct cmsghdr align;
+  } ctl;
+  struct iovec iov = {.iov_base = c->rbuf, .iov_len = sizeof c->rbuf};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                     .msg_controllen = sizeof ctl.buf};
+  ssize_t n;
+  do
+    n = recvmsg(fd, &m, MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    c->pre_err = errno == EAGAIN || errno == EWOULDBLOCK ? 0 : uv_translate_sys_error(errno);
+    return;
+  }
+  if (n == 0) {
+    c->pre_err = UV_EOF;
+    return;
+  }
+  /* BOOTTIME bracketed by two REALTIME reads: a preemption between the two clocks would move
+   * the stamp by its length. The earlier REALTIME errs on the late side. */
+  int64_t now = 0;
+  struct timespec rt;
+  bool paired = false;
+  for (int i = 0; i < 3 && !paired; i++) {
+    struct timespec r1;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    now = boottime();
+    clock_gettime(CLOCK_REALTIME, &r1);
+    paired = ((int64_t)r1.tv_sec - (int64_t)rt.tv_sec) * 1000000000 + (r1.tv_nsec - rt.tv_nsec) <=
+             RX_PAIR_NS;
+  }
+  c->pre_len = (size_t)n;
+  c->pre_ns = now;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm != NULL; cm = CMSG_NXTHDR(&m, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS ||
+        cm->cmsg_len < CMSG_LEN(sizeof(struct timespec)))
+      continue;
+    struct timespec ts;
+    memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+    int64_t age =
+        ((int64_t)rt.tv_sec - (int64_t)ts.tv_sec) * 1000000000 + (rt.tv_nsec - ts.tv_nsec);
+    if (paired && (ts.tv_sec != 0 || ts.tv_nsec != 0) && age >= 0 &&
+        age < 10 * 1000000000LL && age < now)
+      c->pre_ns = now - age;
+  }
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   tr_tls_uv_conn *c = h->data;
-  *buf = uv_buf_init((char *)c->rbuf, sizeof c->rbuf);
+  if (!c->rx_stamps) {
+    *buf = uv_buf_init((char *)c->rbuf, sizeof c->rbuf);
+    return;
+  }
+  /* libuv reads with read(), which drops the timestamp: read here, and hand libuv an empty
+   * buffer, which makes it call on_tcp_read with UV_ENOBUFS and keep reading. */
+  own_read(c);
+  *buf = uv_buf_init(NULL, 0);
 }
 
 static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   tr_tls_uv_conn *c = stream->data;
+  int64_t stamp = 0;
+  if (nread == UV_ENOBUFS && c->rx_stamps) {
+    nread = c->pre_err != 0 ? c->pre_err : (ssize_t)c->pre_len;
+    stamp = c->pre_ns;
+  }
   if (nread == 0 || c->closing)
     return;
   if (nread < 0) {
@@ -476,7 +558,7 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     return;
   }
   /* First, before any decryption: the arrival time of every message completed by this read. */
-  c->read_ns = boottime();
+  c->read_ns = stamp != 0 ? stamp : boottime();
   c->bytes_in += (uint64_t)nread;
   (void)buf; /* always rbuf (on_alloc) */
   feed_and_drive(c, 0, (size_t)nread);
@@ -533,6 +615,12 @@ bool tr_tls_uv_read_is_paused(const tr_tls_uv_conn *c) { return c->read_paused; 
 /* Common setup of both sides once the TCP connection exists. */
 static void start_session(tr_tls_uv_conn *c) {
   uv_tcp_nodelay(&c->tcp, 1);
+  /* Kernel receive times: the time userspace reads is late by the reader's wake-up, which on
+   * a VM differs between two hosts by tens of microseconds (docs/timeline.md). */
+  uv_os_fd_t fd;
+  int on = 1;
+  c->rx_stamps = uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+                 setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on) == 0;
   uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_DELAY_S);
   int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_tcp_read);
   if (rc < 0) {

@@ -116,10 +116,12 @@ size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
  * Otherwise (something queued, or the kernel did not take all of it) the bytes are queued as by
  * tr_tls_uv_write and *sent_ns = 0: there is no exact send time. Returns as tr_tls_uv_write.
  *
- * tr_tls_uv_read_time: inside on_read, the clock read when the socket read that completed the
- * bytes being delivered returned, before they were decrypted (for bytes held over a pause, the
- * time of the read that brought them). A received message's arrival time: never earlier than
- * the bytes reached this process. */
+ * tr_tls_uv_read_time: inside on_read, the time the newest bytes of the socket read that
+ * completed the bytes being delivered reached the socket, before they were decrypted (for bytes
+ * held over a pause, that of the read that brought them): the kernel's receive stamp
+ * (SO_TIMESTAMPNS, converted from REALTIME to BOOTTIME at the read) when it has one, else the
+ * clock read when the read returned. Either way never earlier than the bytes reached this host's
+ * socket, and free of this process's wake-up latency when stamped. */
 int tr_tls_uv_write_stamped(tr_tls_uv_conn *conn, const void *data, size_t len, int64_t *sent_ns);
 int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *conn);
 /* Closes gracefully: queued bytes and a close_notify are sent (for at most
