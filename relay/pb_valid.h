@@ -2,10 +2,12 @@
  *
  * protobuf-c 1.4 accepts a tag of field number 0 when the tag varint is over-long (0x81 0x00
  * is field 0, fixed64) and keeps it as an unknown field; re-encoding then writes the short
- * tag 0x01, which protobuf-c itself refuses. Anything we decode, keep and forward (IPC frames,
- * a producer's data source descriptors, relay frames) would then turn into bytes the next
- * hop cannot parse: a producer could get its agent's link dropped over and over. Field 0 is
- * invalid in every protobuf encoding, so such messages are refused at decode.
+ * tag 0x01, which protobuf-c itself refuses. Anything we decode, keep and copy or forward
+ * (IPC frames, a producer's data source descriptors, relay frames, a consumer's TraceConfig)
+ * would then turn into bytes the next copy or hop cannot parse: the agent silently failed to
+ * announce such a producer's data sources, and a relay peer would take the frame for a
+ * protocol error. Field 0 is invalid in every protobuf encoding, so such messages are refused
+ * at decode (found by fuzz_ipc_frame; docs/fuzzing.md).
  *
  * Cost: one walk over the decoded message tree, O(fields). Pure. */
 #ifndef TR_PB_VALID_H
