@@ -249,7 +249,8 @@ static void put_padding(lg_sequence *s) {
 
 static int write_track_event(lg_sequence *s, uint64_t now) {
   lg_trace_writer *tw = s->tw;
-  int type = s->slice_open ? TYPE_SLICE_END : s->seq % 8 == 7 ? TYPE_COUNTER : TYPE_SLICE_BEGIN;
+  /* Every 8th event is a counter, on its own track, so it may fall inside an open slice. */
+  int type = s->seq % 8 == 7 ? TYPE_COUNTER : s->slice_open ? TYPE_SLICE_END : TYPE_SLICE_BEGIN;
   int rc = begin(s, false);
   put_uint(tw, PKT_TIMESTAMP, now - s->last_ts);
   put_uint(tw, PKT_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
