@@ -713,16 +713,23 @@ static int mode_random_frames(void) {
   return closed ? 0 : 1;
 }
 
+/* Connects as a well-behaved producer named `name` and waits until the agent has set up and
+ * started its data source, so the mode's attack meets a producer with a buffer. */
+static int start_as_producer(conn *c, session *s, const char *name) {
+  if (conn_open(c) < 0 || bind_producer_port(c) < 0 || initialize(c, name, -1, 0, NULL) < 0 ||
+      wait_started(c, s, opt.timeout_ms) < 0) {
+    fprintf(stderr, "hostile_producer: no session started\n");
+    return -1;
+  }
+  return 0;
+}
+
 static int mode_huge_sizes(void) {
   conn c;
   session s;
   uint64_t t0 = now_ms();
-  if (conn_open(&c) < 0 || bind_producer_port(&c) < 0 ||
-      initialize(&c, "hostile-huge-sizes", -1, 0, NULL) < 0 ||
-      wait_started(&c, &s, opt.timeout_ms) < 0) {
-    fprintf(stderr, "hostile_producer: no session started\n");
+  if (start_as_producer(&c, &s, "hostile-huge-sizes") < 0)
     return 1;
-  }
   const uint32_t B = s.target_buffer;
   static const uint8_t four[4] = {0xff, 0xff, 0xff, 0x7f};
   static const uint8_t five[5] = {1, 2, 3, 4, 5};
@@ -874,12 +881,8 @@ static int mode_corrupt_smb(void) {
   conn c;
   session s;
   uint64_t t0 = now_ms();
-  if (conn_open(&c) < 0 || bind_producer_port(&c) < 0 ||
-      initialize(&c, "hostile-corrupt-smb", -1, 0, NULL) < 0 ||
-      wait_started(&c, &s, opt.timeout_ms) < 0) {
-    fprintf(stderr, "hostile_producer: no session started\n");
+  if (start_as_producer(&c, &s, "hostile-corrupt-smb") < 0)
     return 1;
-  }
   printf("hostile corrupt-smb: SMB %zu bytes, %zu pages of %zu, buffer %u\n", s.smb_size,
          s.num_pages, s.page_size, s.target_buffer);
   /* The other producer's writer ids: ours are a separate sequence, whatever the ids. */
@@ -927,12 +930,8 @@ static int mode_steal(void) {
   conn c;
   session s;
   uint64_t t0 = now_ms();
-  if (conn_open(&c) < 0 || bind_producer_port(&c) < 0 ||
-      initialize(&c, "hostile-steal", -1, 0, NULL) < 0 ||
-      wait_started(&c, &s, opt.timeout_ms) < 0) {
-    fprintf(stderr, "hostile_producer: no session started\n");
+  if (start_as_producer(&c, &s, "hostile-steal") < 0)
     return 1;
-  }
   const uint32_t B = s.target_buffer;
   printf("hostile steal: given buffer %u\n", B);
   bool ok = true;
