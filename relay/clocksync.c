@@ -20,6 +20,9 @@
 /* The newest exchange-period bests the fit reads before the window bests: dense samples make
  * the drift right within seconds of a start, where 2 s windows would give only a few. */
 #define EX_FIT 128
+/* A period whose best is not edge-worthy is skipped, unless this many periods went by
+ * without an exchange written: then a plausible one will do. */
+#define EDGE_MAX_GAP_PERIODS 10
 
 struct sample { /* the best probe of one window */
   struct tr_clocksync_probe p;
@@ -27,6 +30,7 @@ struct sample { /* the best probe of one window */
   int64_t theta2; /* twice the offset: (t1-t2) + (t4-t3) */
   int64_t rtt;
   bool outlier;
+  bool edge_ok; /* within edge_rtt_slack_ns of the floor: good enough alone for an edge */
 };
 
 struct knot {
@@ -75,8 +79,9 @@ void tr_clocksync_config_default(struct tr_clocksync_config *cfg) {
   cfg->max_drift_ppm = 1000;
   cfg->max_knots = 65536;
   cfg->history = 4096;
-  cfg->exchange_period_ns = 100000000;
-  cfg->exchanges = 16384;
+  cfg->exchange_period_ns = 10000000;
+  cfg->exchanges = 8192;
+  cfg->edge_rtt_slack_ns = 20000;
 }
 
 int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_config *cfg) {
@@ -88,7 +93,7 @@ int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_confi
   if (c.window_ns <= 0 || c.fit_samples == 0 || c.fit_span_ns <= 0 || c.outlier_slack_ns < 0 ||
       c.fit_samples > MAX_FIT || c.rtt_noise_ns <= 0 || !(c.slew_max_ppm > 0 && c.slew_max_ppm < 1e5) ||
       !(c.max_drift_ppm > 0 && c.max_drift_ppm < 1e5) || c.max_knots < 2 || c.history == 0 ||
-      c.exchange_period_ns <= 0 || c.exchanges == 0)
+      c.exchange_period_ns <= 0 || c.exchanges == 0 || c.edge_rtt_slack_ns < 0)
     return TR_ERR_INVAL;
   struct tr_clocksync *est = calloc(1, sizeof(*est));
   if (!est)
@@ -174,6 +179,12 @@ static int64_t set_rtt_min(const struct tr_clocksync *est, const uint32_t *idx, 
 
 static bool plausible(const struct tr_clocksync *est, const struct sample *s, int64_t rtt_floor) {
   return rtt_floor == INT64_MAX || s->rtt <= 2 * rtt_floor + est->cfg.outlier_slack_ns;
+}
+
+/* The stricter rule for an exchange written alone as a trace_processor edge (see
+ * tr_clocksync_best_exchanges): its offset is used as it is, unsmoothed by any fit. */
+static bool edge_worthy(const struct tr_clocksync *est, const struct sample *s, int64_t rtt_floor) {
+  return rtt_floor == INT64_MAX || s->rtt <= 2 * rtt_floor + est->cfg.edge_rtt_slack_ns;
 }
 
 /* Weighted least squares of offset against host time, from `newest` back, over `extra` (the
@@ -271,7 +282,9 @@ static void close_window(struct tr_clocksync *est) {
   struct sample s = est->window_best;
   uint32_t idx[MAX_FIT];
   uint32_t n = fit_set(est, s.h, idx);
-  bool ok = plausible(est, &s, set_rtt_min(est, idx, n));
+  int64_t floor = set_rtt_min(est, idx, n);
+  bool ok = plausible(est, &s, floor);
+  s.edge_ok = edge_worthy(est, &s, floor);
   if (!ok && est->rejected_in_row < MAX_REJECTS_IN_ROW) {
     s.outlier = true;
     est->rejected_in_row++;
@@ -295,7 +308,9 @@ static void close_window(struct tr_clocksync *est) {
  * smallest rtt as a window best would be (without the path-change rule: that is the fit's). */
 static void close_exchange(struct tr_clocksync *est) {
   struct sample s = est->ex_best;
-  s.outlier = !plausible(est, &s, est->fit.valid ? est->fit.rtt_min : INT64_MAX);
+  int64_t floor = est->fit.valid ? est->fit.rtt_min : INT64_MAX;
+  s.outlier = !plausible(est, &s, floor);
+  s.edge_ok = edge_worthy(est, &s, floor);
   if (est->ex_n == est->cfg.exchanges) {
     est->ex_start = (est->ex_start + 1) % est->cfg.exchanges;
     est->ex_n--;
@@ -535,38 +550,47 @@ void tr_clocksync_pair_from_breakpoint(const struct tr_clocksync_breakpoint *bp,
 
 int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_from,
                                 int64_t host_to, int64_t period_ns,
+                                struct tr_clocksync_sync_pair *after,
                                 struct tr_clocksync_probe *out, size_t cap) {
   if (host_to < host_from || period_ns < 1)
     return TR_ERR_INVAL;
   size_t n = 0;
-  struct tr_clocksync_sync_pair last = {0};
+  struct tr_clocksync_sync_pair last = {.update_remote = -1, .update_service = -1};
+  if (after)
+    last = *after;
   const struct sample *best = NULL;
-  int64_t best_bucket = -1;
+  int64_t best_bucket = -1, last_bucket = INT64_MIN / 2;
+  int64_t floor = est->fit.valid ? est->fit.rtt_min : INT64_MAX;
   /* Candidates, oldest first: the window bests older than the exchange ring, the ring, then
-   * the open exchange period's best. */
+   * the open exchange period's best (judged now, as it will be when its period closes). */
   int64_t cut = est->ex_n ? est->ex[est->ex_start].h : est->ex_open ? est->ex_best.h : INT64_MAX;
   uint32_t n_old = 0;
   while (n_old < est->hist_n && hist_at(est, n_old)->h < cut)
     n_old++;
   uint32_t total = n_old + est->ex_n + (est->ex_open ? 1 : 0);
+  struct sample open = est->ex_best;
+  if (est->ex_open) {
+    open.outlier = !plausible(est, &open, floor);
+    open.edge_ok = edge_worthy(est, &open, floor);
+  }
   for (uint32_t i = 0; i <= total && n < cap; i++) {
     const struct sample *s = i == total ? NULL
                              : i < n_old ? hist_at(est, i)
                              : i < n_old + est->ex_n
                                  ? &est->ex[(est->ex_start + i - n_old) % est->cfg.exchanges]
-                                 : &est->ex_best;
+                                 : &open;
     if (s && (s->outlier || s->h < host_from || s->h > host_to))
       continue;
-    if (s == &est->ex_best && !plausible(est, s, est->fit.valid ? est->fit.rtt_min : INT64_MAX))
-      continue; /* judged now, as it will be when its period closes */
     int64_t bucket = s ? (s->h - host_from) / period_ns : -2;
     if (best && bucket != best_bucket) {
       struct tr_clocksync_sync_pair pair = {0};
       tr_clocksync_pair_from_exchange(&best->p, &pair);
-      if (n == 0 || (pair.ping_remote > last.update_remote &&
-                     pair.ping_service > last.update_service)) {
+      bool wanted = best->edge_ok || best_bucket - last_bucket >= EDGE_MAX_GAP_PERIODS;
+      if (wanted && pair.ping_remote > last.update_remote &&
+          pair.ping_service > last.update_service) {
         out[n++] = best->p;
         last = pair;
+        last_bucket = best_bucket;
       }
       best = NULL;
     }
@@ -575,5 +599,7 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
       best_bucket = bucket;
     }
   }
+  if (after)
+    *after = last;
   return (int)n;
 }

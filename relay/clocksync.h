@@ -62,8 +62,9 @@ struct tr_clocksync_config {
   double max_drift_ppm;     /* drift clamp (default 1000 ppm) */
   uint32_t max_knots;       /* mapping knots kept, one per probe (default 65536) */
   uint32_t history;         /* window bests kept for tr_clocksync_best_exchanges (default 4096) */
-  int64_t exchange_period_ns; /* best-of period of the exchange ring (default 100 ms) */
-  uint32_t exchanges;       /* exchange-period bests kept (default 16384) */
+  int64_t exchange_period_ns; /* best-of period of the exchange ring (default 10 ms) */
+  uint32_t exchanges;       /* exchange-period bests kept (default 8192) */
+  int64_t edge_rtt_slack_ns; /* an exchange written alone has rtt <= 2 * floor + this (20 us) */
 };
 
 struct tr_clocksync_probe {
@@ -131,14 +132,21 @@ int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64
 /* The real exchanges to write as remote_clock_sync in the `machines` encoding: for each period
  * [host_from + k*period_ns, ...) of host time up to host_to, the minimum-RTT non-outlier
  * candidate whose midpoint falls in it, oldest first, skipping any whose pair (see below) would
- * not come strictly after the previous one on both clocks. The candidates are the bests of each
+ * not come strictly after the previous one on both clocks: TP makes a remote clock that goes
+ * backwards target-only, so one such pair would cut the host off the timeline. `after` (may be
+ * NULL) is the last pair written before, by an earlier call, and is updated to the last one of
+ * this call. The candidates are the bests of each
  * exchange_period_ns (the last `exchanges` of them, plus the open period's) and, before those,
  * the window bests; a best is an outlier by the window rule against the fit's smallest rtt at
- * the time its period closed. So a period_ns of exchange_period_ns gives one exchange per
- * exchange period while the ring covers the range, one per window before. Returns the count
- * (<= cap), TR_ERR_INVAL for an empty range or period < 1. */
+ * the time its period closed. Each one becomes an edge on its own, its offset unsmoothed, so a
+ * period's best is also skipped when its rtt exceeds 2 * that smallest rtt +
+ * edge_rtt_slack_ns (one queued leg would put its offset off by up to half the excess), unless
+ * no exchange was taken for the 10 periods before it. So a period_ns of exchange_period_ns
+ * gives about one exchange per exchange period while the ring covers the range, one per window
+ * before. Returns the count (<= cap), TR_ERR_INVAL for an empty range or period < 1. */
 int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_from,
                                 int64_t host_to, int64_t period_ns,
+                                struct tr_clocksync_sync_pair *after,
                                 struct tr_clocksync_probe *out, size_t cap);
 
 /* One NTP exchange as a remote_clock_sync PING/UPDATE pair that trace_processor reads back as

@@ -15,6 +15,7 @@
 #include "relay/clock_graph.h"
 #include "relay/fnv1a.h"
 #include "relay/tr_error.h"
+#include "relay/trace_writer.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"
 
 #define SEQ_CLOCK_FIRST 64
@@ -310,6 +311,22 @@ static int64_t sync_error_bound(const Perfetto__Protos__RemoteClockSync *rcs) {
   return pairs ? (int64_t)(sum / pairs) : -1;
 }
 
+static void collect_service_mark(struct ctx *c, uint32_t machine,
+                                 const Perfetto__Protos__TracePacket *p) {
+  const Perfetto__Protos__TrackEvent *te = p->track_event;
+  if (machine != 0 || !p->has_timestamp || !te->has_track_uuid ||
+      te->track_uuid != TR_TRACE_WRITER_SERVICE_TRACK_UUID ||
+      te->name_field_case != PERFETTO__PROTOS__TRACK_EVENT__NAME_FIELD_NAME || !te->name)
+    return;
+  struct tr_inspect_result *out = c->out;
+  out->service_marks_total++;
+  if (out->n_service_marks == TR_INSPECT_MAX_SERVICE_MARKS)
+    return;
+  struct tr_inspect_mark *m = &out->service_marks[out->n_service_marks++];
+  m->ts = p->timestamp;
+  snprintf(m->name, sizeof m->name, "%s", te->name);
+}
+
 static int collect_remote_sync(struct ctx *c, uint32_t machine,
                                const Perfetto__Protos__RemoteClockSync *rcs) {
   c->out->remote_clock_syncs++;
@@ -529,6 +546,9 @@ static int collect(struct ctx *c, const Perfetto__Protos__TracePacket *p, uint64
     break;
   case PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACE_STATS:
     rc = collect_stats(c, (size_t)(s - c->seqs), p->trace_stats);
+    break;
+  case PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_EVENT:
+    collect_service_mark(c, s->machine, p);
     break;
   default:
     break;

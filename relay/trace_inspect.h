@@ -128,8 +128,22 @@ struct tr_inspect_host {
   size_t n_unresolved_offsets;
 };
 
+#define TR_INSPECT_MAX_SERVICE_MARKS 64
+#define TR_INSPECT_MARK_NAME_MAX 128
+
+/* An instant on tracerelay-service's own track (TR_TRACE_WRITER_SERVICE_TRACK_UUID), e.g.
+ * "host web-2 disconnected", at its timestamp on the service's BOOTTIME (the trace clock of the
+ * service's traces). */
+struct tr_inspect_mark {
+  uint64_t ts;
+  char name[TR_INSPECT_MARK_NAME_MAX];
+};
+
 struct tr_inspect_result {
   uint64_t bytes, packets;
+  struct tr_inspect_mark service_marks[TR_INSPECT_MAX_SERVICE_MARKS]; /* the first ones */
+  size_t n_service_marks;
+  uint64_t service_marks_total;
   uint32_t trace_clock;
   struct tr_inspect_host *hosts; /* ordered by machine_id, then domain */
   size_t n_hosts;

@@ -164,6 +164,36 @@ int tr_trace_writer_service_event(int32_t uid, uint64_t boottime_ns,
   return finish(&p, 0, NULL, 0, out);
 }
 
+int tr_trace_writer_service_track(int32_t uid, tr_trace_writer_buf *out) {
+  Perfetto__Protos__TracePacket p;
+  Perfetto__Protos__TrackDescriptor td = PERFETTO__PROTOS__TRACK_DESCRIPTOR__INIT;
+  td.has_uuid = 1;
+  td.uuid = TR_TRACE_WRITER_SERVICE_TRACK_UUID;
+  td.static_or_dynamic_name_case = PERFETTO__PROTOS__TRACK_DESCRIPTOR__STATIC_OR_DYNAMIC_NAME_NAME;
+  td.name = "tracerelay service";
+  init_header(&p, uid);
+  p.data_case = PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_DESCRIPTOR;
+  p.track_descriptor = &td;
+  return finish(&p, 0, NULL, 0, out);
+}
+
+int tr_trace_writer_service_instant(int32_t uid, uint64_t boottime_ns, const char *name,
+                                    tr_trace_writer_buf *out) {
+  Perfetto__Protos__TracePacket p;
+  Perfetto__Protos__TrackEvent te = PERFETTO__PROTOS__TRACK_EVENT__INIT;
+  te.has_type = 1;
+  te.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT;
+  te.has_track_uuid = 1;
+  te.track_uuid = TR_TRACE_WRITER_SERVICE_TRACK_UUID;
+  te.name_field_case = PERFETTO__PROTOS__TRACK_EVENT__NAME_FIELD_NAME;
+  te.name = (char *)name;
+  init_header(&p, uid);
+  set_timestamp(&p, boottime_ns);
+  p.data_case = PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_EVENT;
+  p.track_event = &te;
+  return finish(&p, 0, NULL, 0, out);
+}
+
 static void boottime_snapshot(Perfetto__Protos__ClockSnapshot *cs,
                               Perfetto__Protos__ClockSnapshot__Clock *clock,
                               Perfetto__Protos__ClockSnapshot__Clock **ptr, int64_t ts) {

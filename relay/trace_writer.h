@@ -60,6 +60,14 @@ int tr_trace_writer_system_info(int32_t uid, const Perfetto__Protos__SystemInfo 
                                 uint32_t machine_id, tr_trace_writer_buf *out);
 int tr_trace_writer_service_event(int32_t uid, uint64_t boottime_ns,
                                   enum tr_trace_writer_event event, tr_trace_writer_buf *out);
+/* The service's own track (a TrackDescriptor named "tracerelay service", uuid
+ * TR_TRACE_WRITER_SERVICE_TRACK_UUID) and an instant event on it at boottime_ns named `name`
+ * (e.g. "host web-2 disconnected"), both on the service's sequence: marks a reader of the
+ * timeline sees where they happened. Write the track before its events. */
+#define TR_TRACE_WRITER_SERVICE_TRACK_UUID 0x7472616365726c79ull /* "tracerly" */
+int tr_trace_writer_service_track(int32_t uid, tr_trace_writer_buf *out);
+int tr_trace_writer_service_instant(int32_t uid, uint64_t boottime_ns, const char *name,
+                                    tr_trace_writer_buf *out);
 /* remote_clock_sync for a remote host (machine_id), one exchange as a PING/UPDATE pair of
  * BOOTTIME readings (client = the host, host = the service), with trusted_uid and machine_id but
  * no sequence id, as traced writes it (vectors README section 5). */

@@ -650,11 +650,14 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
   for (size_t h = 0; h < svc->num_hosts && !sessions_only; h++) {
     uint8_t *bytes;
     size_t n;
-    if (tr_service_host_status(svc, svc->hosts[h], &bytes, &n) == 0)
+    if (tr_service_host_status(svc, svc->hosts[h], c->peer.uid, &bytes, &n) == 0)
       state_add_raw(&o, bytes, n);
     free(bytes);
   }
+  /* As traced does: a consumer sees its own uid's sessions, root sees all. */
   for (tr_session *s = svc->sessions; s; s = s->next) {
+    if (c->peer.uid != 0 && s->consumer_uid != c->peer.uid)
+      continue;
     Perfetto__Protos__TracingServiceState one;
     Perfetto__Protos__TracingServiceState__TracingSession ts =
         PERFETTO__PROTOS__TRACING_SERVICE_STATE__TRACING_SESSION__INIT;

@@ -4,10 +4,12 @@
  * on_close: the one close path, reached by tr_tls_uv_close (ours, after an optional Goodbye)
  * or by the transport. What must outlive a connection (the batch sequence, held replies,
  * producers, the clock estimate) lives in the host table (hosts.c). One timer per server
- * drives heartbeats and clock probes for every peer: O(peers) every TICK_MS. */
+ * drives heartbeats and clock probes for every peer: O(peers) every TICK_MS (TICK_SESSION_MS
+ * while a session runs). */
 #include "service/link_server.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include <sys/random.h>
 
 #include "relay/clock.h"
+#include "relay/clocksync.h"
 #include "relay/log.h"
 #include "relay/relay_conn.h"
 #include "relay/relay_frame.h"
@@ -23,10 +26,13 @@
 #include "relay/tr_error.h"
 
 #define TICK_MS 50
+#define TICK_SESSION_MS 5       /* while a session runs: the shortest probe period */
 #define PROBES_DENSE 10         /* after Welcome, this many probes... */
 #define PROBE_DENSE_MS 50       /* ...this far apart, */
-#define PROBE_PERIOD_MS 1000    /* then one a second, */
-#define PROBE_SESSION_MS 50     /* or 20 a second while a session runs (dense remote_clock_sync) */
+#define PROBE_PERIOD_MS 1000    /* then one a second; while a session runs, as often as it takes */
+#define PROBE_DRIFT_NS 1000.0   /* for the drift to move the clock at most this much between */
+#define PROBE_SESSION_MIN_MS 5  /* two probes, but this often at most */
+#define PROBE_SESSION_MAX_MS 50 /* and at least (the remote_clock_sync edges of `machines`) */
 #define PROBE_GAP_MS 1          /* probes to different agents this far apart at least, so that
                                    their answers do not queue behind each other here */
 #define PROBE_TIMEOUT_MS 2000   /* an unanswered probe is forgotten after this */
@@ -179,6 +185,16 @@ static bool send_probe(tr_link_peer *p) {
   p->probe_sent_ms = uv_now(p->ls->loop);
   p->probes_sent++;
   return true;
+}
+
+/* While a session runs: often enough that the host's drift moves its clock by at most
+ * PROBE_DRIFT_NS between probes (5 ms at 200 ppm, 50 ms at 20 ppm or less). */
+static uint64_t session_probe_ms(const tr_host *host) {
+  double drift = host->clock ? fabs(tr_clocksync_drift_ppm(host->clock)) * 1e-6 : 0;
+  double ms = drift > 0 ? PROBE_DRIFT_NS / drift / 1e6 : PROBE_SESSION_MAX_MS;
+  return ms < PROBE_SESSION_MIN_MS   ? PROBE_SESSION_MIN_MS
+         : ms > PROBE_SESSION_MAX_MS ? PROBE_SESSION_MAX_MS
+                                     : (uint64_t)ms;
 }
 
 /* ---- frames from the agent ---- */
@@ -597,7 +613,7 @@ static void tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
       p->probe_out = p->probe_answered = false;
     /* The period as of now: a session that just began shortens the wait at once. */
     uint64_t period = p->probes_sent < PROBES_DENSE         ? PROBE_DENSE_MS
-                      : tr_service_has_sessions(p->ls->svc) ? PROBE_SESSION_MS
+                      : tr_service_has_sessions(p->ls->svc) ? session_probe_ms(p->host)
                                                             : PROBE_PERIOD_MS;
     bool due = now_ms >= p->next_probe_ms ||
                (p->probes_sent > 0 && now_ms >= p->probe_sent_ms + period);
@@ -624,6 +640,7 @@ static void tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
 static void on_tick(uv_timer_t *t) {
   tr_link_server *ls = t->data;
   uint64_t now_ns = uv_hrtime(), now_ms = uv_now(ls->loop);
+  uv_timer_set_repeat(&ls->tick, tr_service_has_sessions(ls->svc) ? TICK_SESSION_MS : TICK_MS);
   ls->probe_sent_in_tick = ls->probe_deferred = false;
   /* Closing a peer frees it later (on_close), so the list stays walkable. */
   for (tr_link_peer *p = ls->peers; p != NULL; p = p->next)
@@ -631,7 +648,7 @@ static void on_tick(uv_timer_t *t) {
       tick_peer(p, now_ns, now_ms);
   /* More probes are due: the next one PROBE_GAP_MS from now, then the usual ticks. */
   if (ls->probe_deferred && !ls->stopping)
-    uv_timer_start(&ls->tick, on_tick, PROBE_GAP_MS, TICK_MS);
+    uv_timer_start(&ls->tick, on_tick, PROBE_GAP_MS, uv_timer_get_repeat(&ls->tick));
 }
 
 /* ---- the public side ---- */

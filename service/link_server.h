@@ -12,7 +12,8 @@
  * - CommandReply is held until its after_seq batch was processed (across reconnects of the
  *   same agent instance), so a reply never overtakes the data before it.
  * - ClockProbe: one probe in flight per host, 10 at 50 ms after Welcome, then one a second
- *   (20 a second while a session runs), plus tr_host_probe_clock on demand; probes to
+ *   (while a session runs, every 5-50 ms: as often as the host's drift needs to move its clock
+ *   by at most 1 us between probes), plus tr_host_probe_clock on demand; probes to
  *   different hosts at least 1 ms apart, and only when nothing of ours waits to be sent. t1 is
  *   read right before the encrypted probe goes to the kernel, t4 when the socket read that
  *   brought the answer returned (before decryption); with FEATURE_CLOCK_FOLLOW_UP the answer is

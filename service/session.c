@@ -197,6 +197,7 @@ static void start_instance(tr_session *s, tr_ds_instance *in) {
   cmd.producer_id = in->producer_id;
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_START_DATA_SOURCE;
   cmd.start_data_source = &start;
+  tr_host_probe_clock(s->hosts[in->host_index].host);
   if (tr_session_send(s, in->host_index, &cmd) != 0) {
     TR_WARN(COMP, "session %llu: cannot start %s on %s (host not connected)",
             (unsigned long long)s->id, in->ds_name, s->hosts[in->host_index].host->name);
@@ -477,8 +478,16 @@ static void init_timer(tr_session *s, uv_timer_t *t) {
   s->timers_open++;
 }
 
+static void on_clock_journal(uv_timer_t *t) {
+  tr_session *s = t->data;
+  if (tr_trace_output_journal_clocks(s) != 0)
+    TR_WARN(COMP, "session %llu: out of memory for the clock journal: the next read pass "
+            "exports the clocks instead", (unsigned long long)s->id);
+}
+
 static void start_timers(tr_session *s) {
   const Perfetto__Protos__TraceConfig *c = s->cfg;
+  uv_timer_start(&s->clock_timer, on_clock_journal, TR_CLOCK_JOURNAL_MS, TR_CLOCK_JOURNAL_MS);
   if (c->duration_ms)
     uv_timer_start(&s->duration_timer, on_duration, c->duration_ms, 0);
   if (c->flush_period_ms)
@@ -552,6 +561,7 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   init_timer(s, &s->clear_timer);
   init_timer(s, &s->write_timer);
   init_timer(s, &s->stop_timer);
+  init_timer(s, &s->clock_timer);
   s->next = svc->sessions;
   svc->sessions = s;
   svc->num_sessions++;
@@ -663,6 +673,7 @@ void tr_session_end(tr_session *s, const char *error) {
   uv_timer_stop(&s->clear_timer);
   uv_timer_stop(&s->stop_timer);
   uv_timer_stop(&s->write_timer);
+  uv_timer_stop(&s->clock_timer);
   tr_session_add_event(s, TR_TW_TRACING_DISABLED);
   if (s->out_fd >= 0) {
     tr_trace_output_write_file(s);
@@ -688,6 +699,16 @@ void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev) {
   s->num_events++;
 }
 
+void tr_session_add_host_mark(tr_session *s, const tr_host *host, enum tr_host_mark_kind kind) {
+  if (s->num_host_marks == TR_SESSION_MAX_HOST_MARKS) {
+    TR_WARN(COMP, "session %llu: too many host link changes since the last read; the one of "
+            "%s is in the stats only", (unsigned long long)s->id, host->name);
+    return;
+  }
+  s->host_marks[s->num_host_marks++] =
+      (tr_session_host_mark){.ts = tr_session_now(), .host = host, .kind = kind};
+}
+
 void tr_session_set_observer(tr_session *s, const tr_session_observer *obs, void *ud) {
   s->obs = *obs;
   s->obs_ud = ud;
@@ -711,6 +732,7 @@ void tr_session_free(tr_session *s) {
   tr_session_end(s, NULL);
   tr_session_flush_free_all(s);
   tr_trace_output_reset(s);
+  tr_packet_list_free(&s->clock_journal);
   tr_timeline_free(s);
   for (tr_session **p = &svc->sessions; *p; p = &(*p)->next)
     if (*p == s) {
@@ -739,6 +761,7 @@ void tr_session_free(tr_session *s) {
   uv_close((uv_handle_t *)&s->clear_timer, on_timer_closed);
   uv_close((uv_handle_t *)&s->write_timer, on_timer_closed);
   uv_close((uv_handle_t *)&s->stop_timer, on_timer_closed);
+  uv_close((uv_handle_t *)&s->clock_timer, on_timer_closed);
 }
 
 /* ---- calls from the link server (service.h) ---- */
@@ -764,9 +787,12 @@ void tr_service_on_host_connected(tr_service *svc, tr_host *host) {
     if (s->state >= TR_SESSION_STOPPING)
       continue;
     if (sh && sh->agent_instance_id == host->agent_instance_id) {
+      if (sh->gone)
+        tr_session_add_host_mark(s, host, TR_MARK_RECONNECTED);
       sh->gone = false; /* same agent: its instances still run there */
     } else {
       if (sh) {
+        tr_session_add_host_mark(s, host, TR_MARK_AGENT_RESTARTED);
         /* The agent restarted: what ran there is gone; set the host up again. */
         TR_WARN(COMP, "session %llu: agent on %s restarted, setting its data sources up again",
                 (unsigned long long)s->id, host->name);
@@ -796,6 +822,7 @@ void tr_service_on_host_disconnected(tr_service *svc, tr_host *host, const char 
     sh->disconnects++;
     if (sh->num_disconnected_at < TR_SESSION_MAX_DISCONNECT_MARKS)
       sh->disconnected_at[sh->num_disconnected_at++] = tr_session_now();
+    tr_session_add_host_mark(s, host, TR_MARK_DISCONNECTED);
     TR_WARN(COMP, "session %llu: host %s disconnected (%s); its data so far is kept",
             (unsigned long long)s->id, host->name, reason ? reason : "no reason given");
     tr_session_flush_on_host_gone(s, hi);

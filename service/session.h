@@ -32,6 +32,7 @@
 #define TR_SESSION_DEFAULT_TIMEOUT_MS 5000u
 #define TR_SESSION_MIN_FILE_PERIOD_MS 100u
 #define TR_SESSION_MAX_EVENTS 64u
+#define TR_SESSION_MAX_HOST_MARKS 64u /* pending between two read passes */
 #define TR_SESSION_MAX_DURATION_MS (7u * 24 * 3600 * 1000)
 
 enum tr_timeline { TR_TIMELINE_MACHINES = 0, TR_TIMELINE_GLOBAL_CLOCKS = 1 };
@@ -86,6 +87,8 @@ typedef struct tr_session_host {
   bool retired;               /* its agent restarted: a newer entry took over */
   tr_tbuf **tbufs;            /* [num_buffers], made on the first chunk */
   int64_t clock_sync_from;    /* host BOOTTIME up to which remote_clock_sync was written */
+  bool clock_sync_started;    /* clock_sync_from was set to the session's start */
+  struct tr_clocksync_sync_pair clock_sync_last; /* the last one written */
   uint64_t chunks_refused;
   uint64_t flushes_missed;
   uint64_t disconnects;
@@ -115,13 +118,27 @@ typedef struct tr_session_event {
   enum tr_trace_writer_event event;
 } tr_session_event;
 
+/* A host's link going down or coming back during the session, written as an instant on the
+ * service's track ("host web-2 disconnected") at the next read pass. */
+enum tr_host_mark_kind { TR_MARK_DISCONNECTED, TR_MARK_RECONNECTED, TR_MARK_AGENT_RESTARTED };
+typedef struct tr_session_host_mark {
+  uint64_t ts;
+  const tr_host *host;
+  enum tr_host_mark_kind kind;
+} tr_session_host_mark;
+
+/* Service packets in the order they are to be written, bytes owned (trace_output.h). */
+typedef struct tr_packet_list {
+  tr_trace_writer_buf *items;
+  size_t n, cap;
+} tr_packet_list;
+
 /* Read position of one pass over the session (trace_output.c). */
 typedef struct tr_session_reader {
   bool active;
   bool final;
   int phase;
-  tr_trace_writer_buf *svc; /* service packets of this pass */
-  size_t num_svc;
+  tr_packet_list svc; /* service packets of this pass */
   size_t next_svc;
   size_t buffer;
   size_t host;
@@ -146,14 +163,17 @@ struct tr_session {
   struct tr_clock_snapshot start_clocks;
   tr_session_event events[TR_SESSION_MAX_EVENTS]; /* not yet written to the trace */
   size_t num_events;
+  tr_session_host_mark host_marks[TR_SESSION_MAX_HOST_MARKS]; /* likewise */
+  size_t num_host_marks;
   bool all_started;
   bool first_read_done;
   tr_session_reader reader;
+  tr_packet_list clock_journal; /* clock packets exported since the last pass (clock_timer) */
   struct tr_timeline_out *timeline; /* service/timeline_output.c; NULL until the first pass */
   tr_flush_op *flushes;
   uint64_t flushes_requested, flushes_succeeded, flushes_failed;
   int final_flush_outcome; /* 0 none, 1 ok, 2 failed */
-  uv_timer_t duration_timer, flush_timer, clear_timer, write_timer, stop_timer;
+  uv_timer_t duration_timer, flush_timer, clear_timer, write_timer, stop_timer, clock_timer;
   unsigned timers_open;
   bool duration_flushing;
   int out_fd;                /* write_into_file: -1 when not writing to a file */
@@ -201,6 +221,7 @@ tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t
 
 /* Internal to the session files. */
 void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev);
+void tr_session_add_host_mark(tr_session *s, const tr_host *host, enum tr_host_mark_kind kind);
 int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd);
 void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack);
 void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);

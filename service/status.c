@@ -104,7 +104,13 @@ static void fill_clock(Tracerelay__HostStatus *hs, const tr_host *host, uint64_t
   hs->clock_outliers = cs.outliers;
 }
 
-int tr_service_host_status(tr_service *svc, tr_host *host, uint8_t **out, size_t *out_len) {
+/* A consumer sees its own uid's sessions, root sees all (as traced lists sessions). */
+static bool visible(const tr_session *s, uid_t viewer) {
+  return viewer == 0 || s->consumer_uid == viewer;
+}
+
+int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
+                           size_t *out_len) {
   Tracerelay__TracingServiceStateExtension x = TRACERELAY__TRACING_SERVICE_STATE_EXTENSION__INIT;
   Tracerelay__HostStatus hs = TRACERELAY__HOST_STATUS__INIT;
   Tracerelay__HostStatus *hsp = &hs;
@@ -142,7 +148,7 @@ int tr_service_host_status(tr_service *svc, tr_host *host, uint8_t **out, size_t
   fill_clock(&hs, host, boot_now);
 
   for (tr_session *s = svc->sessions; s; s = s->next)
-    n += tr_session_find_host(s, host, NULL) != NULL;
+    n += visible(s, viewer) && tr_session_find_host(s, host, NULL) != NULL;
   if (n > 0) {
     sessions = calloc(n, sizeof *sessions);
     session_ptrs = calloc(n, sizeof *session_ptrs);
@@ -152,7 +158,7 @@ int tr_service_host_status(tr_service *svc, tr_host *host, uint8_t **out, size_t
     }
     n = 0;
     for (tr_session *s = svc->sessions; s; s = s->next) {
-      if (tr_session_find_host(s, host, NULL) == NULL)
+      if (!visible(s, viewer) || tr_session_find_host(s, host, NULL) == NULL)
         continue;
       tracerelay__host_session_status__init(&sessions[n]);
       fill_session(&sessions[n], s, host);

@@ -20,8 +20,9 @@
  * (HostStats fields 1-3 and 10-24). */
 void tr_service_fill_host_stats(Tracerelay__HostStats *h, const tr_host *host, bool connected);
 
-/* Encodes host's status into a new buffer (*out, freed by the caller with free()).
- * TR_ERR_NOMEM. */
-int tr_service_host_status(tr_service *svc, tr_host *host, uint8_t **out, size_t *out_len);
+/* Encodes host's status, as the consumer of uid viewer may see it (only its own uid's sessions
+ * unless it is root), into a new buffer (*out, freed by the caller with free()). TR_ERR_NOMEM. */
+int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
+                           size_t *out_len);
 
 #endif

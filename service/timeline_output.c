@@ -98,23 +98,15 @@ static bool newest_entry(const tr_session *s, size_t index) {
   return true;
 }
 
-static int grow_svc(tr_session_reader *r, size_t more) {
-  tr_trace_writer_buf *g = realloc(r->svc, (r->num_svc + more) * sizeof *g);
-  if (!g)
-    return TR_ERR_NOMEM;
-  r->svc = g;
-  return 0;
-}
-
-/* Appends bytes (packet + trusted slice) as one service packet; room was grown before. */
-static int push_bytes(tr_session_reader *r, const uint8_t *a, size_t alen, const uint8_t *b,
+/* Appends bytes (packet + trusted slice) as one service packet; room was reserved before. */
+static int push_bytes(tr_packet_list *out, const uint8_t *a, size_t alen, const uint8_t *b,
                       size_t blen) {
   uint8_t *d = malloc(alen + blen);
   if (!d)
     return TR_ERR_NOMEM;
   memcpy(d, a, alen);
   memcpy(d + alen, b, blen);
-  r->svc[r->num_svc++] = (tr_trace_writer_buf){d, alen + blen};
+  tr_packet_list_push(out, (tr_trace_writer_buf){d, alen + blen});
   return 0;
 }
 
@@ -140,9 +132,8 @@ int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
   return 0;
 }
 
-static int host_snapshot_packet(tr_session *s, size_t index, tl_host *th,
+static int host_snapshot_packet(tr_session *s, tr_packet_list *dst, size_t index, tl_host *th,
                                 const struct tr_clock_snapshot *snap) {
-  tr_session_reader *r = &s->reader;
   Perfetto__Protos__ClockSnapshot cs = PERFETTO__PROTOS__CLOCK_SNAPSHOT__INIT;
   Perfetto__Protos__ClockSnapshot__Clock clocks[TR_CLOCK_SNAPSHOT_MAX];
   Perfetto__Protos__ClockSnapshot__Clock *ptrs[TR_CLOCK_SNAPSHOT_MAX];
@@ -185,10 +176,11 @@ static int host_snapshot_packet(tr_session *s, size_t index, tl_host *th,
   rc = tr_tbuf_append_trusted(trusted, sizeof trusted, &t);
   if (rc < 0)
     return rc;
-  return push_bytes(r, bytes, len, trusted, (size_t)rc);
+  return push_bytes(dst, bytes, len, trusted, (size_t)rc);
 }
 
-static int add_host_snapshots(tr_session *s, struct tr_timeline_out *tl, size_t index) {
+static int add_host_snapshots(tr_session *s, tr_packet_list *out, struct tr_timeline_out *tl,
+                              size_t index) {
   const tr_host *host = s->hosts[index].host;
   tl_host *th = &tl->hosts[index];
   uint64_t taken = host->clock_snapshots_taken;
@@ -199,13 +191,13 @@ static int add_host_snapshots(tr_session *s, struct tr_timeline_out *tl, size_t 
     g = taken - TR_HOST_CLOCK_SNAPSHOTS; /* older ones were overwritten before a pass came */
   if (g >= taken)
     return 0;
-  if ((rc = grow_svc(&s->reader, (size_t)(taken - g))) < 0)
+  if ((rc = tr_packet_list_reserve(out, (size_t)(taken - g))) < 0)
     return rc;
   for (; g < taken; g++) {
     const struct tr_host_clock_snapshot *e = &host->clock_snapshots[g % TR_HOST_CLOCK_SNAPSHOTS];
     if (e->received_ns < start)
       continue; /* from before this session */
-    if ((rc = host_snapshot_packet(s, index, th, &e->snap)) < 0)
+    if ((rc = host_snapshot_packet(s, out, index, th, &e->snap)) < 0)
       return rc;
   }
   th->snapshots_written = taken;
@@ -214,8 +206,8 @@ static int add_host_snapshots(tr_session *s, struct tr_timeline_out *tl, size_t 
 
 /* ---- cross-host snapshots ---- */
 
-static int push_breakpoint(tr_session *s, tl_host *th, const tr_rewrite_host *rw,
-                           const struct tr_clocksync_breakpoint *bp) {
+static int push_breakpoint(tr_session *s, tr_packet_list *out, tl_host *th,
+                           const tr_rewrite_host *rw, const struct tr_clocksync_breakpoint *bp) {
   uint8_t pkt[TR_REWRITE_SNAPSHOT_MAX], uid[11];
   int len, rc;
   size_t ul = 0;
@@ -230,7 +222,7 @@ static int push_breakpoint(tr_session *s, tl_host *th, const tr_rewrite_host *rw
     uid[ul++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
     v >>= 7;
   } while (v);
-  if ((rc = push_bytes(&s->reader, pkt, (size_t)len, uid, ul)) < 0)
+  if ((rc = push_bytes(out, pkt, (size_t)len, uid, ul)) < 0)
     return rc;
   th->exported = true;
   th->last_host = bp->host_ts;
@@ -238,7 +230,8 @@ static int push_breakpoint(tr_session *s, tl_host *th, const tr_rewrite_host *rw
   return 0;
 }
 
-static int add_cross_host(tr_session *s, struct tr_timeline_out *tl, size_t index, bool final) {
+static int add_cross_host(tr_session *s, tr_packet_list *out, struct tr_timeline_out *tl,
+                          size_t index, bool final) {
   const tr_host *host = s->hosts[index].host;
   tl_host *th = &tl->hosts[index];
   const struct tr_clocksync *est = host->clock;
@@ -274,17 +267,17 @@ static int add_cross_host(tr_session *s, struct tr_timeline_out *tl, size_t inde
       TR_WARN(COMP, "host %s: clock mapping not exported: %s", host->name, tr_strerror(n));
       return 0;
     }
-    if ((rc = grow_svc(&s->reader, (size_t)n)) < 0)
+    if ((rc = tr_packet_list_reserve(out, (size_t)n)) < 0)
       return rc;
     for (int i = 0; i < n; i++)
-      if ((rc = push_breakpoint(s, th, rw, &tl->bp[i])) < 0)
+      if ((rc = push_breakpoint(s, out, th, rw, &tl->bp[i])) < 0)
         return rc;
     th->export_from = end + 1;
   }
   return 0;
 }
 
-int tr_timeline_head(tr_session *s, bool final) {
+int tr_timeline_head(tr_session *s, tr_packet_list *out, bool final) {
   struct tr_timeline_out *tl = state(s);
   int rc;
   if (!tl || (s->num_hosts && !host_state(tl, s->num_hosts, 0)))
@@ -292,9 +285,10 @@ int tr_timeline_head(tr_session *s, bool final) {
   for (size_t h = 0; h < s->num_hosts; h++) {
     if (!newest_entry(s, h))
       continue;
-    if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS && (rc = add_cross_host(s, tl, h, final)) < 0)
+    if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS &&
+        (rc = add_cross_host(s, out, tl, h, final)) < 0)
       return rc;
-    if ((rc = add_host_snapshots(s, tl, h)) < 0)
+    if ((rc = add_host_snapshots(s, out, tl, h)) < 0)
       return rc;
   }
   return 0;

@@ -18,12 +18,12 @@
  * drift that is one ClockSnapshot every 10 ms of host time (100/s), at 20 ppm one every 100 ms. */
 #define TR_TIMELINE_TOLERANCE_NS 2000
 
-/* Appends to the pass's service packets (r->svc, grown as needed): the HostClockSnapshots each
- * host sent since the session started and since the last pass, and in `global-clocks` the
- * cross-host snapshots covering each host's BOOTTIME from where the last pass stopped up to a
- * little past the host's present (final pass: past the estimator's frontier too). 0 or
- * TR_ERR_NOMEM. */
-int tr_timeline_head(tr_session *s, bool final);
+/* Appends to out: the HostClockSnapshots each host sent since the session started and since
+ * the last call, and in `global-clocks` the cross-host snapshots covering each host's BOOTTIME
+ * from where the last call stopped up to a little past the host's present (final: past the
+ * estimator's frontier too). Called for each read pass and for the session's clock journal
+ * (tr_trace_output_journal_clocks). 0 or TR_ERR_NOMEM. */
+int tr_timeline_head(tr_session *s, tr_packet_list *out, bool final);
 
 /* `global-clocks`: rewrites one host packet with its trusted slice t. Returns 1 with *out set
  * (possibly an ftrace anchor first, the packet then following from tr_timeline_pending), 0 when

@@ -16,6 +16,7 @@
 #include "service/trace_output.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,18 +29,38 @@
 
 #define COMP "output"
 #define FILE_CHUNK (64u * 1024u)
-#define SYNC_PERIOD_NS 100000000ll /* the estimator's exchange period: probes are 20/s in a session */
-#define SYNC_MAX_PER_PASS 1024
+#define SYNC_PERIOD_NS 10000000ll /* the estimator's exchange period */
+#define SYNC_MAX_PER_PASS 1024 /* exchanges asked of the estimator at a time */
 #define SYNC_HOST_MAX ((1ll << 62) - 1)
 
 enum { PHASE_HEAD, PHASE_BUFFERS, PHASE_TAIL, PHASE_DONE };
 
+int tr_packet_list_reserve(tr_packet_list *l, size_t more) {
+  if (l->cap - l->n >= more)
+    return 0;
+  size_t cap = l->cap ? l->cap : 16;
+  while (cap - l->n < more)
+    cap *= 2;
+  tr_trace_writer_buf *g = realloc(l->items, cap * sizeof *g);
+  if (!g)
+    return TR_ERR_NOMEM;
+  l->items = g;
+  l->cap = cap;
+  return 0;
+}
+
+void tr_packet_list_push(tr_packet_list *l, tr_trace_writer_buf b) { l->items[l->n++] = b; }
+
+void tr_packet_list_free(tr_packet_list *l) {
+  for (size_t i = 0; i < l->n; i++)
+    tr_trace_writer_buf_free(&l->items[i]);
+  free(l->items);
+  memset(l, 0, sizeof *l);
+}
+
 static void free_svc(tr_session_reader *r) {
-  for (size_t i = 0; i < r->num_svc; i++)
-    tr_trace_writer_buf_free(&r->svc[i]);
-  free(r->svc);
-  r->svc = NULL;
-  r->num_svc = r->next_svc = 0;
+  tr_packet_list_free(&r->svc);
+  r->next_svc = 0;
 }
 
 void tr_trace_output_reset(tr_session *s) {
@@ -47,10 +68,11 @@ void tr_trace_output_reset(tr_session *s) {
   memset(&s->reader, 0, sizeof s->reader);
 }
 
-static int push(tr_session_reader *r, int rc, tr_trace_writer_buf *b) {
+/* Appends a packet the writer made (rc 0) into reserved room. */
+static int push(tr_packet_list *l, int rc, tr_trace_writer_buf *b) {
   if (rc != 0)
     return rc;
-  r->svc[r->num_svc++] = *b;
+  tr_packet_list_push(l, *b);
   return 0;
 }
 
@@ -61,16 +83,18 @@ static bool host_listed_before(const tr_session *s, size_t index) {
   return false;
 }
 
-static int add_events(tr_session *s, tr_session_reader *r) {
+static int add_events(tr_session *s, tr_packet_list *out) {
   const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = s->cfg->builtin_data_sources;
   int rc = 0;
   if (b && b->disable_service_events) {
     s->num_events = 0;
     return 0;
   }
+  if ((rc = tr_packet_list_reserve(out, s->num_events)) != 0)
+    return rc;
   for (size_t i = 0; i < s->num_events && rc == 0; i++) {
     tr_trace_writer_buf p;
-    rc = push(r, tr_trace_writer_service_event(s->svc->uid, s->events[i].ts, s->events[i].event,
+    rc = push(out, tr_trace_writer_service_event(s->svc->uid, s->events[i].ts, s->events[i].event,
                                                   &p),
               &p);
   }
@@ -79,10 +103,11 @@ static int add_events(tr_session *s, tr_session_reader *r) {
 }
 
 /* remote_clock_sync packets (machines timeline): the best real exchanges of each host since
- * the last pass, one packet per exchange and per SYNC_PERIOD_NS of host time, so trace_processor
- * gets one cross-machine edge per period and follows the drift piecewise. A non-final pass
+ * the session started (trace_processor converts data stamped before the first one by it), one
+ * packet per exchange and per SYNC_PERIOD_NS of host time, so trace_processor gets one
+ * cross-machine edge per period and follows the drift piecewise. A non-final pass
  * stops at the estimator's frontier (what it will not revise); the final one takes all. */
-static int add_clock_syncs(tr_session *s, tr_session_reader *r) {
+static int add_clock_syncs(tr_session *s, tr_packet_list *out, bool final) {
   struct tr_clocksync_probe ex[SYNC_MAX_PER_PASS];
   for (size_t h = 0; h < s->num_hosts; h++) {
     tr_session_host *sh = &s->hosts[h];
@@ -90,26 +115,33 @@ static int add_clock_syncs(tr_session *s, tr_session_reader *r) {
     int n;
     if (!sh->host->clock || host_listed_before(s, h))
       continue;
-    to = r->final ? SYNC_HOST_MAX : tr_clocksync_frontier(sh->host->clock);
+    to = final ? SYNC_HOST_MAX : tr_clocksync_frontier(sh->host->clock);
+    if (!sh->clock_sync_started && to >= 0) {
+      /* From the session's start on: an exchange from before it would be the edge for the
+       * first data until the first exchange of the session, and is up to a second old. */
+      int64_t start = (int64_t)s->start_clocks.clocks[0].ts_ns;
+      sh->clock_sync_from = start - tr_clocksync_offset_ns(sh->host->clock);
+      if (sh->clock_sync_from < 0)
+        sh->clock_sync_from = 0;
+      sh->clock_sync_started = true;
+    }
     /* In slices of SYNC_MAX_PER_PASS: a session read only at its end has them all at once. */
     do {
       if (to <= sh->clock_sync_from)
         break;
       n = tr_clocksync_best_exchanges(sh->host->clock, sh->clock_sync_from, to, SYNC_PERIOD_NS,
-                                      ex, SYNC_MAX_PER_PASS);
+                                      &sh->clock_sync_last, ex, SYNC_MAX_PER_PASS);
       if (n <= 0)
         break;
-      tr_trace_writer_buf *grown = realloc(r->svc, (r->num_svc + (size_t)n) * sizeof *grown);
-      if (!grown)
+      if (tr_packet_list_reserve(out, (size_t)n) != 0)
         return TR_ERR_NOMEM;
-      r->svc = grown;
       for (int i = 0; i < n; i++) {
         struct tr_clocksync_sync_pair pair;
         tr_trace_writer_buf p;
         sh->clock_sync_from = (ex[i].t2 + ex[i].t3) / 2 + 1;
         if (tr_clocksync_pair_from_exchange(&ex[i], &pair) != 0)
           continue;
-        int rc = push(r, tr_trace_writer_remote_clock_sync(s->svc->uid, sh->host->machine_id,
+        int rc = push(out, tr_trace_writer_remote_clock_sync(s->svc->uid, sh->host->machine_id,
                                                             &pair, &p),
                       &p);
         if (rc != 0)
@@ -120,50 +152,81 @@ static int add_clock_syncs(tr_session *s, tr_session_reader *r) {
   return 0;
 }
 
-/* The first pass's head: clocks, marker, config, uuid, system infos; then pending events. */
+/* The hosts' link changes since the last pass, as instants on the service's track. */
+static int add_host_marks(tr_session *s, tr_packet_list *out) {
+  static const char *const what[] = {"disconnected", "reconnected", "agent restarted"};
+  tr_trace_writer_buf p;
+  int rc = 0;
+  if (s->num_host_marks == 0)
+    return 0;
+  if ((rc = tr_packet_list_reserve(out, 1 + s->num_host_marks)) != 0)
+    return rc;
+  rc = push(out, tr_trace_writer_service_track(s->svc->uid, &p), &p);
+  for (size_t i = 0; i < s->num_host_marks && rc == 0; i++) {
+    const tr_session_host_mark *m = &s->host_marks[i];
+    char name[sizeof m->host->name + 32];
+    snprintf(name, sizeof name, "host %s %s", m->host->name, what[m->kind]);
+    rc = push(out, tr_trace_writer_service_instant(s->svc->uid, m->ts, name, &p), &p);
+  }
+  s->num_host_marks = 0;
+  return rc;
+}
+
+/* The clock packets up to the hosts' present (final: all of them). */
+static int add_clocks(tr_session *s, tr_packet_list *out, bool final) {
+  int rc = 0;
+  if (s->svc->timeline == TR_TIMELINE_MACHINES)
+    rc = add_clock_syncs(s, out, final);
+  /* Host clock snapshots; in global-clocks the cross-host snapshots, before the host data. */
+  return rc ? rc : tr_timeline_head(s, out, final);
+}
+
+int tr_trace_output_journal_clocks(tr_session *s) { return add_clocks(s, &s->clock_journal, false); }
+
+/* The first pass's head: clocks, marker, config, uuid, system infos; then pending events, the
+ * clock journal and the clocks since. */
 static int build_head(tr_session *s) {
   tr_session_reader *r = &s->reader;
   const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = s->cfg->builtin_data_sources;
   int32_t uid = s->svc->uid;
-  size_t cap = 8 + s->num_hosts + TR_SESSION_MAX_EVENTS + SYNC_MAX_PER_PASS;
   tr_trace_writer_buf p;
-  int rc = 0;
+  int rc = tr_packet_list_reserve(&r->svc, 8 + s->num_hosts);
 
-  r->svc = calloc(cap, sizeof *r->svc);
-  if (!r->svc)
-    return TR_ERR_NOMEM;
-  if (!s->first_read_done) {
+  if (rc == 0 && !s->first_read_done) {
     struct tr_clock_snapshot now;
     if (!(b && b->disable_clock_snapshotting)) {
-      rc = rc ? rc : push(r, tr_trace_writer_clock_snapshot(uid, &s->start_clocks, &p), &p);
+      rc = rc ? rc : push(&r->svc, tr_trace_writer_clock_snapshot(uid, &s->start_clocks, &p), &p);
       if (tr_clock_snapshot(&now) == 0)
-        rc = rc ? rc : push(r, tr_trace_writer_clock_snapshot(uid, &now, &p), &p);
+        rc = rc ? rc : push(&r->svc, tr_trace_writer_clock_snapshot(uid, &now, &p), &p);
     }
-    rc = rc ? rc : push(r, tr_trace_writer_sync_marker(uid, tr_session_now(), &p), &p);
+    rc = rc ? rc : push(&r->svc, tr_trace_writer_sync_marker(uid, tr_session_now(), &p), &p);
     if (!(b && b->disable_trace_config))
-      rc = rc ? rc : push(r, tr_trace_writer_trace_config(uid, s->cfg, &p), &p);
-    rc = rc ? rc : push(r, tr_trace_writer_trace_uuid(uid, s->uuid_msb, s->uuid_lsb, &p), &p);
+      rc = rc ? rc : push(&r->svc, tr_trace_writer_trace_config(uid, s->cfg, &p), &p);
+    rc = rc ? rc
+            : push(&r->svc, tr_trace_writer_trace_uuid(uid, s->uuid_msb, s->uuid_lsb, &p), &p);
     if (!(b && b->disable_system_info)) {
-      rc = rc ? rc : push(r, tr_trace_writer_system_info(uid, s->svc->system_info, 0, &p), &p);
+      rc = rc ? rc : push(&r->svc, tr_trace_writer_system_info(uid, s->svc->system_info, 0, &p), &p);
       for (size_t h = 0; h < s->num_hosts && rc == 0; h++) {
         const tr_host *host = s->hosts[h].host;
         uint32_t mid = s->svc->timeline == TR_TIMELINE_MACHINES ? host->machine_id : 0;
         if (!host->system_info || host_listed_before(s, h))
           continue;
-        rc = push(r, tr_trace_writer_system_info(uid, host->system_info, mid, &p), &p);
+        rc = push(&r->svc, tr_trace_writer_system_info(uid, host->system_info, mid, &p), &p);
       }
     }
     s->first_read_done = true;
   }
   /* traced's order: lifecycle events, then remote_clock_sync. */
   if (rc == 0)
-    rc = add_events(s, r);
-  if (rc == 0 && s->svc->timeline == TR_TIMELINE_MACHINES)
-    rc = add_clock_syncs(s, r);
-  /* Host clock snapshots; in global-clocks the cross-host snapshots, before the host data. */
+    rc = add_events(s, &r->svc);
   if (rc == 0)
-    rc = tr_timeline_head(s, r->final);
-  return rc;
+    rc = add_host_marks(s, &r->svc);
+  if (rc == 0 && (rc = tr_packet_list_reserve(&r->svc, s->clock_journal.n)) == 0) {
+    for (size_t i = 0; i < s->clock_journal.n; i++)
+      tr_packet_list_push(&r->svc, s->clock_journal.items[i]);
+    s->clock_journal.n = 0; /* the bytes moved to the pass */
+  }
+  return rc ? rc : add_clocks(s, &r->svc, r->final);
 }
 
 static int build_tail(tr_session *s) {
@@ -175,18 +238,15 @@ static int build_tail(tr_session *s) {
   int rc;
 
   free_svc(r);
-  r->svc = calloc(TR_SESSION_MAX_EVENTS + 2, sizeof *r->svc);
-  if (!r->svc)
-    return TR_ERR_NOMEM;
   tr_session_add_event(s, TR_TW_READ_TRACING_BUFFERS_COMPLETED);
-  if ((rc = add_events(s, r)) != 0)
+  if ((rc = add_events(s, &r->svc)) != 0 || (rc = tr_packet_list_reserve(&r->svc, 1)) != 0)
     return rc;
   if ((rc = tr_trace_output_stats(s, &stats, &ext, &ext_len)) != 0)
     return rc;
   rc = tr_trace_writer_trace_stats(s->svc->uid, tr_session_now(), stats, ext, ext_len, &p);
   tr_trace_output_free_stats(stats);
   free(ext);
-  return push(r, rc, &p);
+  return push(&r->svc, rc, &p);
 }
 
 int tr_trace_output_begin(tr_session *s) {
@@ -250,9 +310,9 @@ int tr_trace_output_next(tr_session *s, tr_output_packet *out) {
     switch (r->phase) {
     case PHASE_HEAD:
     case PHASE_TAIL:
-      if (r->next_svc < r->num_svc) {
-        out->data = r->svc[r->next_svc].data;
-        out->len = r->svc[r->next_svc].len;
+      if (r->next_svc < r->svc.n) {
+        out->data = r->svc.items[r->next_svc].data;
+        out->len = r->svc.items[r->next_svc].len;
         out->trusted_len = 0;
         r->next_svc++;
         return 1;

@@ -23,6 +23,21 @@ typedef struct tr_output_packet {
   size_t trusted_len;
 } tr_output_packet;
 
+/* Packet lists: room for `more` pushes (0 or TR_ERR_NOMEM), a push into that room, and
+ * freeing the list with every packet in it. */
+int tr_packet_list_reserve(tr_packet_list *l, size_t more);
+void tr_packet_list_push(tr_packet_list *l, tr_trace_writer_buf b);
+void tr_packet_list_free(tr_packet_list *l);
+
+/* The session's clock journal, run every TR_CLOCK_JOURNAL_MS while it runs: what a read pass
+ * would write of the clocks (remote_clock_sync in `machines`, cross-host snapshots in
+ * `global-clocks`, host clock snapshots in both) up to each host's present, into
+ * s->clock_journal, which the next pass writes first. So the mapping of a session read only at
+ * its end comes from the estimators as they were during it, not from what their bounded
+ * histories still hold at the end. 0 or TR_ERR_NOMEM. */
+#define TR_CLOCK_JOURNAL_MS 1000
+int tr_trace_output_journal_clocks(tr_session *s);
+
 /* Starts a read pass (ends any unfinished one). 0, TR_ERR_NOMEM. */
 int tr_trace_output_begin(tr_session *s);
 /* The next packet of the pass: 1, 0 at its end, TR_ERR_NOMEM. */

@@ -7,7 +7,8 @@
 #      logs "consumer refused: uid 65534 gid 65534 pid N", and root's record still works.
 #   2. --consumer-allow-gid 65534: nobody's `tracerelay record` gets a trace with web-1's data.
 #      A session root detached under a key cannot be attached (nor read) by nobody, and the
-#      refusal is logged; root attaches and reads it.
+#      refusal is logged; nobody's `tracerelay status` does not list it, root's does; root
+#      attaches and reads it.
 #   3. mode 0660 and no allow-list (the default): nobody cannot even connect (file mode).
 # Usage: test_consumer_access.sh BIN_DIR
 set -euo pipefail
@@ -77,6 +78,18 @@ record nobody "$OUT/nobody.pftrace" >"$WORK/record-nobody.log" 2>&1 ||
   fail "nobody's trace has no web-1 data"
 "$TR_BIN/consumer_attach" --socket "$CONSUMER_SOCK" --detach rootkey >"$WORK/detach.log" 2>&1 ||
   fail "root could not detach its session: $(cat "$WORK/detach.log")"
+# QueryServiceState: root sees its detached session (top level and under web-1), nobody not.
+sessions_seen() { # who -> "<top-level sessions> <web-1's sessions>"
+  local pre=(); [ "$1" = nobody ] && pre=("${NOBODY[@]}")
+  "${pre[@]}" "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json | python3 -c '
+import json, sys
+st = json.load(sys.stdin)
+web = [h for h in st["hosts"] if h["machine_name"] == "web-1"]
+print(len(st["sessions"]), len(web[0]["sessions"]) if web else -1)'
+}
+[ "$(sessions_seen root)" = "1 1" ] || fail "root's status shows $(sessions_seen root), wanted '1 1'"
+[ "$(sessions_seen nobody)" = "0 0" ] ||
+  fail "nobody's status shows root's session: $(sessions_seen nobody), wanted '0 0'"
 rc=0
 "${NOBODY[@]}" "$TR_BIN/consumer_attach" --socket "$CONSUMER_SOCK" --attach rootkey \
   >"$WORK/attach-nobody.log" 2>&1 || rc=$?

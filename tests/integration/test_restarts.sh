@@ -3,7 +3,8 @@
 # Session 1 (three hosts, steady loadgens on each):
 #   - web-1's agent is killed with SIGKILL, then restarted, and a new producer starts there:
 #     the trace marks web-1 as disconnected (its HostStats: session_disconnects >= 1, and
-#     session_disconnected_at_ns just after the kill, in the trace clock), holds
+#     session_disconnected_at_ns just after the kill, in the trace clock; on the timeline, the
+#     instants "host web-1 disconnected" then "host web-1 agent restarted"), holds
 #     web-1's data from before the kill and from the new agent, and web-2/web-3 are exact.
 #   - on web-2, next to a steady producer, one producer is frozen with SIGSTOP in the middle
 #     of its writing (mid-chunk: it writes 2000 1 KB events a second) and one is killed with
@@ -100,6 +101,16 @@ kill_ns = int(open(f"{work}/kill-web-1.ns").read())
 marks = m["web-1"].get("disconnected_at_ns") or []
 if not marks or not kill_ns <= marks[0] <= kill_ns + 10**10:
     fail.append(f"web-1: disconnect mark {marks} not just after the kill at {kill_ns}")
+# ...and on the timeline: instants on the service's track.
+service_marks = [(mk["ts"], mk["name"]) for mk in report.get("service_marks", [])]
+print("service marks", service_marks)
+down = [t for t, n in service_marks if n == "host web-1 disconnected"]
+if not down or not kill_ns <= down[0] <= kill_ns + 10**10:
+    fail.append(f"web-1: no 'host web-1 disconnected' instant just after the kill: {service_marks}")
+elif not any(n == "host web-1 agent restarted" and t > down[0] for t, n in service_marks):
+    fail.append(f"web-1: no 'host web-1 agent restarted' instant after it: {service_marks}")
+if any("web-2" in n or "web-3" in n for _, n in service_marks):
+    fail.append(f"marks for hosts that stayed connected: {service_marks}")
 new1 = [json.load(open(f))["total"]["packets_written"] for f in glob.glob(f"{work}/loadgen-web-1-*.json")]
 if not new1: fail.append("web-1: the new producer wrote no stats")
 elif new1[0] not in seqs("web-1"): fail.append(f"web-1: the new producer's {new1[0]} packets not in {seqs('web-1')}")

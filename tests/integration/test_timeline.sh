@@ -14,11 +14,12 @@
 #     TR_TIMELINE_TOLERANCE_NS, so the bound is the estimator's, RTT/2 plus drift uncertainty,
 #     with room for an ASan build on a loaded CI machine (RTT up to ~1 ms under ctest -j).
 #   BOUND_MACHINES_US (default 1000): in `machines` trace_processor applies one constant offset
-#     per remote_clock_sync packet, one real exchange per 100 ms, so the error also holds drift
-#     x the gap (up to 20 us at 200 ppm, more where probes were deferred behind queued data) and
-#     that one exchange's asymmetry (up to rtt/2, ~0.5 ms with ASan under ctest -j). The offset
-#     steps at each edge by tens of microseconds, far less than the 2 ms between two events of
-#     a loadgen sequence here, so neither encoding may show an order inversion.
+#     per remote_clock_sync packet, up to one real exchange per 10 ms, so the error also holds
+#     drift x the age of the edge (about 1 us, more where probes were deferred behind queued
+#     data or periods skipped) and that one exchange's asymmetry (up to rtt/2, ~0.5 ms with
+#     ASan under ctest -j). The offset steps at each edge by microseconds, far less than the
+#     2 ms between two events of a loadgen sequence here, so neither encoding may show an order
+#     inversion.
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=$(cd "$1" && pwd)

@@ -322,7 +322,7 @@ static void test_best_exchanges_as_remote_clock_sync(void **state) {
   struct tr_clocksync *est = simulate(&h, &jittery, 300, 20, &r);
   struct tr_clocksync_probe ex[64];
   int64_t from = host_clock(&h, h.t0), to = tr_clocksync_frontier(est);
-  int n = tr_clocksync_best_exchanges(est, from, to, 10 * SEC, ex, 64);
+  int n = tr_clocksync_best_exchanges(est, from, to, 10 * SEC, NULL, ex, 64);
   assert_true(n >= 25 && n <= 31);
   struct tr_clocksync_sync_pair prev = {0};
   for (int i = 0; i < n; i++) {
@@ -344,52 +344,97 @@ static void test_best_exchanges_as_remote_clock_sync(void **state) {
     }
     prev = pair;
   }
-  assert_int_equal(tr_clocksync_best_exchanges(est, from, to, 10 * SEC, ex, 3), 3);
-  assert_int_equal(tr_clocksync_best_exchanges(est, from, to, 0, ex, 3), TR_ERR_INVAL);
+  assert_int_equal(tr_clocksync_best_exchanges(est, from, to, 10 * SEC, NULL, ex, 3), 3);
+  assert_int_equal(tr_clocksync_best_exchanges(est, from, to, 0, NULL, ex, 3), TR_ERR_INVAL);
   struct tr_clocksync_probe bad = {10, 5, 4, 20};
   struct tr_clocksync_sync_pair pair;
   assert_int_equal(tr_clocksync_pair_from_exchange(&bad, &pair), TR_ERR_INVAL);
   tr_clocksync_free(est);
 }
 
-/* Probes every 50 ms: one real exchange per 100 ms exchange period, the best of its period;
+static bool is_one_of(const struct tr_clocksync_probe *p, const struct tr_clocksync_probe *all,
+                      int n) {
+  for (int j = 0; j < n; j++)
+    if (memcmp(p, &all[j], sizeof *p) == 0)
+      return true;
+  return false;
+}
+
+/* Probes every 5 ms: one real exchange per 10 ms exchange period, the best of its period;
  * before the exchange ring (made small here) the window bests stand in. */
 static void test_dense_exchanges(void **state) {
   (void)state;
+  enum { PROBES = 6000 }; /* 30 s */
   const struct host h = {.offset = 2.0L * 3600 * SEC, .drift = 200e-6L, .t0 = 5000.0L * SEC};
   struct link l = {.base_ns = 30 * US, .jitter_mean_ns = 20 * US, .turnaround_ns = 20 * US};
   struct tr_clocksync_config cfg;
   tr_clocksync_config_default(&cfg);
-  cfg.exchanges = 100; /* the last 10 s */
+  assert_int_equal(cfg.exchange_period_ns, 10 * MS);
+  cfg.exchanges = 1000; /* the last 10 s */
   struct tr_clocksync *est;
   assert_int_equal(tr_clocksync_init(&est, &cfg), 0);
   rng_state = 11;
-  struct tr_clocksync_probe all[600];
-  for (int i = 0; i < 600; i++) { /* 30 s */
-    all[i] = probe_at(&h, &l, (int64_t)h.t0 + (int64_t)i * 50 * MS);
+  static struct tr_clocksync_probe all[PROBES], ex[2048];
+  for (int i = 0; i < PROBES; i++) {
+    all[i] = probe_at(&h, &l, (int64_t)h.t0 + (int64_t)i * 5 * MS);
     assert_int_equal(tr_clocksync_add_probe(est, all[i].t1, all[i].t2, all[i].t3, all[i].t4), 0);
   }
-  struct tr_clocksync_probe ex[1024];
   int64_t from = host_clock(&h, h.t0), to = tr_clocksync_frontier(est);
-  int n = tr_clocksync_best_exchanges(est, from, to, 100 * MS, ex, 1024);
-  /* 20 s of 2 s window bests (about 10), then 10 s at one per 100 ms (about 100) */
-  assert_true(n >= 80 && n <= 115); /* fewer: two bests can share one 100 ms period */
+  int n = tr_clocksync_best_exchanges(est, from, to, 10 * MS, NULL, ex, 2048);
+  /* 20 s of 2 s window bests (about 10), then 10 s at up to one per 10 ms (about 1000, less
+   * the periods whose best was not edge-worthy) */
+  assert_true(n >= 700 && n <= 1015);
   int dense = 0;
   for (int i = 0; i < n; i++) {
-    bool real = false;
-    for (int j = 0; j < 600 && !real; j++)
-      real = memcmp(&ex[i], &all[j], sizeof ex[i]) == 0;
-    assert_true(real); /* a probe as it was measured, never a mapped point */
+    assert_true(is_one_of(&ex[i], all, PROBES)); /* as measured, never a mapped point */
     if (i > 0) {
       int64_t gap = ex[i].t2 - ex[i - 1].t2;
       assert_true(gap > 0);
       if (ex[i].t2 > to - 9 * SEC) {
-        assert_true(gap <= 300 * MS); /* dense where the ring reaches */
+        assert_true(gap <= 120 * MS); /* dense where the ring reaches: 10 periods skipped at most */
         dense++;
       }
     }
   }
-  assert_true(dense >= 60);
+  assert_true(dense >= 600);
+  tr_clocksync_free(est);
+}
+
+/* A period whose only probe had one slow leg is skipped (its offset would be off by half the
+ * delay), unless ten periods in a row were: then the best of the next one is taken anyway. */
+static void test_exchanges_skip_slow_legs(void **state) {
+  (void)state;
+  enum { PROBES = 600 }; /* 7.2 s, 12 ms apart: each probe in a 10 ms period of its own */
+  const struct host h = {.offset = -3.0L * SEC, .drift = 50e-6L, .t0 = 800.0L * SEC};
+  struct link clean = {.base_ns = 30 * US, .turnaround_ns = 10 * US};
+  struct tr_clocksync *est;
+  assert_int_equal(tr_clocksync_init(&est, NULL), 0);
+  rng_state = 5;
+  static struct tr_clocksync_probe all[PROBES], ex[PROBES];
+  bool slow[PROBES] = {false};
+  slow[300] = true;
+  for (int i = 450; i < 462; i++)
+    slow[i] = true;
+  for (int i = 0; i < PROBES; i++) {
+    all[i] = probe_at(&h, &clean, (int64_t)h.t0 + (int64_t)i * 12 * MS);
+    if (slow[i])
+      all[i].t4 += 100 * US; /* rtt 160 us against 60: plausible, not edge-worthy */
+    assert_int_equal(tr_clocksync_add_probe(est, all[i].t1, all[i].t2, all[i].t3, all[i].t4), 0);
+  }
+  struct tr_clocksync_stats st;
+  tr_clocksync_get_stats(est, &st);
+  assert_int_equal(st.outliers, 0);
+  int64_t period_start = all[200].t2 - 5 * MS;
+  int n = tr_clocksync_best_exchanges(est, period_start, tr_clocksync_frontier(est), 10 * MS,
+                                      NULL, ex, PROBES);
+  int slow_taken = 0;
+  for (int i = 0; i < n; i++)
+    for (int j = 200; j < PROBES; j++)
+      if (memcmp(&ex[i], &all[j], sizeof ex[i]) == 0 && slow[j])
+        slow_taken++;
+  /* probe 300 is skipped, the run 450..461 gives one (after ten skipped periods) */
+  assert_int_equal(slow_taken, 1);
+  assert_int_equal(n, PROBES - 200 - 12);
   tr_clocksync_free(est);
 }
 
@@ -533,6 +578,7 @@ int main(void) {
       cmocka_unit_test(test_export_reproduces_mapping),
       cmocka_unit_test(test_best_exchanges_as_remote_clock_sync),
       cmocka_unit_test(test_dense_exchanges),
+      cmocka_unit_test(test_exchanges_skip_slow_legs),
       cmocka_unit_test(test_outliers_and_path_change),
       cmocka_unit_test(test_slews_never_steps),
       cmocka_unit_test(test_invalid_input),

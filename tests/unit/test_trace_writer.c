@@ -141,6 +141,31 @@ static void test_service_events(void **state) {
   }
 }
 
+/* The service's track and an instant on it: what the UI shows as "host web-2 disconnected". */
+static void test_service_track_and_instant(void **state) {
+  (void)state;
+  tr_trace_writer_buf b;
+  assert_int_equal(tr_trace_writer_service_track(9, &b), 0);
+  Packet *p = decode(&b);
+  check_service_header(p, 9);
+  assert_int_equal(p->data_case, PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_DESCRIPTOR);
+  assert_int_equal(p->track_descriptor->uuid, TR_TRACE_WRITER_SERVICE_TRACK_UUID);
+  assert_string_equal(p->track_descriptor->name, "tracerelay service");
+  assert_false(p->has_timestamp);
+  perfetto__protos__trace_packet__free_unpacked(p, NULL);
+
+  assert_int_equal(tr_trace_writer_service_instant(9, 123456789, "host web-2 disconnected", &b), 0);
+  p = decode(&b);
+  check_service_header(p, 9);
+  assert_int_equal(p->timestamp, 123456789);
+  assert_int_equal(p->data_case, PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_EVENT);
+  assert_int_equal(p->track_event->type, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT);
+  assert_int_equal(p->track_event->track_uuid, TR_TRACE_WRITER_SERVICE_TRACK_UUID);
+  assert_string_equal(p->track_event->name, "host web-2 disconnected");
+  assert_false(p->has_sequence_flags); /* no incremental state: no interning, absolute time */
+  perfetto__protos__trace_packet__free_unpacked(p, NULL);
+}
+
 static void test_trace_stats_with_extension(void **state) {
   Perfetto__Protos__TraceStats st = PERFETTO__PROTOS__TRACE_STATS__INIT;
   /* field 1000 (LEN) holding {1: "h"}: our extension, appended inside TraceStats */
@@ -186,6 +211,7 @@ int main(void) {
       cmocka_unit_test(test_trace_config_keeps_unknown_fields),
       cmocka_unit_test(test_system_info),
       cmocka_unit_test(test_service_events),
+      cmocka_unit_test(test_service_track_and_instant),
       cmocka_unit_test(test_trace_stats_with_extension),
       cmocka_unit_test(test_remote_clock_sync),
   };

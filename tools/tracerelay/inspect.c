@@ -25,7 +25,9 @@ void cmd_inspect_usage(FILE *out) {
         "ftrace clocks) and prints per host: packets, sequences, first/last trace time, losses\n"
         "from TraceStats, the mapping of its BOOTTIME to the trace clock (offset, drift, error\n"
         "bound) and the packets it could not resolve. A host is a machine_id, or in the\n"
-        "global-clocks encoding the machine whose global clock ids a sequence uses.\n"
+        "global-clocks encoding the machine whose global clock ids a sequence uses. Then the\n"
+        "service's marks: hosts that disconnected, reconnected or restarted their agent\n"
+        "during the session, at the service's time.\n"
         "\n"
         "options:\n"
         "  --json     print the summary as one JSON object (times in ns)\n"
@@ -217,7 +219,13 @@ static void print_json(const struct opts *o, const struct tr_inspect_result *r) 
     printf("%s\n  ", i ? "," : "");
     print_host_json(&r->hosts[i]);
   }
-  printf("\n ]}\n");
+  printf("\n ],\n \"service_marks_total\":%" PRIu64 ",\"service_marks\":[", r->service_marks_total);
+  for (size_t i = 0; i < r->n_service_marks; i++) {
+    printf("%s{\"ts\":%" PRIu64 ",\"name\":", i ? "," : "", r->service_marks[i].ts);
+    put_json_str(stdout, r->service_marks[i].name);
+    printf("}");
+  }
+  printf("]}\n");
 }
 
 static void print_host_text(const struct tr_inspect_host *h) {
@@ -304,6 +312,15 @@ static void print_text(const struct opts *o, const struct tr_inspect_result *r) 
   }
   for (size_t i = 0; i < r->n_hosts; i++)
     print_host_text(&r->hosts[i]);
+  if (r->service_marks_total)
+    printf("\nservice marks (%" PRIu64 "):\n", r->service_marks_total);
+  for (size_t i = 0; i < r->n_service_marks; i++) {
+    char at[32];
+    seconds(at, sizeof(at), (int64_t)r->service_marks[i].ts);
+    printf("  %20s  ", at);
+    put_text(stdout, r->service_marks[i].name);
+    printf("\n");
+  }
 }
 
 static int parse(int argc, char **argv, struct opts *o) {
