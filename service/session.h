@@ -169,6 +169,7 @@ struct tr_session {
   bool first_read_done;
   tr_session_reader reader;
   tr_packet_list clock_journal; /* clock packets exported since the last pass (clock_timer) */
+  uint64_t clock_journal_thinned; /* times it was thinned (trace_output.c) */
   struct tr_timeline_out *timeline; /* service/timeline_output.c; NULL until the first pass */
   tr_flush_op *flushes;
   uint64_t flushes_requested, flushes_succeeded, flushes_failed;

@@ -181,7 +181,31 @@ static int add_clocks(tr_session *s, tr_packet_list *out, bool final) {
   return rc ? rc : tr_timeline_head(s, out, final);
 }
 
-int tr_trace_output_journal_clocks(tr_session *s) { return add_clocks(s, &s->clock_journal, false); }
+/* Drops every other packet of the journal's older half: each host's series stays in order and
+ * covers the same time, at half the density there. */
+static void thin_journal(tr_packet_list *l) {
+  size_t half = l->n / 2, kept = 0;
+  for (size_t i = 0; i < l->n; i++) {
+    if (i < half && i % 2 == 1)
+      tr_trace_writer_buf_free(&l->items[i]);
+    else
+      l->items[kept++] = l->items[i];
+  }
+  l->n = kept;
+}
+
+int tr_trace_output_journal_clocks(tr_session *s) {
+  int rc = add_clocks(s, &s->clock_journal, false);
+  size_t cap = TR_CLOCK_JOURNAL_PER_HOST * (s->num_hosts ? s->num_hosts : 1);
+  if (s->clock_journal.n > cap) {
+    thin_journal(&s->clock_journal);
+    if (!s->clock_journal_thinned++)
+      TR_WARN(COMP, "session %llu: unread for long: the clock journal passed %zu packets, its "
+              "older half is thinned (the timeline there is less exact)",
+              (unsigned long long)s->id, cap);
+  }
+  return rc;
+}
 
 /* The first pass's head: clocks, marker, config, uuid, system infos; then pending events, the
  * clock journal and the clocks since. */

@@ -36,6 +36,9 @@ void tr_packet_list_free(tr_packet_list *l);
  * its end comes from the estimators as they were during it, not from what their bounded
  * histories still hold at the end. 0 or TR_ERR_NOMEM. */
 #define TR_CLOCK_JOURNAL_MS 1000
+/* Its bound: past this many packets per host of the session (about 55 min of a host at 20
+ * edges a second, 6 MB), every other packet of its older half is dropped, and logged once. */
+#define TR_CLOCK_JOURNAL_PER_HOST 65536u
 int tr_trace_output_journal_clocks(tr_session *s);
 
 /* Starts a read pass (ends any unfinished one). 0, TR_ERR_NOMEM. */
