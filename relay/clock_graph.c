@@ -545,7 +545,10 @@ int tr_clockgraph_convert(struct tr_clockgraph *g, uint32_t machine_id, uint32_t
     const struct series *se = &g->series[nd->path[i].series];
     const int64_t *row = &se->rows[(size_t)row_at_or_below(se, nd->path[i].from_col, ns) *
                                    se->n_cols];
-    ns += row[nd->path[i].to_col] - row[nd->path[i].from_col];
+    int64_t offset; /* the hop's offset: both readings are untrusted, and so is their gap */
+    if (__builtin_sub_overflow(row[nd->path[i].to_col], row[nd->path[i].from_col], &offset) ||
+        __builtin_add_overflow(ns, offset, &ns))
+      return TR_ERR_INVAL;
   }
   *trace_ts = ns;
   return 0;

@@ -1,6 +1,6 @@
 /* test_clock_graph.c: the resolver against hand-computed conversions: BFS over several hops, the
  * latest-snapshot-at-or-below rule and its first-snapshot fallback, target-only clocks, machine
- * qualification, incremental sequence clocks, and remote_clock_sync edges (trace_processor's
+ * qualification, incremental sequence clocks, overflow, and remote_clock_sync edges (trace_processor's
  * formula on the recorded traced-relay capture, and the estimator's breakpoints round-tripped). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -64,6 +64,18 @@ static void test_multi_hop_bfs(void **state) {
   /* 0x80000003 0 -> 0x80000002 100 -> 0x80000001 200 -> global 300 -> BOOTTIME 300 - 7 + 5000 */
   assert_int_equal(conv(g, 0, 0x80000003, 0, 0), 5293);
   assert_int_equal(conv_rc(g, 0, 0x80000004, 0, 0), TR_ERR_NOT_FOUND);
+  tr_clockgraph_free(g);
+}
+
+/* Found by fuzz_trace_reader (fuzz/corpus/trace_reader/crash-hop-offset-overflow): a hop's
+ * offset added to a value past int64 was signed overflow (UB); it is now refused. */
+static void test_hop_overflow_is_refused(void **state) {
+  (void)state;
+  struct tr_clockgraph *g;
+  assert_int_equal(tr_clockgraph_init(&g), 0);
+  assert_int_equal(SNAP(g, 0, 0, C(BOOTTIME, 9223368739607598528ull), C(REALTIME, 0)), 0);
+  assert_int_equal(conv(g, 0, REALTIME, 0, 1000), 9223368739607599528ll);
+  assert_int_equal(conv_rc(g, 0, REALTIME, 0, 1795238717850464985ull), TR_ERR_INVAL);
   tr_clockgraph_free(g);
 }
 
@@ -327,6 +339,7 @@ static void test_estimator_breakpoints_round_trip(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_multi_hop_bfs),
+      cmocka_unit_test(test_hop_overflow_is_refused),
       cmocka_unit_test(test_latest_snapshot_at_or_below),
       cmocka_unit_test(test_backwards_clock_is_target_only),
       cmocka_unit_test(test_machine_qualification),
