@@ -3,20 +3,20 @@
  *
  * Host clock snapshots. Each agent sends HostClockSnapshot when a data source starts or stops
  * and periodically while one runs; the service keeps the last TR_HOST_CLOCK_SNAPSHOTS per host
- * (tr_host.clock_snapshots). Each read pass writes those received since the session started
- * and not yet written, as packets of that host: `machines`, on sequence 1 with the host's
+ * (tr_host.clock_snapshots). Each call (the clock journal's, a read pass's) takes those
+ * received since the session started and not yet written, as packets of that host: `machines`, on sequence 1 with the host's
  * machine_id (TP scopes them to the machine); `global-clocks`, rewritten to the host's global
  * ids (relay/packet_rewrite.h) on a sequence of their own (the (host entry, producer 0) key of
  * the session's sequence ids: producer ids are never 0), without primary_trace_clock.
  *
  * Cross-host snapshots (`global-clocks`). Per host, the estimator's mapping exported as
  * breakpoints every TR_TIMELINE_TOLERANCE_NS of error (tr_clocksync_export), from an
- * export point that starts one second before the session's start and moves forward each pass
- * to a little past the host's present. They are written in the pass's head, before the host
- * data of that pass; trace_processor converts by the latest snapshot at or below a value, so
+ * export point that starts one second before the session's start and moves forward at each
+ * call (every second into the session's clock journal, and at each read pass) to a little past
+ * the host's present. They are written in a pass's head, before the host data of that pass; trace_processor converts by the latest snapshot at or below a value, so
  * data read later but stamped earlier still finds its breakpoint. Beyond the estimator's
  * frontier the mapping is its plan (slope 1 + drift), which later probes may re-plan by at most
- * a few microseconds over the second or so a pass covers; a breakpoint that would not strictly
+ * a few microseconds over the second or so a call covers; a breakpoint that would not strictly
  * follow the last one written on both clocks is left out, so each series stays monotonic as
  * trace_processor needs. */
 #include "service/timeline_output.h"

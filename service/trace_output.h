@@ -2,7 +2,8 @@
  *
  * One read pass yields, in order: the service's packets (on the first pass: clock snapshot,
  * sync marker, trace_config, trace_uuid, SystemInfo of the service machine then of each remote
- * host; on every pass: the service events since the last one), then for each buffer and each
+ * host; on every pass: the service events since the last one, the hosts' link marks, the clock
+ * journal and the clock packets since), then for each buffer and each
  * host the packets of that (buffer, host) central buffer with the trusted slice to append, then
  * read_tracing_buffers_completed and TraceStats. A pass is final once the session is stopped:
  * nothing stalls then and the buffers end empty. */

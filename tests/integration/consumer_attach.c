@@ -15,18 +15,13 @@
 #include "relay/ipc_client.h"
 #include "relay/ipc_frame.h"
 #include "relay/tr_error.h"
+#include "tests/integration/test_consumer.h"
 
 #define WAIT_MS 3000
 
 static int call(tr_ipc_client *c, const char *method, const ProtobufCMessage *m) {
-  size_t len = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(len ? len : 1);
   uint64_t id;
-  if (!buf)
-    return TR_ERR_NOMEM;
-  protobuf_c_message_pack(m, buf);
-  int rc = tr_ipc_client_invoke(c, method, buf, len, false, -1, &id);
-  free(buf);
+  int rc = test_consumer_invoke(c, method, m, &id);
   while (rc == 0) {
     Perfetto__Protos__IPCFrame *f = NULL;
     rc = tr_ipc_client_recv(c, WAIT_MS, &f, NULL);
@@ -77,29 +72,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (detach_key) {
-    Perfetto__Protos__TraceConfig__BufferConfig buf =
-        PERFETTO__PROTOS__TRACE_CONFIG__BUFFER_CONFIG__INIT;
-    buf.has_size_kb = 1;
-    buf.size_kb = 1024;
-    Perfetto__Protos__TraceConfig__BufferConfig *bufs[] = {&buf};
-    Perfetto__Protos__DataSourceConfig dsc = PERFETTO__PROTOS__DATA_SOURCE_CONFIG__INIT;
-    dsc.name = "track_event";
-    Perfetto__Protos__TraceConfig__DataSource ds =
-        PERFETTO__PROTOS__TRACE_CONFIG__DATA_SOURCE__INIT;
-    ds.config = &dsc;
-    Perfetto__Protos__TraceConfig__DataSource *dss[] = {&ds};
-    Perfetto__Protos__TraceConfig cfg = PERFETTO__PROTOS__TRACE_CONFIG__INIT;
-    cfg.n_buffers = 1;
-    cfg.buffers = bufs;
-    cfg.n_data_sources = 1;
-    cfg.data_sources = dss;
-    Perfetto__Protos__EnableTracingRequest en = PERFETTO__PROTOS__ENABLE_TRACING_REQUEST__INIT;
-    en.trace_config = &cfg;
-    uint8_t *args = malloc(protobuf_c_message_get_packed_size(&en.base) + 1);
+    test_enable en;
+    test_enable_init(&en, "track_event", 1024);
     uint64_t id;
-    size_t n = protobuf_c_message_pack(&en.base, args);
-    rc = tr_ipc_client_invoke(c, "EnableTracing", args, n, false, -1, &id); /* held reply */
-    free(args);
+    rc = test_consumer_invoke(c, "EnableTracing", &en.request.base, &id); /* held reply */
     Perfetto__Protos__DetachRequest d = PERFETTO__PROTOS__DETACH_REQUEST__INIT;
     d.key = (char *)detach_key;
     if (rc == 0)

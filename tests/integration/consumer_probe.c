@@ -20,22 +20,12 @@
 #include "relay/ipc_client.h"
 #include "relay/ipc_frame.h"
 #include "relay/tr_error.h"
+#include "tests/integration/test_consumer.h"
 
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int invoke(tr_ipc_client *c, const char *method, const ProtobufCMessage *m, uint64_t *id) {
-  size_t len = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (!buf)
-    return TR_ERR_NOMEM;
-  protobuf_c_message_pack(m, buf);
-  int rc = tr_ipc_client_invoke(c, method, buf, len, false, -1, id);
-  free(buf);
-  return rc;
 }
 
 /* Waits up to wait_ms for the reply to id; *success from the reply. 0, or < 0. */
@@ -110,24 +100,10 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  Perfetto__Protos__TraceConfig__BufferConfig buf = PERFETTO__PROTOS__TRACE_CONFIG__BUFFER_CONFIG__INIT;
-  buf.has_size_kb = 1;
-  buf.size_kb = 1024;
-  Perfetto__Protos__TraceConfig__BufferConfig *bufs[] = {&buf};
-  Perfetto__Protos__DataSourceConfig dsc = PERFETTO__PROTOS__DATA_SOURCE_CONFIG__INIT;
-  dsc.name = (char *)ds_name;
-  Perfetto__Protos__TraceConfig__DataSource ds = PERFETTO__PROTOS__TRACE_CONFIG__DATA_SOURCE__INIT;
-  ds.config = &dsc;
-  Perfetto__Protos__TraceConfig__DataSource *dss[] = {&ds};
-  Perfetto__Protos__TraceConfig cfg = PERFETTO__PROTOS__TRACE_CONFIG__INIT;
-  cfg.n_buffers = 1;
-  cfg.buffers = bufs;
-  cfg.n_data_sources = 1;
-  cfg.data_sources = dss;
-  Perfetto__Protos__EnableTracingRequest en = PERFETTO__PROTOS__ENABLE_TRACING_REQUEST__INIT;
-  en.trace_config = &cfg;
+  test_enable en;
+  test_enable_init(&en, ds_name, 1024);
   uint64_t enable_id;
-  if (invoke(session, "EnableTracing", &en.base, &enable_id) < 0) {
+  if (test_consumer_invoke(session, "EnableTracing", &en.request.base, &enable_id) < 0) {
     fprintf(stderr, "consumer_probe: EnableTracing failed\n");
     return 1;
   }
@@ -143,7 +119,7 @@ int main(int argc, char **argv) {
     uint64_t id;
     bool ok = false;
     t0 = now_ms();
-    rc = invoke(session, "Flush", &fr.base, &id);
+    rc = test_consumer_invoke(session, "Flush", &fr.base, &id);
     if (rc == 0)
       rc = await_reply(session, id, bound_ms * 5, &ok);
     flush_ms[i] = now_ms() - t0;
@@ -154,7 +130,7 @@ int main(int argc, char **argv) {
 
     Perfetto__Protos__QueryServiceStateRequest qr = PERFETTO__PROTOS__QUERY_SERVICE_STATE_REQUEST__INIT;
     t0 = now_ms();
-    rc = invoke(query, "QueryServiceState", &qr.base, &id);
+    rc = test_consumer_invoke(query, "QueryServiceState", &qr.base, &id);
     if (rc == 0)
       rc = await_reply(query, id, bound_ms * 5, &ok);
     query_ms[i] = rc < 0 ? 1e9 : now_ms() - t0;
