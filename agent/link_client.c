@@ -75,6 +75,8 @@ struct tr_link_client {
   uv_getaddrinfo_t resolve;
   bool resolving;
   uv_timer_t batch_timer, retry_timer, tick;
+  uv_timer_t follow_up_timer; /* sends the ClockFollowUp of the last answer, a little later */
+  Tracerelay__ClockFollowUp follow_up;
   int handles_open;
 
   pending_reply *replies_head, *replies_tail;
@@ -577,6 +579,18 @@ void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t in
   lc->snap_next_ms = uv_now(lc->loop) + snap_period(lc);
 }
 
+static void on_follow_up_timer(uv_timer_t *t) {
+  tr_link_client *lc = t->data;
+  if (lc->conn == NULL || lc->closing_conn)
+    return;
+  if (lc->follow_up.has_t3) /* the kernel's own send stamp of the answer, once there */
+    lc->follow_up.t3 = (uint64_t)tr_tls_uv_sent_time(lc->conn, (int64_t)lc->follow_up.t3);
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_FOLLOW_UP;
+  f.clock_follow_up = &lc->follow_up;
+  send_frame(lc, &f);
+}
+
 /* Answers at once. With FEATURE_CLOCK_FOLLOW_UP the exact send time of the encrypted answer
  * follows in a ClockFollowUp (two-step: an encrypted message cannot carry its own). */
 static void on_probe(tr_link_client *lc, const Tracerelay__ClockProbe *q) {
@@ -597,9 +611,8 @@ static void on_probe(tr_link_client *lc, const Tracerelay__ClockProbe *q) {
   fu.probe_id = q->probe_id;
   fu.has_t3 = sent > 0;
   fu.t3 = (uint64_t)sent;
-  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_FOLLOW_UP;
-  f.clock_follow_up = &fu;
-  send_frame(lc, &f);
+  lc->follow_up = fu;
+  uv_timer_start(&lc->follow_up_timer, on_follow_up_timer, TR_LINK_FOLLOW_UP_DELAY_MS, 0);
 }
 
 static void on_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
@@ -727,6 +740,7 @@ static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
   tr_link_client *lc = tr_tls_uv_get_data(conn);
   bool was_up = lc->welcomed;
   lc->conn = NULL;
+  uv_timer_stop(&lc->follow_up_timer); /* its answer went with this connection */
   lc->tls_up = false;
   lc->closing_conn = false;
   lc->welcomed = false;
@@ -854,6 +868,7 @@ static void finish(tr_link_client *lc) {
   uv_close((uv_handle_t *)&lc->batch_timer, on_handle_closed);
   uv_close((uv_handle_t *)&lc->retry_timer, on_handle_closed);
   uv_close((uv_handle_t *)&lc->tick, on_handle_closed);
+  uv_close((uv_handle_t *)&lc->follow_up_timer, on_handle_closed);
 }
 
 static void check_shutdown(tr_link_client *lc) {
@@ -994,8 +1009,9 @@ int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts
   uv_timer_init(loop, &lc->batch_timer);
   uv_timer_init(loop, &lc->retry_timer);
   uv_timer_init(loop, &lc->tick);
-  lc->batch_timer.data = lc->retry_timer.data = lc->tick.data = lc;
-  lc->handles_open = 3;
+  uv_timer_init(loop, &lc->follow_up_timer);
+  lc->batch_timer.data = lc->retry_timer.data = lc->tick.data = lc->follow_up_timer.data = lc;
+  lc->handles_open = 4;
   uv_timer_start(&lc->tick, on_tick, TICK_MS, TICK_MS);
   TR_INFO("link", "agent instance %016llx: connecting to %s:%s (certificate name %s)",
           (unsigned long long)instance_id, lc->host, lc->port, lc->server_name);

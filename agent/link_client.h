@@ -17,9 +17,10 @@
  * - A CommandReply carries after_seq = the last batch queued after everything taken from the
  *   chunk queue so far, so the service applies it after the data that preceded it. Replies
  *   made while disconnected wait (up to TR_LINK_MAX_PENDING_REPLIES) for the next Welcome.
- * - Clock probes are answered at once: t2 is when the socket read that brought the probe
- *   returned (before decryption); the exact t3, right before the encrypted answer went to the
- *   kernel, follows in a ClockFollowUp (FEATURE_CLOCK_FOLLOW_UP).
+ * - Clock probes are answered at once: t2 is when the probe reached the socket (the
+ *   kernel's receive stamp, tr_tls_uv_read_time, before decryption); the exact t3, when the encrypted answer left (the kernel's
+ *   send stamp, tr_tls_uv_sent_time), follows TR_LINK_FOLLOW_UP_DELAY_MS later in a
+ *   ClockFollowUp (FEATURE_CLOCK_FOLLOW_UP).
  * - Reconnects: capped exponential backoff with +-20% jitter (100 ms doubling to 10 s by
  *   default), reset by each Welcome. The name is resolved again on each attempt.
  * Everything runs on the loop's thread. */
@@ -38,6 +39,9 @@
 
 #define TR_LINK_BATCH_BYTES (1u << 20)
 #define TR_LINK_BATCH_MS 20
+/* A probe's ClockFollowUp waits this long after the answer, so that the service reads the
+ * answer's segment alone and its receive stamp is the answer's arrival, not the follow-up's. */
+#define TR_LINK_FOLLOW_UP_DELAY_MS 1
 #define TR_LINK_WRITE_BOUND (1u << 20)
 #define TR_LINK_MAX_PENDING_REPLIES 1024
 #define TR_LINK_BACKOFF_MIN_MS 100

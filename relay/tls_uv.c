@@ -13,6 +13,7 @@
 
 #include "relay/clock.h"
 #include "relay/log.h"
+#include "relay/sock_stamp.h"
 #include "relay/tr_error.h"
 
 #include <arpa/inet.h>
@@ -29,7 +30,6 @@
 
 #define KEEPALIVE_DELAY_S 30
 #define READ_BUFFER (64 * 1024)
-#define RX_PAIR_NS 2000 /* widest REALTIME bracket of a BOOTTIME read that converts a stamp */
 
 struct tr_tls_uv_server {
   uv_tcp_t tcp;
@@ -60,9 +60,10 @@ struct tr_tls_uv_conn {
   unsigned writes_pending;
   uint64_t bytes_in;
   int64_t read_ns; /* BOOTTIME when the bytes now being delivered reached the socket */
-  /* rx_stamps: the kernel stamps received bytes (SO_TIMESTAMPNS) and on_alloc reads the
+  /* Kernel send and receive stamps (relay/sock_stamp.h). With stamps.rx, on_alloc reads the
    * socket itself with recvmsg, leaving pre_* for on_tcp_read. */
-  bool rx_stamps;
+  tr_sock_stamp stamps;
+  int64_t marked_ns; /* *sent_ns of the last stamped write, whose kernel stamp stamps holds */
   size_t pre_len;
   int pre_err; /* 0, UV_EOF or a libuv error code */
   int64_t pre_ns;
@@ -189,6 +190,7 @@ static int submit(tr_tls_uv_conn *c, struct write_req *w) {
   }
   c->queued += w->len;
   c->writes_pending++;
+  tr_sock_stamp_count(&c->stamps, w->len); /* all of it reaches the socket, in this order */
   return 0;
 }
 
@@ -223,23 +225,23 @@ static bool output_idle(tr_tls_uv_conn *c) {
 }
 
 /* Hands w's ciphertext to the kernel at once if nothing waits before it, with *sent_ns = the
- * BOOTTIME right before; otherwise (or for what the kernel did not take) queues it as submit()
- * does, *sent_ns = 0. */
+ * BOOTTIME right before and a kernel send stamp asked for; otherwise (or for what the kernel
+ * did not take) queues it as submit() does, *sent_ns = 0. */
 static int submit_stamped(tr_tls_uv_conn *c, struct write_req *w, int64_t *sent_ns) {
   *sent_ns = 0;
-  if (w->len == 0 || !output_idle(c))
+  uv_os_fd_t fd;
+  if (w->len == 0 || !output_idle(c) || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
     return submit(c, w);
-  uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)w->len);
   int64_t t = boottime();
-  int n = uv_try_write((uv_stream_t *)&c->tcp, &buf, 1);
-  if (n == (int)w->len) {
-    *sent_ns = t;
+  ssize_t n = tr_sock_stamp_send(&c->stamps, fd, w->data, w->len);
+  if (n == (ssize_t)w->len) {
+    *sent_ns = c->marked_ns = t;
     free(w);
     return 0;
   }
-  if (n < 0 && n != UV_EAGAIN) {
+  if (n < 0 && n != -EAGAIN && n != -EWOULDBLOCK) {
     free(w);
-    return n;
+    return uv_translate_sys_error((int)-n);
   }
   if (n > 0) {
     memmove(w->data, w->data + n, w->len - (size_t)n);
@@ -304,6 +306,15 @@ int tr_tls_uv_write_stamped(tr_tls_uv_conn *c, const void *data, size_t len, int
 }
 
 int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *c) { return c->read_ns; }
+
+int64_t tr_tls_uv_sent_time(tr_tls_uv_conn *c, int64_t sent_ns) {
+  uv_os_fd_t fd;
+  if (sent_ns == 0 || sent_ns != c->marked_ns || c->closing ||
+      uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+    return sent_ns;
+  int64_t kernel = tr_sock_stamp_sent_time(&c->stamps, fd);
+  return kernel >= sent_ns ? kernel : sent_ns;
+}
 
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *c) { return c->queued; }
 
@@ -467,9 +478,7 @@ static bool feed_and_drive(tr_tls_uv_conn *c, size_t off, size_t end) {
 }
 
 /* Reads the socket into rbuf with the kernel's receive time of the newest bytes read (TCP
- * reports the last segment's), as BOOTTIME: the clock now minus the segment's age. The age
- * comes from REALTIME, the clock of socket timestamps; a value that makes no sense (REALTIME
- * stepped, a segment not stamped) falls back to now, which is still no earlier than arrival. */
+ * reports the last segment's), or the time now if it has none: never earlier than arrival. */
 static void own_read(tr_tls_uv_conn *c) {
   c->pre_len = 0;
   c->pre_err = 0;
@@ -478,58 +487,24 @@ static void own_read(tr_tls_uv_conn *c) {
     c->pre_err = UV_EBADF;
     return;
   }
-  union {
-    char buf[CMSG_SPACE(sizeof(struct timespec))];
-    struct cmsghdr align;
-  } ctl;
-  struct iovec iov = {.iov_base = c->rbuf, .iov_len = sizeof c->rbuf};
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                     .msg_controllen = sizeof ctl.buf};
-  ssize_t n;
-  do
-    n = recvmsg(fd, &m, MSG_DONTWAIT);
-  while (n < 0 && errno == EINTR);
+  int64_t arrival = 0;
+  ssize_t n = tr_sock_stamp_recv(&c->stamps, fd, c->rbuf, sizeof c->rbuf, &arrival);
   if (n < 0) {
-    c->pre_err = errno == EAGAIN || errno == EWOULDBLOCK ? 0 : uv_translate_sys_error(errno);
+    c->pre_err = n == -EAGAIN || n == -EWOULDBLOCK ? 0 : uv_translate_sys_error((int)-n);
     return;
   }
   if (n == 0) {
     c->pre_err = UV_EOF;
     return;
   }
-  /* BOOTTIME bracketed by two REALTIME reads: a preemption between the two clocks would move
-   * the stamp by its length. The earlier REALTIME errs on the late side. */
-  int64_t now = 0;
-  struct timespec rt;
-  bool paired = false;
-  for (int i = 0; i < 3 && !paired; i++) {
-    struct timespec r1;
-    clock_gettime(CLOCK_REALTIME, &rt);
-    now = boottime();
-    clock_gettime(CLOCK_REALTIME, &r1);
-    paired = ((int64_t)r1.tv_sec - (int64_t)rt.tv_sec) * 1000000000 + (r1.tv_nsec - rt.tv_nsec) <=
-             RX_PAIR_NS;
-  }
   c->pre_len = (size_t)n;
-  c->pre_ns = now;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm != NULL; cm = CMSG_NXTHDR(&m, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS ||
-        cm->cmsg_len < CMSG_LEN(sizeof(struct timespec)))
-      continue;
-    struct timespec ts;
-    memcpy(&ts, CMSG_DATA(cm), sizeof ts);
-    int64_t age =
-        ((int64_t)rt.tv_sec - (int64_t)ts.tv_sec) * 1000000000 + (rt.tv_nsec - ts.tv_nsec);
-    if (paired && (ts.tv_sec != 0 || ts.tv_nsec != 0) && age >= 0 &&
-        age < 10 * 1000000000LL && age < now)
-      c->pre_ns = now - age;
-  }
+  c->pre_ns = arrival != 0 ? arrival : boottime();
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   tr_tls_uv_conn *c = h->data;
-  if (!c->rx_stamps) {
+  if (!c->stamps.rx) {
     *buf = uv_buf_init((char *)c->rbuf, sizeof c->rbuf);
     return;
   }
@@ -542,7 +517,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   tr_tls_uv_conn *c = stream->data;
   int64_t stamp = 0;
-  if (nread == UV_ENOBUFS && c->rx_stamps) {
+  if (nread == UV_ENOBUFS && c->stamps.rx) {
     nread = c->pre_err != 0 ? c->pre_err : (ssize_t)c->pre_len;
     stamp = c->pre_ns;
   }
@@ -574,6 +549,9 @@ int tr_tls_uv_pause_read(tr_tls_uv_conn *c) {
   if (c->read_paused)
     return 0;
   c->read_paused = true;
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+    tr_sock_stamp_drain(&c->stamps, fd); /* a stamp left queued would signal the socket */
   if (c->resume_queued) {
     uv_timer_stop(&c->timer);
     c->resume_queued = false;
@@ -615,12 +593,13 @@ bool tr_tls_uv_read_is_paused(const tr_tls_uv_conn *c) { return c->read_paused; 
 /* Common setup of both sides once the TCP connection exists. */
 static void start_session(tr_tls_uv_conn *c) {
   uv_tcp_nodelay(&c->tcp, 1);
-  /* Kernel receive times: the time userspace reads is late by the reader's wake-up, which on
-   * a VM differs between two hosts by tens of microseconds (docs/timeline.md). */
+  /* Kernel send and receive times: the time userspace reads is late by the reader's wake-up,
+   * which on a VM differs between two hosts by tens of microseconds, and a write's time is
+   * early by the kernel's path to the wire (docs/timeline.md). Before the first byte goes out,
+   * as the send stamps' byte count requires. */
   uv_os_fd_t fd;
-  int on = 1;
-  c->rx_stamps = uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
-                 setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on) == 0;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+    tr_sock_stamp_enable(&c->stamps, fd);
   uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_DELAY_S);
   int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_tcp_read);
   if (rc < 0) {

@@ -112,9 +112,14 @@ size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
  * tr_tls_uv_write_stamped: tr_tls_uv_write for a small message whose send time matters. It
  * encrypts first; then, if nothing waits before it (no write queued here, no unsent byte in the
  * kernel's socket buffer), it reads the clock into *sent_ns and hands the ciphertext to the
- * kernel at once (uv_try_write): *sent_ns is the moment right before the kernel took the bytes.
+ * kernel at once: *sent_ns is the moment right before the kernel took the bytes.
  * Otherwise (something queued, or the kernel did not take all of it) the bytes are queued as by
  * tr_tls_uv_write and *sent_ns = 0: there is no exact send time. Returns as tr_tls_uv_write.
+ *
+ * tr_tls_uv_sent_time: for the sent_ns of the last write_stamped call, the kernel's own send
+ * stamp of those bytes (relay/sock_stamp.h: when they left for the device driver) once it has
+ * arrived, which is later and closer to the wire; sent_ns itself until then, without one, or
+ * for any other value.
  *
  * tr_tls_uv_read_time: inside on_read, the time the newest bytes of the socket read that
  * completed the bytes being delivered reached the socket, before they were decrypted (for bytes
@@ -123,6 +128,7 @@ size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
  * clock read when the read returned. Either way never earlier than the bytes reached this host's
  * socket, and free of this process's wake-up latency when stamped. */
 int tr_tls_uv_write_stamped(tr_tls_uv_conn *conn, const void *data, size_t len, int64_t *sent_ns);
+int64_t tr_tls_uv_sent_time(tr_tls_uv_conn *conn, int64_t sent_ns);
 int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *conn);
 /* Closes gracefully: queued bytes and a close_notify are sent (for at most
  * TR_TLS_UV_CLOSE_LINGER_MS), then on_close(conn, 0, ...) runs. Safe to call from any

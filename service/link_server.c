@@ -334,6 +334,7 @@ static void on_probe_answer(tr_link_peer *p, const Tracerelay__ClockProbe *a) {
     PROTO_ERROR(p, "clock probe answer with t2/t3 out of range");
     return;
   }
+  p->probe_t1 = tr_tls_uv_sent_time(p->conn, p->probe_t1); /* the kernel's, once there */
   p->probe_t2 = (int64_t)a->t2;
   p->probe_t3 = (int64_t)a->t3;
   p->probe_t4 = p->t4;

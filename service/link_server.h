@@ -15,8 +15,8 @@
  *   (while a session runs, every 5-50 ms: as often as the host's drift needs to move its clock
  *   by at most 1 us between probes), plus tr_host_probe_clock on demand; probes to
  *   different hosts at least 1 ms apart, and only when nothing of ours waits to be sent. t1 is
- *   read right before the encrypted probe goes to the kernel, t4 when the socket read that
- *   brought the answer returned (before decryption); with FEATURE_CLOCK_FOLLOW_UP the answer is
+ *   when the encrypted probe left (the kernel's send stamp, tr_tls_uv_sent_time), t4 when
+ *   the answer reached the socket (its receive stamp, before decryption); with FEATURE_CLOCK_FOLLOW_UP the answer is
  *   completed by the agent's ClockFollowUp (exact t3). Each completed probe feeds host->clock.
  * - Heartbeats both ways; a peer silent for the timeout is closed. Before Hello there are
  *   none: a peer that has not sent Hello within the handshake timeout is closed.
