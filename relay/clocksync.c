@@ -79,9 +79,9 @@ void tr_clocksync_config_default(struct tr_clocksync_config *cfg) {
   cfg->max_drift_ppm = 1000;
   cfg->max_knots = 65536;
   cfg->history = 4096;
-  cfg->exchange_period_ns = 10000000;
+  cfg->exchange_period_ns = 5000000;
   cfg->exchanges = 8192;
-  cfg->edge_rtt_slack_ns = 20000;
+  cfg->edge_rtt_slack_ns = 5000;
 }
 
 int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_config *cfg) {

@@ -62,9 +62,9 @@ struct tr_clocksync_config {
   double max_drift_ppm;     /* drift clamp (default 1000 ppm) */
   uint32_t max_knots;       /* mapping knots kept, one per probe (default 65536) */
   uint32_t history;         /* window bests kept for tr_clocksync_best_exchanges (default 4096) */
-  int64_t exchange_period_ns; /* best-of period of the exchange ring (default 10 ms) */
+  int64_t exchange_period_ns; /* best-of period of the exchange ring (default 5 ms) */
   uint32_t exchanges;       /* exchange-period bests kept (default 8192) */
-  int64_t edge_rtt_slack_ns; /* an exchange written alone has rtt <= 2 * floor + this (20 us) */
+  int64_t edge_rtt_slack_ns; /* an exchange written alone has rtt <= 2 * floor + this (5 us) */
 };
 
 struct tr_clocksync_probe {

@@ -29,7 +29,7 @@
 
 #define COMP "output"
 #define FILE_CHUNK (64u * 1024u)
-#define SYNC_PERIOD_NS 10000000ll /* the estimator's exchange period */
+#define SYNC_PERIOD_NS 5000000ll /* the estimator's exchange period */
 #define SYNC_MAX_PER_PASS 1024 /* exchanges asked of the estimator at a time */
 #define SYNC_HOST_MAX ((1ll << 62) - 1)
 
