@@ -560,6 +560,12 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
     last = *after;
   const struct sample *best = NULL;
   int64_t best_bucket = -1, last_bucket = INT64_MIN / 2;
+  /* The period of the last exchange an earlier call wrote, on this call's grid: a gap counts
+   * across calls, or the first candidate of each call would be taken however slow. */
+  if (after && last.update_remote >= 0) {
+    int64_t d = last.update_remote - host_from;
+    last_bucket = d >= 0 ? d / period_ns : -((-d + period_ns - 1) / period_ns);
+  }
   int64_t floor = est->fit.valid ? est->fit.rtt_min : INT64_MAX;
   /* Candidates, oldest first: the window bests older than the exchange ring, the ring, then
    * the open exchange period's best (judged now, as it will be when its period closes). */
