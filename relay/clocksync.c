@@ -20,9 +20,9 @@
 /* The newest exchange-period bests the fit reads before the window bests: dense samples make
  * the drift right within seconds of a start, where 2 s windows would give only a few. */
 #define EX_FIT 128
-/* A period whose best is not edge-worthy is skipped, unless this many periods went by
- * without an exchange written: then a plausible one will do. */
-#define EDGE_MAX_GAP_PERIODS 10
+/* A period's best that is not edge-worthy is skipped, unless this many candidates in a row
+ * were: then a plausible one will do. */
+#define EDGE_MAX_SKIPPED 10
 
 struct sample { /* the best probe of one window */
   struct tr_clocksync_probe p;
@@ -559,13 +559,8 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
   if (after)
     last = *after;
   const struct sample *best = NULL;
-  int64_t best_bucket = -1, last_bucket = INT64_MIN / 2;
-  /* The period of the last exchange an earlier call wrote, on this call's grid: a gap counts
-   * across calls, or the first candidate of each call would be taken however slow. */
-  if (after && last.update_remote >= 0) {
-    int64_t d = last.update_remote - host_from;
-    last_bucket = d >= 0 ? d / period_ns : -((-d + period_ns - 1) / period_ns);
-  }
+  int64_t best_bucket = -1;
+  uint32_t skipped = 0; /* candidates since host_from, or since the last one taken */
   int64_t floor = est->fit.valid ? est->fit.rtt_min : INT64_MAX;
   /* Candidates, oldest first: the window bests older than the exchange ring, the ring, then
    * the open exchange period's best (judged now, as it will be when its period closes). */
@@ -591,12 +586,12 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
     if (best && bucket != best_bucket) {
       struct tr_clocksync_sync_pair pair = {0};
       tr_clocksync_pair_from_exchange(&best->p, &pair);
-      bool wanted = best->edge_ok || best_bucket - last_bucket >= EDGE_MAX_GAP_PERIODS;
-      if (wanted && pair.ping_remote > last.update_remote &&
-          pair.ping_service > last.update_service) {
+      if (!best->edge_ok && skipped < EDGE_MAX_SKIPPED) {
+        skipped++;
+      } else if (pair.ping_remote > last.update_remote && pair.ping_service > last.update_service) {
         out[n++] = best->p;
         last = pair;
-        last_bucket = best_bucket;
+        skipped = 0;
       }
       best = NULL;
     }

@@ -141,7 +141,9 @@ int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64
  * the time its period closed. Each one becomes an edge on its own, its offset unsmoothed, so a
  * period's best is also skipped when its rtt exceeds 2 * that smallest rtt +
  * edge_rtt_slack_ns (one queued leg would put its offset off by up to half the excess), unless
- * no exchange was taken for the 10 periods before it. So a period_ns of exchange_period_ns
+ * the 10 candidates before it since host_from were skipped too (counted in candidates, not
+ * periods: probes may be many periods apart). Called in passes, each from just after the last
+ * exchange written, the count comes out as in one call. So a period_ns of exchange_period_ns
  * gives about one exchange per exchange period while the ring covers the range, one per window
  * before. Returns the count (<= cap), TR_ERR_INVAL for an empty range or period < 1. */
 int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_from,
