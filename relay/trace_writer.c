@@ -240,6 +240,16 @@ int tr_trace_writer_remote_clock_sync(int32_t uid, uint32_t machine_id,
   return finish(&p, 0, NULL, 0, out);
 }
 
+int tr_trace_writer_clock_anchor(int32_t uid, uint32_t machine_id, uint64_t host_boottime_ns,
+                                 tr_trace_writer_buf *out) {
+  Perfetto__Protos__TracePacket p;
+  init_header(&p, uid);
+  set_timestamp(&p, host_boottime_ns);
+  p.has_machine_id = 1;
+  p.machine_id = machine_id;
+  return finish(&p, 0, NULL, 0, out);
+}
+
 int tr_trace_writer_trace_stats(int32_t uid, uint64_t boottime_ns,
                                 const Perfetto__Protos__TraceStats *stats, const uint8_t *extra,
                                 size_t extra_len, tr_trace_writer_buf *out) {

@@ -74,6 +74,14 @@ int tr_trace_writer_service_instant(int32_t uid, uint64_t boottime_ns, const cha
 int tr_trace_writer_remote_clock_sync(int32_t uid, uint32_t machine_id,
                                       const struct tr_clocksync_sync_pair *pair,
                                       tr_trace_writer_buf *out);
+/* A packet with nothing but a timestamp on a remote host's BOOTTIME (machine_id), on the
+ * service's sequence: the `machines` encoding's clock anchor (docs/timeline.md). Written right
+ * after the host's first remote_clock_sync, it makes trace_processor convert a timestamp of
+ * that machine before the machine's first ClockSnapshot, which would otherwise make that
+ * machine's BOOTTIME the whole trace's clock (v58: a ClockSnapshot without
+ * primary_trace_clock names BOOTTIME the trace clock while its machine has converted nothing). */
+int tr_trace_writer_clock_anchor(int32_t uid, uint32_t machine_id, uint64_t host_boottime_ns,
+                                 tr_trace_writer_buf *out);
 /* trace_stats, followed by `extra` bytes (already-encoded TraceStats fields, e.g. our
  * per-host extension, see service/trace_output.c); extra may be NULL. */
 int tr_trace_writer_trace_stats(int32_t uid, uint64_t boottime_ns,

@@ -155,19 +155,16 @@ static void send_ack(tr_link_peer *p) {
     p->acked = stored;
 }
 
-/* A heartbeat written straight to the socket right before a probe: the kernel's sending path
- * to a host, idle for milliseconds between probes, is cold, and a cold send took 7-17 us from
- * the write to the driver against 3-5 us for the next one; the probe's leg is then as short
- * as the other way (docs/timeline.md, Probes). */
-static void warm_send_path(tr_link_peer *p) {
+/* at_once: written straight to the socket (a stamped write, its time unused), not queued. */
+static void send_heartbeat(tr_link_peer *p, bool at_once) {
   Tracerelay__Heartbeat hb = TRACERELAY__HEARTBEAT__INIT;
   hb.has_timestamp_ns = 1;
   hb.timestamp_ns = (uint64_t)boottime();
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT;
   f.heartbeat = &hb;
-  int64_t sent = 0; /* not a measurement: stamped only to go out at once, not queued */
-  send_frame_stamped(p, &f, &sent);
+  int64_t sent = 0;
+  send_frame_stamped(p, &f, at_once ? &sent : NULL);
 }
 
 /* Sends a probe unless one is out or our output is not idle (a probe queued behind other
@@ -179,7 +176,11 @@ static bool send_probe(tr_link_peer *p) {
     return false;
   }
   p->probe_wanted = false;
-  warm_send_path(p);
+  /* A heartbeat right before the probe warms the kernel's sending path to the host, idle for
+   * milliseconds between probes: a cold send took 7-17 us from the write to the driver against
+   * 3-5 us for the next one, and the probe's leg is then as short as the way back
+   * (docs/timeline.md, Measured accuracy). */
+  send_heartbeat(p, true);
   if (p->closing)
     return false;
   Tracerelay__ClockProbe probe = TRACERELAY__CLOCK_PROBE__INIT;
@@ -645,15 +646,8 @@ static void tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
       }
     }
   }
-  if (!p->closing && tr_relay_heartbeat_due(&p->hb, now_ns)) {
-    Tracerelay__Heartbeat hb = TRACERELAY__HEARTBEAT__INIT;
-    hb.has_timestamp_ns = 1;
-    hb.timestamp_ns = (uint64_t)boottime();
-    Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-    f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT;
-    f.heartbeat = &hb;
-    send_frame(p, &f);
-  }
+  if (!p->closing && tr_relay_heartbeat_due(&p->hb, now_ns))
+    send_heartbeat(p, false);
 }
 
 static void on_tick(uv_timer_t *t) {

@@ -89,6 +89,8 @@ typedef struct tr_session_host {
   int64_t clock_sync_from;    /* host BOOTTIME up to which remote_clock_sync was written */
   bool clock_sync_started;    /* clock_sync_from was set to the session's start */
   struct tr_clocksync_sync_pair clock_sync_last; /* the last one written */
+  bool clock_anchored; /* machines: its clock anchor is written (tr_trace_writer_clock_anchor):
+                        * its ClockSnapshots and data may follow */
   uint64_t chunks_refused;
   uint64_t flushes_missed;
   uint64_t disconnects;

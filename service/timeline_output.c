@@ -288,7 +288,8 @@ int tr_timeline_head(tr_session *s, tr_packet_list *out, bool final) {
     if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS &&
         (rc = add_cross_host(s, out, tl, h, final)) < 0)
       return rc;
-    if ((rc = add_host_snapshots(s, out, tl, h)) < 0)
+    if (tr_trace_output_host_anchored(s, h) &&
+        (rc = add_host_snapshots(s, out, tl, h)) < 0)
       return rc;
   }
   return 0;

@@ -76,11 +76,39 @@ static int push(tr_packet_list *l, int rc, tr_trace_writer_buf *b) {
   return 0;
 }
 
-static bool host_listed_before(const tr_session *s, size_t index) {
+/* The session's first entry of entry index's host: a restarted agent's entries share it. */
+static size_t first_entry(const tr_session *s, size_t index) {
   for (size_t i = 0; i < index; i++)
     if (s->hosts[i].host == s->hosts[index].host)
-      return true;
-  return false;
+      return i;
+  return index;
+}
+
+static bool host_listed_before(const tr_session *s, size_t index) {
+  return first_entry(s, index) != index;
+}
+
+bool tr_trace_output_host_anchored(const tr_session *s, size_t index) {
+  return s->svc->timeline != TR_TIMELINE_MACHINES || s->hosts[first_entry(s, index)].clock_anchored;
+}
+
+/* The host's clock anchor, once: at the last exchange written, or, in the final pass of a host
+ * that never had one, at the session's start (trace_processor then assumes the two BOOTTIMEs
+ * aligned, for this host alone). */
+static int add_clock_anchor(tr_session *s, tr_session_host *sh, tr_packet_list *out, bool final) {
+  int64_t at = sh->clock_sync_last.update_remote;
+  tr_trace_writer_buf p;
+  int rc;
+  if (sh->clock_anchored || (at <= 0 && !final))
+    return 0;
+  if (at <= 0)
+    at = (int64_t)s->start_clocks.clocks[0].ts_ns;
+  if ((rc = tr_packet_list_reserve(out, 1)) != 0)
+    return rc;
+  rc = push(out, tr_trace_writer_clock_anchor(s->svc->uid, sh->host->machine_id, (uint64_t)at, &p),
+            &p);
+  sh->clock_anchored = rc == 0;
+  return rc;
 }
 
 static int add_events(tr_session *s, tr_packet_list *out) {
@@ -112,9 +140,14 @@ static int add_clock_syncs(tr_session *s, tr_packet_list *out, bool final) {
   for (size_t h = 0; h < s->num_hosts; h++) {
     tr_session_host *sh = &s->hosts[h];
     int64_t to;
-    int n;
-    if (!sh->host->clock || host_listed_before(s, h))
+    int n, rc;
+    if (host_listed_before(s, h))
       continue;
+    if (!sh->host->clock) {
+      if ((rc = add_clock_anchor(s, sh, out, true)) != 0) /* no exchange will ever come */
+        return rc;
+      continue;
+    }
     to = final ? SYNC_HOST_MAX : tr_clocksync_frontier(sh->host->clock);
     if (!sh->clock_sync_started && to >= 0) {
       /* From the session's start on: an exchange from before it would be the edge for the
@@ -141,13 +174,15 @@ static int add_clock_syncs(tr_session *s, tr_packet_list *out, bool final) {
         sh->clock_sync_from = (ex[i].t2 + ex[i].t3) / 2 + 1;
         if (tr_clocksync_pair_from_exchange(&ex[i], &pair) != 0)
           continue;
-        int rc = push(out, tr_trace_writer_remote_clock_sync(s->svc->uid, sh->host->machine_id,
-                                                            &pair, &p),
-                      &p);
+        rc = push(out, tr_trace_writer_remote_clock_sync(s->svc->uid, sh->host->machine_id, &pair,
+                                                         &p),
+                  &p);
         if (rc != 0)
           return rc;
       }
     } while (n == SYNC_MAX_PER_PASS);
+    if ((rc = add_clock_anchor(s, sh, out, final)) != 0)
+      return rc;
   }
   return 0;
 }
@@ -293,7 +328,7 @@ static int next_buffer_packet(tr_session *s, tr_output_packet *out) {
       tr_tbuf_packet pkt;
       tr_tbuf_trusted t;
       int rc;
-      if (!b)
+      if (!b || (!r->final && !tr_trace_output_host_anchored(s, r->host)))
         continue;
       rc = tr_tbuf_read_packet(b, r->final, &pkt);
       if (rc < 0)

@@ -42,6 +42,12 @@ void tr_packet_list_free(tr_packet_list *l);
 #define TR_CLOCK_JOURNAL_PER_HOST 65536u
 int tr_trace_output_journal_clocks(tr_session *s);
 
+/* `machines`: whether the clock anchor of the session's host entry `index` (its machine's) is
+ * written, after which trace_processor may see the host's ClockSnapshots and data; until then
+ * a non-final pass leaves them for a later one (docs/timeline.md, `machines`). Always true in
+ * `global-clocks`. */
+bool tr_trace_output_host_anchored(const tr_session *s, size_t index);
+
 /* Starts a read pass (ends any unfinished one). 0, TR_ERR_NOMEM. */
 int tr_trace_output_begin(tr_session *s);
 /* The next packet of the pass: 1, 0 at its end, TR_ERR_NOMEM. */

@@ -103,7 +103,8 @@ static void on_point(const struct tr_inspect_point *p, void *arg) {
   struct host *h;
   struct seq_last *s;
   int64_t truth;
-  if (p->source != TR_INSPECT_PACKET || !p->packet->track_event || !(h = host_of(c, p)))
+  if (p->source != TR_INSPECT_PACKET ||
+      p->packet->data_case != PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_EVENT || !(h = host_of(c, p)))
     return;
   if (p->status != 0 || invert(h, p->clock_ts, &truth) < 0) {
     h->unresolved++;

@@ -437,7 +437,7 @@ static void *client_main(void *arg) {
 
 static void check_trace(const client_result *r) {
   Perfetto__Protos__Trace *t = perfetto__protos__trace__unpack(NULL, r->trace_len, r->trace);
-  size_t per_host[2] = {0, 0}, sysinfo = 0, stats = 0;
+  size_t per_host[2] = {0, 0}, anchors[2] = {0, 0}, sysinfo = 0, stats = 0;
   uint32_t seq_of[2] = {0, 0};
   assert_non_null(t);
   for (size_t i = 0; i < t->n_packet; i++) {
@@ -449,6 +449,12 @@ static void check_trace(const client_result *r) {
     for (size_t h = 0; h < 2; h++) {
       if (!p->has_machine_id || p->machine_id != hosts[h].machine_id || !p->has_timestamp)
         continue;
+      if (p->trusted_packet_sequence_id == 1) { /* the service's: the host's clock anchor */
+        assert_int_equal(p->data_case, PERFETTO__PROTOS__TRACE_PACKET__DATA__NOT_SET);
+        assert_int_equal(per_host[h], 0); /* before any data of the host */
+        anchors[h]++;
+        continue;
+      }
       per_host[h]++;
       assert_int_equal(p->trusted_uid, 1000);
       assert_int_equal(p->trusted_pid, 42);
@@ -459,6 +465,8 @@ static void check_trace(const client_result *r) {
   }
   assert_int_equal(per_host[0], CHUNKS_PER_HOST * PACKETS_PER_CHUNK);
   assert_int_equal(per_host[1], CHUNKS_PER_HOST * PACKETS_PER_CHUNK);
+  assert_int_equal(anchors[0], 1);
+  assert_int_equal(anchors[1], 1);
   assert_true(seq_of[0] >= 2 && seq_of[1] >= 2 && seq_of[0] != seq_of[1]);
   assert_int_equal(sysinfo, 3); /* service machine + two hosts */
   assert_int_equal(stats, 1);

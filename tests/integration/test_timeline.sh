@@ -9,6 +9,8 @@
 # Usage: test_timeline.sh BIN_DIR [SECONDS [SUMMARY_FILE]]
 #   SECONDS: trace length per encoding (default 20; bench/bench_timeline.sh runs 60).
 #   SUMMARY_FILE: the checker's JSON per encoding is appended there, one line each.
+# TR_TIMELINE_KEEP=DIR keeps, per encoding, the trace (DIR/ENC.pftrace) and the checker's
+# per-event dump (DIR/ENC.dump), for test_trace_processor.sh.
 # Bounds (largest |error| allowed), from the environment:
 #   BOUND_GLOBAL_US (default 1000): global-clocks follows the estimator's mapping to within
 #     TR_TIMELINE_TOLERANCE_NS, so the bound is the estimator's, RTT/2 plus drift uncertainty,
@@ -61,6 +63,11 @@ for enc in machines global-clocks; do
     echo "FAIL: $enc: events off their true instants (trace kept in $WORK)"
     STATUS=1
   fi
+  if [ -n "${TR_TIMELINE_KEEP:-}" ]; then
+    cp "$WORK/trace.pftrace" "$TR_TIMELINE_KEEP/$enc.pftrace"
+    "$TR_BIN/tracerelay-timeline-check" --bound-us "$BOUND_US" --dump "$TR_TIMELINE_KEEP/$enc.dump" \
+      "${args[@]}" >/dev/null || true
+  fi
   if [ -n "$SUMMARY" ]; then
     printf '{"encoding": "%s", "check": ' "$enc" >>"$SUMMARY"
     "$TR_BIN/tracerelay-timeline-check" --json --bound-us "$BOUND_US" "${args[@]}" | tr -d '\n' >>"$SUMMARY" || true
@@ -77,6 +84,55 @@ if bad:
     print(f"FAIL: {enc}: hosts missing or with unresolved packets: {bad}")
     sys.exit(1)
 PY
+  if [ "$enc" = machines ]; then
+    # The order trace_processor v58 needs (docs/timeline.md, `machines`): per machine, its first
+    # remote_clock_sync, then its clock anchor (a packet with only a timestamp), then anything
+    # else of it with a timestamp or a ClockSnapshot.
+    python3 - "$WORK/trace.pftrace" <<'PY' || STATUS=1
+import sys
+def varint(b, i):
+    r = s = 0
+    while True:
+        c = b[i]; i += 1; r |= (c & 0x7f) << s; s += 7
+        if c < 0x80:
+            return r, i
+def fields(b):
+    i, out = 0, []
+    while i < len(b):
+        k, i = varint(b, i)
+        f, t = k >> 3, k & 7
+        if t == 0:
+            v, i = varint(b, i)
+        elif t == 1 or t == 5:
+            v, i = None, i + (8 if t == 1 else 4)
+        elif t == 2:
+            n, i = varint(b, i); v, i = b[i:i + n], i + n
+        else:
+            sys.exit(f"FAIL: machines: wire type {t} in the trace")
+        out.append((f, v))
+    return out
+TIMESTAMP, CLOCK_SNAPSHOT, MACHINE_ID, REMOTE_CLOCK_SYNC = 8, 6, 98, 107
+state, bad = {}, []
+for n, (f, packet) in enumerate(fields(open(sys.argv[1], "rb").read())):
+    if f != 1:
+        continue
+    fs = dict(fields(packet))
+    m = fs.get(MACHINE_ID)
+    if not m:
+        continue
+    seen = state.setdefault(m, "new")
+    if REMOTE_CLOCK_SYNC in fs:
+        state[m] = "synced" if seen == "new" else seen
+    elif TIMESTAMP in fs or CLOCK_SNAPSHOT in fs:
+        if seen == "synced" and set(fs) == {TIMESTAMP, MACHINE_ID, 3, 10}:
+            state[m] = "anchored"
+        elif seen != "anchored":
+            bad.append((n, m, seen))
+if bad or not state or any(v != "anchored" for v in state.values()):
+    print(f"FAIL: machines: packet order trace_processor cannot use: {bad[:5]} {state}")
+    sys.exit(1)
+PY
+  fi
   cluster_cleanup
 done
 [ "$STATUS" = 0 ] && echo "PASS: test_timeline" && rm -rf "$BASE"

@@ -166,6 +166,24 @@ static void test_service_track_and_instant(void **state) {
   perfetto__protos__trace_packet__free_unpacked(p, NULL);
 }
 
+/* The `machines` clock anchor: a timestamp of the host's machine and nothing else, on the
+ * service's sequence (trace_processor converts it before any ClockSnapshot of the machine). */
+static void test_clock_anchor(void **state) {
+  (void)state;
+  tr_trace_writer_buf b;
+  assert_int_equal(tr_trace_writer_clock_anchor(9, 0x95bfa8f, 7200123456789ull, &b), 0);
+  Packet *p = decode(&b);
+  check_service_header(p, 9);
+  assert_true(p->has_timestamp);
+  assert_int_equal(p->timestamp, 7200123456789ull);
+  assert_true(p->has_machine_id);
+  assert_int_equal(p->machine_id, 0x95bfa8f);
+  assert_int_equal(p->data_case, PERFETTO__PROTOS__TRACE_PACKET__DATA__NOT_SET);
+  assert_false(p->has_timestamp_clock_id); /* the machine's BOOTTIME, as its data */
+  assert_null(p->trace_packet_defaults);
+  perfetto__protos__trace_packet__free_unpacked(p, NULL);
+}
+
 static void test_trace_stats_with_extension(void **state) {
   Perfetto__Protos__TraceStats st = PERFETTO__PROTOS__TRACE_STATS__INIT;
   /* field 1000 (LEN) holding {1: "h"}: our extension, appended inside TraceStats */
@@ -212,6 +230,7 @@ int main(void) {
       cmocka_unit_test(test_system_info),
       cmocka_unit_test(test_service_events),
       cmocka_unit_test(test_service_track_and_instant),
+      cmocka_unit_test(test_clock_anchor),
       cmocka_unit_test(test_trace_stats_with_extension),
       cmocka_unit_test(test_remote_clock_sync),
   };
