@@ -8,6 +8,8 @@
 # the service's kernel with no simulated clock, so the true mapping is the identity: every
 # ftrace event must resolve, with |trace time - raw time| within BOUND_US (default 1000: the
 # estimator's error under ASan on a loaded machine), and fall inside the session.
+# With TR_TRACE_PROCESSOR naming a trace_processor_shell too, every ftrace event of Perfetto's
+# trace_processor must be at a trace time where our resolver puts one.
 # Runs only when TR_TRACED_PROBES names a traced_probes binary (Perfetto is not built here:
 # docs/compat.md says how to get one); exit 77 (skipped) otherwise, or without tracefs.
 # Usage: test_traced_probes.sh BIN_DIR
@@ -72,6 +74,25 @@ if fail:
     print(f"FAIL: {enc}: " + "; ".join(fail)); sys.exit(1)
 PY
     STATUS=1
+  elif [ -n "${TR_TRACE_PROCESSOR:-}" ]; then
+    echo "SELECT 'ts', ts FROM ftrace_event;" >"$WORK/ftrace.sql"
+    "$TR_TRACE_PROCESSOR" -q "$WORK/ftrace.sql" "$WORK/trace.pftrace" >"$WORK/tp.csv" 2>"$WORK/tp.log" &&
+      python3 - "$WORK/inspect.json" "$WORK/tp.csv" "$enc" <<'PY' || STATUS=1
+import collections, json, os, sys
+report, tp, enc = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+ours = collections.Counter(p["trace_ts"] for p in report["points"] if p["source"] != "packet")
+theirs = collections.Counter(int(l.split(",")[1]) for l in open(tp)
+                             if l.startswith('"ts"') and l.split(",")[1].strip().isdigit())
+# trace_processor leaves a few compact sched_switch events out of ftrace_event (one per CPU,
+# at the start of its first bundle, in our runs), but each event it has must be one of ours.
+extra, missing = theirs - ours, ours - theirs
+print(f"{enc}: trace_processor has {sum(theirs.values())} ftrace events, ours "
+      f"{sum(ours.values())}: {sum(extra.values())} of its at a trace time we have not, "
+      f"{sum(missing.values())} of ours not in it")
+if extra or sum(missing.values()) > 2 * os.cpu_count():
+    print(f"FAIL: {enc}: trace_processor places ftrace events elsewhere: {sorted(extra)[:3]}")
+    sys.exit(1)
+PY
   fi
   kill "$PROBES" 2>/dev/null || true
   wait "$PROBES" 2>/dev/null || true
