@@ -69,7 +69,9 @@ for r in rows:
     print(f"{r['encoding']:<14} {a['events']:>8} {a['median_us']:>10.3f} {a['p99_us']:>10.3f} "
           f"{a['max_us']:>10.3f} {a['violations']:>10}  {a['median_us'] / max(rtt[0], 1e-9):.2f}")
     for name, h in r["check"]["hosts"].items():
+        why = "".join(f", {h[k]} {k.replace('_', ' ')}"
+                      for k in ("over_bound", "inversions", "unresolved") if h.get(k))
         print(f"  {name:<12} {h['events']:>8} {h['median_us']:>10.3f} {h['p99_us']:>10.3f} "
-              f"{h['max_us']:>10.3f}  signed median {h['signed_median_us']:+.3f} us")
+              f"{h['max_us']:>10.3f}  signed median {h['signed_median_us']:+.3f} us{why}")
 PY
 rm -f "$OUT"
