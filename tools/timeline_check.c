@@ -13,8 +13,9 @@
  * violation: an event whose |error| exceeds the bound, and an order inversion (two events of one
  * sequence whose trace times run against their host times). Events that did not resolve count
  * as violations too; --allow-inversions still counts and prints inversions but does not fail
- * on them (the `machines` encoding: trace_processor's constant offset per remote_clock_sync
- * edge steps back at an edge by as much as the error accumulated since the previous one). Exit 0 when there is none and every named host has events, 1 otherwise,
+ * on them (trace_processor's constant offset per remote_clock_sync edge or per ClockSnapshot
+ * steps back there when the host's clock runs fast, so two events closer than the step can
+ * swap; see tests/integration/test_timeline.sh). Exit 0 when there is none and every named host has events, 1 otherwise,
  * 2 on bad arguments or an unreadable trace. --dump FILE writes one line per checked event,
  * "NAME TRUE_NS ERROR_NS" (true instant on the service's BOOTTIME, signed error), to see where
  * in time the error is. */
