@@ -17,8 +17,10 @@ static int64_t ts_ns(const struct timespec *t) {
   return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
 }
 
-/* BOOTTIME at the REALTIME instant *stamp, or 0 if that cannot be told reliably. */
-static int64_t to_boottime(const struct timespec *stamp) {
+/* BOOTTIME at the REALTIME instant *stamp, or 0 if that cannot be told reliably. The BOOTTIME
+ * reading lies between two REALTIME ones: measuring the stamp's age from the earlier one errs
+ * late, from the later one early, by at most their distance. */
+static int64_t to_boottime(const struct timespec *stamp, bool err_early) {
   if (stamp->tv_sec == 0 && stamp->tv_nsec == 0)
     return 0;
   for (int i = 0; i < 3; i++) {
@@ -31,8 +33,7 @@ static int64_t to_boottime(const struct timespec *stamp) {
       return 0;
     if (ts_ns(&r1) - ts_ns(&r0) > TR_SOCK_STAMP_PAIR_NS)
       continue;
-    /* The earlier REALTIME errs on the late side: never before the event. */
-    int64_t age = ts_ns(&r0) - ts_ns(stamp);
+    int64_t age = ts_ns(err_early ? &r1 : &r0) - ts_ns(stamp);
     return age >= 0 && age < MAX_AGE_NS && age < (int64_t)now ? (int64_t)now - age : 0;
   }
   return 0;
@@ -78,7 +79,7 @@ ssize_t tr_sock_stamp_recv(tr_sock_stamp *s, int fd, void *buf, size_t cap, int6
         cm->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
       struct timespec t;
       memcpy(&t, CMSG_DATA(cm), sizeof t);
-      *arrival_ns = to_boottime(&t);
+      *arrival_ns = to_boottime(&t, false); /* a receipt: never before it */
     }
   }
   return n;
@@ -139,7 +140,7 @@ static int64_t stamp_of(struct msghdr *m, uint32_t *key) {
   struct timespec t;
   memcpy(&t, &stamps->ts[0], sizeof t);
   *key = ee->ee_data;
-  return to_boottime(&t);
+  return to_boottime(&t, true); /* a departure: never after it */
 }
 
 void tr_sock_stamp_drain(tr_sock_stamp *s, int fd) {

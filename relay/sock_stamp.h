@@ -13,12 +13,16 @@
  *   queueing discipline) gets its stamp when it really leaves.
  * The kernel stamps on REALTIME; each is converted as "BOOTTIME now minus the stamp's age",
  * BOOTTIME read (relay/clock.h, the simulated clock included) between two REALTIME readings at
- * most TR_SOCK_STAMP_PAIR_NS apart, so that a preemption between the clocks cannot move it.
+ * most TR_SOCK_STAMP_PAIR_NS apart, so that a preemption between the clocks cannot move it;
+ * the age is taken from the later reading for a send stamp and from the earlier one for a
+ * receive stamp, so that each errs on its safe side (a departure never late, an arrival never
+ * early) and a send always converts to no later than its receipt.
  * A stamp that makes no sense (REALTIME stepped, no pair within three tries) is dropped: the
  * callers then fall back to their own clock readings, which are valid but later bounds.
  *
  * Where the kernel offers neither (not Linux, options refused), rx/tx stay false and reads and
- * writes work unstamped. Pure socket calls: no event loop; the caller owns the descriptor. */
+ * writes work unstamped. The kernel turns receive stamping on system-wide asynchronously when
+ * the first socket asks for it, so the first segments of a connection can come unstamped too. Pure socket calls: no event loop; the caller owns the descriptor. */
 #ifndef TR_SOCK_STAMP_H
 #define TR_SOCK_STAMP_H
 
