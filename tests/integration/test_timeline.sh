@@ -11,6 +11,8 @@
 #   SUMMARY_FILE: the checker's JSON per encoding is appended there, one line each.
 # TR_TIMELINE_KEEP=DIR keeps, per encoding, the trace (DIR/ENC.pftrace) and the checker's
 # per-event dump (DIR/ENC.dump), for test_trace_processor.sh.
+# TR_TIMELINE_PERFETTO=/path/to/perfetto records with Perfetto's CLI instead of `tracerelay
+# record`, with write_into_file and a read pass every 500 ms.
 # Bounds (largest |error| allowed), from the environment:
 #   BOUND_GLOBAL_US (default 1000): global-clocks follows the estimator's mapping to within
 #     TR_TIMELINE_TOLERANCE_NS, so the bound is the estimator's, RTT/2 plus drift uncertainty,
@@ -55,8 +57,17 @@ for enc in machines global-clocks; do
     cluster_start_loadgen "$h" --name "app-$h" --writers 2 --rate 500 --fake-clock "${FAKE[$h]}"
   done
   sleep 2 # the estimator's dense probes
-  "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 64mb \
-    -t "${SECONDS_PER_TRACE}s" -o "$WORK/trace.pftrace" >"$WORK/record.log" 2>&1 || {
+  if [ -n "${TR_TIMELINE_PERFETTO:-}" ]; then
+    printf '%s\n' 'buffers { size_kb: 65536 }' "duration_ms: ${SECONDS_PER_TRACE}000" \
+      'write_into_file: true' 'file_write_period_ms: 500' \
+      'data_sources { config { name: "track_event" } }' >"$WORK/cfg.pbtxt"
+    record=(env PERFETTO_CONSUMER_SOCK_NAME="$CONSUMER_SOCK" "$TR_TIMELINE_PERFETTO" --txt
+            -c "$WORK/cfg.pbtxt")
+  else
+    record=("$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event
+            -b 64mb -t "${SECONDS_PER_TRACE}s")
+  fi
+  "${record[@]}" -o "$WORK/trace.pftrace" >"$WORK/record.log" 2>&1 || {
     echo "FAIL: record ($enc)"; cat "$WORK/record.log"; STATUS=1; cluster_cleanup; continue; }
   BOUND_US=${BOUND_GLOBAL_US:-1000}
   args=(--allow-inversions)

@@ -7,6 +7,8 @@
 # (slice begins and ends, counter values): so the accuracy that test and bench/bench_timeline.sh
 # measure with our resolver is the accuracy trace_processor and the UI show. Also checked: in
 # `machines` each host is its own machine (three remote machines, named by their SystemInfo).
+# With TR_PERFETTO naming Perfetto's CLI too, the same again with traces the CLI read in passes
+# (write_into_file, one every 500 ms).
 # Runs only when TR_TRACE_PROCESSOR names a trace_processor_shell binary (Perfetto is not built
 # here: docs/compat.md says how to get one); exit 77 (skipped) otherwise.
 # Usage: test_trace_processor.sh BIN_DIR [SECONDS]   (SECONDS per encoding, default 5)
@@ -18,11 +20,7 @@ if [ -z "$TP" ] || [ ! -x "$TP" ]; then
   exit 77
 fi
 KEEP=$(mktemp -d /tmp/tracerelay-tp.XXXXXX)
-TR_TIMELINE_KEEP=$KEEP bash "$TR_SRC/tests/integration/test_timeline.sh" "$1" "${2:-5}"
-
-STATUS=0
-for enc in machines global-clocks; do
-  cat >"$KEEP/events.sql" <<'SQL'
+cat >"$KEEP/events.sql" <<'SQL'
 SELECT 'ts', s.ts FROM slice s WHERE s.category = 'loadgen'
 UNION ALL
 SELECT 'ts', s.ts + s.dur FROM slice s WHERE s.category = 'loadgen' AND s.dur >= 0
@@ -31,15 +29,18 @@ SELECT 'ts', c.ts FROM counter c JOIN counter_track t ON c.track_id = t.id
   WHERE t.name GLOB 'loadgen.counter.*';
 SELECT 'machine', raw_id, IFNULL(name, '') FROM machine WHERE id != 0;
 SQL
-  if ! "$TP" -q "$KEEP/events.sql" "$KEEP/$enc.pftrace" >"$KEEP/$enc.tp.csv" 2>"$KEEP/$enc.tp.log"; then
-    echo "FAIL: $enc: trace_processor could not load the trace (kept in $KEEP)"
-    tail -5 "$KEEP/$enc.tp.log"
-    STATUS=1
-    continue
+
+# compare LABEL ENCODING DIR: DIR/ENCODING.pftrace in trace_processor against DIR/ENCODING.dump.
+compare() {
+  local label=$1 enc=$2 dir=$3
+  if ! "$TP" -q "$KEEP/events.sql" "$dir/$enc.pftrace" >"$dir/$enc.tp.csv" 2>"$dir/$enc.tp.log"; then
+    echo "FAIL: $label: trace_processor could not load the trace"
+    tail -5 "$dir/$enc.tp.log"
+    return 1
   fi
-  python3 - "$enc" "$KEEP/$enc.dump" "$KEEP/$enc.tp.csv" <<'PY' || STATUS=1
+  python3 - "$label" "$enc" "$dir/$enc.dump" "$dir/$enc.tp.csv" <<'PY'
 import sys
-enc, dump, tp = sys.argv[1:]
+label, enc, dump, tp = sys.argv[1:]
 ours = sorted(int(t) + int(e) for _, t, e in (l.split() for l in open(dump) if l.strip()))
 theirs, machines = [], []
 for line in open(tp):
@@ -49,7 +50,7 @@ for line in open(tp):
     elif cells[0] == 'machine':
         machines.append(cells[2])
 theirs.sort()
-print(f"{enc}: our resolver placed {len(ours)} loadgen events, trace_processor {len(theirs)}; "
+print(f"{label}: our resolver placed {len(ours)} loadgen events, trace_processor {len(theirs)}; "
       f"remote machines: {machines or 'none'}")
 bad = []
 if len(ours) != len(theirs) or not ours:
@@ -62,11 +63,30 @@ want = sorted(['web-1', 'web-2', 'web-3']) if enc == 'machines' else []
 if sorted(machines) != want:
     bad.append(f"machines {sorted(machines)}, expected {want}")
 if bad:
-    print(f"FAIL: {enc}: " + "; ".join(bad))
+    print(f"FAIL: {label}: " + "; ".join(bad))
     sys.exit(1)
-print(f"{enc}: every event at the same trace time in both")
+print(f"{label}: every event at the same trace time in both")
 PY
+}
+
+STATUS=0
+mkdir -p "$KEEP/record"
+TR_TIMELINE_KEEP=$KEEP/record bash "$TR_SRC/tests/integration/test_timeline.sh" "$1" "${2:-5}" ||
+  STATUS=1
+for enc in machines global-clocks; do
+  compare "$enc, tracerelay record" "$enc" "$KEEP/record" || STATUS=1
 done
+# Perfetto's CLI reading in passes (write_into_file), when TR_PERFETTO names it.
+if [ -n "${TR_PERFETTO:-}" ] && [ -x "$TR_PERFETTO" ]; then
+  mkdir -p "$KEEP/cli"
+  TR_TIMELINE_KEEP=$KEEP/cli TR_TIMELINE_PERFETTO=$TR_PERFETTO \
+    bash "$TR_SRC/tests/integration/test_timeline.sh" "$1" "${2:-5}" || STATUS=1
+  for enc in machines global-clocks; do
+    compare "$enc, perfetto CLI write_into_file" "$enc" "$KEEP/cli" || STATUS=1
+  done
+else
+  echo "(TR_PERFETTO not set: Perfetto's CLI reading in passes not checked)"
+fi
 if [ "$STATUS" = 0 ]; then
   echo "PASS: test_trace_processor"
   rm -rf "$KEEP"
