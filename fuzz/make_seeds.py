@@ -9,77 +9,16 @@ they committed, packets of the recorded traces. Relay frames (our own protocol, 
 are assembled from those same chunks, patches and descriptors, shaped as the agent sends them.
 Files whose names start with "crash-" are inputs that once crashed a target: never regenerated,
 never deleted. Every seed is kept under 64 KiB. Needs only python3 (and zstd for one seed)."""
-import hashlib, os, struct, subprocess, tempfile
+import hashlib, os, struct, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from pbwire import varint, read_varint, fields, first, all_of, fv, fb, ff64, ff32  # noqa: E402
 VEC = os.path.join(ROOT, "tests", "vectors")
 CORPUS = os.path.join(ROOT, "fuzz", "corpus")
 MAX_SEED = 60000
 
-# ---- minimal protobuf wire codec ---------------------------------------------------------
-
-def varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-def read_varint(b, i):
-    v = shift = 0
-    while True:
-        c = b[i]; i += 1
-        v |= (c & 0x7F) << shift
-        if not c & 0x80:
-            return v, i
-        shift += 7
-
-def fields(b):
-    """(field, wiretype, value) of one message; value is int or bytes."""
-    i, out = 0, []
-    while i < len(b):
-        key, i = read_varint(b, i)
-        f, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = read_varint(b, i)
-        elif wt == 1:
-            v = b[i:i + 8]; i += 8
-        elif wt == 2:
-            n, i = read_varint(b, i)
-            v = b[i:i + n]; i += n
-        elif wt == 5:
-            v = b[i:i + 4]; i += 4
-        else:
-            raise ValueError("wire type %d" % wt)
-        out.append((f, wt, v))
-    return out
-
-def first(b, f, default=None):
-    for ff, _, v in fields(b):
-        if ff == f:
-            return v
-    return default
-
-def all_of(b, f):
-    return [v for ff, _, v in fields(b) if ff == f]
-
-def fv(f, v):       # varint field
-    return varint(f << 3) + varint(v)
-
-def fb(f, data):    # length-delimited field
-    if isinstance(data, str):
-        data = data.encode()
-    return varint(f << 3 | 2) + varint(len(data)) + data
-
-def ff64(f, v):     # fixed64 field
-    return varint(f << 3 | 1) + struct.pack("<Q", v)
-
-def ff32(f, v):     # fixed32 field
-    return varint(f << 3 | 5) + struct.pack("<I", v)
+# ---- framing ------------------------------------------------------------------------------
 
 def frames_of(path):
     """Payloads of a `uint32 LE length + payload` stream file."""

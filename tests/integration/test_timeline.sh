@@ -104,35 +104,17 @@ PY
     # The order trace_processor v58 needs (docs/timeline.md, `machines`): per machine, its first
     # remote_clock_sync, then its clock anchor (a packet with only a timestamp), then anything
     # else of it with a timestamp or a ClockSnapshot.
-    python3 - "$WORK/trace.pftrace" <<'PY' || STATUS=1
+    python3 - "$WORK/trace.pftrace" "$TR_SRC/tools" <<'PY' || STATUS=1
 import sys
-def varint(b, i):
-    r = s = 0
-    while True:
-        c = b[i]; i += 1; r |= (c & 0x7f) << s; s += 7
-        if c < 0x80:
-            return r, i
-def fields(b):
-    i, out = 0, []
-    while i < len(b):
-        k, i = varint(b, i)
-        f, t = k >> 3, k & 7
-        if t == 0:
-            v, i = varint(b, i)
-        elif t == 1 or t == 5:
-            v, i = None, i + (8 if t == 1 else 4)
-        elif t == 2:
-            n, i = varint(b, i); v, i = b[i:i + n], i + n
-        else:
-            sys.exit(f"FAIL: machines: wire type {t} in the trace")
-        out.append((f, v))
-    return out
-TIMESTAMP, CLOCK_SNAPSHOT, MACHINE_ID, REMOTE_CLOCK_SYNC = 8, 6, 98, 107
+sys.path.insert(0, sys.argv[2])
+from pbwire import fields
+TRUSTED_UID, CLOCK_SNAPSHOT, TIMESTAMP, TRUSTED_SEQ, MACHINE_ID, REMOTE_CLOCK_SYNC = 3, 6, 8, 10, 98, 107
+ANCHOR = {TIMESTAMP, MACHINE_ID, TRUSTED_UID, TRUSTED_SEQ}
 state, bad = {}, []
-for n, (f, packet) in enumerate(fields(open(sys.argv[1], "rb").read())):
+for n, (f, _, packet) in enumerate(fields(open(sys.argv[1], "rb").read())):
     if f != 1:
         continue
-    fs = dict(fields(packet))
+    fs = {ff: v for ff, _, v in fields(packet)}
     m = fs.get(MACHINE_ID)
     if not m:
         continue
@@ -140,7 +122,7 @@ for n, (f, packet) in enumerate(fields(open(sys.argv[1], "rb").read())):
     if REMOTE_CLOCK_SYNC in fs:
         state[m] = "synced" if seen == "new" else seen
     elif TIMESTAMP in fs or CLOCK_SNAPSHOT in fs:
-        if seen == "synced" and set(fs) == {TIMESTAMP, MACHINE_ID, 3, 10}:
+        if seen == "synced" and set(fs) == ANCHOR:
             state[m] = "anchored"
         elif seen != "anchored":
             bad.append((n, m, seen))
