@@ -821,12 +821,9 @@ static void on_tick(uv_timer_t *t) {
       close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
                  "nothing received for %llu ms", (unsigned long long)(lc->hb.timeout_ns / 1000000));
     else if (lc->welcomed && tr_relay_heartbeat_due(&lc->hb, now_ns)) {
-      Tracerelay__Heartbeat hb = TRACERELAY__HEARTBEAT__INIT;
-      hb.has_timestamp_ns = 1;
-      hb.timestamp_ns = (uint64_t)boottime();
-      Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-      f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT;
-      f.heartbeat = &hb;
+      Tracerelay__Heartbeat hb;
+      Tracerelay__RelayFrame f;
+      tr_relay_frame_heartbeat(&f, &hb, (uint64_t)boottime());
       send_frame(lc, &f);
     }
   }

@@ -82,6 +82,16 @@ void tr_relay_frame_free(Tracerelay__RelayFrame *frame) {
     tracerelay__relay_frame__free_unpacked(frame, NULL);
 }
 
+void tr_relay_frame_heartbeat(Tracerelay__RelayFrame *frame, Tracerelay__Heartbeat *hb,
+                              uint64_t boottime_ns) {
+  tracerelay__heartbeat__init(hb);
+  hb->has_timestamp_ns = 1;
+  hb->timestamp_ns = boottime_ns;
+  tracerelay__relay_frame__init(frame);
+  frame->msg_case = TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT;
+  frame->heartbeat = hb;
+}
+
 void tr_relay_items_free(Tracerelay__ChunkItems *items) {
   if (items)
     tracerelay__chunk_items__free_unpacked(items, NULL);

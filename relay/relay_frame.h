@@ -53,6 +53,9 @@ void tr_relay_frame_free(Tracerelay__RelayFrame *frame);
  * is longer than max_frame. */
 int tr_relay_frame_encode(const Tracerelay__RelayFrame *frame, size_t max_frame, uint8_t **out,
                           size_t *out_len);
+/* Makes *frame a Heartbeat stamped boottime_ns, held in *hb (both the caller's). */
+void tr_relay_frame_heartbeat(Tracerelay__RelayFrame *frame, Tracerelay__Heartbeat *hb,
+                              uint64_t boottime_ns);
 
 /* Batch codec state for one connection or one agent: reusable zstd contexts. */
 typedef struct tr_relay_codec {

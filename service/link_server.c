@@ -157,12 +157,9 @@ static void send_ack(tr_link_peer *p) {
 
 /* at_once: written straight to the socket (a stamped write, its time unused), not queued. */
 static void send_heartbeat(tr_link_peer *p, bool at_once) {
-  Tracerelay__Heartbeat hb = TRACERELAY__HEARTBEAT__INIT;
-  hb.has_timestamp_ns = 1;
-  hb.timestamp_ns = (uint64_t)boottime();
-  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT;
-  f.heartbeat = &hb;
+  Tracerelay__Heartbeat hb;
+  Tracerelay__RelayFrame f;
+  tr_relay_frame_heartbeat(&f, &hb, (uint64_t)boottime());
   int64_t sent = 0;
   send_frame_stamped(p, &f, at_once ? &sent : NULL);
 }

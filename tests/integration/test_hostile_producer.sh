@@ -109,7 +109,7 @@ fi
 # count against a connection that is no producer yet, and no producer's stats show them.)
 VIOLATORS=$(grep -cE "closing connection of pid (${HPID[corrupt-smb]}|${HPID[steal]}) .*: too many ABI violations" "$ALOG" || true)
 python3 - "$TR_BIN/tracerelay" "$WORK/trace.pftrace" "$WORK/loadgen-web-1-0.json" "$LOADGEN" \
-  "$(IFS=,; echo "${HPID[*]}")" "$((64 * VIOLATORS))" <<'PY' || fails=$((fails + 1))
+  "$(IFS=,; echo "${HPID[*]}")" "$((64 * VIOLATORS))" "$TR_SRC/tools" <<'PY' || fails=$((fails + 1))
 import json, subprocess, sys, zlib
 from collections import Counter, defaultdict
 tracerelay, trace_path, stats_path, loadgen_pid = sys.argv[1:5]
@@ -117,30 +117,11 @@ loadgen_pid = int(loadgen_pid)
 hostile_pids = {int(p) for p in sys.argv[5].split(",")}
 min_violations = int(sys.argv[6])
 
-def varint(b, i):
-    v = s = 0
-    while True:
-        c = b[i]; i += 1
-        v |= (c & 0x7F) << s; s += 7
-        if c < 0x80:
-            return v, i
+sys.path.insert(0, sys.argv[7])
+from pbwire import fields as wire_fields
 
 def fields(b):
-    i = 0
-    while i < len(b):
-        key, i = varint(b, i)
-        f, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = varint(b, i)
-        elif wt == 1:
-            v, i = b[i:i + 8], i + 8
-        elif wt == 2:
-            n, i = varint(b, i); v, i = b[i:i + n], i + n
-        elif wt == 5:
-            v, i = b[i:i + 4], i + 4
-        else:
-            raise ValueError(f"wire type {wt}")
-        yield f, v
+    return [(f, v) for f, _, v in wire_fields(b)]
 
 def records(data):
     """The packets of each record: compressed_packets unfolded."""

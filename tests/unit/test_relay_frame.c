@@ -15,12 +15,9 @@
 #include "relay/tr_error.h"
 
 static uint8_t *heartbeat_frame(uint64_t ts, size_t *len) {
-  Tracerelay__Heartbeat hb = TRACERELAY__HEARTBEAT__INIT;
-  hb.has_timestamp_ns = 1;
-  hb.timestamp_ns = ts;
-  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT;
-  f.heartbeat = &hb;
+  Tracerelay__Heartbeat hb;
+  Tracerelay__RelayFrame f;
+  tr_relay_frame_heartbeat(&f, &hb, ts);
   uint8_t *out;
   assert_int_equal(tr_relay_frame_encode(&f, TR_RELAY_MAX_FRAME_DEFAULT, &out, len), 0);
   return out;
