@@ -2,7 +2,7 @@
  * a marked write gets a send stamp (matched by byte count, also after unmarked bytes), the
  * read gets a receive stamp, both lie between clock reads taken around them and in causal
  * order (sent <= received), both on the simulated clock when one is set, and a write that is
- * no longer the marked one never lends it its stamp. */
+ * no longer the marked one never lends it its stamp; over IPv6 too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,20 +21,36 @@
 #include <unistd.h>
 
 struct pair {
-  int a, b; /* a connected TCP pair on 127.0.0.1 */
+  int a, b; /* a connected TCP pair on loopback */
   tr_sock_stamp sa, sb;
 };
 
-static void open_pair(struct pair *p) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  assert_true(l >= 0);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof addr;
-  assert_int_equal(bind(l, (struct sockaddr *)&addr, sizeof addr), 0);
+/* On 127.0.0.1, or on ::1 (false if this host has no IPv6 loopback). */
+static bool open_pair_on(struct pair *p, int family) {
+  struct sockaddr_storage addr = {0};
+  socklen_t len;
+  if (family == AF_INET6) {
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&addr;
+    a6->sin6_family = AF_INET6;
+    a6->sin6_addr = in6addr_loopback;
+    len = sizeof *a6;
+  } else {
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
+    a4->sin_family = AF_INET;
+    a4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof *a4;
+  }
+  int l = socket(family, SOCK_STREAM, 0);
+  if (l < 0 || bind(l, (struct sockaddr *)&addr, len) != 0) {
+    assert_int_not_equal(family, AF_INET);
+    if (l >= 0)
+      close(l);
+    return false;
+  }
   assert_int_equal(listen(l, 1), 0);
   assert_int_equal(getsockname(l, (struct sockaddr *)&addr, &len), 0);
-  p->a = socket(AF_INET, SOCK_STREAM, 0);
-  assert_int_equal(connect(p->a, (struct sockaddr *)&addr, sizeof addr), 0);
+  p->a = socket(family, SOCK_STREAM, 0);
+  assert_int_equal(connect(p->a, (struct sockaddr *)&addr, len), 0);
   p->b = accept(l, NULL, NULL);
   assert_true(p->b >= 0);
   close(l);
@@ -42,7 +58,10 @@ static void open_pair(struct pair *p) {
   setsockopt(p->a, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   tr_sock_stamp_enable(&p->sa, p->a);
   tr_sock_stamp_enable(&p->sb, p->b);
+  return true;
 }
+
+static void open_pair(struct pair *p) { open_pair_on(p, AF_INET); }
 
 static void close_pair(struct pair *p) {
   close(p->a);
@@ -115,6 +134,16 @@ static void test_simulated_clock(void **state) {
   tr_clock_clear_fake();
 }
 
+/* IPv6 reports send stamps under its own error-queue level (IPV6_RECVERR). */
+static void test_ipv6(void **state) {
+  (void)state;
+  struct pair p;
+  if (!open_pair_on(&p, AF_INET6))
+    skip();
+  check_one_exchange(&p);
+  close_pair(&p);
+}
+
 static void test_only_the_marked_write(void **state) {
   (void)state;
   struct pair p;
@@ -165,6 +194,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_marked_write_is_stamped),
       cmocka_unit_test(test_simulated_clock),
+      cmocka_unit_test(test_ipv6),
       cmocka_unit_test(test_only_the_marked_write),
   };
   return cmocka_run_group_tests(tests, stamping_on, stamping_off);
