@@ -654,9 +654,8 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
       state_add_raw(&o, bytes, n);
     free(bytes);
   }
-  /* As traced does: a consumer sees its own uid's sessions, root sees all. */
   for (tr_session *s = svc->sessions; s; s = s->next) {
-    if (c->peer.uid != 0 && s->consumer_uid != c->peer.uid)
+    if (!tr_session_visible_to(s, c->peer.uid))
       continue;
     Perfetto__Protos__TracingServiceState one;
     Perfetto__Protos__TracingServiceState__TracingSession ts =

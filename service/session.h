@@ -222,6 +222,12 @@ void tr_session_free(tr_session *s);
 /* The session host entry for a host; NULL if the host never joined it. */
 tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t *index);
 
+/* Whether a consumer of uid `viewer` may see session s listed (QueryServiceState, status): its
+ * own uid's sessions, root all, as traced lists them. */
+static inline bool tr_session_visible_to(const tr_session *s, uid_t viewer) {
+  return viewer == 0 || s->consumer_uid == viewer;
+}
+
 /* Internal to the session files. */
 void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev);
 void tr_session_add_host_mark(tr_session *s, const tr_host *host, enum tr_host_mark_kind kind);

@@ -104,11 +104,6 @@ static void fill_clock(Tracerelay__HostStatus *hs, const tr_host *host, uint64_t
   hs->clock_outliers = cs.outliers;
 }
 
-/* A consumer sees its own uid's sessions, root sees all (as traced lists sessions). */
-static bool visible(const tr_session *s, uid_t viewer) {
-  return viewer == 0 || s->consumer_uid == viewer;
-}
-
 int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
                            size_t *out_len) {
   Tracerelay__TracingServiceStateExtension x = TRACERELAY__TRACING_SERVICE_STATE_EXTENSION__INIT;
@@ -148,7 +143,7 @@ int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t
   fill_clock(&hs, host, boot_now);
 
   for (tr_session *s = svc->sessions; s; s = s->next)
-    n += visible(s, viewer) && tr_session_find_host(s, host, NULL) != NULL;
+    n += tr_session_visible_to(s, viewer) && tr_session_find_host(s, host, NULL) != NULL;
   if (n > 0) {
     sessions = calloc(n, sizeof *sessions);
     session_ptrs = calloc(n, sizeof *session_ptrs);
@@ -158,7 +153,7 @@ int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t
     }
     n = 0;
     for (tr_session *s = svc->sessions; s; s = s->next) {
-      if (!visible(s, viewer) || tr_session_find_host(s, host, NULL) == NULL)
+      if (!tr_session_visible_to(s, viewer) || tr_session_find_host(s, host, NULL) == NULL)
         continue;
       tracerelay__host_session_status__init(&sessions[n]);
       fill_session(&sessions[n], s, host);
