@@ -24,6 +24,7 @@
 #include "relay/sequence_ids.h"
 #include "relay/trace_buffer.h"
 #include "relay/trace_writer.h"
+#include "service/packet_list.h"
 #include "service/service.h"
 
 #define TR_SESSION_MAX_BUFFERS 128u
@@ -128,12 +129,6 @@ typedef struct tr_session_host_mark {
   const tr_host *host;
   enum tr_host_mark_kind kind;
 } tr_session_host_mark;
-
-/* Service packets in the order they are to be written, bytes owned (trace_output.h). */
-typedef struct tr_packet_list {
-  tr_trace_writer_buf *items;
-  size_t n, cap;
-} tr_packet_list;
 
 /* Read position of one pass over the session (trace_output.c). */
 typedef struct tr_session_reader {

@@ -35,29 +35,6 @@
 
 enum { PHASE_HEAD, PHASE_BUFFERS, PHASE_TAIL, PHASE_DONE };
 
-int tr_packet_list_reserve(tr_packet_list *l, size_t more) {
-  if (l->cap - l->n >= more)
-    return 0;
-  size_t cap = l->cap ? l->cap : 16;
-  while (cap - l->n < more)
-    cap *= 2;
-  tr_trace_writer_buf *g = realloc(l->items, cap * sizeof *g);
-  if (!g)
-    return TR_ERR_NOMEM;
-  l->items = g;
-  l->cap = cap;
-  return 0;
-}
-
-void tr_packet_list_push(tr_packet_list *l, tr_trace_writer_buf b) { l->items[l->n++] = b; }
-
-void tr_packet_list_free(tr_packet_list *l) {
-  for (size_t i = 0; i < l->n; i++)
-    tr_trace_writer_buf_free(&l->items[i]);
-  free(l->items);
-  memset(l, 0, sizeof *l);
-}
-
 static void free_svc(tr_session_reader *r) {
   tr_packet_list_free(&r->svc);
   r->next_svc = 0;
@@ -94,7 +71,7 @@ bool tr_trace_output_host_anchored(const tr_session *s, size_t index) {
 
 /* The host's clock anchor, once: at the last exchange written, or, in the final pass of a host
  * that never had one, at the session's start (trace_processor then assumes the two BOOTTIMEs
- * aligned, for this host alone). */
+ * aligned, for this host alone). Pinned: the clock journal's thinning must not drop it. */
 static int add_clock_anchor(tr_session *s, tr_session_host *sh, tr_packet_list *out, bool final) {
   int64_t at = sh->clock_sync_last.update_remote;
   tr_trace_writer_buf p;
@@ -103,12 +80,13 @@ static int add_clock_anchor(tr_session *s, tr_session_host *sh, tr_packet_list *
     return 0;
   if (at <= 0)
     at = (int64_t)s->start_clocks.clocks[0].ts_ns;
-  if ((rc = tr_packet_list_reserve(out, 1)) != 0)
+  if ((rc = tr_packet_list_reserve(out, 1)) != 0 ||
+      (rc = tr_trace_writer_clock_anchor(s->svc->uid, sh->host->machine_id, (uint64_t)at, &p)) !=
+          0)
     return rc;
-  rc = push(out, tr_trace_writer_clock_anchor(s->svc->uid, sh->host->machine_id, (uint64_t)at, &p),
-            &p);
-  sh->clock_anchored = rc == 0;
-  return rc;
+  tr_packet_list_push_pinned(out, p);
+  sh->clock_anchored = true;
+  return 0;
 }
 
 static int add_events(tr_session *s, tr_packet_list *out) {
@@ -216,24 +194,11 @@ static int add_clocks(tr_session *s, tr_packet_list *out, bool final) {
   return rc ? rc : tr_timeline_head(s, out, final);
 }
 
-/* Drops every other packet of the journal's older half: each host's series stays in order and
- * covers the same time, at half the density there. */
-static void thin_journal(tr_packet_list *l) {
-  size_t half = l->n / 2, kept = 0;
-  for (size_t i = 0; i < l->n; i++) {
-    if (i < half && i % 2 == 1)
-      tr_trace_writer_buf_free(&l->items[i]);
-    else
-      l->items[kept++] = l->items[i];
-  }
-  l->n = kept;
-}
-
 int tr_trace_output_journal_clocks(tr_session *s) {
   int rc = add_clocks(s, &s->clock_journal, false);
   size_t cap = TR_CLOCK_JOURNAL_PER_HOST * (s->num_hosts ? s->num_hosts : 1);
   if (s->clock_journal.n > cap) {
-    thin_journal(&s->clock_journal);
+    tr_packet_list_thin(&s->clock_journal);
     if (!s->clock_journal_thinned++)
       TR_WARN(COMP, "session %llu: unread for long: the clock journal passed %zu packets, its "
               "older half is thinned (the timeline there is less exact)",

@@ -24,11 +24,6 @@ typedef struct tr_output_packet {
   size_t trusted_len;
 } tr_output_packet;
 
-/* Packet lists: room for `more` pushes (0 or TR_ERR_NOMEM), a push into that room, and
- * freeing the list with every packet in it. */
-int tr_packet_list_reserve(tr_packet_list *l, size_t more);
-void tr_packet_list_push(tr_packet_list *l, tr_trace_writer_buf b);
-void tr_packet_list_free(tr_packet_list *l);
 
 /* The session's clock journal, run every TR_CLOCK_JOURNAL_MS while it runs: what a read pass
  * would write of the clocks (remote_clock_sync in `machines`, cross-host snapshots in
@@ -38,7 +33,8 @@ void tr_packet_list_free(tr_packet_list *l);
  * histories still hold at the end. 0 or TR_ERR_NOMEM. */
 #define TR_CLOCK_JOURNAL_MS 1000
 /* Its bound: past this many packets per host of the session (about 55 min of a host at 20
- * edges a second, 6 MB), every other packet of its older half is dropped, and logged once. */
+ * edges a second, 5.5 min at 200 a second, 6 MB), every other packet of its older half is
+ * dropped, and logged once. */
 #define TR_CLOCK_JOURNAL_PER_HOST 65536u
 int tr_trace_output_journal_clocks(tr_session *s);
 
