@@ -549,6 +549,12 @@ static int collect(struct ctx *c, const Perfetto__Protos__TracePacket *p, uint64
     break;
   case PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_EVENT:
     collect_service_mark(c, s->machine, p);
+    if (s->machine == 0 && s->seq == TR_INSPECT_SERVICE_SEQ && p->has_timestamp)
+      rc = tr_trace_bounds_add_event(&c->out->bounds, p->timestamp, p->track_event);
+    break;
+  case PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_DESCRIPTOR:
+    if (s->machine == 0 && s->seq == TR_INSPECT_SERVICE_SEQ)
+      rc = tr_trace_bounds_add_track(&c->out->bounds, p->track_descriptor);
     break;
   default:
     break;
@@ -946,4 +952,5 @@ void tr_inspect_result_free(struct tr_inspect_result *r) {
   free(r->hosts);
   r->hosts = NULL;
   r->n_hosts = 0;
+  tr_trace_bounds_free(&r->bounds);
 }

@@ -45,9 +45,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "relay/trace_bounds.h"
 #include "relay/trace_reader.h"
 
 #define TR_INSPECT_MAX_EXAMPLES 8  /* unresolved packet offsets kept per host */
+#define TR_INSPECT_SERVICE_SEQ 1u  /* the service's own trusted sequence (reference 4.8) */
 #define TR_INSPECT_NAME_MAX 96
 
 enum tr_inspect_source {
@@ -144,6 +146,7 @@ struct tr_inspect_result {
   struct tr_inspect_mark service_marks[TR_INSPECT_MAX_SERVICE_MARKS]; /* the first ones */
   size_t n_service_marks;
   uint64_t service_marks_total;
+  struct tr_trace_bounds bounds; /* the hosts' clock error bound tracks (service packets) */
   uint32_t trace_clock;
   struct tr_inspect_host *hosts; /* ordered by machine_id, then domain */
   size_t n_hosts;

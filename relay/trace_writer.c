@@ -6,6 +6,7 @@
  * occurrences of a message field, so the bytes concatenate). */
 #include "relay/trace_writer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
+#include "relay/fnv1a.h"
 #include "relay/tr_error.h"
 
 #define SERVICE_SEQUENCE_ID 1u
@@ -164,34 +166,95 @@ int tr_trace_writer_service_event(int32_t uid, uint64_t boottime_ns,
   return finish(&p, 0, NULL, 0, out);
 }
 
-int tr_trace_writer_service_track(int32_t uid, tr_trace_writer_buf *out) {
+/* A track descriptor; parent 0: none. counter_unit NULL: not a counter track. */
+static int track_descriptor(int32_t uid, uint64_t uuid, uint64_t parent, const char *name,
+                            const char *counter_unit, tr_trace_writer_buf *out) {
   Perfetto__Protos__TracePacket p;
   Perfetto__Protos__TrackDescriptor td = PERFETTO__PROTOS__TRACK_DESCRIPTOR__INIT;
+  Perfetto__Protos__CounterDescriptor cd = PERFETTO__PROTOS__COUNTER_DESCRIPTOR__INIT;
   td.has_uuid = 1;
-  td.uuid = TR_TRACE_WRITER_SERVICE_TRACK_UUID;
+  td.uuid = uuid;
+  if (parent) {
+    td.has_parent_uuid = 1;
+    td.parent_uuid = parent;
+  }
   td.static_or_dynamic_name_case = PERFETTO__PROTOS__TRACK_DESCRIPTOR__STATIC_OR_DYNAMIC_NAME_NAME;
-  td.name = "tracerelay service";
+  td.name = (char *)name;
+  if (counter_unit) {
+    cd.unit_name = (char *)counter_unit;
+    td.counter = &cd;
+  }
   init_header(&p, uid);
   p.data_case = PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_DESCRIPTOR;
   p.track_descriptor = &td;
   return finish(&p, 0, NULL, 0, out);
 }
 
-int tr_trace_writer_service_instant(int32_t uid, uint64_t boottime_ns, const char *name,
-                                    tr_trace_writer_buf *out) {
+int tr_trace_writer_service_track(int32_t uid, tr_trace_writer_buf *out) {
+  return track_descriptor(uid, TR_TRACE_WRITER_SERVICE_TRACK_UUID, 0, "tracerelay service", NULL,
+                          out);
+}
+
+/* uuids of a host's tracks: FNV-1a-64 of a name of their own, so no host's can be another's. */
+static uint64_t host_uuid(const char *kind, const char *host) {
+  char key[320];
+  int n = snprintf(key, sizeof key, "tracerelay/%s/%s", kind, host);
+  return tr_fnv1a64(key, n < 0 ? 0 : (size_t)n < sizeof key ? (size_t)n : sizeof key - 1);
+}
+
+uint64_t tr_trace_writer_host_track_uuid(const char *host) { return host_uuid("host", host); }
+
+uint64_t tr_trace_writer_bound_track_uuid(const char *host) {
+  return host_uuid("clock-error-bound", host);
+}
+
+int tr_trace_writer_host_tracks(int32_t uid, const char *host, tr_trace_writer_buf *host_track,
+                                tr_trace_writer_buf *bound_track) {
+  char name[TR_TRACE_WRITER_TRACK_NAME_MAX];
+  uint64_t parent = tr_trace_writer_host_track_uuid(host);
+  int rc;
+  snprintf(name, sizeof name, "host %s", host);
+  if ((rc = track_descriptor(uid, parent, 0, name, NULL, host_track)) != 0)
+    return rc;
+  snprintf(name, sizeof name, "%s%s", host, TR_TRACE_WRITER_BOUND_TRACK_SUFFIX);
+  rc = track_descriptor(uid, tr_trace_writer_bound_track_uuid(host), parent, name, "us",
+                        bound_track);
+  if (rc != 0)
+    tr_trace_writer_buf_free(host_track);
+  return rc;
+}
+
+/* A track event of the service's sequence on track_uuid at boottime_ns. */
+static int track_event(int32_t uid, uint64_t boottime_ns, Perfetto__Protos__TrackEvent *te,
+                       uint64_t track_uuid, tr_trace_writer_buf *out) {
   Perfetto__Protos__TracePacket p;
-  Perfetto__Protos__TrackEvent te = PERFETTO__PROTOS__TRACK_EVENT__INIT;
-  te.has_type = 1;
-  te.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT;
-  te.has_track_uuid = 1;
-  te.track_uuid = TR_TRACE_WRITER_SERVICE_TRACK_UUID;
-  te.name_field_case = PERFETTO__PROTOS__TRACK_EVENT__NAME_FIELD_NAME;
-  te.name = (char *)name;
+  te->has_track_uuid = 1;
+  te->track_uuid = track_uuid;
   init_header(&p, uid);
   set_timestamp(&p, boottime_ns);
   p.data_case = PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_EVENT;
-  p.track_event = &te;
+  p.track_event = te;
   return finish(&p, 0, NULL, 0, out);
+}
+
+int tr_trace_writer_instant(int32_t uid, uint64_t boottime_ns, uint64_t track_uuid,
+                            const char *name, tr_trace_writer_buf *out) {
+  Perfetto__Protos__TrackEvent te = PERFETTO__PROTOS__TRACK_EVENT__INIT;
+  te.has_type = 1;
+  te.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT;
+  te.name_field_case = PERFETTO__PROTOS__TRACK_EVENT__NAME_FIELD_NAME;
+  te.name = (char *)name;
+  return track_event(uid, boottime_ns, &te, track_uuid, out);
+}
+
+int tr_trace_writer_counter(int32_t uid, uint64_t boottime_ns, uint64_t track_uuid, double value,
+                            tr_trace_writer_buf *out) {
+  Perfetto__Protos__TrackEvent te = PERFETTO__PROTOS__TRACK_EVENT__INIT;
+  te.has_type = 1;
+  te.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_COUNTER;
+  te.counter_value_field_case = PERFETTO__PROTOS__TRACK_EVENT__COUNTER_VALUE_FIELD_DOUBLE_COUNTER_VALUE;
+  te.double_counter_value = value;
+  return track_event(uid, boottime_ns, &te, track_uuid, out);
 }
 
 static void boottime_snapshot(Perfetto__Protos__ClockSnapshot *cs,

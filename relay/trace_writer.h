@@ -61,13 +61,25 @@ int tr_trace_writer_system_info(int32_t uid, const Perfetto__Protos__SystemInfo 
 int tr_trace_writer_service_event(int32_t uid, uint64_t boottime_ns,
                                   enum tr_trace_writer_event event, tr_trace_writer_buf *out);
 /* The service's own track (a TrackDescriptor named "tracerelay service", uuid
- * TR_TRACE_WRITER_SERVICE_TRACK_UUID) and an instant event on it at boottime_ns named `name`
- * (e.g. "host web-2 disconnected"), both on the service's sequence: marks a reader of the
- * timeline sees where they happened. Write the track before its events. */
+ * TR_TRACE_WRITER_SERVICE_TRACK_UUID). Write a track before its events. */
 #define TR_TRACE_WRITER_SERVICE_TRACK_UUID 0x7472616365726c79ull /* "tracerly" */
 int tr_trace_writer_service_track(int32_t uid, tr_trace_writer_buf *out);
-int tr_trace_writer_service_instant(int32_t uid, uint64_t boottime_ns, const char *name,
-                                    tr_trace_writer_buf *out);
+/* A host's tracks, both on the service's sequence and clock (docs/querying.md): "host NAME"
+ * (uuid tr_trace_writer_host_track_uuid(NAME)) for marks such as its link going down, and under
+ * it the counter track "NAME clock error bound (us)" (uuid tr_trace_writer_bound_track_uuid):
+ * how far, at most, the trace may place that host's events from their true instants. */
+#define TR_TRACE_WRITER_BOUND_TRACK_SUFFIX " clock error bound (us)"
+#define TR_TRACE_WRITER_TRACK_NAME_MAX 320
+uint64_t tr_trace_writer_host_track_uuid(const char *host);
+uint64_t tr_trace_writer_bound_track_uuid(const char *host);
+int tr_trace_writer_host_tracks(int32_t uid, const char *host, tr_trace_writer_buf *host_track,
+                                tr_trace_writer_buf *bound_track);
+/* An instant event named `name` (e.g. "host web-2 disconnected") on track_uuid at boottime_ns. */
+int tr_trace_writer_instant(int32_t uid, uint64_t boottime_ns, uint64_t track_uuid,
+                            const char *name, tr_trace_writer_buf *out);
+/* A counter value (double_counter_value) on the counter track track_uuid at boottime_ns. */
+int tr_trace_writer_counter(int32_t uid, uint64_t boottime_ns, uint64_t track_uuid, double value,
+                            tr_trace_writer_buf *out);
 /* remote_clock_sync for a remote host (machine_id), one exchange as a PING/UPDATE pair of
  * BOOTTIME readings (client = the host, host = the service), with trusted_uid and machine_id but
  * no sequence id, as traced writes it (vectors README section 5). */

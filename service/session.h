@@ -92,6 +92,15 @@ typedef struct tr_session_host {
   struct tr_clocksync_sync_pair clock_sync_last; /* the last one written */
   bool clock_anchored; /* machines: its clock anchor is written (tr_trace_writer_clock_anchor):
                         * its ClockSnapshots and data may follow */
+  /* The host's clock error bound track (trace_output.c): host BOOTTIME sampled up to, the
+   * last value written (0: none yet), and in `machines` the offsets (service minus host) of
+   * the newest two remote_clock_sync edges written, [0] the newest. */
+  bool bound_tracks_written;
+  bool bound_started;
+  int64_t bound_from;
+  int64_t bound_last_ns;
+  int bound_edges;
+  int64_t bound_edge_offset[2];
   uint64_t chunks_refused;
   uint64_t flushes_missed;
   uint64_t disconnects;

@@ -32,6 +32,8 @@
 #define SYNC_PERIOD_NS 5000000ll /* the estimator's exchange period */
 #define SYNC_MAX_PER_PASS 1024 /* exchanges asked of the estimator at a time */
 #define SYNC_HOST_MAX ((1ll << 62) - 1)
+#define BOUND_STEP_NS 2000000ll /* host time between two evaluations of the error bound */
+#define BOUND_QUANTUM_NS 100ll   /* bound values are rounded up to 0.1 us */
 
 enum { PHASE_HEAD, PHASE_BUFFERS, PHASE_TAIL, PHASE_DONE };
 
@@ -108,6 +110,113 @@ static int add_events(tr_session *s, tr_packet_list *out) {
   return rc;
 }
 
+/* ---- the clock error bound tracks (docs/querying.md) ----
+ * Per host, a counter of how far the trace may place the host's events from their true
+ * instants: the estimator's bound on its mapping M (relay/clocksync.h), plus how far
+ * trace_processor's conversion in this encoding may stray from M: the breakpoints' tolerance
+ * in `global-clocks`; in `machines`, |h + edge offset - M(h)| for the newest two edges (near
+ * an edge, which one trace_processor takes depends on the reading it keys the edge by). The
+ * bound is evaluated every BOUND_STEP_NS of host time, as the larger of the step's two ends,
+ * and written where it rises or falls below 4/5 of the last value written, so the value shown
+ * is never below the bound at the points evaluated. Cost O(host time / step * log knots). */
+
+static int add_bound_tracks(tr_session *s, tr_session_host *sh, tr_packet_list *out) {
+  tr_trace_writer_buf host, bound;
+  int rc;
+  if (sh->bound_tracks_written)
+    return 0;
+  if ((rc = tr_packet_list_reserve(out, 2)) != 0 ||
+      (rc = tr_trace_writer_host_tracks(s->svc->uid, sh->host->name, &host, &bound)) != 0)
+    return rc;
+  tr_packet_list_push_pinned(out, host); /* the journal's thinning must keep them */
+  tr_packet_list_push_pinned(out, bound);
+  sh->bound_tracks_written = true;
+  return 0;
+}
+
+static int64_t encoding_error(const tr_session *s, const tr_session_host *sh, int64_t h,
+                              int64_t m) {
+  int64_t worst = 0;
+  if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS)
+    return TR_TIMELINE_TOLERANCE_NS + 2;
+  for (int i = 0; i < sh->bound_edges; i++) {
+    int64_t e = llabs(h + sh->bound_edge_offset[i] - m);
+    worst = e > worst ? e : worst;
+  }
+  return worst + 2; /* trace_processor's integer halves */
+}
+
+/* The bound at host time h, with *service_ts = M(h); -1 when the estimator has none. */
+static int64_t bound_at(const tr_session *s, const tr_session_host *sh, int64_t h,
+                        int64_t *service_ts) {
+  int64_t b = tr_clocksync_error_bound(sh->host->clock, h);
+  if (b < 0 || tr_clocksync_map(sh->host->clock, h, service_ts) != 0)
+    return -1;
+  return b + encoding_error(s, sh, h, *service_ts);
+}
+
+/* Samples over host times [sh->bound_from, to). */
+static int add_bound_samples(tr_session *s, tr_session_host *sh, tr_packet_list *out, int64_t to) {
+  for (int64_t end; sh->bound_from < to; sh->bound_from = end) {
+    int64_t h = sh->bound_from;
+    end = h + BOUND_STEP_NS < to ? h + BOUND_STEP_NS : to; /* the next call goes on from `to` */
+    int64_t ts, ts_end, b = bound_at(s, sh, h, &ts), b_end = bound_at(s, sh, end, &ts_end);
+    tr_trace_writer_buf p;
+    int rc;
+    if (b < 0 || b_end < 0 || ts < 0)
+      continue;
+    b = b_end > b ? b_end : b;
+    b = (b + BOUND_QUANTUM_NS - 1) / BOUND_QUANTUM_NS * BOUND_QUANTUM_NS;
+    if (sh->bound_last_ns && b <= sh->bound_last_ns && b * 5 >= sh->bound_last_ns * 4)
+      continue;
+    if ((rc = add_bound_tracks(s, sh, out)) != 0 || (rc = tr_packet_list_reserve(out, 1)) != 0 ||
+        (rc = tr_trace_writer_counter(s->svc->uid, (uint64_t)ts,
+                                      tr_trace_writer_bound_track_uuid(sh->host->name),
+                                      (double)b / 1000.0, &p)) != 0)
+      return rc;
+    tr_packet_list_push(out, p);
+    sh->bound_last_ns = b;
+  }
+  return 0;
+}
+
+/* machines: a remote_clock_sync edge was written. Host times before the first edge convert by
+ * it (trace_processor's rule), so the samples wait for it; later ones run up to the new edge
+ * with the edges before it. */
+static int bound_edge_written(tr_session *s, tr_session_host *sh, tr_packet_list *out,
+                              const struct tr_clocksync_sync_pair *pair) {
+  int64_t offset = (pair->ping_service + pair->update_service) / 2 - pair->update_remote;
+  int rc = sh->bound_edges ? add_bound_samples(s, sh, out, pair->ping_remote) : 0;
+  sh->bound_edge_offset[1] = sh->bound_edge_offset[0];
+  sh->bound_edge_offset[0] = offset;
+  if (sh->bound_edges < 2)
+    sh->bound_edges++;
+  return rc;
+}
+
+/* The samples of every host up to its estimator's frontier (what later probes do not revise). */
+static int add_bounds(tr_session *s, tr_packet_list *out) {
+  for (size_t h = 0; h < s->num_hosts; h++) {
+    tr_session_host *sh = &s->hosts[h];
+    int64_t frontier;
+    int rc;
+    if (host_listed_before(s, h) || !sh->host->clock ||
+        (frontier = tr_clocksync_frontier(sh->host->clock)) < 0)
+      continue;
+    if (!sh->bound_started) {
+      sh->bound_from = (int64_t)s->start_clocks.clocks[0].ts_ns -
+                       tr_clocksync_offset_ns(sh->host->clock);
+      sh->bound_from = sh->bound_from < 0 ? 0 : sh->bound_from;
+      sh->bound_started = true;
+    }
+    if (s->svc->timeline == TR_TIMELINE_MACHINES && sh->bound_edges == 0)
+      continue;
+    if ((rc = add_bound_samples(s, sh, out, frontier + 1)) != 0)
+      return rc;
+  }
+  return 0;
+}
+
 /* remote_clock_sync packets (machines timeline): the best real exchanges of each host since
  * the session started (trace_processor converts data stamped before the first one by it), one
  * packet per exchange and per SYNC_PERIOD_NS of host time, so trace_processor gets one
@@ -135,6 +244,8 @@ static int add_clock_syncs(tr_session *s, tr_packet_list *out, bool final) {
       if (sh->clock_sync_from < 0)
         sh->clock_sync_from = 0;
       sh->clock_sync_started = true;
+      sh->bound_from = sh->clock_sync_from;
+      sh->bound_started = true;
     }
     /* In slices of SYNC_MAX_PER_PASS: a session read only at its end has them all at once. */
     do {
@@ -144,17 +255,18 @@ static int add_clock_syncs(tr_session *s, tr_packet_list *out, bool final) {
                                       &sh->clock_sync_last, ex, SYNC_MAX_PER_PASS);
       if (n <= 0)
         break;
-      if (tr_packet_list_reserve(out, (size_t)n) != 0)
-        return TR_ERR_NOMEM;
       for (int i = 0; i < n; i++) {
         struct tr_clocksync_sync_pair pair;
         tr_trace_writer_buf p;
         sh->clock_sync_from = (ex[i].t2 + ex[i].t3) / 2 + 1;
         if (tr_clocksync_pair_from_exchange(&ex[i], &pair) != 0)
           continue;
+        if (tr_packet_list_reserve(out, 1) != 0) /* bound samples go in between */
+          return TR_ERR_NOMEM;
         rc = push(out, tr_trace_writer_remote_clock_sync(s->svc->uid, sh->host->machine_id, &pair,
                                                          &p),
                   &p);
+        rc = rc ? rc : bound_edge_written(s, sh, out, &pair);
         if (rc != 0)
           return rc;
       }
@@ -165,21 +277,33 @@ static int add_clock_syncs(tr_session *s, tr_packet_list *out, bool final) {
   return 0;
 }
 
-/* The hosts' link changes since the last pass, as instants on the service's track. */
+/* The hosts' link changes since the last pass, as instants on the service's track and on the
+ * host's own track (its descriptors written again before them: cheap, and marks are rare). */
 static int add_host_marks(tr_session *s, tr_packet_list *out) {
   static const char *const what[] = {"disconnected", "reconnected", "agent restarted"};
-  tr_trace_writer_buf p;
+  tr_trace_writer_buf p, host, bound;
+  int32_t uid = s->svc->uid;
   int rc = 0;
   if (s->num_host_marks == 0)
     return 0;
-  if ((rc = tr_packet_list_reserve(out, 1 + s->num_host_marks)) != 0)
+  if ((rc = tr_packet_list_reserve(out, 1 + 4 * s->num_host_marks)) != 0)
     return rc;
-  rc = push(out, tr_trace_writer_service_track(s->svc->uid, &p), &p);
+  rc = push(out, tr_trace_writer_service_track(uid, &p), &p);
   for (size_t i = 0; i < s->num_host_marks && rc == 0; i++) {
     const tr_session_host_mark *m = &s->host_marks[i];
     char name[sizeof m->host->name + 32];
     snprintf(name, sizeof name, "host %s %s", m->host->name, what[m->kind]);
-    rc = push(out, tr_trace_writer_service_instant(s->svc->uid, m->ts, name, &p), &p);
+    rc = push(out,
+              tr_trace_writer_instant(uid, m->ts, TR_TRACE_WRITER_SERVICE_TRACK_UUID, name, &p),
+              &p);
+    if (rc == 0 && (rc = tr_trace_writer_host_tracks(uid, m->host->name, &host, &bound)) == 0) {
+      tr_packet_list_push(out, host);
+      tr_packet_list_push(out, bound);
+      rc = push(out,
+                tr_trace_writer_instant(uid, m->ts, tr_trace_writer_host_track_uuid(m->host->name),
+                                        what[m->kind], &p),
+                &p);
+    }
   }
   s->num_host_marks = 0;
   return rc;
@@ -190,6 +314,7 @@ static int add_clocks(tr_session *s, tr_packet_list *out, bool final) {
   int rc = 0;
   if (s->svc->timeline == TR_TIMELINE_MACHINES)
     rc = add_clock_syncs(s, out, final);
+  rc = rc ? rc : add_bounds(s, out);
   /* Host clock snapshots; in global-clocks the cross-host snapshots, before the host data. */
   return rc ? rc : tr_timeline_head(s, out, final);
 }

@@ -1,8 +1,8 @@
 /* timeline_check.c: tracerelay-timeline-check, the accuracy checker of the timeline tests and
  * benchmark (tests/integration/test_timeline.sh, bench/bench_timeline.sh). A TEST TOOL.
  *
- * Usage: tracerelay-timeline-check [--bound-us N] [--allow-inversions] [--json] [--dump FILE]
- *        TRACE NAME=OFFSET_NS,DRIFT_PPM...
+ * Usage: tracerelay-timeline-check [--bound-us N] [--allow-inversions] [--check-own-bound]
+ *        [--json] [--dump FILE] TRACE NAME=OFFSET_NS,DRIFT_PPM...
  *
  * Every host NAME ran its loadgen with `--fake-clock OFFSET_NS,DRIFT_PPM` while the service ran
  * on the real clocks, so a loadgen event stamped f on its host's (simulated) BOOTTIME truly
@@ -16,7 +16,10 @@
  * on them (trace_processor's constant offset per remote_clock_sync edge or per ClockSnapshot
  * steps back there when the host's clock runs fast, so two events closer than the step can
  * swap; see tests/integration/test_timeline.sh). Exit 0 when there is none and every named host has events, 1 otherwise,
- * 2 on bad arguments or an unreadable trace. --dump FILE writes one line per checked event,
+ * 2 on bad arguments or an unreadable trace. It also compares each event's |error| with the
+ * clock error bound the trace itself shows for that host at that instant (the service's bound
+ * track, relay/trace_bounds.h) and counts the events beyond it and those before the track's
+ * first sample; --check-own-bound makes either a violation (the bound must be honest). --dump FILE writes one line per checked event,
  * "NAME TRUE_NS ERROR_NS" (true instant on the service's BOOTTIME, signed error), to see where
  * in time the error is. */
 #include <errno.h>
@@ -39,6 +42,10 @@ struct host {
   double *err; /* signed errors in ns */
   size_t n, cap;
   uint64_t unresolved, over_bound, inversions;
+  const struct tr_trace_bound_track *own; /* the trace's bound track of this host, or NULL */
+  bool own_looked_up; /* the tracks are complete once the resolver's first pass is over */
+  uint64_t beyond_own, no_own;
+  double worst_own_ratio; /* largest |error| / own bound */
 };
 
 struct seq_last {
@@ -99,6 +106,22 @@ static struct seq_last *seq_of(struct ctx *c, uint32_t host, uint32_t seq) {
   return &c->seqs[c->n_seqs++];
 }
 
+static void check_own_bound(struct ctx *c, struct host *h, int64_t trace_ts, double err_ns) {
+  if (!h->own_looked_up) {
+    h->own = tr_trace_bounds_find(&c->res->bounds, h->name);
+    h->own_looked_up = true;
+  }
+  double us = h->own && trace_ts >= 0 ? tr_trace_bounds_at(h->own, (uint64_t)trace_ts) : -1;
+  if (us < 0) {
+    h->no_own++;
+    return;
+  }
+  if (fabs(err_ns) > us * 1e3)
+    h->beyond_own++;
+  if (us > 0 && fabs(err_ns) / (us * 1e3) > h->worst_own_ratio)
+    h->worst_own_ratio = fabs(err_ns) / (us * 1e3);
+}
+
 static void on_point(const struct tr_inspect_point *p, void *arg) {
   struct ctx *c = arg;
   struct host *h;
@@ -116,6 +139,7 @@ static void on_point(const struct tr_inspect_point *p, void *arg) {
     fprintf(c->dump, "%s %lld %lld\n", h->name, (long long)truth, (long long)(p->trace_ts - truth));
   if (fabs(e) > (double)c->bound_ns)
     h->over_bound++;
+  check_own_bound(c, h, p->trace_ts, e);
   if (!(s = seq_of(c, p->host, p->seq_id))) {
     c->oom = 1;
     return;
@@ -168,12 +192,13 @@ done:
 }
 
 static void usage(void) {
-  fputs("Usage: tracerelay-timeline-check [--bound-us N] [--allow-inversions] [--json] "
-        "[--dump FILE] TRACE "
-        "NAME=OFFSET_NS,DRIFT_PPM...\n"
+  fputs("Usage: tracerelay-timeline-check [--bound-us N] [--allow-inversions] "
+        "[--check-own-bound] [--json] [--dump FILE] TRACE NAME=OFFSET_NS,DRIFT_PPM...\n"
         "Test tool: checks that every loadgen event of each named host (run with\n"
         "--fake-clock OFFSET_NS,DRIFT_PPM) lands within N us (default 100) of its true instant\n"
-        "on the trace clock, and that no sequence's events change order.\n",
+        "on the trace clock, and that no sequence's events change order. With\n"
+        "--check-own-bound, also that each event's error is within the clock error bound the\n"
+        "trace shows for its host at that instant.\n",
         stderr);
 }
 
@@ -181,7 +206,7 @@ int main(int argc, char **argv) {
   struct ctx c = {.bound_ns = 100000};
   struct tr_inspect_result res = {0};
   const char *path = NULL;
-  bool json = false, allow_inversions = false;
+  bool json = false, allow_inversions = false, check_own = false;
   int i, rc, status = 0;
   for (i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--bound-us") == 0 && i + 1 < argc) {
@@ -194,6 +219,8 @@ int main(int argc, char **argv) {
       c.bound_ns = (int64_t)(v * 1e3);
     } else if (strcmp(argv[i], "--allow-inversions") == 0) {
       allow_inversions = true;
+    } else if (strcmp(argv[i], "--check-own-bound") == 0) {
+      check_own = true;
     } else if (strcmp(argv[i], "--json") == 0) {
       json = true;
     } else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
@@ -262,7 +289,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   size_t k = 0;
-  uint64_t unresolved = 0, over = 0, inv = 0;
+  uint64_t unresolved = 0, over = 0, inv = 0, beyond_own = 0;
   if (json)
     printf("{\"bound_us\": %.3f, \"hosts\": {", (double)c.bound_ns / 1e3);
   for (size_t h = 0; h < c.n_hosts; h++) {
@@ -274,36 +301,46 @@ int main(int argc, char **argv) {
     unresolved += x->unresolved;
     over += x->over_bound;
     inv += x->inversions;
+    if (check_own)
+      beyond_own += x->beyond_own + x->no_own;
     if (x->n == 0)
       status = 1;
     if (json)
       printf("%s\"%s\": {\"events\": %zu, \"median_us\": %.3f, \"p99_us\": %.3f, \"max_us\": "
              "%.3f, \"signed_median_us\": %.3f, \"over_bound\": %llu, \"inversions\": %llu, "
-             "\"unresolved\": %llu}",
+             "\"unresolved\": %llu, \"own_bound_max_us\": %.3f, \"beyond_own_bound\": %llu, "
+             "\"before_own_bound\": %llu, \"worst_error_to_own_bound\": %.3f}",
              h ? ", " : "", x->name, s.n, s.median_us, s.p99_us, s.max_us, s.signed_median_us,
              (unsigned long long)x->over_bound, (unsigned long long)x->inversions,
-             (unsigned long long)x->unresolved);
+             (unsigned long long)x->unresolved, x->own ? x->own->max_us : -1.0,
+             (unsigned long long)x->beyond_own, (unsigned long long)x->no_own,
+             x->worst_own_ratio);
     else
       printf("%-12s events %8zu  |error| median %8.3f us  p99 %8.3f us  max %8.3f us  "
              "(signed median %+.3f us)  over bound %llu  order inversions %llu  unresolved %llu\n",
              x->name, s.n, s.median_us, s.p99_us, s.max_us, s.signed_median_us,
              (unsigned long long)x->over_bound, (unsigned long long)x->inversions,
              (unsigned long long)x->unresolved);
+    if (!json)
+      printf("%-12s own bound: max %.3f us, events beyond it %llu, before its first sample %llu, "
+             "worst |error|/bound %.3f\n",
+             x->name, x->own ? x->own->max_us : -1.0, (unsigned long long)x->beyond_own,
+             (unsigned long long)x->no_own, x->worst_own_ratio);
   }
   struct summary s;
   summarize(all, k, &s);
-  if (unresolved || over || (inv && !allow_inversions))
+  if (unresolved || over || beyond_own || (inv && !allow_inversions))
     status = 1;
   if (json)
     printf("}, \"all\": {\"events\": %zu, \"median_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f, "
            "\"violations\": %llu}, \"ok\": %s}\n",
-           s.n, s.median_us, s.p99_us, s.max_us, (unsigned long long)(unresolved + over + inv),
+           s.n, s.median_us, s.p99_us, s.max_us, (unsigned long long)(unresolved + over + inv + beyond_own),
            status == 0 ? "true" : "false");
   else
     printf("%-12s events %8zu  |error| median %8.3f us  p99 %8.3f us  max %8.3f us  bound %.1f "
            "us  violations %llu: %s\n",
            "all", s.n, s.median_us, s.p99_us, s.max_us, (double)c.bound_ns / 1e3,
-           (unsigned long long)(unresolved + over + inv), status == 0 ? "OK" : "FAIL");
+           (unsigned long long)(unresolved + over + inv + beyond_own), status == 0 ? "OK" : "FAIL");
   free(all);
   for (size_t h = 0; h < c.n_hosts; h++)
     free(c.hosts[h].err);

@@ -154,7 +154,9 @@ static void test_service_track_and_instant(void **state) {
   assert_false(p->has_timestamp);
   perfetto__protos__trace_packet__free_unpacked(p, NULL);
 
-  assert_int_equal(tr_trace_writer_service_instant(9, 123456789, "host web-2 disconnected", &b), 0);
+  assert_int_equal(tr_trace_writer_instant(9, 123456789, TR_TRACE_WRITER_SERVICE_TRACK_UUID,
+                                           "host web-2 disconnected", &b),
+                   0);
   p = decode(&b);
   check_service_header(p, 9);
   assert_int_equal(p->timestamp, 123456789);
@@ -163,6 +165,43 @@ static void test_service_track_and_instant(void **state) {
   assert_int_equal(p->track_event->track_uuid, TR_TRACE_WRITER_SERVICE_TRACK_UUID);
   assert_string_equal(p->track_event->name, "host web-2 disconnected");
   assert_false(p->has_sequence_flags); /* no incremental state: no interning, absolute time */
+  perfetto__protos__trace_packet__free_unpacked(p, NULL);
+}
+
+/* A host's track, its clock error bound counter track under it, and a sample on that: the
+ * uuids differ per host and between the two tracks, the counter carries its value in us. */
+static void test_host_tracks_and_counter(void **state) {
+  (void)state;
+  tr_trace_writer_buf host, bound;
+  assert_int_equal(tr_trace_writer_host_tracks(9, "web-1", &host, &bound), 0);
+  Packet *p = decode(&host);
+  check_service_header(p, 9);
+  assert_int_equal(p->track_descriptor->uuid, tr_trace_writer_host_track_uuid("web-1"));
+  assert_false(p->track_descriptor->has_parent_uuid);
+  assert_null(p->track_descriptor->counter);
+  assert_string_equal(p->track_descriptor->name, "host web-1");
+  perfetto__protos__trace_packet__free_unpacked(p, NULL);
+  p = decode(&bound);
+  assert_int_equal(p->track_descriptor->uuid, tr_trace_writer_bound_track_uuid("web-1"));
+  assert_int_equal(p->track_descriptor->parent_uuid, tr_trace_writer_host_track_uuid("web-1"));
+  assert_non_null(p->track_descriptor->counter);
+  assert_string_equal(p->track_descriptor->counter->unit_name, "us");
+  assert_string_equal(p->track_descriptor->name, "web-1 clock error bound (us)");
+  perfetto__protos__trace_packet__free_unpacked(p, NULL);
+  assert_true(tr_trace_writer_host_track_uuid("web-1") != tr_trace_writer_host_track_uuid("web-2"));
+  assert_true(tr_trace_writer_bound_track_uuid("web-1") !=
+              tr_trace_writer_host_track_uuid("web-1"));
+
+  assert_int_equal(
+      tr_trace_writer_counter(9, 5000, tr_trace_writer_bound_track_uuid("web-1"), 2.5, &host), 0);
+  p = decode(&host);
+  check_service_header(p, 9);
+  assert_int_equal(p->timestamp, 5000);
+  assert_int_equal(p->track_event->type, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_COUNTER);
+  assert_int_equal(p->track_event->track_uuid, tr_trace_writer_bound_track_uuid("web-1"));
+  assert_int_equal(p->track_event->counter_value_field_case,
+                   PERFETTO__PROTOS__TRACK_EVENT__COUNTER_VALUE_FIELD_DOUBLE_COUNTER_VALUE);
+  assert_true(p->track_event->double_counter_value == 2.5);
   perfetto__protos__trace_packet__free_unpacked(p, NULL);
 }
 
@@ -230,6 +269,7 @@ int main(void) {
       cmocka_unit_test(test_system_info),
       cmocka_unit_test(test_service_events),
       cmocka_unit_test(test_service_track_and_instant),
+      cmocka_unit_test(test_host_tracks_and_counter),
       cmocka_unit_test(test_clock_anchor),
       cmocka_unit_test(test_trace_stats_with_extension),
       cmocka_unit_test(test_remote_clock_sync),

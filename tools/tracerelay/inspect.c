@@ -135,7 +135,7 @@ static void print_point(const struct tr_inspect_point *p, void *arg) {
   pr->points++;
 }
 
-static void print_host_json(const struct tr_inspect_host *h) {
+static void print_host_json(const struct tr_inspect_result *r, const struct tr_inspect_host *h) {
   printf("{\"machine_id\":%" PRIu32 ",\"domain\":%" PRIu32 ",\"name\":", h->machine_id,
          h->domain);
   put_json_str(stdout, h->name);
@@ -196,6 +196,12 @@ static void print_host_json(const struct tr_inspect_host *h) {
     printf(",\"remote_sync_offset_ns\":%" PRId64 "}", h->sync_offset_ns);
   else
     printf(",\"remote_sync_offset_ns\":null}");
+  const struct tr_trace_bound_track *bt = tr_trace_bounds_find(&r->bounds, h->name);
+  if (h->name[0] && bt && bt->n_samples)
+    printf(",\"clock_error_bound_track\":{\"samples\":%zu,\"max_us\":%.3f,\"last_us\":%.3f}",
+           bt->n_samples, bt->max_us, bt->samples[bt->n_samples - 1].us);
+  else
+    printf(",\"clock_error_bound_track\":null");
   printf(",\"unresolved\":%" PRIu64 ",\"unresolved_offsets\":[", h->unresolved);
   for (size_t i = 0; i < h->n_unresolved_offsets; i++)
     printf("%s%" PRIu64, i ? "," : "", h->unresolved_offsets[i]);
@@ -217,7 +223,7 @@ static void print_json(const struct opts *o, const struct tr_inspect_result *r) 
          r->undecodable_packets);
   for (size_t i = 0; i < r->n_hosts; i++) {
     printf("%s\n  ", i ? "," : "");
-    print_host_json(&r->hosts[i]);
+    print_host_json(r, &r->hosts[i]);
   }
   printf("\n ],\n \"service_marks_total\":%" PRIu64 ",\"service_marks\":[", r->service_marks_total);
   for (size_t i = 0; i < r->n_service_marks; i++) {
@@ -228,7 +234,7 @@ static void print_json(const struct opts *o, const struct tr_inspect_result *r) 
   printf("]}\n");
 }
 
-static void print_host_text(const struct tr_inspect_host *h) {
+static void print_host_text(const struct tr_inspect_result *r, const struct tr_inspect_host *h) {
   char a[32], b[32];
   printf("\nhost machine %" PRIu32, h->machine_id);
   if (h->domain)
@@ -251,6 +257,10 @@ static void print_host_text(const struct tr_inspect_host *h) {
     printf(", error bound %" PRId64 " ns", h->error_bound_ns);
   if (h->has_sync_offset)
     printf(", remote_clock_sync offset %" PRId64 " ns", h->sync_offset_ns);
+  const struct tr_trace_bound_track *bt = tr_trace_bounds_find(&r->bounds, h->name);
+  if (h->name[0] && bt && bt->n_samples)
+    printf("\n  clock error bound track: %zu samples, max %.3f us, last %.3f us", bt->n_samples,
+           bt->max_us, bt->samples[bt->n_samples - 1].us);
   const struct tr_inspect_losses *l = &h->losses;
   printf("\n  losses: %" PRIu64 " chunks (%" PRIu64 " bytes) overwritten, %" PRIu64
          " chunks discarded, %" PRIu64 " ABI violations, %" PRIu64 " writer packet losses, %" PRIu64
@@ -311,7 +321,7 @@ static void print_text(const struct opts *o, const struct tr_inspect_result *r) 
            h->packets, h->n_seqs, first, last, h->unresolved);
   }
   for (size_t i = 0; i < r->n_hosts; i++)
-    print_host_text(&r->hosts[i]);
+    print_host_text(r, &r->hosts[i]);
   if (r->service_marks_total)
     printf("\nservice marks (%" PRIu64 "):\n", r->service_marks_total);
   for (size_t i = 0; i < r->n_service_marks; i++) {
