@@ -1,6 +1,7 @@
 /* trace_bounds.c: the hosts' clock error bound tracks read back from a trace (trace_bounds.h). */
 #include "relay/trace_bounds.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,9 +9,10 @@
 #include "relay/tr_error.h"
 #include "relay/trace_writer.h"
 
-static struct tr_trace_bound_track *by_uuid(const struct tr_trace_bounds *b, uint64_t uuid) {
+static struct tr_trace_bound_track *by_uuid(const struct tr_trace_bounds *b, uint64_t uuid,
+                                            bool host_track) {
   for (size_t i = 0; i < b->n_tracks; i++)
-    if (b->tracks[i].uuid == uuid)
+    if ((host_track ? b->tracks[i].host_uuid : b->tracks[i].uuid) == uuid)
       return &b->tracks[i];
   return NULL;
 }
@@ -27,35 +29,75 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
-int tr_trace_bounds_add_track(struct tr_trace_bounds *b,
-                              const Perfetto__Protos__TrackDescriptor *td) {
-  static const char suffix[] = TR_TRACE_WRITER_BOUND_TRACK_SUFFIX;
-  char host[TR_TRACE_BOUNDS_NAME_MAX];
-  size_t len, slen = sizeof suffix - 1;
-  if (!td->has_uuid || !td->counter || by_uuid(b, td->uuid) ||
-      td->static_or_dynamic_name_case !=
-          PERFETTO__PROTOS__TRACK_DESCRIPTOR__STATIC_OR_DYNAMIC_NAME_NAME ||
-      !td->name || (len = strlen(td->name)) <= slen || len - slen >= sizeof host ||
-      strcmp(td->name + len - slen, suffix) != 0)
-    return 0;
-  memcpy(host, td->name, len - slen);
-  host[len - slen] = '\0';
-  if (td->uuid != tr_trace_writer_bound_track_uuid(host))
-    return 0;
+/* The host named by `name` without its prefix and suffix, into host; false if it does not fit. */
+static bool host_of_name(const char *name, const char *prefix, const char *suffix, char *host,
+                         size_t cap) {
+  size_t len = strlen(name), plen = strlen(prefix), slen = strlen(suffix);
+  if (len <= plen + slen || len - plen - slen >= cap || strncmp(name, prefix, plen) != 0 ||
+      strcmp(name + len - slen, suffix) != 0)
+    return false;
+  memcpy(host, name + plen, len - plen - slen);
+  host[len - plen - slen] = '\0';
+  return true;
+}
+
+static struct tr_trace_bound_track *of_host(struct tr_trace_bounds *b, const char *host) {
+  for (size_t i = 0; i < b->n_tracks; i++)
+    if (strcmp(b->tracks[i].host, host) == 0)
+      return &b->tracks[i];
   if (grow((void **)&b->tracks, &b->cap_tracks, b->n_tracks + 1, sizeof *b->tracks) != 0)
-    return TR_ERR_NOMEM;
+    return NULL;
   struct tr_trace_bound_track *t = &b->tracks[b->n_tracks++];
   memset(t, 0, sizeof *t);
   snprintf(t->host, sizeof t->host, "%s", host);
-  t->uuid = td->uuid;
+  return t;
+}
+
+int tr_trace_bounds_add_track(struct tr_trace_bounds *b,
+                              const Perfetto__Protos__TrackDescriptor *td) {
+  char host[TR_TRACE_BOUNDS_NAME_MAX];
+  struct tr_trace_bound_track *t;
+  bool counter = td->counter != NULL;
+  if (!td->has_uuid || td->uuid == 0 || by_uuid(b, td->uuid, !counter) ||
+      td->static_or_dynamic_name_case !=
+          PERFETTO__PROTOS__TRACK_DESCRIPTOR__STATIC_OR_DYNAMIC_NAME_NAME ||
+      !td->name)
+    return 0;
+  if (counter ? !host_of_name(td->name, "", TR_TRACE_WRITER_BOUND_TRACK_SUFFIX, host, sizeof host)
+                      || td->uuid != tr_trace_writer_bound_track_uuid(host)
+              : !host_of_name(td->name, "host ", "", host, sizeof host) ||
+                    td->uuid != tr_trace_writer_host_track_uuid(host))
+    return 0;
+  if ((t = of_host(b, host)) == NULL)
+    return TR_ERR_NOMEM;
+  if (counter)
+    t->uuid = td->uuid;
+  else
+    t->host_uuid = td->uuid;
   return 0;
+}
+
+static void add_mark(struct tr_trace_bound_track *t, uint64_t ts, const char *name) {
+  t->marks_total++;
+  if (t->n_marks == TR_TRACE_BOUNDS_MAX_MARKS)
+    return;
+  t->marks[t->n_marks].ts = ts;
+  snprintf(t->marks[t->n_marks++].name, sizeof t->marks[0].name, "%s", name);
 }
 
 int tr_trace_bounds_add_event(struct tr_trace_bounds *b, uint64_t ts,
                               const Perfetto__Protos__TrackEvent *te) {
   struct tr_trace_bound_track *t;
   double v;
-  if (!te->has_track_uuid || (t = by_uuid(b, te->track_uuid)) == NULL ||
+  if (!te->has_track_uuid || te->track_uuid == 0)
+    return 0;
+  if (te->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT &&
+      te->name_field_case == PERFETTO__PROTOS__TRACK_EVENT__NAME_FIELD_NAME && te->name &&
+      (t = by_uuid(b, te->track_uuid, true)) != NULL) {
+    add_mark(t, ts, te->name);
+    return 0;
+  }
+  if ((t = by_uuid(b, te->track_uuid, false)) == NULL ||
       te->type != PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_COUNTER)
     return 0;
   if (te->counter_value_field_case ==

@@ -1,5 +1,6 @@
-/* trace_bounds.h: reads back the clock error bound tracks the service writes per host
- * (tr_trace_writer_host_tracks): which counter track is whose, and the samples on it. Used by
+/* trace_bounds.h: reads back the tracks the service writes per host (tr_trace_writer_host_tracks):
+ * the clock error bound counter track and the samples on it, and the host track with its link
+ * marks (instants such as "disconnected"). Used by
  * the trace resolver (relay/trace_inspect.h) and so by `tracerelay inspect` and the timeline
  * checker, which compares each event's true error with the bound shown at its instant.
  *
@@ -7,6 +8,7 @@
  * "<host> clock error bound (us)" whose uuid is tr_trace_writer_bound_track_uuid(<host>), and
  * the caller gives only the service's own packets (trusted sequence 1, which the service never
  * hands to a producer), so no producer can pass a counter of its own off as a host's bound.
+ * The same holds for the host track, "host <host>" with uuid tr_trace_writer_host_track_uuid.
  * Samples are the counters on such a track, at their packet's timestamp, which for the
  * service's own packets is the trace clock (the service's BOOTTIME). Samples of a host come in
  * time order (the service writes them along its clock mapping); tr_trace_bounds_at relies on it.
@@ -27,9 +29,20 @@ struct tr_trace_bound_sample {
   double us;
 };
 
+#define TR_TRACE_BOUNDS_MAX_MARKS 16
+
+struct tr_trace_host_mark {
+  uint64_t ts;
+  char name[32];
+};
+
 struct tr_trace_bound_track {
   char host[TR_TRACE_BOUNDS_NAME_MAX];
-  uint64_t uuid;
+  uint64_t uuid;      /* of the bound track; 0 until its descriptor was seen */
+  uint64_t host_uuid; /* of the host track; 0 until its descriptor was seen */
+  struct tr_trace_host_mark marks[TR_TRACE_BOUNDS_MAX_MARKS]; /* the first ones */
+  size_t n_marks;
+  uint64_t marks_total;
   struct tr_trace_bound_sample *samples;
   size_t n_samples, cap_samples;
   double max_us;
@@ -40,12 +53,14 @@ struct tr_trace_bounds {
   size_t n_tracks, cap_tracks;
 };
 
-/* A TrackDescriptor of the trace: noted when it is a host's bound track. 0 or TR_ERR_NOMEM. */
+/* A TrackDescriptor of the trace: noted when it is a host's bound or host track. 0 or
+ * TR_ERR_NOMEM. */
 int tr_trace_bounds_add_track(struct tr_trace_bounds *b, const Perfetto__Protos__TrackDescriptor *td);
-/* A TrackEvent at ts: a sample when it is a counter on a bound track. 0 or TR_ERR_NOMEM. */
+/* A TrackEvent at ts: a sample when it is a counter on a bound track, a mark when it is a named
+ * instant on a host track. 0 or TR_ERR_NOMEM. */
 int tr_trace_bounds_add_event(struct tr_trace_bounds *b, uint64_t ts,
                               const Perfetto__Protos__TrackEvent *te);
-/* The host's bound track, or NULL. */
+/* The host's tracks, or NULL. */
 const struct tr_trace_bound_track *tr_trace_bounds_find(const struct tr_trace_bounds *b,
                                                         const char *host);
 /* The value shown at ts (the last sample at or before it), in us; -1 before the first sample. */

@@ -109,6 +109,13 @@ if not down or not kill_ns <= down[0] <= kill_ns + 10**10:
     fail.append(f"web-1: no 'host web-1 disconnected' instant just after the kill: {service_marks}")
 elif not any(n == "host web-1 agent restarted" and t > down[0] for t, n in service_marks):
     fail.append(f"web-1: no 'host web-1 agent restarted' instant after it: {service_marks}")
+# The same marks on web-1's own track, and none on the others'.
+own = [(mk["ts"], mk["name"]) for mk in m["web-1"].get("host_track_marks", [])]
+print("web-1 track marks", own)
+if not any(n == "disconnected" for _, n in own) or not any(n == "agent restarted" for _, n in own):
+    fail.append(f"web-1: its own track lacks the disconnected/agent restarted instants: {own}")
+if m["web-2"].get("host_track_marks") or m["web-3"].get("host_track_marks"):
+    fail.append("marks on the tracks of hosts that stayed connected")
 if any("web-2" in n or "web-3" in n for _, n in service_marks):
     fail.append(f"marks for hosts that stayed connected: {service_marks}")
 new1 = [json.load(open(f))["total"]["packets_written"] for f in glob.glob(f"{work}/loadgen-web-1-*.json")]

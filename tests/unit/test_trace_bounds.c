@@ -66,6 +66,25 @@ static void test_samples_per_host(void **state) {
   assert_true(tr_trace_bounds_at(w1, 2000) == 3.5);
   assert_true(tr_trace_bounds_at(w1, UINT64_MAX) == 3.5);
   assert_true(tr_trace_bounds_at(w2, 1600) == 9.0);
+
+  /* Link marks: named instants on the host track, not on the bound track. */
+  tr_trace_writer_buf m;
+  assert_int_equal(tr_trace_writer_instant(1, 2500, tr_trace_writer_host_track_uuid("web-2"),
+                                           "disconnected", &m),
+                   0);
+  Packet *p = decode(&m);
+  assert_int_equal(tr_trace_bounds_add_event(&b, p->timestamp, p->track_event), 0);
+  perfetto__protos__trace_packet__free_unpacked(p, NULL);
+  assert_int_equal(tr_trace_writer_instant(1, 2600, tr_trace_writer_bound_track_uuid("web-2"),
+                                           "reconnected", &m),
+                   0);
+  p = decode(&m);
+  assert_int_equal(tr_trace_bounds_add_event(&b, p->timestamp, p->track_event), 0);
+  perfetto__protos__trace_packet__free_unpacked(p, NULL);
+  assert_int_equal(w2->marks_total, 1);
+  assert_int_equal(w2->marks[0].ts, 2500);
+  assert_string_equal(w2->marks[0].name, "disconnected");
+  assert_int_equal(w1->marks_total, 0);
   tr_trace_bounds_free(&b);
 }
 

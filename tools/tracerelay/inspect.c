@@ -202,6 +202,14 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            bt->n_samples, bt->max_us, bt->samples[bt->n_samples - 1].us);
   else
     printf(",\"clock_error_bound_track\":null");
+  printf(",\"host_track_marks_total\":%" PRIu64 ",\"host_track_marks\":[",
+         h->name[0] && bt ? bt->marks_total : 0);
+  for (size_t i = 0; h->name[0] && bt && i < bt->n_marks; i++) {
+    printf("%s{\"ts\":%" PRIu64 ",\"name\":", i ? "," : "", bt->marks[i].ts);
+    put_json_str(stdout, bt->marks[i].name);
+    printf("}");
+  }
+  printf("]");
   printf(",\"unresolved\":%" PRIu64 ",\"unresolved_offsets\":[", h->unresolved);
   for (size_t i = 0; i < h->n_unresolved_offsets; i++)
     printf("%s%" PRIu64, i ? "," : "", h->unresolved_offsets[i]);
@@ -261,6 +269,8 @@ static void print_host_text(const struct tr_inspect_result *r, const struct tr_i
   if (h->name[0] && bt && bt->n_samples)
     printf("\n  clock error bound track: %zu samples, max %.3f us, last %.3f us", bt->n_samples,
            bt->max_us, bt->samples[bt->n_samples - 1].us);
+  if (h->name[0] && bt && bt->marks_total)
+    printf("\n  link marks on its track: %" PRIu64, bt->marks_total);
   const struct tr_inspect_losses *l = &h->losses;
   printf("\n  losses: %" PRIu64 " chunks (%" PRIu64 " bytes) overwritten, %" PRIu64
          " chunks discarded, %" PRIu64 " ABI violations, %" PRIu64 " writer packet losses, %" PRIu64
