@@ -55,8 +55,13 @@ for enc in machines global-clocks; do
   cluster_hosts "${HOSTS[@]}"
   cluster_start_service --timeline "$enc"
   for h in "${HOSTS[@]}"; do cluster_start_agent "$h" --fake-clock "${FAKE[$h]}"; done
-  for h in "${HOSTS[@]}"; do
-    cluster_start_loadgen "$h" --name "app-$h" --writers 2 --rate 500 --fake-clock "${FAKE[$h]}"
+  # Flows around the ring web-1 -> web-2 -> web-3 -> web-1 through FIFOs: each departure is
+  # written before its id enters the FIFO, each arrival stamped after it left it.
+  for i in "${!HOSTS[@]}"; do mkfifo "$WORK/flows-${HOSTS[$i]}"; done
+  for i in "${!HOSTS[@]}"; do
+    h=${HOSTS[$i]} next=${HOSTS[$(((i + 1) % ${#HOSTS[@]}))]}
+    cluster_start_loadgen "$h" --name "app-$h" --writers 2 --rate 500 --fake-clock "${FAKE[$h]}" \
+      --flow-send "$WORK/flows-$next" --flow-recv "$WORK/flows-$h"
   done
   sleep 2 # the estimator's dense probes
   if [ -n "${TR_TIMELINE_PERFETTO:-}" ]; then
@@ -91,8 +96,10 @@ for enc in machines global-clocks; do
     "$TR_BIN/tracerelay-timeline-check" --json --bound-us "$BOUND_US" "${args[@]}" | tr -d '\n' >>"$SUMMARY" || true
     printf '}\n' >>"$SUMMARY"
   fi
-  # The host's own clock domains are in its data: its agent's snapshots resolve.
-  "$TR_BIN/tracerelay" inspect --json "$WORK/trace.pftrace" >"$WORK/inspect.json"
+  # The host's own clock domains are in its data: its agent's snapshots resolve. Every flow
+  # between two hosts arrives after it departs (inspect exits 3 otherwise), and there are many.
+  "$TR_BIN/tracerelay" inspect --json --check-order "$WORK/trace.pftrace" >"$WORK/inspect.json" ||
+    { echo "FAIL: $enc: inspect --check-order (exit $?)"; STATUS=1; }
   python3 - "$WORK/inspect.json" "$enc" "${HOSTS[@]}" <<'PY' || STATUS=1
 import json, sys
 report, enc, hosts = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3:]
@@ -100,6 +107,11 @@ names = {m.get("name"): m for m in report["hosts"]}
 bad = [h for h in hosts if h not in names or names[h].get("unresolved", 0)]
 if bad:
     print(f"FAIL: {enc}: hosts missing or with unresolved packets: {bad}")
+    sys.exit(1)
+order = report["order_check"]
+print(f"{enc}: flow order {order}")
+if order["crossing_flows"] < 100 or order["arrival_before_departure"]:
+    print(f"FAIL: {enc}: too few crossing flows or one arrives before it departs: {order}")
     sys.exit(1)
 PY
   if [ "$enc" = machines ]; then

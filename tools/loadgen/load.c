@@ -55,10 +55,18 @@ static void *writer_main(void *arg) {
       break;
     if (due ? wait_until(load, due) : stopped(load))
       break;
-    if ((rc = boottime(&ts)) < 0)
-      break;
+    lg_flows *flows = w == load->writers ? cfg->flows : NULL;
     pthread_mutex_lock(&w->lock);
-    rc = lg_seq_write_event(&w->seq, ts);
+    if (flows) { /* an arrival is read before the timestamp of the slice that ends it */
+      w->seq.flow_in = w->seq.flow_in ? w->seq.flow_in : lg_flows_arrival(flows);
+      w->seq.flow_out = w->seq.flow_out ? w->seq.flow_out : lg_flows_departure(flows);
+    }
+    if ((rc = boottime(&ts)) == 0)
+      rc = lg_seq_write_event(&w->seq, ts);
+    if (flows && w->seq.flow_written) { /* the departure is in the buffer: now tell the peer */
+      lg_flows_sent(flows, w->seq.flow_written);
+      w->seq.flow_written = 0;
+    }
     pthread_mutex_unlock(&w->lock);
     if (rc == TR_ERR_FULL)
       rc = 0;

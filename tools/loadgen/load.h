@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tools/loadgen/flows.h"
 #include "tools/loadgen/packet.h"
 #include "tools/loadgen/smb_writer.h"
 
@@ -21,6 +22,7 @@ typedef struct lg_load_config {
   uint32_t packet_size;
   double duration_s;    /* 0 = no limit */
   uint64_t packets;     /* events per writer, 0 = no limit */
+  lg_flows *flows;      /* cross-host flows on writer 1's slices, or NULL */
 } lg_load_config;
 
 typedef struct lg_load lg_load;

@@ -30,6 +30,7 @@ typedef struct run {
   lg_session session;
   lg_smb smb;
   lg_load load;
+  lg_flows flows;
   bool running;
   bool stopped;
   uint64_t instance_id;
@@ -80,7 +81,8 @@ static int start_data_source(run *r, const Perfetto__Protos__GetAsyncCommandResp
     rc = lg_session_register_writer(&r->session, i + 1, target_buffer);
   lg_load_config cfg = {.writers = r->opt->writers, .rate = r->opt->rate,
                         .packet_size = r->opt->packet_size, .duration_s = r->opt->duration_s,
-                        .packets = r->opt->packets};
+                        .packets = r->opt->packets,
+                        .flows = r->opt->flow_send || r->opt->flow_recv ? &r->flows : NULL};
   if (rc == 0)
     rc = lg_load_start(&r->load, &cfg, &r->smb, target_buffer, lg_session_queue_commit,
                        &r->session);
@@ -165,6 +167,8 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
 
   run r = {.opt = &opt};
+  if (lg_flows_open(&r.flows, opt.flow_send, opt.flow_recv) < 0)
+    return 2;
   lg_session_config cfg = {.producer_name = opt.producer_name, .data_source = opt.data_source,
                            .page_size_hint = opt.page_size_hint,
                            .smb_size_hint = opt.smb_size_hint, .no_flush = opt.no_flush};
@@ -192,5 +196,6 @@ int main(int argc, char **argv) {
     lg_load_free(&r.load);
   lg_smb_unmap(&r.smb);
   lg_session_close(&r.session);
+  lg_flows_close(&r.flows);
   return rc < 0 || report_rc < 0 || g_signal ? 1 : 0;
 }

@@ -49,6 +49,12 @@ static const char kHelp[] =
     "  --no-flush             register the data source with no_flush, as the SDK's track_event\n"
     "                         does (the service then sends it no flushes).\n"
     "  --stats-json FILE      also write the counts to FILE as JSON.\n"
+    "  --flow-send FIFO       test feature: writer 1 starts a flow (TrackEvent.flow_ids) on each\n"
+    "                         slice and, once it is written, writes its id into FIFO.\n"
+    "  --flow-recv FIFO       test feature: writer 1 ends each flow whose id it read from FIFO\n"
+    "                         (terminating_flow_ids) on its next slice, stamped after the read;\n"
+    "                         with a --flow-send loadgen on another host, every flow truly goes\n"
+    "                         forward in time (`tracerelay inspect --check-order` checks it).\n"
     "  --help                 print this text.\n"
     "\n"
     "Counts (stdout, and --stats-json), per writer and in total: packets written and dropped\n"
@@ -86,7 +92,8 @@ static int parse_double(const char *flag, const char *s, double *out) {
 
 int lg_options_parse(int argc, char **argv, lg_options *o) {
   enum { SOCKET = 256, NAME, DATA_SOURCE, WRITERS, RATE, PACKET_SIZE, DURATION, PACKETS,
-         FAKE_CLOCK, PAGE_SIZE, SMB_SIZE, CHUNKS_PER_PAGE, NO_FLUSH, STATS_JSON, HELP };
+         FAKE_CLOCK, PAGE_SIZE, SMB_SIZE, CHUNKS_PER_PAGE, NO_FLUSH, STATS_JSON, FLOW_SEND,
+         FLOW_RECV, HELP };
   static const struct option longopts[] = {
       {"socket", required_argument, NULL, SOCKET},
       {"name", required_argument, NULL, NAME},
@@ -102,6 +109,8 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
       {"chunks-per-page", required_argument, NULL, CHUNKS_PER_PAGE},
       {"no-flush", no_argument, NULL, NO_FLUSH},
       {"stats-json", required_argument, NULL, STATS_JSON},
+      {"flow-send", required_argument, NULL, FLOW_SEND},
+      {"flow-recv", required_argument, NULL, FLOW_RECV},
       {"help", no_argument, NULL, HELP},
       {NULL, 0, NULL, 0},
   };
@@ -150,6 +159,8 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
       break;
     case NO_FLUSH: o->no_flush = true; break;
     case STATS_JSON: o->stats_json = optarg; break;
+    case FLOW_SEND: o->flow_send = optarg; break;
+    case FLOW_RECV: o->flow_recv = optarg; break;
     case HELP: fputs(kHelp, stdout); return 1;
     default:
       fprintf(stderr, "tracerelay-loadgen: unknown or incomplete option '%s' (see --help)\n",

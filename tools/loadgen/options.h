@@ -22,6 +22,7 @@ typedef struct lg_options {
   unsigned chunks_per_page;
   bool no_flush;
   const char *stats_json;
+  const char *flow_send, *flow_recv; /* FIFO paths, or NULL (tools/loadgen/flows.h) */
 } lg_options;
 
 /* Returns 0 with *o filled, 1 if --help was printed, or TR_ERR_CONFIG after printing what is

@@ -51,6 +51,8 @@ enum {
   TE_NAME_IID = 10,
   TE_TRACK_UUID = 11,
   TE_COUNTER_VALUE = 30,
+  TE_FLOW_IDS = 47,             /* fixed64 */
+  TE_TERMINATING_FLOW_IDS = 48, /* fixed64 */
   TYPE_SLICE_BEGIN = 1,
   TYPE_SLICE_END = 2,
   TYPE_COUNTER = 4,
@@ -86,6 +88,14 @@ static void put_varint(lg_trace_writer *tw, uint64_t v) {
 static void put_uint(lg_trace_writer *tw, uint32_t field, uint64_t v) {
   put_varint(tw, (uint64_t)field << 3);
   put_varint(tw, v);
+}
+
+static void put_fixed64(lg_trace_writer *tw, uint32_t field, uint64_t v) {
+  uint8_t b[8];
+  put_varint(tw, (uint64_t)field << 3 | 1);
+  for (int i = 0; i < 8; i++)
+    b[i] = (uint8_t)(v >> (8 * i));
+  lg_tw_append(tw, b, sizeof b);
 }
 
 static void put_bytes(lg_trace_writer *tw, uint32_t field, const void *data, size_t len) {
@@ -259,9 +269,14 @@ static int write_track_event(lg_sequence *s, uint64_t now) {
     put_interned_data(tw);
   lg_tw_begin_nested(tw, PKT_TRACK_EVENT);
   put_uint(tw, TE_TYPE, (uint64_t)type);
+  uint64_t flow_out = 0, flow_in = 0;
   if (type == TYPE_SLICE_BEGIN) {
     put_uint(tw, TE_CATEGORY_IIDS, 1);
     put_uint(tw, TE_NAME_IID, 1);
+    if ((flow_out = s->flow_out) != 0)
+      put_fixed64(tw, TE_FLOW_IDS, flow_out);
+    if ((flow_in = s->flow_in) != 0)
+      put_fixed64(tw, TE_TERMINATING_FLOW_IDS, flow_in);
   } else if (type == TYPE_COUNTER) {
     put_uint(tw, TE_TRACK_UUID, s->counter_uuid);
     put_uint(tw, TE_COUNTER_VALUE, s->seq);
@@ -276,10 +291,15 @@ static int write_track_event(lg_sequence *s, uint64_t now) {
     rc = end_rc;
   if (rc < 0) {
     s->events_dropped++;
+    s->flow_in = 0; /* an arrival lost with its event: that flow has none */
     return rc;
   }
   s->events_written++;
   s->last_ts = now;
+  if (flow_out)
+    s->flow_written = flow_out;
+  if (flow_out || flow_in)
+    s->flow_out = s->flow_in = 0;
   s->interned = true;
   if (type != TYPE_COUNTER)
     s->slice_open = type == TYPE_SLICE_BEGIN;

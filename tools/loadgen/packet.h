@@ -39,6 +39,10 @@ typedef struct lg_sequence {
   bool slice_open;
   uint64_t last_ts; /* clock 64 value of the last packet */
   uint64_t seq;     /* number of the next event */
+  /* Flow ids (tools/loadgen/flows.h) for the next slice begin: flow_out becomes its flow_ids,
+   * flow_in its terminating_flow_ids; both are cleared when written, and flow_written then
+   * holds the departure's id (0: none). */
+  uint64_t flow_out, flow_in, flow_written;
   uint64_t events_written;
   uint64_t events_dropped;
 } lg_sequence;

@@ -14,10 +14,11 @@
 #include "relay/clock.h"
 #include "relay/tr_error.h"
 #include "relay/trace_inspect.h"
+#include "tools/tracerelay/check_order.h"
 #include "tools/tracerelay/commands.h"
 
 void cmd_inspect_usage(FILE *out) {
-  fputs("usage: tracerelay inspect TRACE [--json] [--packets]\n"
+  fputs("usage: tracerelay inspect TRACE [--json] [--packets] [--check-order]\n"
         "\n"
         "Reads a Perfetto trace (written by tracerelay-service, traced or several concatenated),\n"
         "resolves every packet's timestamp to the trace clock as trace_processor does (clock\n"
@@ -27,16 +28,24 @@ void cmd_inspect_usage(FILE *out) {
         "bound) and the packets it could not resolve. A host is a machine_id, or in the\n"
         "global-clocks encoding the machine whose global clock ids a sequence uses. Then the\n"
         "service's marks: hosts that disconnected, reconnected or restarted their agent\n"
-        "during the session, at the service's time.\n"
+        "during the session, at the service's time. For each host the clock error bound\n"
+        "track the service wrote (how far the trace may place its events from their true\n"
+        "instants) and the link marks on that host's track.\n"
         "\n"
         "options:\n"
         "  --json     print the summary as one JSON object (times in ns)\n"
         "  --packets  also print one line per timestamp: byte offset, machine, sequence, clock,\n"
         "             raw and trace timestamps (with --json: a \"points\" array)\n"
+        "  --check-order\n"
+        "             also check causality across hosts: every flow (TrackEvent flow_ids ->\n"
+        "             terminating_flow_ids) whose ends lie on two hosts must arrive after it\n"
+        "             departs on the merged timeline; lists those that do not, by how much, and\n"
+        "             whether that is within the two hosts' clock error bounds\n"
         "  --help     this text\n"
         "\n"
         "exit status: 0 read in full (unresolved packets are reported, not fatal), 1 unreadable\n"
-        "or malformed file (the message gives the byte offset), 2 bad usage.\n"
+        "or malformed file (the message gives the byte offset), 2 bad usage, 3 --check-order\n"
+        "found a flow that arrives before it departs.\n"
         "example:\n"
         "  tracerelay inspect cluster.pftrace --json | jq '.hosts[] | {name, unresolved}'\n",
         out);
@@ -44,12 +53,13 @@ void cmd_inspect_usage(FILE *out) {
 
 struct opts {
   const char *path;
-  bool json, packets;
+  bool json, packets, check_order;
 };
 
 struct printer {
   const struct opts *o;
   uint64_t points;
+  struct order_check *order; /* with --check-order */
 };
 
 /* JSON string body: quotes, backslashes and control bytes escaped. */
@@ -102,8 +112,7 @@ static const char *source_name(enum tr_inspect_source s) {
   }
 }
 
-static void print_point(const struct tr_inspect_point *p, void *arg) {
-  struct printer *pr = arg;
+static void print_point(struct printer *pr, const struct tr_inspect_point *p) {
   char clock[24];
   clock_label(p->clock_id, clock, sizeof(clock));
   if (pr->o->json) {
@@ -133,6 +142,14 @@ static void print_point(const struct tr_inspect_point *p, void *arg) {
       printf(" %20s  (%s)\n", "-", tr_strerror(p->status));
   }
   pr->points++;
+}
+
+static void on_point(const struct tr_inspect_point *p, void *arg) {
+  struct printer *pr = arg;
+  if (pr->order)
+    order_check_point(pr->order, p);
+  if (pr->o->packets)
+    print_point(pr, p);
 }
 
 static void print_host_json(const struct tr_inspect_result *r, const struct tr_inspect_host *h) {
@@ -216,7 +233,8 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
   printf("]}");
 }
 
-static void print_json(const struct opts *o, const struct tr_inspect_result *r) {
+static void print_json(const struct opts *o, const struct tr_inspect_result *r,
+                       const struct order_check *order, int *order_rc) {
   char clock[24];
   clock_label(r->trace_clock, clock, sizeof(clock));
   printf("%s\"file\":", o->packets ? "\n ],\n " : "{");
@@ -239,7 +257,12 @@ static void print_json(const struct opts *o, const struct tr_inspect_result *r) 
     put_json_str(stdout, r->service_marks[i].name);
     printf("}");
   }
-  printf("]}\n");
+  printf("]");
+  if (order) {
+    printf(",\n \"order_check\":");
+    *order_rc = order_check_report(order, r, true, stdout);
+  }
+  printf("}\n");
 }
 
 static void print_host_text(const struct tr_inspect_result *r, const struct tr_inspect_host *h) {
@@ -349,6 +372,8 @@ static int parse(int argc, char **argv, struct opts *o) {
       o->json = true;
     else if (!strcmp(argv[i], "--packets"))
       o->packets = true;
+    else if (!strcmp(argv[i], "--check-order"))
+      o->check_order = true;
     else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
       return 1;
     else if (argv[i][0] == '-' && argv[i][1]) {
@@ -408,17 +433,31 @@ int cmd_inspect(int argc, char **argv) {
   }
   struct tr_inspect_result res;
   struct printer pr = {.o = &o};
+  int order_rc = 0;
+  if (o.check_order && (pr.order = order_check_new()) == NULL) {
+    fprintf(stderr, "tracerelay inspect: out of memory\n");
+    if (data)
+      munmap(data, len);
+    return 1;
+  }
   if (o.json && o.packets)
     printf("{\"points\":[");
-  rc = tr_inspect_trace(data, len, o.packets ? print_point : NULL, &pr, &res);
+  rc = tr_inspect_trace(data, len, o.packets || pr.order ? on_point : NULL, &pr, &res);
   if (rc < 0) {
     fflush(stdout);
     report_error(o.path, rc, &res);
   } else if (o.json) {
-    print_json(&o, &res);
+    print_json(&o, &res, pr.order, &order_rc);
   } else {
     print_text(&o, &res);
+    if (pr.order)
+      order_rc = order_check_report(pr.order, &res, false, stdout);
   }
+  if (order_rc < 0) {
+    fprintf(stderr, "tracerelay inspect: %s: the order check ran out of memory\n", o.path);
+    rc = order_rc;
+  }
+  order_check_free(pr.order);
   tr_inspect_result_free(&res);
   if (data)
     munmap(data, len);
@@ -426,5 +465,5 @@ int cmd_inspect(int argc, char **argv) {
     fprintf(stderr, "tracerelay inspect: writing the output failed: %s\n", strerror(errno));
     return 1;
   }
-  return rc < 0 ? 1 : 0;
+  return rc < 0 ? 1 : order_rc > 0 ? 3 : 0;
 }
