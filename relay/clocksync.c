@@ -23,6 +23,7 @@
 /* A period's best that is not edge-worthy is skipped, unless this many candidates in a row
  * were: then a plausible one will do. */
 #define EDGE_MAX_SKIPPED 10
+#define CONGESTED_RTT_SLACK_NS 50000 /* beyond 2 * the best rtt: queued, not just a slow leg */
 
 struct sample { /* the best probe of one window */
   struct tr_clocksync_probe p;
@@ -185,6 +186,23 @@ static bool plausible(const struct tr_clocksync *est, const struct sample *s, in
  * tr_clocksync_best_exchanges): its offset is used as it is, unsmoothed by any fit. */
 static bool edge_worthy(const struct tr_clocksync *est, const struct sample *s, int64_t rtt_floor) {
   return rtt_floor == INT64_MAX || s->rtt <= 2 * rtt_floor + est->cfg.edge_rtt_slack_ns;
+}
+
+/* A best whose round trip waited in a queue (a saturated link): its own offset may be off by
+ * up to half the wait, far more than the mapping M, which rests on the fit's best probes. */
+static bool congested(const struct tr_clocksync *est, const struct sample *s, int64_t rtt_floor) {
+  return rtt_floor != INT64_MAX && s->rtt > 2 * rtt_floor + CONGESTED_RTT_SLACK_NS &&
+         est->fit.valid;
+}
+
+/* The exchange t1 = M(h) - 1, t2 = t3 = h, t4 = M(h) + 1: as a remote_clock_sync pair it reads
+ * offset h - M(h), M itself at h. False where M is not defined. */
+static bool mapped_exchange(const struct tr_clocksync *est, int64_t h, struct tr_clocksync_probe *out) {
+  int64_t s;
+  if (tr_clocksync_map(est, h, &s) != 0 || s < 1 || s >= TS_LIMIT - 1)
+    return false;
+  *out = (struct tr_clocksync_probe){.t1 = s - 1, .t2 = h, .t3 = h, .t4 = s + 1};
+  return true;
 }
 
 /* Weighted least squares of offset against host time, from `newest` back, over `extra` (the
@@ -580,16 +598,21 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
                              : i < n_old + est->ex_n
                                  ? &est->ex[(est->ex_start + i - n_old) % est->cfg.exchanges]
                                  : &open;
-    if (s && (s->outlier || s->h < host_from || s->h > host_to))
-      continue;
+    if (s && (s->h < host_from || s->h > host_to))
+      continue; /* outliers stay candidates: a period of nothing else gets M's point */
     int64_t bucket = s ? (s->h - host_from) / period_ns : -2;
     if (best && bucket != best_bucket) {
       struct tr_clocksync_sync_pair pair = {0};
-      tr_clocksync_pair_from_exchange(&best->p, &pair);
-      if (!best->edge_ok && skipped < EDGE_MAX_SKIPPED) {
-        skipped++;
+      struct tr_clocksync_probe edge = best->p;
+      bool take = !best->outlier && (best->edge_ok || skipped >= EDGE_MAX_SKIPPED);
+      if ((best->outlier || (!best->edge_ok && congested(est, best, floor))) &&
+          mapped_exchange(est, best->h, &edge))
+        take = true; /* M's point instead of a queued exchange */
+      tr_clocksync_pair_from_exchange(&edge, &pair);
+      if (!take) {
+        skipped += !best->outlier;
       } else if (pair.ping_remote > last.update_remote && pair.ping_service > last.update_service) {
-        out[n++] = best->p;
+        out[n++] = edge;
         last = pair;
         skipped = 0;
       }

@@ -142,7 +142,11 @@ int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64
  * period's best is also skipped when its rtt exceeds 2 * that smallest rtt +
  * edge_rtt_slack_ns (one queued leg would put its offset off by up to half the excess), unless
  * the 10 candidates before it since host_from were skipped too (counted in candidates, not
- * periods: probes may be many periods apart). Called in passes, each from just after the last
+ * periods: probes may be many periods apart). A period whose best is an outlier, or queued
+ * (rtt beyond 2 * that smallest rtt + 50 us: a saturated link), gets instead the exchange
+ * t1 = M(h) - 1, t2 = t3 = h, t4 = M(h) + 1 at its midpoint h: the mapping's own point, which
+ * rests on the fit's best probes, where a real exchange would put the queue's asymmetry into
+ * the edge (without it a congested link left the trace with no edge for seconds). Called in passes, each from just after the last
  * exchange written, the count comes out as in one call. So a period_ns of exchange_period_ns
  * gives about one exchange per exchange period while the ring covers the range, one per window
  * before. Returns the count (<= cap), TR_ERR_INVAL for an empty range or period < 1. */

@@ -25,6 +25,7 @@
 
 struct seq_state {
   uint32_t machine, seq;
+  bool state_lost; /* pass 2: a packet was lost and the incremental state not cleared since */
   uint32_t domain; /* first global id seen, then the host's BOOTTIME id after naming */
   uint32_t host;
   uint64_t packets;
@@ -814,8 +815,21 @@ static int resolve(struct ctx *c, const Perfetto__Protos__TracePacket *p, uint64
       (rc = resolve_snapshot(s, p->clock_snapshot)) < 0)
     return rc;
   if (p->has_previous_packet_dropped && p->previous_packet_dropped &&
-      !(p->has_first_packet_on_sequence && p->first_packet_on_sequence))
+      !(p->has_first_packet_on_sequence && p->first_packet_on_sequence)) {
     h->losses.previous_packet_dropped++;
+    s->state_lost = true;
+  }
+  /* As trace_processor: after a loss, a packet that needs the sequence's incremental state
+   * (interned data, deltas on an incremental clock) is skipped until the state is cleared; the
+   * clear wins when one packet carries both. */
+  if (clears_state(p))
+    s->state_lost = false;
+  if (s->state_lost && p->has_sequence_flags &&
+      (p->sequence_flags &
+       PERFETTO__PROTOS__TRACE_PACKET__SEQUENCE_FLAGS__SEQ_NEEDS_INCREMENTAL_STATE)) {
+    h->skipped_after_loss++;
+    return 0;
+  }
 
   struct tr_inspect_point pt = {.packet = p, .index = index, .offset = offset, .host = s->host,
                                 .machine_id = s->machine, .seq_id = s->seq};

@@ -26,7 +26,9 @@
  * stands for NAME's BOOTTIME id. Host names come from SystemInfo.machine_name, else utsname.
  * Host losses: TraceStats written on that host's sequences (buffer overwrites, discards, ABI
  * violations, writer packet loss, failed patches, invalid packets) and the packets flagged
- * previous_packet_dropped other than a sequence's first packet (the SDK flags its first).
+ * previous_packet_dropped other than a sequence's first packet (the SDK flags its first). After
+ * such a loss the sequence's packets that need its incremental state are skipped until it is
+ * cleared, as trace_processor skips them (skipped_after_loss).
  * tracerelay's per-host extension of TraceStats moves each host's BufferStats entries to that
  * host and adds its link and agent counters; it names the host by machine_id (`machines`) or by
  * machine name, whose global BOOTTIME id is the domain (`global-clocks`). A host found only
@@ -126,6 +128,10 @@ struct tr_inspect_host {
   bool has_sync_offset;
   int64_t sync_offset_ns;      /* remote_clock_sync BOOTTIME offset, remote minus host */
   uint64_t unresolved;
+  /* packets skipped as trace_processor skips them: they need the sequence's incremental state
+   * (SEQ_NEEDS_INCREMENTAL_STATE) after a loss (previous_packet_dropped) and before the next
+   * SEQ_INCREMENTAL_STATE_CLEARED; their timestamps reach no callback */
+  uint64_t skipped_after_loss;
   uint64_t unresolved_offsets[TR_INSPECT_MAX_EXAMPLES];
   size_t n_unresolved_offsets;
 };

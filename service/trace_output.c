@@ -194,8 +194,9 @@ static int bound_edge_written(tr_session *s, tr_session_host *sh, tr_packet_list
   return rc;
 }
 
-/* The samples of every host up to its estimator's frontier (what later probes do not revise). */
-static int add_bounds(tr_session *s, tr_packet_list *out) {
+/* The samples of every host up to its estimator's frontier (what later probes do not revise);
+ * final: on to the host's present, where data stamped after the last probe is converted. */
+static int add_bounds(tr_session *s, tr_packet_list *out, bool final) {
   for (size_t h = 0; h < s->num_hosts; h++) {
     tr_session_host *sh = &s->hosts[h];
     int64_t frontier;
@@ -211,6 +212,10 @@ static int add_bounds(tr_session *s, tr_packet_list *out) {
     }
     if (s->svc->timeline == TR_TIMELINE_MACHINES && sh->bound_edges == 0)
       continue;
+    if (final) {
+      int64_t now = (int64_t)tr_session_now() - tr_clocksync_offset_ns(sh->host->clock);
+      frontier = now > frontier ? now : frontier;
+    }
     if ((rc = add_bound_samples(s, sh, out, frontier + 1)) != 0)
       return rc;
   }
@@ -314,7 +319,7 @@ static int add_clocks(tr_session *s, tr_packet_list *out, bool final) {
   int rc = 0;
   if (s->svc->timeline == TR_TIMELINE_MACHINES)
     rc = add_clock_syncs(s, out, final);
-  rc = rc ? rc : add_bounds(s, out);
+  rc = rc ? rc : add_bounds(s, out, final);
   /* Host clock snapshots; in global-clocks the cross-host snapshots, before the host data. */
   return rc ? rc : tr_timeline_head(s, out, final);
 }

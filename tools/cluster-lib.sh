@@ -10,7 +10,7 @@
 #   cluster_init "$BIN_DIR" [WORKDIR]        # sets a trap that tears everything down
 #   cluster_hosts web-1 web-2 web-3          # namespaces + certificates
 #   cluster_start_service [service flags...]
-#   cluster_start_agent web-1 [agent flags...]
+#   cluster_start_agent web-1 [agent flags...]    # CLUSTER_SERVICE_VIA[web-1]=H:P: dial a proxy
 #   cluster_start_loadgen web-1 [loadgen flags...]   # prints nothing; PID in LOADGEN_PID
 #   "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" ...
 # Every process started here is killed by PID, and every namespace deleted, on exit.
@@ -20,6 +20,7 @@
 CLUSTER_PIDS=()
 CLUSTER_NETNS=()
 CLUSTER_HOSTS=()
+declare -gA CLUSTER_SERVICE_VIA=() # host name -> HOST:PORT its agent dials instead (a proxy)
 
 cluster_log() { printf '[cluster] %s\n' "$*" >&2; }
 
@@ -134,7 +135,8 @@ cluster_start_agent() {
   local i; i=$(host_index "$name") || { cluster_log "unknown host $name"; return 1; }
   mkdir -p "$WORK/$name"
   $(ns_prefix "$(host_ns "$i")") ${TR_WRAP:-} "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/$name/producer.sock" \
-    --service "$(service_addr_for "$i"):$SERVICE_PORT" --service-name "$SERVICE_NAME" \
+    --service "${CLUSTER_SERVICE_VIA[$name]:-$(service_addr_for "$i"):$SERVICE_PORT}" \
+    --service-name "$SERVICE_NAME" \
     --ca "$WORK/pki/ca.crt" --cert "$WORK/pki/agent-$name.crt" --key "$WORK/pki/agent-$name.key" \
     "$@" >>"$WORK/agent-$name.log" 2>&1 &
   AGENT_PID=$!

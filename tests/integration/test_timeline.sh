@@ -9,6 +9,14 @@
 # event whose error exceeds the clock error bound the trace itself shows for its host at that
 # instant (the service's "<host> clock error bound (us)" counter track: it must be honest).
 # Usage: test_timeline.sh BIN_DIR [SECONDS [SUMMARY_FILE]]
+# TR_TIMELINE_SCENARIO picks the conditions (issue 15; docs/timeline.md, Accuracy under load):
+#   idle (default); saturated: each host's link limited by tbf (TR_TIMELINE_LINK, default
+#   20mbit) while a second loadgen per host writes more than it carries through an agent with
+#   --no-compress; busy: a bounded busy loop per CPU in the host namespaces; asym: the agents
+#   reach the service through tests/integration/delay_proxy.py, which delays the agent-to-service
+#   direction by TR_TIMELINE_ASYM_US (default 200) and the other by 0; jitter: the proxy adds a
+#   random 0..TR_TIMELINE_JITTER_US (default 500) to each direction. saturated needs namespaces
+#   (exit 77 without).
 #   SECONDS: trace length per encoding (default 20; bench/bench_timeline.sh runs 60).
 #   SUMMARY_FILE: the checker's JSON per encoding is appended there, one line each.
 # TR_TIMELINE_KEEP=DIR keeps, per encoding, the trace (DIR/ENC.pftrace) and the checker's
@@ -48,13 +56,65 @@ if [ "$UPTIME_NS" -le 2300000000000 ]; then
   FAKE[web-2]="-$((UPTIME_NS / 2)),-150"
 fi
 
+SCENARIO=${TR_TIMELINE_SCENARIO:-idle}
+case "$SCENARIO" in idle | saturated | busy | asym | jitter) ;; *)
+  echo "unknown TR_TIMELINE_SCENARIO '$SCENARIO'"; exit 2 ;; esac
+
+# Before the agents start: link limits, proxies, agent flags.
+scenario_links() {
+  AGENT_ARGS=()
+  local i h port ns
+  case "$SCENARIO" in
+  saturated)
+    [ "$USE_NETNS" = 1 ] || { echo "SKIP: the saturated scenario needs network namespaces"; exit 77; }
+    AGENT_ARGS=(--no-compress)
+    for i in "${!HOSTS[@]}"; do
+      ip netns exec "$(host_ns $((i + 1)))" tc qdisc add dev "tr${CLUSTER_ID}h$((i + 1))" root tbf \
+        rate "${TR_TIMELINE_LINK:-20mbit}" burst 64kb latency 100ms
+    done ;;
+  asym | jitter)
+    local up=${TR_TIMELINE_ASYM_US:-200} down=0 jitter=0
+    [ "$SCENARIO" = jitter ] && up=0 && jitter=${TR_TIMELINE_JITTER_US:-500}
+    for i in "${!HOSTS[@]}"; do
+      h=${HOSTS[$i]} port=$((20000 + RANDOM % 20000)) ns=$(host_ns $((i + 1)))
+      $(ns_prefix "$ns") python3 "$TR_SRC/tests/integration/delay_proxy.py" "127.0.0.1:$port" \
+        "$(service_addr_for $((i + 1))):$SERVICE_PORT" "$up" "$down" "$jitter" \
+        >>"$WORK/proxy-$h.log" 2>&1 &
+      CLUSTER_PIDS+=("$!")
+      CLUSTER_SERVICE_VIA[$h]=127.0.0.1:$port
+    done
+    sleep 0.5 ;;
+  esac
+}
+
+# Once the checked loadgens run: what loads the hosts.
+scenario_load() {
+  local h i
+  case "$SCENARIO" in
+  saturated)
+    for h in "${HOSTS[@]}"; do
+      cluster_start_loadgen "$h" --name "flood-$h" --writers 2 --rate 2000 --packet-size 2000 \
+        --fake-clock "${FAKE[$h]}"
+    done ;;
+  busy)
+    for i in $(seq "$(nproc)"); do
+      $(ns_prefix "$(host_ns $(((i - 1) % ${#HOSTS[@]} + 1)))") timeout "$((SECONDS_PER_TRACE + 20))" \
+        sh -c 'while :; do :; done' &
+      CLUSTER_PIDS+=("$!")
+    done ;;
+  esac
+}
+
 BASE=$(mktemp -d /tmp/tracerelay-timeline.XXXXXX)
 STATUS=0
 for enc in machines global-clocks; do
   cluster_init "$BIN" "$BASE/$enc"
   cluster_hosts "${HOSTS[@]}"
   cluster_start_service --timeline "$enc"
-  for h in "${HOSTS[@]}"; do cluster_start_agent "$h" --fake-clock "${FAKE[$h]}"; done
+  scenario_links
+  for h in "${HOSTS[@]}"; do
+    cluster_start_agent "$h" --fake-clock "${FAKE[$h]}" "${AGENT_ARGS[@]}"
+  done
   # Flows around the ring web-1 -> web-2 -> web-3 -> web-1 through FIFOs: each departure is
   # written before its id enters the FIFO, each arrival stamped after it left it.
   for i in "${!HOSTS[@]}"; do mkfifo "$WORK/flows-${HOSTS[$i]}"; done
@@ -63,6 +123,7 @@ for enc in machines global-clocks; do
     cluster_start_loadgen "$h" --name "app-$h" --writers 2 --rate 500 --fake-clock "${FAKE[$h]}" \
       --flow-send "$WORK/flows-$next" --flow-recv "$WORK/flows-$h"
   done
+  scenario_load
   sleep 2 # the estimator's dense probes
   if [ -n "${TR_TIMELINE_PERFETTO:-}" ]; then
     printf '%s\n' 'buffers { size_kb: 65536 }' "duration_ms: ${SECONDS_PER_TRACE}000" \
@@ -76,6 +137,8 @@ for enc in machines global-clocks; do
   fi
   "${record[@]}" -o "$WORK/trace.pftrace" >"$WORK/record.log" 2>&1 || {
     echo "FAIL: record ($enc)"; cat "$WORK/record.log"; STATUS=1; cluster_cleanup; continue; }
+  # The probes' round trips as the service measured them, for the bench's summary.
+  "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json >"$WORK/status.json" 2>/dev/null || true
   BOUND_US=${BOUND_GLOBAL_US:-1000}
   args=(--allow-inversions --check-own-bound)
   if [ "$enc" = machines ]; then BOUND_US=${BOUND_MACHINES_US:-1000}; fi
@@ -92,7 +155,9 @@ for enc in machines global-clocks; do
       "${args[@]}" >/dev/null || true
   fi
   if [ -n "$SUMMARY" ]; then
-    printf '{"encoding": "%s", "check": ' "$enc" >>"$SUMMARY"
+    printf '{"encoding": "%s", "scenario": "%s", "status": %s, "check": ' "$enc" "$SCENARIO" \
+      "$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' \
+         "$WORK/status.json" 2>/dev/null || echo null)" >>"$SUMMARY"
     "$TR_BIN/tracerelay-timeline-check" --json --bound-us "$BOUND_US" "${args[@]}" | tr -d '\n' >>"$SUMMARY" || true
     printf '}\n' >>"$SUMMARY"
   fi

@@ -227,6 +227,7 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
     printf("}");
   }
   printf("]");
+  printf(",\"skipped_after_loss\":%" PRIu64, h->skipped_after_loss);
   printf(",\"unresolved\":%" PRIu64 ",\"unresolved_offsets\":[", h->unresolved);
   for (size_t i = 0; i < h->n_unresolved_offsets; i++)
     printf("%s%" PRIu64, i ? "," : "", h->unresolved_offsets[i]);
@@ -294,6 +295,10 @@ static void print_host_text(const struct tr_inspect_result *r, const struct tr_i
            bt->max_us, bt->samples[bt->n_samples - 1].us);
   if (h->name[0] && bt && bt->marks_total)
     printf("\n  link marks on its track: %" PRIu64, bt->marks_total);
+  if (h->skipped_after_loss)
+    printf("\n  %" PRIu64 " packets skipped after a loss (they need incremental state the loss "
+           "broke, as trace_processor skips them, until the sequence clears it)",
+           h->skipped_after_loss);
   const struct tr_inspect_losses *l = &h->losses;
   printf("\n  losses: %" PRIu64 " chunks (%" PRIu64 " bytes) overwritten, %" PRIu64
          " chunks discarded, %" PRIu64 " ABI violations, %" PRIu64 " writer packet losses, %" PRIu64
