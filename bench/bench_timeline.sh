@@ -77,7 +77,7 @@ for r in rows:
     print(f"{r.get('scenario', 'idle'):<10} {r['encoding']:<14} {a['events']:>8} "
           f"{a['median_us']:>10.3f} {a['p99_us']:>10.3f} {a['max_us']:>10.3f} "
           f"{a['violations']:>10}  {a['median_us'] / max(rtt[0], 1e-9):.2f}")
-    probe = {h.get("name"): (h.get("clock") or {}).get("rtt_ns")
+    probe = {h.get("machine_name"): (h.get("clock") or {}).get("rtt_ns")
              for h in ((r.get("status") or {}).get("hosts") or [])}
     for name, h in r["check"]["hosts"].items():
         why = "".join(f", {h[k]} {k.replace('_', ' ')}"

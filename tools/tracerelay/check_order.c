@@ -118,5 +118,6 @@ int order_check_report(const struct order_check *c, const struct tr_inspect_resu
             "%s\n",
             w.crossing, w.backwards, w.beyond_bounds, w.no_bounds,
             w.backwards > SHOWN_MAX ? "; the first ones are listed above" : "");
-  return w.backwards > (uint64_t)INT32_MAX ? INT32_MAX : (int)w.backwards;
+  uint64_t definite = w.beyond_bounds + w.no_bounds;
+  return definite > (uint64_t)INT32_MAX ? INT32_MAX : (int)definite;
 }

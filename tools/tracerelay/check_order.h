@@ -17,7 +17,9 @@ void order_check_free(struct order_check *c);
 /* Every resolved point of the trace (a tr_inspect_cb body). */
 void order_check_point(struct order_check *c, const struct tr_inspect_point *p);
 /* Prints the result (text, or a JSON object value when json) to out; returns the number of
- * flows whose arrival precedes their departure, or TR_ERR_NOMEM if a point could not be kept. */
+ * flows whose arrival precedes their departure by more than the two hosts' bounds (or where a
+ * bound is unknown): a clock is then certainly wrong; within the bounds the order was never
+ * certain, and such flows are only listed. TR_ERR_NOMEM if a point could not be kept. */
 int order_check_report(const struct order_check *c, const struct tr_inspect_result *r, bool json,
                        FILE *out);
 

@@ -40,12 +40,13 @@ void cmd_inspect_usage(FILE *out) {
         "             also check causality across hosts: every flow (TrackEvent flow_ids ->\n"
         "             terminating_flow_ids) whose ends lie on two hosts must arrive after it\n"
         "             departs on the merged timeline; lists those that do not, by how much, and\n"
-        "             whether that is within the two hosts' clock error bounds\n"
+        "             whether that is within the two hosts' clock error bounds (then the\n"
+        "             order was never certain) or beyond them (a clock is wrong: exit 3)\n"
         "  --help     this text\n"
         "\n"
         "exit status: 0 read in full (unresolved packets are reported, not fatal), 1 unreadable\n"
         "or malformed file (the message gives the byte offset), 2 bad usage, 3 --check-order\n"
-        "found a flow that arrives before it departs.\n"
+        "found a flow that arrives before it departs by more than the hosts' bounds.\n"
         "example:\n"
         "  tracerelay inspect cluster.pftrace --json | jq '.hosts[] | {name, unresolved}'\n",
         out);
