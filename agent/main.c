@@ -60,6 +60,7 @@ static const char kHelp[] =
     "                         value), `#` comments; the command line overrides the file.\n"
     "                         See docs/configuration.md.\n"
     "  --help                 print this text.\n"
+    "  --version              print the version.\n"
     "\n"
     "Signals: SIGTERM or SIGINT disconnects the producers, sends what the agent holds to the\n"
     "service (waiting up to 5 s for it to be acknowledged) and exits; SIGHUP reloads --ca,\n"
@@ -116,6 +117,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       {"fake-clock", required_argument, NULL, OPT_FAKE_CLOCK},
       {"log-level", required_argument, NULL, TR_DAEMON_OPT_LOG_LEVEL},
       {"help", no_argument, NULL, TR_DAEMON_OPT_HELP},
+      {"version", no_argument, NULL, TR_DAEMON_OPT_VERSION},
       {"config", required_argument, NULL, TR_DAEMON_OPT_CONFIG},
       {NULL, 0, NULL, 0}};
   if (tr_daemon_check_config(PROG, &config, argc, argv, longopts) != 0)

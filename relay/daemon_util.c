@@ -27,6 +27,9 @@ int tr_daemon_common_flag(const char *prog, int opt, const char *help, char *con
   case TR_DAEMON_OPT_HELP:
     fputs(help, stdout);
     exit(0);
+  case TR_DAEMON_OPT_VERSION:
+    printf("%s %s\n", prog, TR_VERSION);
+    exit(0);
   default:
     fprintf(stderr, "%s: unknown or incomplete option '%s' (see --help)\n", prog,
             argv[optind - 1]);

@@ -18,7 +18,7 @@
 
 /* The flags every daemon has, with these getopt_long values (above any of its own):
  * --log-level LEVEL, --config FILE (read before getopt by tr_config_file_args) and --help. */
-enum { TR_DAEMON_OPT_LOG_LEVEL = 1024, TR_DAEMON_OPT_CONFIG, TR_DAEMON_OPT_HELP };
+enum { TR_DAEMON_OPT_LOG_LEVEL = 1024, TR_DAEMON_OPT_CONFIG, TR_DAEMON_OPT_HELP, TR_DAEMON_OPT_VERSION };
 
 /* For a getopt_long result that is none of the daemon's own flags: one of the flags above
  * (--help prints help and exits 0), or getopt's '?' for an option that is unknown or lacks its

@@ -20,7 +20,7 @@
 
 #define SERVICE_SEQUENCE_ID 1u
 #define FIELD_TRACE_STATS 35u
-#define TRACERELAY_VERSION "tracerelay 0.1"
+#define TRACERELAY_VERSION "tracerelay " TR_VERSION
 
 const uint8_t tr_trace_writer_sync_marker_uuid[16] = {0x82, 0x47, 0x7a, 0x76, 0xb2, 0x8d,
                                                       0x42, 0xba, 0x81, 0xdc, 0x33, 0x32,

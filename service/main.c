@@ -59,6 +59,7 @@ static const char kHelp[] =
     "                         long flags above, `#` comments; the command line overrides the\n"
     "                         file. See docs/configuration.md.\n"
     "  --help                 print this text.\n"
+    "  --version              print the version.\n"
     "\n"
     "Sessions: each consumer connection may run one session. TraceConfig buffers are per host\n"
     "(a chatty host never overwrites a quiet one); data sources match producers on every host,\n"
@@ -148,6 +149,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"timeline", required_argument, NULL, OPT_TIMELINE},
       {"log-level", required_argument, NULL, TR_DAEMON_OPT_LOG_LEVEL},
       {"help", no_argument, NULL, TR_DAEMON_OPT_HELP},
+      {"version", no_argument, NULL, TR_DAEMON_OPT_VERSION},
       {"consumer-allow-uid", required_argument, NULL, OPT_ALLOW_UID},
       {"consumer-allow-gid", required_argument, NULL, OPT_ALLOW_GID},
       {"handshake-timeout-ms", required_argument, NULL, OPT_HANDSHAKE_TIMEOUT},

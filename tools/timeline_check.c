@@ -209,6 +209,10 @@ int main(int argc, char **argv) {
   bool json = false, allow_inversions = false, check_own = false;
   int i, rc, status = 0;
   for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--version") == 0) {
+      printf("tracerelay-timeline-check %s\n", TR_VERSION);
+      return 0;
+    }
     if (strcmp(argv[i], "--bound-us") == 0 && i + 1 < argc) {
       char *end;
       double v = strtod(argv[++i], &end);

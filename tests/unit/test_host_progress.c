@@ -80,14 +80,16 @@ static void test_hosts_from_the_extension(void **state) {
   size_t len;
   uint8_t *r = reply(&st, &x, &len);
   char out[256];
-  uint64_t total = 0;
-  assert_int_equal(host_progress_format(r, len, out, sizeof out, &total), 0);
-  assert_int_equal(total, (4u << 20) + (512u << 10));
+  struct host_progress_sum sum = {0};
+  assert_int_equal(host_progress_format(r, len, out, sizeof out, &sum), 0);
+  assert_int_equal(sum.bytes, (4u << 20) + (512u << 10));
+  assert_int_equal(sum.hosts, 2);
+  assert_int_equal(sum.lost_chunks, 10);
   assert_string_equal(out, "web-1 3.5 MB  web-2 1.0 MB (10 chunks lost) (down)");
 
   /* Cut short: whatever fits, still a string. */
   char small[8];
-  assert_int_equal(host_progress_format(r, len, small, sizeof small, &total), 0);
+  assert_int_equal(host_progress_format(r, len, small, sizeof small, &sum), 0);
   assert_int_equal(strlen(small), sizeof small - 1);
   free(r);
 
@@ -95,7 +97,7 @@ static void test_hosts_from_the_extension(void **state) {
   idx2[0] = 7;
   h[1].machine_name = "\x1b[2Jevil";
   r = reply(&st, &x, &len);
-  assert_int_equal(host_progress_format(r, len, out, sizeof out, &total), 0);
+  assert_int_equal(host_progress_format(r, len, out, sizeof out, &sum), 0);
   assert_string_equal(out, "web-1 3.5 MB  ? 0.0 MB (6 chunks lost) (down)");
   free(r);
 }
@@ -111,9 +113,10 @@ static void test_traced_has_no_hosts(void **state) {
   size_t len;
   uint8_t *r = reply(&st, NULL, &len);
   char out[64] = "stale";
-  uint64_t total = 0;
-  assert_int_equal(host_progress_format(r, len, out, sizeof out, &total), 0);
-  assert_int_equal(total, 2u << 20);
+  struct host_progress_sum sum = {0};
+  assert_int_equal(host_progress_format(r, len, out, sizeof out, &sum), 0);
+  assert_int_equal(sum.bytes, 2u << 20);
+  assert_int_equal(sum.hosts, 0);
   assert_string_equal(out, "");
   free(r);
 }
@@ -122,11 +125,11 @@ static void test_garbage_is_refused(void **state) {
   (void)state;
   static const uint8_t junk[] = {0x0A, 0x05, 0xff, 0xff};
   char out[64] = "kept";
-  uint64_t total = 99;
-  assert_int_equal(host_progress_format(junk, sizeof junk, out, sizeof out, &total), -1);
+  struct host_progress_sum sum = {.bytes = 99};
+  assert_int_equal(host_progress_format(junk, sizeof junk, out, sizeof out, &sum), -1);
   assert_string_equal(out, "kept");
-  assert_int_equal(total, 99);
-  assert_int_equal(host_progress_format(NULL, 0, out, sizeof out, &total), -1);
+  assert_int_equal(sum.bytes, 99);
+  assert_int_equal(host_progress_format(NULL, 0, out, sizeof out, &sum), -1);
 }
 
 int main(void) {

@@ -56,6 +56,7 @@ static const char kHelp[] =
     "                         with a --flow-send loadgen on another host, every flow truly goes\n"
     "                         forward in time (`tracerelay inspect --check-order` checks it).\n"
     "  --help                 print this text.\n"
+    "  --version              print the version.\n"
     "\n"
     "Counts (stdout, and --stats-json), per writer and in total: packets written and dropped\n"
     "(SMB full, the packet is lost as with the SDK's BUFFER_EXHAUSTED_DROP), events written and\n"
@@ -93,7 +94,7 @@ static int parse_double(const char *flag, const char *s, double *out) {
 int lg_options_parse(int argc, char **argv, lg_options *o) {
   enum { SOCKET = 256, NAME, DATA_SOURCE, WRITERS, RATE, PACKET_SIZE, DURATION, PACKETS,
          FAKE_CLOCK, PAGE_SIZE, SMB_SIZE, CHUNKS_PER_PAGE, NO_FLUSH, STATS_JSON, FLOW_SEND,
-         FLOW_RECV, HELP };
+         FLOW_RECV, HELP, VERSION };
   static const struct option longopts[] = {
       {"socket", required_argument, NULL, SOCKET},
       {"name", required_argument, NULL, NAME},
@@ -112,6 +113,7 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
       {"flow-send", required_argument, NULL, FLOW_SEND},
       {"flow-recv", required_argument, NULL, FLOW_RECV},
       {"help", no_argument, NULL, HELP},
+      {"version", no_argument, NULL, VERSION},
       {NULL, 0, NULL, 0},
   };
   *o = (lg_options){.producer_name = "tracerelay-loadgen", .data_source = "track_event",
@@ -162,6 +164,7 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
     case FLOW_SEND: o->flow_send = optarg; break;
     case FLOW_RECV: o->flow_recv = optarg; break;
     case HELP: fputs(kHelp, stdout); return 1;
+    case VERSION: printf("tracerelay-loadgen %s\n", TR_VERSION); return 1;
     default:
       fprintf(stderr, "tracerelay-loadgen: unknown or incomplete option '%s' (see --help)\n",
               argv[optind - 1]);

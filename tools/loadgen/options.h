@@ -25,8 +25,8 @@ typedef struct lg_options {
   const char *flow_send, *flow_recv; /* FIFO paths, or NULL (tools/loadgen/flows.h) */
 } lg_options;
 
-/* Returns 0 with *o filled, 1 if --help was printed, or TR_ERR_CONFIG after printing what is
- * wrong to stderr. */
+/* Returns 0 with *o filled, 1 if --help or --version was printed, or TR_ERR_CONFIG after
+ * printing what is wrong to stderr. */
 int lg_options_parse(int argc, char **argv, lg_options *o);
 
 #endif

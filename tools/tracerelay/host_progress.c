@@ -51,8 +51,8 @@ static Tracerelay__TraceStatsExtension *extension_of(const TraceStats *st) {
   return x;
 }
 
-static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, char *out,
-                        size_t cap) {
+static uint64_t format_host(const Tracerelay__HostStats *h, const TraceStats *st, char *out,
+                            size_t cap) {
   uint64_t bytes = 0, lost = h->agent_queue_dropped_chunks + h->agent_spill_dropped_chunks +
                               h->link_lost_chunks;
   for (size_t i = 0; i < h->n_buffer_stats_index; i++) {
@@ -70,10 +70,11 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
     append(out, cap, " (%llu chunks lost)", (unsigned long long)lost);
   if (h->has_connected && !h->connected)
     append(out, cap, " (down)");
+  return lost;
 }
 
 int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,
-                         uint64_t *total) {
+                         struct host_progress_sum *total) {
   Perfetto__Protos__GetTraceStatsResponse *resp =
       perfetto__protos__get_trace_stats_response__unpack(NULL, len, reply);
   if (!resp || !resp->trace_stats) {
@@ -85,12 +86,14 @@ int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap
   uint64_t sum = 0;
   for (size_t i = 0; i < st->n_buffer_stats; i++)
     sum += st->buffer_stats[i]->bytes_written;
-  *total = sum;
+  *total = (struct host_progress_sum){.bytes = sum};
   if (cap > 0)
     out[0] = '\0';
   Tracerelay__TraceStatsExtension *x = extension_of(st);
-  for (size_t i = 0; x && cap > 0 && i < x->n_tracerelay_hosts; i++)
-    format_host(x->tracerelay_hosts[i], st, out, cap);
+  for (size_t i = 0; x && cap > 0 && i < x->n_tracerelay_hosts; i++) {
+    total->lost_chunks += format_host(x->tracerelay_hosts[i], st, out, cap);
+    total->hosts++;
+  }
   if (x)
     tracerelay__trace_stats_extension__free_unpacked(x, NULL);
   perfetto__protos__get_trace_stats_response__free_unpacked(resp, NULL);

@@ -15,11 +15,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct host_progress_sum {
+  uint64_t bytes;       /* every buffer's bytes_written */
+  unsigned hosts;       /* hosts in the extension (0 without it) */
+  uint64_t lost_chunks; /* the hosts' losses as counted in the line, summed */
+};
+
 /* Decodes the reply_proto of a GetTraceStats reply. Writes "web-1 4.1 MB  web-2 0.3 MB
  * (12 chunks lost)  web-3 1.0 MB (down)" into out (hosts in the service's order; "" without
- * the extension) and the sum of every buffer's bytes_written into *total. Returns 0, or -1
- * if the reply does not decode (out and *total untouched). */
+ * the extension) and the totals into *sum. Returns 0, or -1 if the reply does not decode (out
+ * and *sum untouched). */
 int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,
-                         uint64_t *total);
+                         struct host_progress_sum *sum);
 
 #endif

@@ -32,7 +32,8 @@ static void usage(FILE *out) {
   for (size_t i = 0; i < NUM_COMMANDS; i++)
     fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fputs("\n"
-        "`tracerelay SUBCOMMAND --help` describes each one, or `tracerelay help SUBCOMMAND`.\n"
+        "`tracerelay SUBCOMMAND --help` describes each one, or `tracerelay help SUBCOMMAND`;\n"
+        "`tracerelay --version` prints the version.\n"
         "example:\n"
         "  tracerelay record -c config.pbtxt -o cluster.pftrace\n",
         out);
@@ -53,6 +54,10 @@ int main(int argc, char **argv) {
   const char *name = argv[1];
   if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
     usage(stdout);
+    return 0;
+  }
+  if (!strcmp(name, "--version")) {
+    printf("tracerelay %s\n", TR_VERSION);
     return 0;
   }
   if (!strcmp(name, "help")) {

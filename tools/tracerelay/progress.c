@@ -8,7 +8,8 @@
 #include <unistd.h>
 
 #define REDRAW_MS 200
-#define LINE_MS 1000
+#define LINE_MS 1000     /* --progress */
+#define LOG_LINE_MS 5000 /* stderr is not a terminal */
 
 int64_t progress_now_ms(void) {
   struct timespec ts;
@@ -17,8 +18,9 @@ int64_t progress_now_ms(void) {
 }
 
 void progress_start(progress *p, bool lines) {
-  p->lines = lines;
-  p->enabled = lines || isatty(STDERR_FILENO);
+  bool tty = isatty(STDERR_FILENO);
+  p->lines = lines || !tty;
+  p->line_period_ms = lines ? LINE_MS : LOG_LINE_MS;
   p->drawn = false;
   p->hosts[0] = '\0';
   p->start_ms = progress_now_ms();
@@ -27,7 +29,7 @@ void progress_start(progress *p, bool lines) {
 
 void progress_update(progress *p, const char *phase, uint64_t bytes) {
   int64_t now = progress_now_ms();
-  if (!p->enabled || now - p->last_draw_ms < (p->lines ? LINE_MS : REDRAW_MS))
+  if (now - p->last_draw_ms < (p->lines ? p->line_period_ms : REDRAW_MS))
     return;
   p->last_draw_ms = now;
   char line[1200];
@@ -50,7 +52,10 @@ void progress_update(progress *p, const char *phase, uint64_t bytes) {
   fflush(stderr);
 }
 
-void progress_refresh(progress *p) { p->last_draw_ms = 0; }
+void progress_refresh(progress *p) {
+  if (!p->lines) /* lines keep their period: a log gets one every few seconds, not per reply */
+    p->last_draw_ms = 0;
+}
 
 void progress_clear(progress *p) {
   if (!p->drawn)

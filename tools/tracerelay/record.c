@@ -34,10 +34,13 @@ void cmd_record_usage(FILE *out) {
       "ends (its duration, or Ctrl-C), and writes the trace to OUT. Ctrl-C or SIGTERM flushes\n"
       "every data source and stops the session cleanly; a second Ctrl-C gives up at once.\n"
       "\n"
-      "  -c, --config FILE     TraceConfig to start from. Text format for *.pbtxt, *.txt and\n"
-      "                        *.textproto, binary for *.pb and *.bin; any other name is read\n"
-      "                        as text unless it holds control bytes (binary protobuf does).\n"
-      "  -o, --out FILE        the trace file (Perfetto format), truncated first. Not needed\n"
+      "  -c, --config FILE     TraceConfig to start from (- reads standard input). Text format\n"
+      "                        for *.pbtxt, *.txt and *.textproto, binary for *.pb and *.bin;\n"
+      "                        anything else is read as text unless it holds control bytes\n"
+      "                        (binary protobuf does).\n"
+      "      --txt             the config is text, whatever its name (as perfetto --txt)\n"
+      "  -o, --out FILE        the trace file (Perfetto format), truncated first; - writes the\n"
+      "                        trace to standard output (and nothing else goes there). Not needed\n"
       "                        when the config sets write_into_file with output_path (the\n"
       "                        service then writes that file itself). With write_into_file\n"
       "                        and no output_path, the service writes into FILE directly.\n"
@@ -46,7 +49,8 @@ void cmd_record_usage(FILE *out) {
       "  -b, --buffer SIZE     size of every central buffer: 512kb, 64mb, 1gb (a bare number\n"
       "                        is KB). Without a buffer in the config, one of 32mb is added.\n"
       "      --ring            ring-buffer fill policy on every buffer (oldest data is lost)\n"
-      "      --discard         discard fill policy on every buffer (newest data is lost)\n"
+      "      --discard         discard fill policy on every buffer (newest data is lost; not\n"
+      "                        with --ring)\n"
       "      --data-source NAME  record this data source (repeatable); added unless the\n"
       "                        config already has it\n"
       "      --machines A,B    only these machines: sets machine_name_filter on every data\n"
@@ -55,12 +59,14 @@ void cmd_record_usage(FILE *out) {
       "      --socket PATH     the consumer socket. Default: $TRACERELAY_CONSUMER_SOCK, else\n"
       "                        $PERFETTO_CONSUMER_SOCK_NAME, else " DEFAULT_SOCKET "\n"
       "      --dry-run         print the TraceConfig that would be sent, as text, and exit\n"
-      "      --progress        print the progress as a line on stderr every second, even\n"
-      "                        when stderr is not a terminal (logs, scripts)\n"
+      "      --progress        print the progress as a line on stderr every second, even on\n"
+      "                        a terminal (off a terminal it is a line every 5 s anyway)\n"
       "  -h, --help            this text\n"
       "\n"
       "On a terminal, a status line shows the elapsed time, the bytes in the central buffers\n"
-      "and, from a tracerelay service, the bytes (and any losses) of each host. The exit\n"
+      "and, from a tracerelay service, the bytes (and any losses) of each host; off a terminal\n"
+      "(logs) the same is a line every 5 s. At the end one line on stderr says what was written:\n"
+      "bytes, file, hosts and the chunks they lost. The exit\n"
       "status is 0 when the trace was written, 1 on any failure (including a session that\n"
       "the service ended with an error), 2 for bad usage.\n"
       "\n"
@@ -82,6 +88,7 @@ enum long_only {
   OPT_SOCKET,
   OPT_DRY_RUN,
   OPT_PROGRESS,
+  OPT_TXT,
 };
 
 struct options {
@@ -90,6 +97,7 @@ struct options {
   const char *socket_path;
   bool dry_run;
   bool progress;
+  bool txt;
   record_overrides over;
   const char *data_sources[MAX_DATA_SOURCES];
 };
@@ -123,6 +131,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
       {"socket", required_argument, NULL, OPT_SOCKET},
       {"dry-run", no_argument, NULL, OPT_DRY_RUN},
       {"progress", no_argument, NULL, OPT_PROGRESS},
+      {"txt", no_argument, NULL, OPT_TXT},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -146,8 +155,12 @@ static int parse_options(int argc, char **argv, struct options *o) {
         return usage_error("bad buffer size '%s' for -b (examples: 512kb, 64mb; at least 4kb)",
                            optarg);
       break;
-    case OPT_RING: ov->fill_policy = FILL_RING; break;
-    case OPT_DISCARD: ov->fill_policy = FILL_DISCARD; break;
+    case OPT_RING:
+    case OPT_DISCARD:
+      if (ov->fill_policy && ov->fill_policy != (opt == OPT_RING ? FILL_RING : FILL_DISCARD))
+        return usage_error("%s: --ring and --discard contradict each other", "fill policy");
+      ov->fill_policy = opt == OPT_RING ? FILL_RING : FILL_DISCARD;
+      break;
     case OPT_DATA_SOURCE:
       if (ov->n_data_sources == MAX_DATA_SOURCES)
         return usage_error("more than %s --data-source flags", "64");
@@ -162,6 +175,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
     case OPT_SOCKET: o->socket_path = optarg; break;
     case OPT_DRY_RUN: o->dry_run = true; break;
     case OPT_PROGRESS: o->progress = true; break;
+    case OPT_TXT: o->txt = true; break;
     case 'h': cmd_record_usage(stdout); return 0;
     case ':': return usage_error("%s needs a value", argv[optind - 1]);
     default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -184,7 +198,7 @@ static Perfetto__Protos__TraceConfig *build_config(const struct options *o) {
   Perfetto__Protos__TraceConfig *cfg;
   char err[512];
   if (o->config_path) {
-    if (record_config_load(o->config_path, &cfg, err, sizeof err) < 0) {
+    if (record_config_load(o->config_path, o->txt, &cfg, err, sizeof err) < 0) {
       fprintf(stderr, "tracerelay record: %s\n", err);
       return NULL;
     }
@@ -214,7 +228,9 @@ static int open_output(const struct options *o, const Perfetto__Protos__TraceCon
     fputs("tracerelay record: no output: give -o FILE (see tracerelay record --help)\n", stderr);
     return -2;
   }
-  int fd = open(o->out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = strcmp(o->out_path, "-") == 0
+               ? fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3)
+               : open(o->out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     fprintf(stderr, "tracerelay record: cannot create %s: %s\n", o->out_path, strerror(errno));
   return fd < 0 ? -2 : fd;
@@ -242,7 +258,7 @@ int cmd_record(int argc, char **argv) {
   record_session s = {
       .socket_path = o.socket_path,
       .config = cfg,
-      .out_path = fd >= 0 ? o.out_path : NULL,
+      .out_path = fd < 0 ? NULL : strcmp(o.out_path, "-") == 0 ? "<stdout>" : o.out_path,
       .out_fd = fd,
       .pass_fd = fd >= 0 && cfg->write_into_file,
       .stop_requests = &stop_requests,

@@ -33,9 +33,11 @@ static bool looks_like_text(const uint8_t *data, size_t len) {
   return true;
 }
 
+/* path "-" is standard input. */
 static int read_whole_file(const char *path, uint8_t **out, size_t *len, char *err,
                            size_t errlen) {
-  FILE *f = fopen(path, "rb");
+  bool std_in = strcmp(path, "-") == 0;
+  FILE *f = std_in ? stdin : fopen(path, "rb");
   if (!f) {
     snprintf(err, errlen, "cannot open config %s: %s", path, strerror(errno));
     return TR_ERR_SYS(errno);
@@ -43,13 +45,15 @@ static int read_whole_file(const char *path, uint8_t **out, size_t *len, char *e
   /* One byte over the cap tells "too big" from "exactly at the cap". */
   uint8_t *buf = malloc(TR_PBTXT_MAX_INPUT + 1);
   if (!buf) {
-    fclose(f);
+    if (!std_in)
+      fclose(f);
     snprintf(err, errlen, "out of memory reading %s", path);
     return TR_ERR_NOMEM;
   }
   size_t n = fread(buf, 1, TR_PBTXT_MAX_INPUT + 1, f);
   int failed = ferror(f);
-  fclose(f);
+  if (!std_in)
+    fclose(f);
   if (failed || n > TR_PBTXT_MAX_INPUT) {
     free(buf);
     snprintf(err, errlen, failed ? "cannot read config %s" : "config %s is over %u bytes", path,
@@ -61,14 +65,19 @@ static int read_whole_file(const char *path, uint8_t **out, size_t *len, char *e
   return 0;
 }
 
-int record_config_load(const char *path, TraceConfig **out, char *err, size_t errlen) {
+int record_config_load(const char *path, bool force_text, TraceConfig **out, char *err,
+                       size_t errlen) {
   uint8_t *data = NULL;
   size_t len = 0;
   int rc = read_whole_file(path, &data, &len, err, errlen);
   if (rc < 0)
     return rc;
+  if (strcmp(path, "-") == 0)
+    path = "<stdin>"; /* for messages */
   bool text;
-  if (has_suffix(path, ".pbtxt") || has_suffix(path, ".txt") || has_suffix(path, ".textproto"))
+  if (force_text)
+    text = true;
+  else if (has_suffix(path, ".pbtxt") || has_suffix(path, ".txt") || has_suffix(path, ".textproto"))
     text = true;
   else if (has_suffix(path, ".pb") || has_suffix(path, ".bin"))
     text = false;

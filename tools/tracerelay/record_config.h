@@ -5,6 +5,7 @@
 #ifndef TRACERELAY_RECORD_CONFIG_H
 #define TRACERELAY_RECORD_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,11 +24,12 @@ typedef struct record_overrides {
   int64_t flush_period_ms;
 } record_overrides;
 
-/* Reads path as a TraceConfig. Text for .pbtxt/.txt/.textproto, binary for .pb/.bin; any other
- * name is text unless it holds control bytes (binary protobuf always does). On failure returns
- * a negative TR_ERR_* and writes a message naming the file (and line:column) into err. */
-int record_config_load(const char *path, Perfetto__Protos__TraceConfig **out, char *err,
-                       size_t errlen);
+/* Reads path ("-": standard input) as a TraceConfig. Text when force_text (--txt), for
+ * .pbtxt/.txt/.textproto, binary for .pb/.bin; anything else is text unless it holds control
+ * bytes (binary protobuf always does). On failure returns a negative TR_ERR_* and writes a
+ * message naming the file (and line:column) into err. */
+int record_config_load(const char *path, bool force_text, Perfetto__Protos__TraceConfig **out,
+                       char *err, size_t errlen);
 /* An empty config, for when only flags are given. NULL if out of memory. */
 Perfetto__Protos__TraceConfig *record_config_new(void);
 /* Applies the overrides, adds a default buffer if there is none, and checks that something

@@ -9,6 +9,7 @@
 #include "tools/tracerelay/record_session.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,7 @@ typedef struct run {
   uint64_t enable_id, flush_id, read_id, stats_id;
   bool stats_pending, stats_off, have_stats;
   int64_t stats_sent_ms, next_stats_ms;
-  uint64_t stats_bytes; /* bytes in the central buffers, from the last GetTraceStats */
+  struct host_progress_sum stats; /* from the last GetTraceStats: bytes, hosts, losses */
   bool flush_sent, disable_sent;
   int64_t flush_deadline; /* DisableTracing goes out by then even without a Flush answer */
   int64_t end_deadline;   /* the session must have ended by then (0: no limit yet) */
@@ -152,7 +153,7 @@ static int recv_frame(run *r, IPCFrame **f) {
 /* Asks for the trace stats if progress shows and the last answer is in (or long overdue). */
 static void poll_stats(run *r) {
   int64_t now = progress_now_ms();
-  if (!r->prog.enabled || r->stats_off || now < r->next_stats_ms ||
+  if (r->stats_off || now < r->next_stats_ms ||
       (r->stats_pending && now - r->stats_sent_ms < STATS_GIVE_UP_MS))
     return;
   Perfetto__Protos__GetTraceStatsRequest req = PERFETTO__PROTOS__GET_TRACE_STATS_REQUEST__INIT;
@@ -172,7 +173,7 @@ static void on_stats(run *r, const Perfetto__Protos__IPCFrame__InvokeMethodReply
   /* A failure (no session yet) or an undecodable reply keeps the last figures. */
   if (rep->success && host_progress_format(rep->reply_proto.data, rep->reply_proto.len,
                                            r->prog.hosts, sizeof r->prog.hosts,
-                                           &r->stats_bytes) == 0) {
+                                           &r->stats) == 0) {
     r->have_stats = true;
     progress_refresh(&r->prog);
   }
@@ -205,7 +206,7 @@ static int wait_for_end(run *r) {
       return 1;
     poll_stats(r);
     progress_update(&r->prog, r->flush_sent ? "stopping" : "recording",
-                    r->have_stats ? r->stats_bytes : output_bytes(r));
+                    r->have_stats ? r->stats.bytes : output_bytes(r));
     int rc = recv_frame(r, &f);
     if (rc > 0)
       return 1;
@@ -289,6 +290,20 @@ static int read_buffers(run *r) {
   }
 }
 
+/* The one line record always ends with, terminal or not (as the perfetto CLI does). */
+static void print_summary(const run *r, bool service_wrote) {
+  const char *where = r->s->out_path ? r->s->out_path : r->s->config->output_path;
+  fprintf(stderr, "tracerelay record: wrote %.1f MB to %s%s",
+          (double)output_bytes(r) / (1024.0 * 1024.0), where ? where : "?",
+          service_wrote ? " (written by the service)" : "");
+  if (r->have_stats && r->stats.hosts)
+    fprintf(stderr, "; %u hosts, %" PRIu64 " chunks lost (as of the service's last stats)",
+            r->stats.hosts, r->stats.lost_chunks);
+  else if (r->have_stats)
+    fputs("; per-host figures: none (not a tracerelay service)", stderr);
+  fputs("\n", stderr);
+}
+
 static int connect_and_bind(run *r) {
   const char *path = r->s->socket_path;
   int rc = tr_ipc_client_connect(path, RECORD_CONNECT_TIMEOUT_MS, &r->c);
@@ -326,10 +341,7 @@ int record_session_run(const record_session *s) {
   if (r.sink.pending_len)
     fprintf(stderr, "tracerelay record: warning: the last packet was incomplete (%zu bytes "
                     "dropped)\n", r.sink.pending_len);
-  if (r.prog.enabled && s->out_path)
-    fprintf(stderr, "tracerelay record: %s: %.1f MB%s\n", s->out_path,
-            (double)output_bytes(&r) / (1024.0 * 1024.0),
-            service_wrote ? " (written by the service)" : "");
+  print_summary(&r, service_wrote);
 out:
   progress_clear(&r.prog);
   trace_sink_free(&r.sink);
