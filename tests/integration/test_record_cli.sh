@@ -3,7 +3,9 @@
 # config on standard input (-c - --txt), the trace on standard output (-o -, nothing else
 # there), a summary line on stderr at the end and progress lines every 5 s when stderr is not a
 # terminal, and contradicting flags refused with exit 2. Also: every binary answers --version
-# with the version CMake sets. Real service, agent and loadgen on loopback.
+# with the version CMake sets; and what a service killed mid-record leaves (issue 13): record
+# exits non-zero and leaves no 0-byte file; `inspect` fails on an empty file and on a cut one,
+# summarising the part of the cut one that reads. Real service, agent and loadgen on loopback.
 # Usage: test_record_cli.sh BIN_DIR VERSION
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -52,4 +54,26 @@ if len(summary) != 1 or "<stdout>" not in summary[0] or "1 hosts" not in summary
     sys.exit(f"FAIL: no summary line naming the output, the host and its losses:\n{log}")
 print("record: config from stdin, trace on stdout, progress and summary lines:", summary[0])
 PY
+# inspect: an empty file and one cut in the middle of a record fail; the cut one is summarised.
+: >"$WORK/empty.pftrace"
+rc=0; "$TR_BIN/tracerelay" inspect "$WORK/empty.pftrace" >/dev/null 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "inspect of an empty file exited $rc, not 1"
+size=$(stat -c %s "$WORK/stdout.pftrace")
+head -c $((size - 7)) "$WORK/stdout.pftrace" >"$WORK/cut.pftrace"
+rc=0; "$TR_BIN/tracerelay" inspect "$WORK/cut.pftrace" >"$WORK/cut.txt" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "inspect of a cut file exited $rc, not 1"
+grep -q "the part that reads" "$WORK/cut.txt" && grep -q "web-1" "$WORK/cut.txt" ||
+  fail "inspect of a cut file did not summarise its readable part: $(cat "$WORK/cut.txt")"
+
+# The service killed mid-record: record fails and removes the empty output.
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 20s \
+  -o "$WORK/killed.pftrace" 2>"$WORK/killed.log" &
+rec=$!
+sleep 2
+kill -KILL "$SERVICE_PID"
+rc=0; wait "$rec" || rc=$?
+cat "$WORK/killed.log"
+[ "$rc" != 0 ] || fail "record exited 0 after its service was killed"
+[ ! -e "$WORK/killed.pftrace" ] || fail "record left $(stat -c %s "$WORK/killed.pftrace") bytes behind"
+grep -q "removed" "$WORK/killed.log" || fail "record did not say it removed the empty output"
 echo "PASS: test_record_cli"

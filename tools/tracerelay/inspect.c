@@ -44,8 +44,9 @@ void cmd_inspect_usage(FILE *out) {
         "             order was never certain) or beyond them (a clock is wrong: exit 3)\n"
         "  --help     this text\n"
         "\n"
-        "exit status: 0 read in full (unresolved packets are reported, not fatal), 1 unreadable\n"
-        "or malformed file (the message gives the byte offset), 2 bad usage, 3 --check-order\n"
+        "exit status: 0 read in full (unresolved packets are reported, not fatal), 1 unreadable,\n"
+        "empty or malformed file (the message gives the byte offset; a file cut short or\n"
+        "corrupt further on is still summarised up to there), 2 bad usage, 3 --check-order\n"
         "found a flow that arrives before it departs by more than the hosts' bounds.\n"
         "example:\n"
         "  tracerelay inspect cluster.pftrace --json | jq '.hosts[] | {name, unresolved}'\n",
@@ -449,9 +450,24 @@ int cmd_inspect(int argc, char **argv) {
   if (o.json && o.packets)
     printf("{\"points\":[");
   rc = tr_inspect_trace(data, len, o.packets || pr.order ? on_point : NULL, &pr, &res);
-  if (rc < 0) {
+  if (rc < 0 && res.error.code && res.error.offset > 0 && !o.packets) {
+    /* Cut short (a writer killed mid-trace) or corrupt further on: summarise the records
+     * before the bad one, then fail with where it is. */
+    struct tr_inspect_result part;
     fflush(stdout);
     report_error(o.path, rc, &res);
+    fprintf(stderr, "tracerelay inspect: %s: what follows covers its first %" PRIu64
+            " bytes, the part that reads\n", o.path, res.error.offset);
+    if (tr_inspect_trace(data, (size_t)res.error.offset, NULL, NULL, &part) == 0)
+      o.json ? print_json(&o, &part, NULL, NULL) : print_text(&o, &part);
+    tr_inspect_result_free(&part);
+  } else if (rc < 0) {
+    fflush(stdout);
+    report_error(o.path, rc, &res);
+  } else if (res.packets == 0) {
+    fprintf(stderr, "tracerelay inspect: %s: %s: no trace in it\n", o.path,
+            len ? "no packet" : "empty file");
+    rc = TR_ERR_DECODE;
   } else if (o.json) {
     print_json(&o, &res, pr.order, &order_rc);
   } else {

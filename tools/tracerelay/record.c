@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "relay/pbtxt.h"
@@ -236,6 +237,20 @@ static int open_output(const struct options *o, const Perfetto__Protos__TraceCon
   return fd < 0 ? -2 : fd;
 }
 
+/* The session failed: a 0-byte file must not be left behind as if it were a trace (the
+ * service died before anything was read); a partial one is kept, and said to be. */
+static void drop_empty_output(const char *path, int fd) {
+  struct stat st;
+  if (strcmp(path, "-") == 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return;
+  if (st.st_size == 0 && unlink(path) == 0)
+    fprintf(stderr, "tracerelay record: removed %s: the session failed before any data was "
+                    "written\n", path);
+  else if (st.st_size > 0)
+    fprintf(stderr, "tracerelay record: %s holds what was read before the failure (%lld "
+                    "bytes): a partial trace\n", path, (long long)st.st_size);
+}
+
 int cmd_record(int argc, char **argv) {
   struct options o = {0};
   int status = parse_options(argc, argv, &o);
@@ -265,6 +280,8 @@ int cmd_record(int argc, char **argv) {
       .progress_lines = o.progress,
   };
   status = record_session_run(&s);
+  if (fd >= 0 && status != 0)
+    drop_empty_output(o.out_path, fd);
   if (fd >= 0 && close(fd) < 0 && status == 0) {
     fprintf(stderr, "tracerelay record: cannot write %s: %s\n", o.out_path, strerror(errno));
     status = 1;
