@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "relay/clock.h"
+#include "relay/hostport.h"
 #include "relay/log.h"
 #include "relay/relay_conn.h"
 #include "relay/relay_frame.h"
@@ -889,35 +890,14 @@ void tr_link_client_shutdown(tr_link_client *lc, unsigned timeout_ms, void (*don
   check_shutdown(lc);
 }
 
-/* "HOST:PORT", "[V6]:PORT" or "HOST" (port 7393). */
+/* --service, checked by the agent's flag parser already (relay/hostport.h). */
 static int parse_service(tr_link_client *lc, const char *s) {
-  const char *port = NULL;
-  int hlen;
-  if (s[0] == '[') {
-    const char *end = strchr(s, ']');
-    if (end == NULL || (end[1] != '\0' && end[1] != ':'))
-      return TR_ERR_CONFIG;
-    hlen = (int)(end - s - 1);
-    snprintf(lc->host, sizeof lc->host, "%.*s", hlen, s + 1);
-    port = end[1] == ':' ? end + 2 : NULL;
-  } else {
-    const char *colon = strrchr(s, ':');
-    if (colon != NULL && strchr(s, ':') != colon)
-      return TR_ERR_CONFIG; /* a bare IPv6 address needs brackets */
-    hlen = colon != NULL ? (int)(colon - s) : (int)strlen(s);
-    snprintf(lc->host, sizeof lc->host, "%.*s", hlen, s);
-    port = colon != NULL ? colon + 1 : NULL;
-  }
-  if (hlen <= 0 || (size_t)hlen >= sizeof lc->host)
+  struct tr_hostport hp;
+  int rc = tr_hostport_parse(s, false, &hp);
+  if (rc < 0 || strlen(hp.host) >= sizeof lc->host)
     return TR_ERR_CONFIG;
-  unsigned long p = 7393;
-  if (port != NULL) {
-    char *end;
-    p = strtoul(port, &end, 10);
-    if (*port == '\0' || *end != '\0' || p == 0 || p > 65535)
-      return TR_ERR_CONFIG;
-  }
-  snprintf(lc->port, sizeof lc->port, "%lu", p);
+  snprintf(lc->host, sizeof lc->host, "%s", hp.host);
+  snprintf(lc->port, sizeof lc->port, "%u", hp.port);
   return 0;
 }
 

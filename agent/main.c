@@ -9,6 +9,7 @@
 #include "agent/agent.h"
 #include "relay/clock.h"
 #include "relay/config_file.h"
+#include "relay/hostport.h"
 #include "relay/daemon_util.h"
 #include "relay/log.h"
 #include "relay/tls.h"
@@ -128,7 +129,14 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
   int opt;
   while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     switch (opt) {
-    case OPT_SERVICE: o->service = optarg; break;
+    case OPT_SERVICE: {
+      struct tr_hostport hp;
+      if (tr_hostport_parse(optarg, false, &hp) < 0)
+        return tr_daemon_bad_value(PROG, "--service", optarg,
+                                   "give HOST:PORT (port 1-65535), e.g. relay.example:7393");
+      o->service = optarg;
+      break;
+    }
     case OPT_SERVICE_NAME: o->service_name = optarg; break;
     case OPT_CA: o->ca_path = optarg; break;
     case OPT_CERT: o->cert_path = optarg; break;

@@ -7,9 +7,20 @@
 
 #include "relay/log.h"
 
+/* The --config file whose entries are argv[1 .. num_entries] (tr_config_file_args), so that a
+ * bad value in it is reported with its file and line, not as if it had been typed. */
+static const tr_config_file *g_config;
+static const char *g_config_path;
+
 int tr_daemon_bad_value(const char *prog, const char *flag, const char *value, const char *why) {
-  fprintf(stderr, "%s: invalid value '%s' for %s%s%s (see --help)\n", prog, value, flag,
-          why ? ": " : "", why ? why : "");
+  int arg = optind - 1; /* the option getopt just returned: "--key=value" from the file */
+  fprintf(stderr, "%s: invalid value '%s' for %s%s%s", prog, value, flag, why ? ": " : "",
+          why ? why : "");
+  if (g_config && arg >= 1 && (size_t)arg <= g_config->num_entries)
+    fprintf(stderr, " in config file %s, line %u\n", g_config_path,
+            g_config->entries[arg - 1].line);
+  else
+    fputs(" (see --help)\n", stderr);
   return 2;
 }
 
@@ -53,8 +64,11 @@ int tr_daemon_check_config(const char *prog, const tr_config_file *cf, int argc,
                            char *const *argv, const struct option *longopts) {
   const char *path;
   char err[256];
-  if (cf->num_entries == 0 || tr_config_file_find_arg(argc, argv, &path) < 0 || !path ||
-      tr_config_file_check(cf, longopts, err, sizeof err) == 0)
+  if (cf->num_entries == 0 || tr_config_file_find_arg(argc, argv, &path) < 0 || !path)
+    return 0;
+  g_config = cf;
+  g_config_path = path;
+  if (tr_config_file_check(cf, longopts, err, sizeof err) == 0)
     return 0;
   fprintf(stderr, "%s: config file %s: %s\n", prog, path, err);
   return 2;

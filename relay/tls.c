@@ -19,11 +19,14 @@
 #include <mbedtls/ssl.h>
 #include <mbedtls/x509_crt.h>
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct tr_tls_config {
   int refs;
@@ -114,6 +117,27 @@ static const char *mbed_str(int ret, char *buf, size_t len) {
 
 /* ---- configuration ---- */
 
+/* Why a certificate or key file did not load: the file's own problem (missing, unreadable)
+ * in plain words before mbedTLS's code ("PK - Read/write of file failed"). */
+static const char *load_error(const char *path, int ret, char *buf, size_t cap) {
+  if (access(path, R_OK) != 0)
+    return strerror(errno);
+  return ret < 0 ? mbed_str(ret, buf, cap) : "some entries are invalid";
+}
+
+/* Our own certificate must be for our side of the link: with an extended key usage, serverAuth
+ * for the service and clientAuth for an agent (else every handshake fails later, blamed on the
+ * peer). Without the extension mbedTLS accepts it for either. */
+static bool own_usage_ok(const mbedtls_x509_crt *crt, enum tr_tls_role role) {
+  if (!(crt->ext_types & MBEDTLS_X509_EXT_EXTENDED_KEY_USAGE))
+    return true;
+  return role == TR_TLS_SERVER
+             ? mbedtls_x509_crt_check_extended_key_usage(
+                   crt, MBEDTLS_OID_SERVER_AUTH, MBEDTLS_OID_SIZE(MBEDTLS_OID_SERVER_AUTH)) == 0
+             : mbedtls_x509_crt_check_extended_key_usage(
+                   crt, MBEDTLS_OID_CLIENT_AUTH, MBEDTLS_OID_SIZE(MBEDTLS_OID_CLIENT_AUTH)) == 0;
+}
+
 int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out, char *err,
                       size_t err_len) {
   static const char pers[] = "tracerelay tls";
@@ -155,19 +179,19 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
   ret = mbedtls_x509_crt_parse_file(&cfg->ca, opts->ca_path);
   if (ret != 0) {
     set_err(err, err_len, "cannot load CA certificate %s: %s; make one with certs/make-certs.sh",
-            opts->ca_path, ret < 0 ? mbed_str(ret, why, sizeof why) : "some entries are invalid");
+            opts->ca_path, load_error(opts->ca_path, ret, why, sizeof why));
     goto fail;
   }
   ret = mbedtls_x509_crt_parse_file(&cfg->cert, opts->cert_path);
   if (ret != 0) {
     set_err(err, err_len, "cannot load certificate %s: %s; issue one with certs/make-certs.sh",
-            opts->cert_path, ret < 0 ? mbed_str(ret, why, sizeof why) : "some entries are invalid");
+            opts->cert_path, load_error(opts->cert_path, ret, why, sizeof why));
     goto fail;
   }
   ret = mbedtls_pk_parse_keyfile(&cfg->key, opts->key_path, NULL);
   if (ret != 0) {
     set_err(err, err_len, "cannot load private key %s: %s (an unencrypted PEM key is needed)",
-            opts->key_path, mbed_str(ret, why, sizeof why));
+            opts->key_path, load_error(opts->key_path, ret, why, sizeof why));
     goto fail;
   }
   ret = mbedtls_pk_check_pair(&cfg->cert.pk, &cfg->key);
@@ -176,9 +200,21 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
             "certs/make-certs.sh wrote together", opts->key_path, opts->cert_path);
     goto fail;
   }
+  if (!own_usage_ok(&cfg->cert, opts->role)) {
+    set_err(err, err_len, "certificate %s is not a %s certificate: its extended key usage lacks "
+            "%s (is it the %s's?); use the one certs/make-certs.sh issued for the %s",
+            opts->cert_path, opts->role == TR_TLS_SERVER ? "service" : "agent",
+            opts->role == TR_TLS_SERVER ? "serverAuth" : "clientAuth",
+            opts->role == TR_TLS_SERVER ? "agent" : "service",
+            opts->role == TR_TLS_SERVER ? "service" : "agent");
+    goto fail;
+  }
   if (mbedtls_x509_time_is_past(&cfg->cert.valid_to))
     TR_WARN("tls", "certificate %s has expired: peers will refuse it; reissue it with "
             "certs/make-certs.sh", opts->cert_path);
+  if (mbedtls_x509_time_is_future(&cfg->cert.valid_from))
+    TR_WARN("tls", "certificate %s is not valid yet (check this machine's clock, or wait): "
+            "peers will refuse it until then", opts->cert_path);
 
   ret = mbedtls_ssl_config_defaults(&cfg->conf,
                                     opts->role == TR_TLS_SERVER ? MBEDTLS_SSL_IS_SERVER

@@ -18,6 +18,7 @@
 
 #include "relay/clock.h"
 #include "relay/clocksync.h"
+#include "relay/hostport.h"
 #include "relay/log.h"
 #include "relay/relay_conn.h"
 #include "relay/relay_frame.h"
@@ -685,36 +686,13 @@ void tr_link_server_disconnect(tr_host *host, const char *why) {
     peer_close(host->link, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED, "%s", why);
 }
 
-/* "ADDR:PORT", "[V6]:PORT", "ADDR" or a bare IPv6 address. */
+/* "ADDR:PORT", "[V6]:PORT", "ADDR" or a bare IPv6 address (relay/hostport.h). */
 static int parse_listen(const char *s, struct sockaddr_storage *out) {
-  char host[128];
-  const char *port = NULL;
-  const char *colon = strrchr(s, ':');
-  if (s[0] == '[') {
-    const char *end = strchr(s, ']');
-    if (end == NULL || (size_t)(end - s - 1) >= sizeof host || (end[1] != '\0' && end[1] != ':'))
-      return TR_ERR_CONFIG;
-    snprintf(host, sizeof host, "%.*s", (int)(end - s - 1), s + 1);
-    port = end[1] == ':' ? end + 2 : NULL;
-  } else if (colon != NULL && strchr(s, ':') == colon) {
-    if ((size_t)(colon - s) >= sizeof host)
-      return TR_ERR_CONFIG;
-    snprintf(host, sizeof host, "%.*s", (int)(colon - s), s);
-    port = colon + 1;
-  } else {
-    if (strlen(s) >= sizeof host)
-      return TR_ERR_CONFIG;
-    snprintf(host, sizeof host, "%s", s);
-  }
-  unsigned long p = TR_LINK_DEFAULT_PORT;
-  if (port != NULL) {
-    char *end;
-    p = strtoul(port, &end, 10);
-    if (*port == '\0' || *end != '\0' || p > 65535)
-      return TR_ERR_CONFIG;
-  }
-  if (uv_ip4_addr(host, (int)p, (struct sockaddr_in *)out) == 0 ||
-      uv_ip6_addr(host, (int)p, (struct sockaddr_in6 *)out) == 0)
+  struct tr_hostport hp;
+  if (tr_hostport_parse(s, true, &hp) < 0)
+    return TR_ERR_CONFIG;
+  if (uv_ip4_addr(hp.host, (int)hp.port, (struct sockaddr_in *)out) == 0 ||
+      uv_ip6_addr(hp.host, (int)hp.port, (struct sockaddr_in6 *)out) == 0)
     return 0;
   return TR_ERR_CONFIG;
 }

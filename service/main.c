@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "relay/config_file.h"
+#include "relay/hostport.h"
 #include "relay/daemon_util.h"
 #include "relay/log.h"
 #include "relay/tr_error.h"
@@ -166,7 +167,14 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
   o->handshake_timeout_ms = 0;
   while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     switch (opt) {
-    case OPT_LISTEN: o->listen = optarg; break;
+    case OPT_LISTEN: {
+      struct tr_hostport hp;
+      if (tr_hostport_parse(optarg, true, &hp) < 0)
+        return tr_daemon_bad_value(PROG, "--listen", optarg,
+                                   "give ADDR:PORT (port 0-65535), e.g. 0.0.0.0:7393 or [::]:7393");
+      o->listen = optarg;
+      break;
+    }
     case OPT_CONSUMER_SOCKET: o->consumer_socket = optarg; break;
     case OPT_CONSUMER_MODE: {
       char *end;

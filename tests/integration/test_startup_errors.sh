@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# test_startup_errors.sh: mistakes an operator makes at start are refused at once with a message
+# that names the file, line or flag and the fix (issue 13), not found later at the first
+# connection: the service given an agent's certificate (clientAuth only); a certificate file
+# that does not exist; a bad value in a config file (its file and line); an out-of-range port
+# (exit 2, as any bad flag); and a warning for an agent certificate that is not valid yet.
+# Usage: test_startup_errors.sh BIN_DIR
+set -euo pipefail
+TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=$(cd "$1" && pwd)
+W=$(mktemp -d /tmp/tracerelay-startup.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+"$TR_SRC/certs/make-certs.sh" "$W/pki" --service-name svc --agent web-1 >/dev/null
+"$TR_SRC/certs/make-certs.sh" "$W/pki" --agent later --not-yet-valid >/dev/null
+P=$W/pki
+# expect EXIT PATTERN CMD...: CMD (bounded to 5 s) exits EXIT with PATTERN in its output.
+expect() {
+  local want=$1 pattern=$2 rc=0; shift 2
+  timeout 5 "$@" >"$W/out" 2>&1 || rc=$?
+  [ "$rc" = "$want" ] || fail "$* exited $rc, not $want: $(cat "$W/out")"
+  grep -q -- "$pattern" "$W/out" || fail "$*: no '$pattern' in: $(cat "$W/out")"
+  echo "ok: $(basename "$1") -> $(head -c 160 "$W/out" | tr '\n' ' ')"
+}
+svc=(--consumer-socket "$W/c.sock" --ca "$P/ca.crt")
+agent=(--producer-socket "$W/p.sock" --ca "$P/ca.crt")
+expect 1 "not a service certificate" "$BIN/tracerelay-service" --listen 127.0.0.1:0 "${svc[@]}" \
+  --cert "$P/agent-web-1.crt" --key "$P/agent-web-1.key"
+expect 1 "nope.crt: No such file or directory" "$BIN/tracerelay-agent" --service 127.0.0.1:9 \
+  "${agent[@]}" --cert "$P/nope.crt" --key "$P/agent-web-1.key"
+printf '# agent\nservice = 127.0.0.1:9\nqueue-mb = lots\n' >"$W/agent.conf"
+expect 2 "in config file $W/agent.conf, line 3" "$BIN/tracerelay-agent" --config "$W/agent.conf" \
+  "${agent[@]}" --cert "$P/agent-web-1.crt" --key "$P/agent-web-1.key"
+expect 2 "invalid value 'localhost:99999' for --service" "$BIN/tracerelay-agent" \
+  --service localhost:99999 "${agent[@]}" --cert "$P/agent-web-1.crt" --key "$P/agent-web-1.key"
+expect 2 "invalid value '0.0.0.0:70000' for --listen" "$BIN/tracerelay-service" \
+  --listen 0.0.0.0:70000 "${svc[@]}" --cert "$P/service.crt" --key "$P/service.key"
+# Not valid yet: the agent starts (its link retries), but says so at once; stopped by timeout.
+expect 124 "is not valid yet" "$BIN/tracerelay-agent" --service 127.0.0.1:9 "${agent[@]}" \
+  --cert "$P/agent-later.crt" --key "$P/agent-later.key"
+echo "PASS: test_startup_errors"
