@@ -125,17 +125,18 @@ static const char *load_error(const char *path, int ret, char *buf, size_t cap) 
   return ret < 0 ? mbed_str(ret, buf, cap) : "some entries are invalid";
 }
 
-/* Our own certificate must be for our side of the link: with an extended key usage, serverAuth
- * for the service and clientAuth for an agent (else every handshake fails later, blamed on the
- * peer). Without the extension mbedTLS accepts it for either. */
+/* Our own certificate must be for our side of the link, as the peer will judge it (else every
+ * handshake fails later, blamed on the peer): an agent's must say clientAuth, as the service's
+ * verify_cb demands; the service's serverAuth, or no extended key usage at all, which agents
+ * (mbedTLS) accept. */
 static bool own_usage_ok(const mbedtls_x509_crt *crt, enum tr_tls_role role) {
-  if (!(crt->ext_types & MBEDTLS_X509_EXT_EXTENDED_KEY_USAGE))
-    return true;
-  return role == TR_TLS_SERVER
-             ? mbedtls_x509_crt_check_extended_key_usage(
-                   crt, MBEDTLS_OID_SERVER_AUTH, MBEDTLS_OID_SIZE(MBEDTLS_OID_SERVER_AUTH)) == 0
-             : mbedtls_x509_crt_check_extended_key_usage(
-                   crt, MBEDTLS_OID_CLIENT_AUTH, MBEDTLS_OID_SIZE(MBEDTLS_OID_CLIENT_AUTH)) == 0;
+  bool has_eku = crt->ext_types & MBEDTLS_X509_EXT_EXTENDED_KEY_USAGE;
+  if (role == TR_TLS_SERVER)
+    return !has_eku || mbedtls_x509_crt_check_extended_key_usage(
+                           crt, MBEDTLS_OID_SERVER_AUTH,
+                           MBEDTLS_OID_SIZE(MBEDTLS_OID_SERVER_AUTH)) == 0;
+  return has_eku && mbedtls_x509_crt_check_extended_key_usage(
+                        crt, MBEDTLS_OID_CLIENT_AUTH, MBEDTLS_OID_SIZE(MBEDTLS_OID_CLIENT_AUTH)) == 0;
 }
 
 int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out, char *err,

@@ -23,7 +23,8 @@ for h in "${HOSTS[@]}"; do
 done
 LOADGENS=("${CLUSTER_PIDS[@]: -3}")
 
-# An agent whose certificate comes from another CA, and one without clientAuth: refused.
+# An agent whose certificate comes from another CA (the service refuses it), and one without
+# clientAuth (the agent itself refuses to start with it): neither reaches the trace.
 "$TR_SRC/certs/make-certs.sh" "$WORK/rogue" --ca-name "rogue CA" --agent web-1 >/dev/null
 "$TR_SRC/certs/make-certs.sh" "$WORK/pki" --agent web-4 --no-client-auth >/dev/null
 mkdir -p "$WORK/rogue-agent" "$WORK/noauth-agent"

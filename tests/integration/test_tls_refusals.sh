@@ -8,9 +8,12 @@
 #   - a slow-loris client that connects and says nothing (TLS handshake deadline, made short
 #     with --handshake-timeout-ms);
 #   - a TLS client with a valid certificate (web-3) that completes the handshake and never
-#     sends Hello (Hello deadline).
+#     sends Hello (Hello deadline);
+#   - a TLS client (openssl: our agent refuses to load such a certificate) whose certificate
+#     has serverAuth instead of clientAuth.
 # Then every packet web-1's loadgen wrote must be in the trace, with no loss counted.
-# (Wrong CA and a certificate without clientAuth are in test_cluster.sh.)
+# (Wrong CA, and an agent refusing its own certificate without clientAuth, are in
+# test_cluster.sh.)
 # Usage: test_tls_refusals.sh BIN_DIR
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,6 +28,7 @@ cluster_start_agent web-1 --machine-name web-1
 "$TR_SRC/certs/make-certs.sh" "$WORK/pki" --agent old-host --expired >/dev/null
 "$TR_SRC/certs/make-certs.sh" "$WORK/pki" --agent new-host --not-yet-valid >/dev/null
 "$TR_SRC/certs/make-certs.sh" "$WORK/pki" --agent web-3 >/dev/null
+"$TR_SRC/certs/make-certs.sh" "$WORK/pki" --agent noclient --no-client-auth >/dev/null
 
 PACKETS=3000
 cluster_start_loadgen web-1 --name steady-web-1 --writers 2 --rate 500 --packets "$PACKETS" \
@@ -65,6 +69,9 @@ in_ns "$NS2" bash -c "sleep 3 | timeout 5 openssl s_client -quiet -tls1_2 \
 NOHELLO=$!
 wait "$LORIS" || true
 wait "$NOHELLO" || true
+in_ns "$NS2" bash -c "timeout 5 openssl s_client -quiet -tls1_2 -connect $ADDR2:$SERVICE_PORT \
+  -cert $WORK/pki/agent-noclient.crt -key $WORK/pki/agent-noclient.key -CAfile $WORK/pki/ca.crt \
+  </dev/null >$WORK/openssl-noclient.log 2>&1" || true
 
 wait "$RECORD" || { echo "FAIL: tracerelay record"; cat "$WORK/record.log"; exit 1; }
 fault_wait_pid "$LOADGEN" 10 || { echo "FAIL: loadgen did not finish"; exit 1; }
@@ -87,6 +94,8 @@ expect_log "duplicate host" "closing the link of web-1 \\($A\\): host web-1 is a
 expect_log "plain TCP garbage" "refused connection from $A: the peer is not speaking TLS"
 expect_log "slow-loris (handshake deadline)" \
   "refused connection from $A: TLS handshake not finished after $HS_MS ms \\(0 bytes received\\)"
+expect_log "certificate without clientAuth" \
+  "refused connection from $A: .*'noclient'.*missing the clientAuth usage"
 expect_log "TLS but no Hello (Hello deadline)" \
   "closing the link of web-3 \\($A\\): protocol error: no Hello within $HS_MS ms"
 # web-1 was never disturbed: one connection, never dropped.

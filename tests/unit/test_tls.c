@@ -246,10 +246,21 @@ static void test_not_yet_valid_client(void **state) {
   expect_refused("good", "good", "agent-future", "relay.test", true, "not valid before");
 }
 
+/* An agent certificate without clientAuth is refused when the agent loads it, naming what is
+ * wrong; the service's own refusal of such a peer is tested with openssl in test_tls_refusals. */
 static void test_client_without_client_auth(void **state) {
   (void)state;
-  expect_refused("good", "good", "agent-noclient", "relay.test", true,
-                 "missing the clientAuth usage");
+  char ca[512], crt[512], key[512], err[512];
+  path(ca, sizeof ca, "good", "ca.crt");
+  path(crt, sizeof crt, "good", "agent-noclient.crt");
+  path(key, sizeof key, "good", "agent-noclient.key");
+  struct tr_tls_config_opts opts = {
+      .role = TR_TLS_CLIENT, .ca_path = ca, .cert_path = crt, .key_path = key};
+  tr_tls_config *cfg = NULL;
+  assert_int_equal(tr_tls_config_new(&opts, &cfg, err, sizeof err), TR_ERR_CONFIG);
+  assert_null(cfg);
+  if (strstr(err, "lacks clientAuth") == NULL)
+    fail_msg("expected the missing clientAuth named in: %s", err);
 }
 
 static void test_server_name_mismatch(void **state) {
