@@ -35,8 +35,9 @@ void cmd_inspect_usage(FILE *out) {
         "             raw and trace timestamps (with --json: a \"points\" array)\n"
         "  --help     this text\n"
         "\n"
-        "exit status: 0 read in full (unresolved packets are reported, not fatal), 1 unreadable\n"
-        "or malformed file (the message gives the byte offset), 2 bad usage.\n"
+        "exit status: 0 read in full (unresolved packets are reported, not fatal), 1 unreadable,\n"
+        "malformed, empty or truncated file (the message gives the byte offset; for a file cut\n"
+        "short the summary of the records before the cut is printed first), 2 bad usage.\n"
         "example:\n"
         "  tracerelay inspect cluster.pftrace --json | jq '.hosts[] | {name, unresolved}'\n",
         out);
@@ -363,6 +364,55 @@ static void report_error(const char *path, int rc, const struct tr_inspect_resul
   fprintf(stderr, ": %s\n", r->error.what);
 }
 
+/* Inspects len bytes and prints the summary; returns the exit status. An empty file, a file
+ * without one packet and a file cut short (a record running past the end, as a service or
+ * record killed mid-write leaves) all fail; for the last the summary of the whole records before
+ * the cut is printed first, so what survived can still be seen. */
+static int inspect_mapped(const struct opts *o, const uint8_t *data, size_t len) {
+  struct tr_inspect_result res;
+  struct printer pr = {.o = o};
+  if (o->json && o->packets)
+    printf("{\"points\":[");
+  int rc = tr_inspect_trace(data, len, o->packets ? print_point : NULL, &pr, &res);
+  bool cut = rc == TR_ERR_DECODE && res.error.inner < 0 && res.error.offset > 0 &&
+             res.error.offset < len && res.error.what &&
+             (strstr(res.error.what, "past the end") || !strncmp(res.error.what, "truncated", 9));
+  if (cut) {
+    struct tr_inspect_result whole;
+    uint64_t at = res.error.offset;
+    const char *res_what = res.error.what;
+    tr_inspect_result_free(&res);
+    pr.points = 0;
+    if (tr_inspect_trace(data, (size_t)at, o->packets ? print_point : NULL, &pr, &whole) == 0) {
+      o->json ? print_json(o, &whole) : print_text(o, &whole);
+      fflush(stdout);
+      fprintf(stderr, "tracerelay inspect: %s: truncated: the record at byte %" PRIu64 " is cut "
+                      "off by the end of the file (%zu bytes): %s; the summary covers the %" PRIu64
+                      " bytes before it\n", o->path, at, len, res_what, at);
+    } else {
+      fflush(stdout);
+      report_error(o->path, rc, &whole);
+    }
+    tr_inspect_result_free(&whole);
+    return 1;
+  }
+  if (rc < 0) {
+    fflush(stdout);
+    report_error(o->path, rc, &res);
+  } else if (res.packets == 0) {
+    fflush(stdout);
+    fprintf(stderr, "tracerelay inspect: %s: %s: not a trace (was the recording cut off?)\n",
+            o->path, len ? "no trace packets" : "empty file");
+    rc = -1;
+  } else if (o->json) {
+    print_json(o, &res);
+  } else {
+    print_text(o, &res);
+  }
+  tr_inspect_result_free(&res);
+  return rc < 0 ? 1 : 0;
+}
+
 int cmd_inspect(int argc, char **argv) {
   struct opts o = {0};
   int rc = parse(argc, argv, &o);
@@ -386,25 +436,12 @@ int cmd_inspect(int argc, char **argv) {
     fprintf(stderr, "tracerelay inspect: cannot map %s: %s\n", o.path, strerror(errno));
     return 1;
   }
-  struct tr_inspect_result res;
-  struct printer pr = {.o = &o};
-  if (o.json && o.packets)
-    printf("{\"points\":[");
-  rc = tr_inspect_trace(data, len, o.packets ? print_point : NULL, &pr, &res);
-  if (rc < 0) {
-    fflush(stdout);
-    report_error(o.path, rc, &res);
-  } else if (o.json) {
-    print_json(&o, &res);
-  } else {
-    print_text(&o, &res);
-  }
-  tr_inspect_result_free(&res);
+  rc = inspect_mapped(&o, data, len);
   if (data)
     munmap(data, len);
   if (fflush(stdout) != 0) {
     fprintf(stderr, "tracerelay inspect: writing the output failed: %s\n", strerror(errno));
     return 1;
   }
-  return rc < 0 ? 1 : 0;
+  return rc;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "relay/pbtxt.h"
@@ -220,6 +221,26 @@ static int open_output(const struct options *o, const Perfetto__Protos__TraceCon
   return fd < 0 ? -2 : fd;
 }
 
+/* After the session: an output file that received nothing is not a trace, so it is removed
+ * and the run fails (a service killed mid-session, a session refused) rather than leaving a
+ * 0-byte .pftrace behind. Returns the exit status. */
+static int finish_output(int fd, const char *path, int status) {
+  struct stat st;
+  bool empty = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0;
+  if (close(fd) < 0 && status == 0) {
+    fprintf(stderr, "tracerelay record: cannot write %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  if (!empty)
+    return status;
+  if (unlink(path) == 0)
+    fprintf(stderr, "tracerelay record: no trace data was received; removed the empty %s\n",
+            path);
+  else
+    fprintf(stderr, "tracerelay record: no trace data was received; %s is empty\n", path);
+  return status ? status : 1;
+}
+
 int cmd_record(int argc, char **argv) {
   struct options o = {0};
   int status = parse_options(argc, argv, &o);
@@ -249,10 +270,8 @@ int cmd_record(int argc, char **argv) {
       .progress_lines = o.progress,
   };
   status = record_session_run(&s);
-  if (fd >= 0 && close(fd) < 0 && status == 0) {
-    fprintf(stderr, "tracerelay record: cannot write %s: %s\n", o.out_path, strerror(errno));
-    status = 1;
-  }
+  if (fd >= 0)
+    status = finish_output(fd, o.out_path, status);
   protobuf_c_message_free_unpacked(&cfg->base, NULL);
   return status;
 }
