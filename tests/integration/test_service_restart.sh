@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# test_service_restart.sh: the service dies under a session while the producers stay connected
+# (issue 13, rows 1 and 3).
+# Session 1: the service is killed with SIGKILL 2 s into a 10 s record: record exits non-zero
+#   and removes its empty output (no 0-byte .pftrace left behind as if it were a trace).
+# Session 2: the service is restarted while the loadgen (never restarted, --duration 60) is
+#   still connected to the same agent: the agent stops the dead session's data source instance
+#   when the link comes back to the new service instance (the loadgen, which serves one
+#   instance, then reports and exits 0 instead of writing for a minute into a session nobody
+#   has); a new session then gets a new producer on that host exactly (every packet it wrote is
+#   in the trace, no losses), and record exits 0.
+# inspect: fails on an empty file; on a file cut in the middle of a packet it prints the summary
+#   of what precedes the cut and fails, naming the byte offset.
+# Usage: test_service_restart.sh BIN_DIR
+set -euo pipefail
+TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
+source "$TR_SRC/tools/cluster-lib.sh"
+source "$TR_SRC/tests/integration/fault-lib.sh"
+fault_init "$1"
+cluster_hosts web-1
+cluster_start_service
+cluster_start_agent web-1
+cluster_start_loadgen web-1 --name steady --writers 1 --rate 200 --duration 60
+LOADGEN=$LOADGEN_PID; LOADGEN_LOG="$WORK/loadgen-web-1-$((LOADGEN_SEQ - 1)).log"
+sleep 1
+
+# ---- session 1: SIGKILL the service ----
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 10s \
+  -o "$WORK/s1.pftrace" >"$WORK/record-1.log" 2>&1 &
+RECORD=$!; CLUSTER_PIDS+=("$RECORD")
+sleep 3
+kill -KILL "$SERVICE_PID"
+wait "$SERVICE_PID" 2>/dev/null || true
+fault_wait_pid "$RECORD" 5 || { echo "FAIL: record still running 5 s after the service died"; exit 1; }
+rc=0; wait "$RECORD" || rc=$?
+[ "$rc" -ne 0 ] || { echo "FAIL: record exited 0 after the service died"; exit 1; }
+[ ! -e "$WORK/s1.pftrace" ] || {
+  echo "FAIL: record left $(stat -c %s "$WORK/s1.pftrace") bytes behind"; cat "$WORK/record-1.log"; exit 1; }
+grep -q "no trace data was received; removed the empty $WORK/s1.pftrace" "$WORK/record-1.log" || {
+  echo "FAIL: record did not say it removed the empty output"; cat "$WORK/record-1.log"; exit 1; }
+cluster_log "session 1: record exited $rc: $(tr '\n' '|' <"$WORK/record-1.log")"
+
+# ---- session 2: the restarted service, the same producer ----
+rm -f "$CONSUMER_SOCK"
+mv "$WORK/service.log" "$WORK/service-1.log"
+cluster_start_service
+for _ in $(seq 150); do
+  grep -q "host web-1 connected" "$WORK/service.log" && break
+  sleep 0.1
+done
+grep -q "host web-1 connected" "$WORK/service.log" || { echo "FAIL: the agent did not reconnect"; exit 1; }
+fault_wait_pid "$LOADGEN" 10 || { echo "FAIL: the old session's instance was not stopped"; exit 1; }
+wait "$LOADGEN" || { echo "FAIL: the loadgen failed after its stop"; cat "$LOADGEN_LOG"; exit 1; }
+grep -q "did not set up the 1 data source instance(s) still running here: stopping them" \
+  "$WORK/agent-web-1.log" || { echo "FAIL: the agent did not say why it stopped it"; exit 1; }
+mkdir -p "$WORK/session1"; mv "$WORK"/loadgen-* "$WORK/session1/"
+cluster_start_loadgen web-1 --name fresh --writers 2 --rate 200 --packets 400
+FRESH=$LOADGEN_PID
+sleep 0.5
+T0=$SECONDS
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 4s \
+  -o "$WORK/s2.pftrace" >"$WORK/record-2.log" 2>&1 ||
+  { echo "FAIL: record of session 2 failed"; cat "$WORK/record-2.log"; exit 1; }
+cluster_log "session 2 took $((SECONDS - T0)) s"
+fault_wait_pid "$FRESH" 10 || { echo "FAIL: the new loadgen did not stop"; exit 1; }
+wait "$FRESH" || { echo "FAIL: the new loadgen failed"; exit 1; }
+if grep -q "ignored" "$WORK"/loadgen-web-1-*.log; then
+  echo "FAIL: the loadgen ignored a start"; exit 1; fi
+fault_check_accounting "$WORK/s2.pftrace" lossless web-1
+cp "$WORK/s2.pftrace.json" "$WORK/s2.json"
+
+# ---- inspect on an empty and a truncated file ----
+: >"$WORK/empty.pftrace"
+if "$TR_BIN/tracerelay" inspect "$WORK/empty.pftrace" >"$WORK/inspect-empty.out" 2>&1; then
+  echo "FAIL: inspect accepted an empty file"; exit 1; fi
+grep -q "empty file: not a trace" "$WORK/inspect-empty.out" || {
+  echo "FAIL: inspect's message for an empty file"; cat "$WORK/inspect-empty.out"; exit 1; }
+SIZE=$(stat -c %s "$WORK/s2.pftrace")
+head -c $((SIZE - 7)) "$WORK/s2.pftrace" >"$WORK/cut.pftrace"
+rc=0; "$TR_BIN/tracerelay" inspect --json "$WORK/cut.pftrace" >"$WORK/cut.json" 2>"$WORK/cut.err" || rc=$?
+[ "$rc" = 1 ] || { echo "FAIL: inspect of a truncated file exited $rc"; cat "$WORK/cut.err"; exit 1; }
+grep -q "truncated: the record at byte [0-9]* is cut off" "$WORK/cut.err" || {
+  echo "FAIL: inspect's message for a truncated file"; cat "$WORK/cut.err"; exit 1; }
+python3 - "$WORK/s2.json" "$WORK/cut.json" <<'PY'
+import json, sys
+whole, cut = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+# The summary covers every packet but the one that was cut.
+if cut["packets"] != whole["packets"] - 1:
+    sys.exit(f"FAIL: truncated summary has {cut['packets']} packets, the whole {whole['packets']}")
+PY
+echo "PASS: test_service_restart"
