@@ -386,9 +386,9 @@ static int inspect_mapped(const struct opts *o, const uint8_t *data, size_t len)
     if (tr_inspect_trace(data, (size_t)at, o->packets ? print_point : NULL, &pr, &whole) == 0) {
       o->json ? print_json(o, &whole) : print_text(o, &whole);
       fflush(stdout);
-      fprintf(stderr, "tracerelay inspect: %s: truncated: the record at byte %" PRIu64 " is cut "
-                      "off by the end of the file (%zu bytes): %s; the summary covers the %" PRIu64
-                      " bytes before it\n", o->path, at, len, res_what, at);
+      fprintf(stderr, "tracerelay inspect: %s: truncated trace at byte %" PRIu64 ": %s (the "
+                      "file ends at byte %zu); the summary covers the %" PRIu64 " bytes before "
+                      "it\n", o->path, at, res_what, len, at);
     } else {
       fflush(stdout);
       report_error(o->path, rc, &whole);
