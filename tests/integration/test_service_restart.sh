@@ -14,6 +14,8 @@
 #   read and only then exits 0; both records exit non-zero saying the service shut down, both
 #   traces hold the host's packets (never more than its loadgen wrote), the reading record says
 #   how many it kept. The restarted service's agent then stops the loadgens' stale instances.
+# Then web-1's agent is killed with SIGKILL next to a connected producer: status shows the
+#   host disconnected with no producers (not the stale count it had before).
 # inspect: fails on an empty file; on a file cut in the middle of a packet it prints the summary
 #   of what precedes the cut and fails, naming the byte offset.
 # Usage: test_service_restart.sh BIN_DIR
@@ -131,6 +133,29 @@ for x, stats in (("read", read_json), ("file", file_json)):
     if not 0 < got <= written: fail.append(f"{x}: {got} packets in the trace, {written} written")
 if fail: print("FAIL:\n  " + "\n  ".join(fail)); sys.exit(1)
 PY
+
+# ---- an agent killed with SIGKILL: status shows its producers gone while it is away ----
+cluster_start_loadgen web-1 --name idle --writers 1 --rate 10
+IDLE=$LOADGEN_PID
+status_of_web1() { # prints "connected producers names" of web-1 from status --json
+  "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json 2>/dev/null | python3 -c '
+import json, sys
+h = {x["machine_name"]: x for x in json.load(sys.stdin)["hosts"]}.get("web-1", {})
+print(h.get("connected"), h.get("producers"), ",".join(h.get("producer_names", [])) or "-")'
+}
+seen=""
+for _ in $(seq 100); do
+  seen=$(status_of_web1 || true); [ "$seen" = "True 1 idle" ] && break; sleep 0.1
+done
+[ "$seen" = "True 1 idle" ] || { echo "FAIL: status before the kill: $seen"; exit 1; }
+kill -KILL "$AGENT_PID_1"; wait "$AGENT_PID_1" 2>/dev/null || true
+for _ in $(seq 150); do
+  seen=$(status_of_web1 || true); [ "${seen%% *}" = False ] && break; sleep 0.1
+done
+[ "$seen" = "False 0 -" ] || { echo "FAIL: status of a host whose agent died: $seen"; exit 1; }
+cluster_log "status of web-1 after its agent was killed: connected/producers/names = $seen"
+fault_wait_pid "$IDLE" 10 || kill -KILL "$IDLE" 2>/dev/null || true
+wait "$IDLE" 2>/dev/null || true
 
 # ---- inspect on an empty and a truncated file ----
 : >"$WORK/empty.pftrace"
