@@ -293,6 +293,11 @@ static void on_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
   tr_agent *a = tr_link_client_data(lc);
   uint32_t pid = cmd->producer_id;
   int rc;
+  if (a->port == NULL) { /* shutting down: the producers are gone */
+    if (cmd->cmd_case != TRACERELAY__COMMAND__CMD_FLUSH)
+      tr_link_client_reply(lc, cmd->request_id, "the agent is shutting down");
+    return;
+  }
   switch (cmd->cmd_case) {
   case TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE:
     rc = cmd->setup_data_source->config == NULL
@@ -343,8 +348,24 @@ static void on_welcome(tr_link_client *lc) {
     send_connected(a, &a->producers[i]);
 }
 
+/* The service restarted without this instance's session: stop it so the next session can
+ * start the data source (the producer ignores a start while it still runs an instance). */
+static void on_stale_instance(tr_link_client *lc, uint32_t producer_id, uint64_t instance_id) {
+  tr_agent *a = tr_link_client_data(lc);
+  if (a->port == NULL)
+    return;
+  int rc = tr_producer_port_stop_data_source(a->port, producer_id, instance_id, 0);
+  if (rc < 0 && rc != TR_ERR_NOT_FOUND)
+    TR_WARN("agent", "cannot stop instance %llu of producer %u: %s",
+            (unsigned long long)instance_id, producer_id, tr_strerror(rc));
+  a->running = 0;
+  tr_link_client_clock_snapshots(lc, false, 0);
+}
+
 static void collect_stats(tr_link_client *lc) {
   tr_agent *a = tr_link_client_data(lc);
+  if (a->port == NULL)
+    return;
   for (size_t i = 0; i < a->n_producers; i++) {
     tr_producer_stats st;
     if (tr_producer_port_stats(a->port, a->producers[i].id, &st) == 0)
@@ -438,6 +459,7 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
                                    .spill_bytes = opts->spill_bytes,
                                    .compress = opts->compress};
   struct tr_link_client_callbacks lcb = {.data = a, .on_welcome = on_welcome,
+                                         .on_stale_instance = on_stale_instance,
                                          .on_command = on_command,
                                          .collect_stats = collect_stats};
   rc = tr_link_client_start(loop, &lo, &lcb, &a->link);

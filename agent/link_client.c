@@ -40,6 +40,11 @@ typedef struct pending_reply {
   char *error;
 } pending_reply;
 
+typedef struct set_up_instance { /* a data source instance the service set up and not stopped */
+  uint32_t producer_id;
+  uint64_t instance_id;
+} set_up_instance;
+
 typedef struct abi_count {
   uint32_t producer_id;
   uint64_t violations;
@@ -84,6 +89,8 @@ struct tr_link_client {
   size_t n_replies;
   abi_count *abi;
   size_t n_abi;
+  set_up_instance *instances; /* of service_instance_id, for on_stale_instance */
+  size_t n_instances, cap_instances;
   uint8_t *last_stats;
   size_t last_stats_len;
   uint64_t next_stats_ms;
@@ -497,6 +504,56 @@ static void send_pending_replies(tr_link_client *lc) {
   }
 }
 
+/* ---- data source instances of this service instance ---- */
+
+static void forget_instances(tr_link_client *lc, uint32_t producer_id, bool all_of_producer,
+                             uint64_t instance_id) {
+  for (size_t i = 0; i < lc->n_instances;) {
+    set_up_instance *e = &lc->instances[i];
+    if (e->producer_id == producer_id && (all_of_producer || e->instance_id == instance_id))
+      *e = lc->instances[--lc->n_instances];
+    else
+      i++;
+  }
+}
+
+/* Records setups and stops as they pass to the agent. Bounded by TR_LINK_MAX_INSTANCES: past it
+ * an instance is not remembered (logged), so it is left running if the service restarts. */
+static void track_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
+  if (cmd->cmd_case == TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE) {
+    forget_instances(lc, cmd->producer_id, false, cmd->stop_data_source->instance_id);
+    return;
+  }
+  if (cmd->cmd_case != TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE)
+    return;
+  if (lc->n_instances == lc->cap_instances) {
+    size_t cap = lc->cap_instances ? lc->cap_instances * 2 : 16;
+    set_up_instance *grown = NULL;
+    if (cap <= TR_LINK_MAX_INSTANCES)
+      grown = realloc(lc->instances, cap * sizeof(*grown));
+    if (grown == NULL) {
+      TR_WARN("link", "cannot track data source instance %llu of producer %u: if the service "
+              "restarts now it stays running", (unsigned long long)cmd->setup_data_source->instance_id,
+              cmd->producer_id);
+      return;
+    }
+    lc->instances = grown;
+    lc->cap_instances = cap;
+  }
+  lc->instances[lc->n_instances++] =
+      (set_up_instance){cmd->producer_id, cmd->setup_data_source->instance_id};
+}
+
+/* A new service instance: what the old one set up is stopped, then forgotten. */
+static void stop_stale_instances(tr_link_client *lc) {
+  if (lc->n_instances)
+    TR_WARN("link", "the new service instance did not set up the %zu data source instance(s) "
+            "still running here: stopping them", lc->n_instances);
+  for (size_t i = 0; i < lc->n_instances && lc->cbs.on_stale_instance != NULL; i++)
+    lc->cbs.on_stale_instance(lc, lc->instances[i].producer_id, lc->instances[i].instance_id);
+  lc->n_instances = 0;
+}
+
 /* ---- frames from the service ---- */
 
 static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
@@ -516,10 +573,13 @@ static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
                 (unsigned long long)lc->agent.next_seq);
     return;
   }
-  if (lc->service_instance_id != 0 && lc->service_instance_id != w->service_instance_id)
-    TR_WARN("link", "the service restarted (instance %016llx -> %016llx)",
-            (unsigned long long)lc->service_instance_id,
-            (unsigned long long)w->service_instance_id);
+  if (lc->service_instance_id != w->service_instance_id) {
+    if (lc->service_instance_id != 0)
+      TR_WARN("link", "the service restarted (instance %016llx -> %016llx)",
+              (unsigned long long)lc->service_instance_id,
+              (unsigned long long)w->service_instance_id);
+    stop_stale_instances(lc);
+  }
   lc->service_instance_id = w->service_instance_id;
   lc->features = w->features;
   lc->max_out = max;
@@ -645,6 +705,7 @@ static void on_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
       check_shutdown(lc);
     break;
   case TRACERELAY__RELAY_FRAME__MSG_COMMAND:
+    track_command(lc, f->command);
     if (lc->cbs.on_command != NULL)
       lc->cbs.on_command(lc, f->command);
     break;
@@ -729,6 +790,7 @@ static void maybe_done(tr_link_client *lc) {
     free(r);
   }
   free(lc->abi);
+  free(lc->instances);
   free(lc->last_stats);
   void (*done)(void *) = lc->done;
   void *data = lc->done_data;
@@ -1006,6 +1068,8 @@ fail_free:
 }
 
 int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__ProducerUpdate *u) {
+  if (u->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED)
+    forget_instances(lc, u->producer_id, true, 0);
   if (!lc->welcomed)
     return TR_ERR_CLOSED;
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;

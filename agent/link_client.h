@@ -44,6 +44,7 @@
 #define TR_LINK_FOLLOW_UP_DELAY_MS 1
 #define TR_LINK_WRITE_BOUND (1u << 20)
 #define TR_LINK_MAX_PENDING_REPLIES 1024
+#define TR_LINK_MAX_INSTANCES 65536 /* data source instances remembered for a service restart */
 #define TR_LINK_BACKOFF_MIN_MS 100
 #define TR_LINK_BACKOFF_MAX_MS 10000
 #define TR_LINK_CLOCK_SNAPSHOT_MS 10000 /* traced's default snapshot_interval_ms */
@@ -59,6 +60,11 @@ struct tr_link_client_callbacks {
   /* A Command from the service; the callee answers it with tr_link_client_reply (except
    * flush, answered by a FlushAck in the chunk queue). cmd is valid during the call only. */
   void (*on_command)(tr_link_client *lc, const Tracerelay__Command *cmd);
+  /* Optional: the link came back to a different service instance (it restarted), which knows
+   * nothing of the data source instances the old one set up: stop each of them on its producer
+   * (no reply goes anywhere), as traced does when a consumer goes away, so that the new
+   * service's sessions can start them afresh. Called before on_welcome, once per instance. */
+  void (*on_stale_instance)(tr_link_client *lc, uint32_t producer_id, uint64_t instance_id);
   /* Optional, before each AgentStats: refresh the counters (tr_link_client_set_abi). */
   void (*collect_stats)(tr_link_client *lc);
 };

@@ -614,7 +614,7 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
       Perfetto__Protos__TracingServiceState__Producer pr =
           PERFETTO__PROTOS__TRACING_SERVICE_STATE__PRODUCER__INIT;
       Perfetto__Protos__TracingServiceState__Producer *prp = &pr;
-      if (!rp->connected)
+      if (!tr_host_producer_reachable(host, p))
         continue;
       producer_num++;
       perfetto__protos__tracing_service_state__init(&one);

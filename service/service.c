@@ -20,6 +20,9 @@
 #include "service/consumer_port.h"
 #include "service/link_server.h"
 
+#define SHUTDOWN_READ_MS 5000u /* consumers may read what was flushed for this long */
+#define SHUTDOWN_POLL_MS 100
+
 #define COMP "service"
 #define SHUTDOWN_FLUSH_FLAGS 0x12u /* reason trace-stop | initiator traced << 4 */
 
@@ -32,6 +35,8 @@ struct tr_service_daemon {
   tr_link_server *link;
   tr_tls_config *tls;
   unsigned flushes_pending;
+  uv_timer_t read_timer; /* shutdown: waits for consumers to read their ended sessions */
+  uint64_t read_deadline_ms;
   bool stopping;
   bool start_failed; /* nobody else holds d: finish frees it */
   void (*done)(void *ud);
@@ -150,11 +155,35 @@ fail:
   return rc;
 }
 
+static void on_read_timer_closed(uv_handle_t *h) { close_all(h->data); }
+
+/* Shutdown: until every ended session is freed (read and released by its consumer) or the
+ * deadline, the consumer socket stays open. */
+static void on_read_timer(uv_timer_t *t) {
+  tr_service_daemon *d = t->data;
+  size_t unread = d->svc.num_sessions;
+  if (unread && uv_now(d->loop) < d->read_deadline_ms)
+    return;
+  if (unread)
+    TR_WARN(COMP, "%zu session(s) not read by their consumer within %u ms of the shutdown: "
+            "what they held is lost", unread, SHUTDOWN_READ_MS);
+  uv_timer_stop(t);
+  uv_close((uv_handle_t *)t, on_read_timer_closed);
+}
+
 static void end_and_close(tr_service_daemon *d) {
   tr_consumer_port_end_sessions(&d->port,
                                 "tracerelay-service is shutting down (SIGTERM or SIGINT): the "
                                 "session was flushed and stopped early");
-  close_all(d);
+  if (d->svc.num_sessions == 0 || uv_timer_init(d->loop, &d->read_timer) != 0) {
+    close_all(d);
+    return;
+  }
+  TR_INFO(COMP, "waiting up to %u ms for consumers to read the %zu ended session(s)",
+          SHUTDOWN_READ_MS, d->svc.num_sessions);
+  d->read_timer.data = d;
+  d->read_deadline_ms = uv_now(d->loop) + SHUTDOWN_READ_MS;
+  uv_timer_start(&d->read_timer, on_read_timer, SHUTDOWN_POLL_MS, SHUTDOWN_POLL_MS);
 }
 
 static void on_shutdown_flush(void *ud, bool ok) {

@@ -133,7 +133,7 @@ int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t
   }
   hs.has_producers = hs.has_data_sources = 1;
   for (size_t p = 0; p < host->num_producers; p++) {
-    if (!host->producers[p].connected)
+    if (!tr_host_producer_reachable(host, p))
       continue;
     hs.producers++;
     hs.data_sources += (uint32_t)host->producers[p].num_data_sources;

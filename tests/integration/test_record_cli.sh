@@ -62,7 +62,7 @@ size=$(stat -c %s "$WORK/stdout.pftrace")
 head -c $((size - 7)) "$WORK/stdout.pftrace" >"$WORK/cut.pftrace"
 rc=0; "$TR_BIN/tracerelay" inspect "$WORK/cut.pftrace" >"$WORK/cut.txt" 2>&1 || rc=$?
 [ "$rc" = 1 ] || fail "inspect of a cut file exited $rc, not 1"
-grep -q "the part that reads" "$WORK/cut.txt" && grep -q "web-1" "$WORK/cut.txt" ||
+grep -q "the summary covers" "$WORK/cut.txt" && grep -q "web-1" "$WORK/cut.txt" ||
   fail "inspect of a cut file did not summarise its readable part: $(cat "$WORK/cut.txt")"
 
 # The service killed mid-record: record fails and removes the empty output.

@@ -45,9 +45,10 @@ void cmd_inspect_usage(FILE *out) {
         "  --help     this text\n"
         "\n"
         "exit status: 0 read in full (unresolved packets are reported, not fatal), 1 unreadable,\n"
-        "empty or malformed file (the message gives the byte offset; a file cut short or\n"
-        "corrupt further on is still summarised up to there), 2 bad usage, 3 --check-order\n"
-        "found a flow that arrives before it departs by more than the hosts' bounds.\n"
+        "empty or malformed file (the message gives the byte offset; for a file cut short or\n"
+        "corrupt further on, the summary of the records before that point is printed first),\n"
+        "2 bad usage, 3 --check-order found a flow that arrives before it departs by more than\n"
+        "the hosts' bounds.\n"
         "example:\n"
         "  tracerelay inspect cluster.pftrace --json | jq '.hosts[] | {name, unresolved}'\n",
         out);
@@ -415,6 +416,76 @@ static void report_error(const char *path, int rc, const struct tr_inspect_resul
   fprintf(stderr, ": %s\n", r->error.what);
 }
 
+/* Prints the summary of a trace that read in full, with the order check's verdict when asked;
+ * returns the order check's result (< 0 out of memory, > 0 flows out of order). */
+static int print_summary(const struct opts *o, const struct tr_inspect_result *res,
+                         const struct order_check *order) {
+  int order_rc = 0;
+  if (o->json) {
+    print_json(o, res, order, &order_rc);
+  } else {
+    print_text(o, res);
+    if (order)
+      order_rc = order_check_report(order, res, false, stdout);
+  }
+  return order_rc;
+}
+
+/* Inspects len bytes and prints the summary; returns the exit status. An empty file and a file
+ * without one packet fail; so do a file cut short (a record running past the end, as a service
+ * or record killed mid-write leaves) and one corrupt further on, but for those the summary of
+ * the whole records before the bad one is printed first, so what survived can still be seen. */
+static int inspect_mapped(const struct opts *o, const uint8_t *data, size_t len) {
+  struct tr_inspect_result res;
+  struct printer pr = {.o = o};
+  if (o->check_order && (pr.order = order_check_new()) == NULL) {
+    fprintf(stderr, "tracerelay inspect: out of memory\n");
+    return 1;
+  }
+  if (o->json && o->packets)
+    printf("{\"points\":[");
+  int rc = tr_inspect_trace(data, len, o->packets || pr.order ? on_point : NULL, &pr, &res);
+  int order_rc = 0;
+  if (rc < 0 && res.error.code && res.error.offset > 0 && res.error.offset < len) {
+    struct tr_inspect_result part;
+    uint64_t at = res.error.offset;
+    bool cut = res.error.inner < 0 && res.error.what &&
+               (strstr(res.error.what, "past the end") || !strncmp(res.error.what, "truncated", 9));
+    order_check_free(pr.order);
+    pr.order = o->check_order ? order_check_new() : NULL;
+    pr.points = 0;
+    if (tr_inspect_trace(data, (size_t)at, o->packets || pr.order ? on_point : NULL, &pr,
+                         &part) == 0)
+      order_rc = print_summary(o, &part, pr.order);
+    fflush(stdout);
+    if (cut) {
+      fprintf(stderr, "tracerelay inspect: %s: truncated trace at byte %" PRIu64 ": %s (the "
+                      "file ends at byte %zu); the summary covers the %" PRIu64 " bytes before "
+                      "it\n", o->path, at, res.error.what, len, at);
+    } else {
+      report_error(o->path, rc, &res);
+      fprintf(stderr, "tracerelay inspect: %s: the summary covers its first %" PRIu64
+              " bytes, the part that reads\n", o->path, at);
+    }
+    tr_inspect_result_free(&part);
+  } else if (rc < 0) {
+    fflush(stdout);
+    report_error(o->path, rc, &res);
+  } else if (res.packets == 0) {
+    fflush(stdout);
+    fprintf(stderr, "tracerelay inspect: %s: %s: not a trace (was the recording cut off?)\n",
+            o->path, len ? "no trace packets" : "empty file");
+    rc = -1;
+  } else {
+    order_rc = print_summary(o, &res, pr.order);
+  }
+  if (order_rc < 0)
+    fprintf(stderr, "tracerelay inspect: %s: the order check ran out of memory\n", o->path);
+  order_check_free(pr.order);
+  tr_inspect_result_free(&res);
+  return rc < 0 || order_rc < 0 ? 1 : order_rc > 0 ? 3 : 0;
+}
+
 int cmd_inspect(int argc, char **argv) {
   struct opts o = {0};
   int rc = parse(argc, argv, &o);
@@ -438,54 +509,12 @@ int cmd_inspect(int argc, char **argv) {
     fprintf(stderr, "tracerelay inspect: cannot map %s: %s\n", o.path, strerror(errno));
     return 1;
   }
-  struct tr_inspect_result res;
-  struct printer pr = {.o = &o};
-  int order_rc = 0;
-  if (o.check_order && (pr.order = order_check_new()) == NULL) {
-    fprintf(stderr, "tracerelay inspect: out of memory\n");
-    if (data)
-      munmap(data, len);
-    return 1;
-  }
-  if (o.json && o.packets)
-    printf("{\"points\":[");
-  rc = tr_inspect_trace(data, len, o.packets || pr.order ? on_point : NULL, &pr, &res);
-  if (rc < 0 && res.error.code && res.error.offset > 0 && !o.packets) {
-    /* Cut short (a writer killed mid-trace) or corrupt further on: summarise the records
-     * before the bad one, then fail with where it is. */
-    struct tr_inspect_result part;
-    fflush(stdout);
-    report_error(o.path, rc, &res);
-    fprintf(stderr, "tracerelay inspect: %s: what follows covers its first %" PRIu64
-            " bytes, the part that reads\n", o.path, res.error.offset);
-    if (tr_inspect_trace(data, (size_t)res.error.offset, NULL, NULL, &part) == 0)
-      o.json ? print_json(&o, &part, NULL, NULL) : print_text(&o, &part);
-    tr_inspect_result_free(&part);
-  } else if (rc < 0) {
-    fflush(stdout);
-    report_error(o.path, rc, &res);
-  } else if (res.packets == 0) {
-    fprintf(stderr, "tracerelay inspect: %s: %s: no trace in it\n", o.path,
-            len ? "no packet" : "empty file");
-    rc = TR_ERR_DECODE;
-  } else if (o.json) {
-    print_json(&o, &res, pr.order, &order_rc);
-  } else {
-    print_text(&o, &res);
-    if (pr.order)
-      order_rc = order_check_report(pr.order, &res, false, stdout);
-  }
-  if (order_rc < 0) {
-    fprintf(stderr, "tracerelay inspect: %s: the order check ran out of memory\n", o.path);
-    rc = order_rc;
-  }
-  order_check_free(pr.order);
-  tr_inspect_result_free(&res);
+  rc = inspect_mapped(&o, data, len);
   if (data)
     munmap(data, len);
   if (fflush(stdout) != 0) {
     fprintf(stderr, "tracerelay inspect: writing the output failed: %s\n", strerror(errno));
     return 1;
   }
-  return rc < 0 ? 1 : order_rc > 0 ? 3 : 0;
+  return rc;
 }

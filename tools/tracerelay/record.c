@@ -237,18 +237,31 @@ static int open_output(const struct options *o, const Perfetto__Protos__TraceCon
   return fd < 0 ? -2 : fd;
 }
 
-/* The session failed: a 0-byte file must not be left behind as if it were a trace (the
- * service died before anything was read); a partial one is kept, and said to be. */
-static void drop_empty_output(const char *path, int fd) {
+/* After the session: an output file that received nothing is not a trace, so it is removed
+ * and the run fails (a service killed mid-session, a session refused) rather than leaving a
+ * 0-byte .pftrace behind; a partial one left by a failed session is kept, and said to be.
+ * Standard output (-o -) is never removed. Returns the exit status. */
+static int finish_output(int fd, const char *path, int status) {
   struct stat st;
-  if (strcmp(path, "-") == 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-    return;
-  if (st.st_size == 0 && unlink(path) == 0)
-    fprintf(stderr, "tracerelay record: removed %s: the session failed before any data was "
-                    "written\n", path);
-  else if (st.st_size > 0)
-    fprintf(stderr, "tracerelay record: %s holds what was read before the failure (%lld "
-                    "bytes): a partial trace\n", path, (long long)st.st_size);
+  bool is_file = strcmp(path, "-") != 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (close(fd) < 0 && status == 0) {
+    fprintf(stderr, "tracerelay record: cannot write %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  if (!is_file)
+    return status;
+  if (st.st_size > 0) {
+    if (status != 0)
+      fprintf(stderr, "tracerelay record: %s holds what was read before the failure (%lld "
+                      "bytes): a partial trace\n", path, (long long)st.st_size);
+    return status;
+  }
+  if (unlink(path) == 0)
+    fprintf(stderr, "tracerelay record: no trace data was received; removed the empty %s\n",
+            path);
+  else
+    fprintf(stderr, "tracerelay record: no trace data was received; %s is empty\n", path);
+  return status ? status : 1;
 }
 
 int cmd_record(int argc, char **argv) {
@@ -280,12 +293,8 @@ int cmd_record(int argc, char **argv) {
       .progress_lines = o.progress,
   };
   status = record_session_run(&s);
-  if (fd >= 0 && status != 0)
-    drop_empty_output(o.out_path, fd);
-  if (fd >= 0 && close(fd) < 0 && status == 0) {
-    fprintf(stderr, "tracerelay record: cannot write %s: %s\n", o.out_path, strerror(errno));
-    status = 1;
-  }
+  if (fd >= 0)
+    status = finish_output(fd, o.out_path, status);
   protobuf_c_message_free_unpacked(&cfg->base, NULL);
   return status;
 }

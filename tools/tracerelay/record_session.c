@@ -42,6 +42,8 @@ typedef struct run {
   int64_t stats_sent_ms, next_stats_ms;
   struct host_progress_sum stats; /* from the last GetTraceStats: bytes, hosts, losses */
   bool flush_sent, disable_sent;
+  bool ended_with_error; /* the service ended the session with an error (e.g. its shutdown) */
+  bool salvaging;        /* reading after such an end: a refused ReadBuffers is not news */
   int64_t flush_deadline; /* DisableTracing goes out by then even without a Flush answer */
   int64_t end_deadline;   /* the session must have ended by then (0: no limit yet) */
 } run;
@@ -231,8 +233,10 @@ static int wait_for_end(run *r) {
       if (!resp)
         status = errorf(r, "the service at %s refused the session (EnableTracing failed)",
                         r->s->socket_path);
-      else if (resp->error && resp->error[0])
+      else if (resp->error && resp->error[0]) {
         status = errorf(r, "the tracing session failed: %s", resp->error);
+        r->ended_with_error = true;
+      }
       if (resp)
         perfetto__protos__enable_tracing_response__free_unpacked(resp, NULL);
       tr_ipc_frame_free(f);
@@ -280,7 +284,8 @@ static int read_buffers(run *r) {
       idle_deadline = progress_now_ms() + READ_IDLE_TIMEOUT_MS;
       bool more = rep->has_more;
       rc = rep->success ? add_slices(r, rep)
-                        : errorf(r, "the service at %s refused ReadBuffers", r->s->socket_path);
+           : r->salvaging ? 1
+                          : errorf(r, "the service at %s refused ReadBuffers", r->s->socket_path);
       tr_ipc_frame_free(f);
       if (rc || !more)
         return rc;
@@ -332,9 +337,16 @@ int record_session_run(const record_session *s) {
     status = invoke_failed(&r, "EnableTracing", rc);
     goto out;
   }
-  if ((status = wait_for_end(&r)))
-    goto out;
   bool service_wrote = s->config->write_into_file;
+  if ((status = wait_for_end(&r))) {
+    /* What the service flushed before it ended the session is still worth having; the run
+     * fails all the same. */
+    r.salvaging = true;
+    if (r.ended_with_error && !service_wrote && read_buffers(&r) == 0 && r.sink.packets)
+      fprintf(stderr, "tracerelay record: %s holds the %" PRIu64 " packets read before the "
+                      "session ended\n", s->out_path, r.sink.packets);
+    goto out;
+  }
   if (!service_wrote && (status = read_buffers(&r)))
     goto out;
   progress_clear(&r.prog);
