@@ -222,7 +222,7 @@ static void on_producer_disconnected(tr_producer_port *port, const tr_producer_i
     return;
   /* A producer disconnected for its violations is gone before the next stats collection:
    * its count is kept from here (test_hostile_producer). */
-  tr_link_client_set_abi(a->link, info->id, info->abi_violations);
+  tr_link_client_set_producer_counts(a->link, info->id, info->abi_violations, info->smb_full);
   Tracerelay__ProducerUpdate u = TRACERELAY__PRODUCER_UPDATE__INIT;
   u.has_producer_id = u.has_state = 1;
   u.producer_id = info->id;
@@ -369,7 +369,8 @@ static void collect_stats(tr_link_client *lc) {
   for (size_t i = 0; i < a->n_producers; i++) {
     tr_producer_stats st;
     if (tr_producer_port_stats(a->port, a->producers[i].id, &st) == 0)
-      tr_link_client_set_abi(lc, a->producers[i].id, st.abi_violations);
+      tr_link_client_set_producer_counts(lc, a->producers[i].id, st.abi_violations,
+                                         st.smb_full);
   }
 }
 
@@ -433,6 +434,7 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
     goto fail;
   tr_producer_port_config pc = {
       .queue = &a->queue,
+      .smb_size = opts->smb_bytes ? opts->smb_bytes : TR_AGENT_DEFAULT_SMB_BYTES,
       .cb = {.data = a,
              .producer_connected = on_producer_connected,
              .data_sources_changed = on_data_sources_changed,

@@ -16,10 +16,15 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #define TR_AGENT_DEFAULT_PRODUCER_SOCKET "/run/perfetto/traced-producer.sock"
 #define TR_AGENT_DEFAULT_QUEUE_BYTES (32u << 20)
+/* The shared memory of a producer that gives no size hint: see docs/operations.md#shared-memory
+ * for the measurements behind it. */
+#define TR_AGENT_DEFAULT_SMB_KB 256
+#define TR_AGENT_DEFAULT_SMB_BYTES ((uint32_t)TR_AGENT_DEFAULT_SMB_KB << 10)
 
 typedef struct tr_agent tr_agent;
 
@@ -34,6 +39,7 @@ struct tr_agent_opts {
   const char *machine_name;
   size_t queue_bytes; /* chunk queue bound; 0: TR_AGENT_DEFAULT_QUEUE_BYTES */
   size_t spill_bytes; /* spill queue bound; 0: TR_RELAY_SPILL_DEFAULT */
+  uint32_t smb_bytes; /* SMB of a producer without a size hint; 0: TR_AGENT_DEFAULT_SMB_BYTES */
   bool compress;
 };
 

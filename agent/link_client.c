@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/batch_builder.h"
 #include "relay/clock.h"
 #include "relay/hostport.h"
 #include "relay/log.h"
@@ -31,11 +32,12 @@
 
 #define TICK_MS 100
 #define STATS_PERIOD_MS 1000
-#define ITEM_OVERHEAD 64 /* protobuf envelope of one item, an upper estimate */
 
 typedef struct pending_reply {
   struct pending_reply *next;
   uint64_t request_id;
+  uint64_t wait_qseq; /* the last chunk queue entry pushed before the reply */
+  bool resolved;      /* that entry is in a batch: after_seq is known */
   uint64_t after_seq;
   char *error;
 } pending_reply;
@@ -45,10 +47,11 @@ typedef struct set_up_instance { /* a data source instance the service set up an
   uint64_t instance_id;
 } set_up_instance;
 
-typedef struct abi_count {
+/* A producer's counters kept by the producer port, as last collected. */
+typedef struct producer_counts {
   uint32_t producer_id;
-  uint64_t violations;
-} abi_count;
+  uint64_t abi_violations, smb_full;
+} producer_counts;
 
 struct tr_link_client {
   uv_loop_t *loop;
@@ -62,7 +65,9 @@ struct tr_link_client {
   unsigned backoff_min_ms, backoff_max_ms, attempts;
 
   tr_relay_agent agent;
-  tr_relay_codec codec;
+  tr_batch_builder *builder;
+  bool drain_all;        /* batch everything queued, not only full batches */
+  uint64_t batched_qseq; /* the last chunk queue entry taken into a batch */
   tr_relay_reader reader;
   tr_relay_heartbeat hb;
 
@@ -87,8 +92,8 @@ struct tr_link_client {
 
   pending_reply *replies_head, *replies_tail;
   size_t n_replies;
-  abi_count *abi;
-  size_t n_abi;
+  producer_counts *counts;
+  size_t n_counts;
   set_up_instance *instances; /* of service_instance_id, for on_stale_instance */
   size_t n_instances, cap_instances;
   uint8_t *last_stats;
@@ -183,171 +188,72 @@ static void pump(tr_link_client *lc) {
 
 /* ---- batches ---- */
 
-/* One item and the message it points to, built in place for one encode. */
-typedef struct item_slot {
-  Tracerelay__ChunkItem item;
-  union {
-    Tracerelay__Chunk chunk;
-    struct {
-      Tracerelay__Patch patch;
-      Tracerelay__Patch__Entry entry;
-      Tracerelay__Patch__Entry *entries[1];
-    } p;
-    Tracerelay__FlushAck ack;
-  } u;
-} item_slot;
-
-static void fill_item(item_slot *s, const tr_chunkq_entry *e) {
-  s->item = (Tracerelay__ChunkItem)TRACERELAY__CHUNK_ITEM__INIT;
-  switch (e->kind) {
-  case TR_CHUNKQ_CHUNK: {
-    const tr_chunkq_chunk *c = &e->u.chunk;
-    Tracerelay__Chunk *m = &s->u.chunk;
-    *m = (Tracerelay__Chunk)TRACERELAY__CHUNK__INIT;
-    m->has_producer_id = m->has_writer_id = m->has_chunk_id = m->has_packet_count = 1;
-    m->has_flags = m->has_target_buffer = m->has_incomplete = m->has_trusted_uid = 1;
-    m->has_trusted_pid = m->has_payload = 1;
-    m->producer_id = c->producer_id;
-    m->writer_id = c->header.writer_id;
-    m->chunk_id = c->header.chunk_id;
-    m->packet_count = c->header.count;
-    m->flags = c->header.flags;
-    m->target_buffer = c->target_buffer;
-    m->incomplete = c->incomplete;
-    m->trusted_uid = c->trusted_uid;
-    m->trusted_pid = c->trusted_pid;
-    m->payload.data = (uint8_t *)e->data;
-    m->payload.len = e->len;
-    s->item.item_case = TRACERELAY__CHUNK_ITEM__ITEM_CHUNK;
-    s->item.chunk = m;
-    break;
+/* Starts the next batch on the builder's worker when there is one to build: a full batch's
+ * worth, or everything queued once drain_all is set (the batch timer fired, a reply or the
+ * shutdown waits for it). */
+static void next_batch(tr_link_client *lc) {
+  if (lc->finishing || tr_batch_builder_busy(lc->builder))
+    return;
+  if (tr_chunkq_peek(lc->queue) == NULL) {
+    lc->drain_all = false;
+    return;
   }
-  case TR_CHUNKQ_PATCH: {
-    const tr_chunkq_patch *p = &e->u.patch;
-    Tracerelay__Patch *m = &s->u.p.patch;
-    *m = (Tracerelay__Patch)TRACERELAY__PATCH__INIT;
-    s->u.p.entry = (Tracerelay__Patch__Entry)TRACERELAY__PATCH__ENTRY__INIT;
-    s->u.p.entry.has_offset = s->u.p.entry.has_data = 1;
-    s->u.p.entry.offset = p->offset;
-    s->u.p.entry.data = (uint32_t)p->data[0] | (uint32_t)p->data[1] << 8 |
-                        (uint32_t)p->data[2] << 16 | (uint32_t)p->data[3] << 24;
-    s->u.p.entries[0] = &s->u.p.entry;
-    m->has_producer_id = m->has_target_buffer = m->has_writer_id = m->has_chunk_id = 1;
-    m->has_has_more = 1;
-    m->producer_id = p->producer_id;
-    m->target_buffer = p->target_buffer;
-    m->writer_id = p->writer_id;
-    m->chunk_id = p->chunk_id;
-    m->has_more = p->has_more;
-    m->n_entries = 1;
-    m->entries = s->u.p.entries;
-    s->item.item_case = TRACERELAY__CHUNK_ITEM__ITEM_PATCH;
-    s->item.patch = m;
-    break;
-  }
-  case TR_CHUNKQ_FLUSH_ACK: {
-    Tracerelay__FlushAck *m = &s->u.ack;
-    *m = (Tracerelay__FlushAck)TRACERELAY__FLUSH_ACK__INIT;
-    m->has_flush_request_id = m->has_producer_id = 1;
-    m->flush_request_id = e->u.flush_ack.request_id;
-    m->producer_id = e->u.flush_ack.producer_id;
-    s->item.item_case = TRACERELAY__CHUNK_ITEM__ITEM_FLUSH_ACK;
-    s->item.flush_ack = m;
-    break;
-  }
-  }
-}
-
-/* Moves up to TR_LINK_BATCH_BYTES of queue entries into one batch in the spill queue. */
-static void build_batch(tr_link_client *lc) {
+  if (!lc->drain_all && lc->queue->bytes < TR_LINK_BATCH_BYTES)
+    return;
   size_t limit = TR_LINK_BATCH_BYTES;
   if (limit > lc->max_out - TR_RELAY_BATCH_HEADROOM)
     limit = lc->max_out - TR_RELAY_BATCH_HEADROOM;
-  size_t n = 0, cap = 0, bytes = 0;
-  tr_chunkq_entry **entries = NULL;
-  item_slot *slots = NULL;
-  Tracerelay__ChunkItem **items = NULL;
-  tr_relay_tally *tally = NULL;
-  size_t n_tally = 0;
-  int rc = 0;
-  const tr_chunkq_entry *head;
-  while ((head = tr_chunkq_peek(lc->queue)) != NULL) {
-    size_t cost = head->len + ITEM_OVERHEAD;
-    if (n > 0 && bytes + cost > limit)
-      break;
-    if (n == cap) {
-      cap = cap ? cap * 2 : 64;
-      tr_chunkq_entry **grown = realloc(entries, cap * sizeof *grown);
-      if (grown == NULL) {
-        rc = TR_ERR_NOMEM;
-        goto fail;
-      }
-      entries = grown;
-    }
-    entries[n++] = tr_chunkq_pop(lc->queue);
-    bytes += cost;
-  }
-  if (n == 0)
-    return;
-  slots = malloc(n * sizeof *slots);
-  items = malloc(n * sizeof *items);
-  if (slots == NULL || items == NULL) {
-    rc = TR_ERR_NOMEM;
-    goto fail;
-  }
-  for (size_t i = 0; i < n; i++) {
-    fill_item(&slots[i], entries[i]);
-    items[i] = &slots[i].item;
-  }
-  rc = tr_relay_batch_tally(items, n, &tally, &n_tally);
-  if (rc < 0)
-    goto fail;
-  uint8_t *frame;
-  size_t len;
-  uint64_t seq = lc->agent.next_seq;
   bool compress = (lc->features & TR_RELAY_FEATURE_ZSTD) != 0;
-  rc = tr_relay_batch_encode(&lc->codec, seq, compress, items, n, &frame, &len);
-  if (rc < 0)
-    goto fail;
-  /* Takes frame and tally; a batch it drops at once is counted there. */
-  tr_relay_agent_queue(&lc->agent, seq, frame, len, tally, n_tally);
-  tally = NULL;
-  goto out;
-
-fail:
-  TR_ERROR("link", "cannot build a batch of %zu queue entries (%zu bytes): %s; they are lost",
-           n, bytes, tr_strerror(rc));
-out:
-  for (size_t i = 0; i < n; i++)
-    tr_chunkq_entry_free(entries[i]);
-  free(entries);
-  free(slots);
-  free(items);
-  free(tally);
+  tr_batch_builder_start(lc->builder, lc->agent.next_seq, compress, limit);
 }
 
-/* Batches everything the chunk queue holds. */
+/* Batches everything the chunk queue holds, one batch after the other. */
 static void drain_queue(tr_link_client *lc) {
   uv_timer_stop(&lc->batch_timer);
-  while (tr_chunkq_peek(lc->queue) != NULL)
-    build_batch(lc);
+  lc->drain_all = true;
+  next_batch(lc);
 }
 
 static void on_batch_timer(uv_timer_t *t) {
-  tr_link_client *lc = t->data;
-  drain_queue(lc);
+  drain_queue(t->data);
+}
+
+static void resolve_replies(tr_link_client *lc);
+static void send_pending_replies(tr_link_client *lc);
+static void maybe_done(tr_link_client *lc);
+
+/* A batch came back from the builder: into the spill queue, then out. */
+static void on_built(void *data, struct tr_built_batch *b) {
+  tr_link_client *lc = data;
+  if (lc->finishing) {
+    free(b->frame);
+    free(b->tally);
+    maybe_done(lc);
+    return;
+  }
+  if (b->rc < 0)
+    TR_ERROR("link", "cannot build a batch of %zu queue entries (%zu bytes): %s; they are lost",
+             b->entries, b->bytes, tr_strerror(b->rc));
+  else /* takes frame and tally; a batch it drops at once is counted there */
+    tr_relay_agent_queue(&lc->agent, b->seq, b->frame, b->len, b->tally, b->n_tally);
+  lc->batched_qseq = b->last_qseq;
+  resolve_replies(lc);
+  next_batch(lc);
+  if (!tr_batch_builder_busy(lc->builder) && tr_chunkq_peek(lc->queue) != NULL &&
+      !uv_is_active((uv_handle_t *)&lc->batch_timer))
+    uv_timer_start(&lc->batch_timer, on_batch_timer, TR_LINK_BATCH_MS, 0);
   pump(lc);
+  send_pending_replies(lc);
+  if (lc->stopping)
+    check_shutdown(lc);
 }
 
 void tr_link_client_kick(tr_link_client *lc) {
   if (lc->finishing)
     return;
-  if (lc->queue->bytes >= TR_LINK_BATCH_BYTES) {
-    drain_queue(lc);
-    pump(lc);
-  } else if (!uv_is_active((uv_handle_t *)&lc->batch_timer)) {
+  next_batch(lc);
+  if (!tr_batch_builder_busy(lc->builder) && !uv_is_active((uv_handle_t *)&lc->batch_timer))
     uv_timer_start(&lc->batch_timer, on_batch_timer, TR_LINK_BATCH_MS, 0);
-  }
 }
 
 /* ---- stats ---- */
@@ -366,7 +272,7 @@ static void send_stats(tr_link_client *lc, bool force) {
   if (lc->cbs.collect_stats != NULL)
     lc->cbs.collect_stats(lc);
   const tr_relay_agent *a = &lc->agent;
-  size_t max = lc->queue->num_drops + a->n_lost + lc->n_abi;
+  size_t max = lc->queue->num_drops + a->n_lost + lc->n_counts;
   uint32_t *ids = malloc((max ? max : 1) * sizeof *ids);
   Tracerelay__AgentStats__Producer *ps = malloc((max ? max : 1) * sizeof *ps);
   Tracerelay__AgentStats__Producer **pp = malloc((max ? max : 1) * sizeof *pp);
@@ -378,8 +284,8 @@ static void send_stats(tr_link_client *lc, bool force) {
     add_id(ids, &n, lc->queue->drops[i].producer_id);
   for (size_t i = 0; i < a->n_lost; i++)
     add_id(ids, &n, a->lost[i].producer_id);
-  for (size_t i = 0; i < lc->n_abi; i++)
-    add_id(ids, &n, lc->abi[i].producer_id);
+  for (size_t i = 0; i < lc->n_counts; i++)
+    add_id(ids, &n, lc->counts[i].producer_id);
   for (size_t i = 0; i < n; i++) {
     Tracerelay__AgentStats__Producer *p = &ps[i];
     *p = (Tracerelay__AgentStats__Producer)TRACERELAY__AGENT_STATS__PRODUCER__INIT;
@@ -398,9 +304,13 @@ static void send_stats(tr_link_client *lc, bool force) {
         p->spill_dropped_packets = a->lost[j].packets;
       }
     }
-    for (size_t j = 0; j < lc->n_abi; j++)
-      if (lc->abi[j].producer_id == ids[i])
-        p->abi_violations = lc->abi[j].violations;
+    p->has_smb_full = 1;
+    for (size_t j = 0; j < lc->n_counts; j++) {
+      if (lc->counts[j].producer_id == ids[i]) {
+        p->abi_violations = lc->counts[j].abi_violations;
+        p->smb_full = lc->counts[j].smb_full;
+      }
+    }
     pp[i] = p;
   }
   Tracerelay__AgentStats s = TRACERELAY__AGENT_STATS__INIT;
@@ -433,20 +343,22 @@ out:
   free(pp);
 }
 
-int tr_link_client_set_abi(tr_link_client *lc, uint32_t producer_id, uint64_t violations) {
-  for (size_t i = 0; i < lc->n_abi; i++) {
-    if (lc->abi[i].producer_id == producer_id) {
-      lc->abi[i].violations = violations;
+int tr_link_client_set_producer_counts(tr_link_client *lc, uint32_t producer_id,
+                                       uint64_t abi_violations, uint64_t smb_full) {
+  producer_counts counts = {producer_id, abi_violations, smb_full};
+  for (size_t i = 0; i < lc->n_counts; i++) {
+    if (lc->counts[i].producer_id == producer_id) {
+      lc->counts[i] = counts;
       return 0;
     }
   }
-  if (violations == 0)
+  if (abi_violations == 0 && smb_full == 0)
     return 0;
-  abi_count *grown = realloc(lc->abi, (lc->n_abi + 1) * sizeof *grown);
+  producer_counts *grown = realloc(lc->counts, (lc->n_counts + 1) * sizeof *grown);
   if (grown == NULL)
     return TR_ERR_NOMEM;
-  lc->abi = grown;
-  lc->abi[lc->n_abi++] = (abi_count){producer_id, violations};
+  lc->counts = grown;
+  lc->counts[lc->n_counts++] = counts;
   return 0;
 }
 
@@ -466,9 +378,10 @@ static int send_reply(tr_link_client *lc, uint64_t request_id, const char *error
 }
 
 int tr_link_client_reply(tr_link_client *lc, uint64_t request_id, const char *error) {
-  drain_queue(lc);
-  uint64_t after_seq = lc->agent.next_seq - 1;
-  if (lc->welcomed && send_reply(lc, request_id, error, after_seq) == 0) {
+  uint64_t wait_qseq = lc->queue->next_seq - 1;
+  bool batched = lc->batched_qseq >= wait_qseq;
+  if (batched && lc->replies_head == NULL && lc->welcomed &&
+      send_reply(lc, request_id, error, lc->agent.next_seq - 1) == 0) {
     pump(lc);
     return 0;
   }
@@ -480,18 +393,33 @@ int tr_link_client_reply(tr_link_client *lc, uint64_t request_id, const char *er
     return TR_ERR_NOMEM;
   }
   r->request_id = request_id;
-  r->after_seq = after_seq;
+  r->wait_qseq = wait_qseq;
+  r->resolved = batched;
+  r->after_seq = lc->agent.next_seq - 1;
   if (lc->replies_tail != NULL)
     lc->replies_tail->next = r;
   else
     lc->replies_head = r;
   lc->replies_tail = r;
   lc->n_replies++;
+  if (!batched)
+    drain_queue(lc);
   return 0;
 }
 
+/* Replies whose preceding entries are now in batches come after the last batch queued. */
+static void resolve_replies(tr_link_client *lc) {
+  for (pending_reply *r = lc->replies_head; r != NULL; r = r->next)
+    if (!r->resolved && r->wait_qseq <= lc->batched_qseq) {
+      r->resolved = true;
+      r->after_seq = lc->agent.next_seq - 1;
+    }
+}
+
+/* Sends the waiting replies in order, up to the first still waiting for its batch. */
 static void send_pending_replies(tr_link_client *lc) {
-  while (lc->replies_head != NULL && lc->welcomed && !lc->closing_conn) {
+  while (lc->replies_head != NULL && lc->replies_head->resolved && lc->welcomed &&
+         !lc->closing_conn) {
     pending_reply *r = lc->replies_head;
     if (send_reply(lc, r->request_id, r->error, r->after_seq) < 0)
       return;
@@ -777,10 +705,11 @@ static void on_connect(tr_tls_uv_conn *conn) {
 }
 
 static void maybe_done(tr_link_client *lc) {
-  if (!lc->finishing || lc->conn != NULL || lc->resolving || lc->handles_open > 0)
+  if (!lc->finishing || lc->conn != NULL || lc->resolving || lc->handles_open > 0 ||
+      tr_batch_builder_busy(lc->builder))
     return;
   tr_relay_agent_free(&lc->agent);
-  tr_relay_codec_free(&lc->codec);
+  tr_batch_builder_free(lc->builder);
   tr_frame_reader_free(&lc->reader);
   tr_tls_config_unref(lc->tls);
   while (lc->replies_head != NULL) {
@@ -789,7 +718,7 @@ static void maybe_done(tr_link_client *lc) {
     free(r->error);
     free(r);
   }
-  free(lc->abi);
+  free(lc->counts);
   free(lc->instances);
   free(lc->last_stats);
   void (*done)(void *) = lc->done;
@@ -934,7 +863,8 @@ static void finish(tr_link_client *lc) {
 static void check_shutdown(tr_link_client *lc) {
   if (lc->finishing)
     return;
-  bool all_acked = lc->agent.head == NULL && tr_chunkq_peek(lc->queue) == NULL;
+  bool all_acked = lc->agent.head == NULL && tr_chunkq_peek(lc->queue) == NULL &&
+                   !tr_batch_builder_busy(lc->builder);
   if (all_acked || uv_now(lc->loop) >= lc->stop_deadline_ms)
     finish(lc);
 }
@@ -1023,12 +953,12 @@ int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts
   rc = tr_relay_agent_init(&lc->agent, instance_id, opts->spill_bytes);
   if (rc < 0)
     goto fail_free;
-  rc = tr_relay_codec_init(&lc->codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, 0);
+  rc = tr_batch_builder_new(loop, opts->queue, on_built, lc, &lc->builder);
   if (rc < 0)
     goto fail_agent;
   rc = tr_relay_reader_init(&lc->reader, 0);
   if (rc < 0)
-    goto fail_codec;
+    goto fail_builder;
   lc->loop = loop;
   lc->cbs = *cbs;
   lc->tls = tr_tls_config_ref(opts->tls);
@@ -1058,8 +988,8 @@ int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts
   *out = lc;
   return 0;
 
-fail_codec:
-  tr_relay_codec_free(&lc->codec);
+fail_builder:
+  tr_batch_builder_free(lc->builder);
 fail_agent:
   tr_relay_agent_free(&lc->agent);
 fail_free:

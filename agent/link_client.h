@@ -14,16 +14,19 @@
  * - Flow control: batches are written only while less than TR_LINK_WRITE_BOUND bytes of
  *   ciphertext wait in the socket's queue, so a slow service fills the spill queue, never
  *   blocks the caller or a producer.
- * - A CommandReply carries after_seq = the last batch queued after everything taken from the
- *   chunk queue so far, so the service applies it after the data that preceded it. Replies
- *   made while disconnected wait (up to TR_LINK_MAX_PENDING_REPLIES) for the next Welcome.
+ * - Batches are packed and compressed on a worker thread (batch_builder.h), one at a time, so
+ *   the loop goes back to the producers' CommitData (and frees their shared memory) at once.
+ * - A CommandReply carries after_seq = the last batch queued once everything pushed to the
+ *   chunk queue before the reply is in a batch, so the service applies it after the data that
+ *   preceded it: a reply waits for those batches to be built, and replies made while
+ *   disconnected wait (up to TR_LINK_MAX_PENDING_REPLIES) for the next Welcome.
  * - Clock probes are answered at once: t2 is when the probe reached the socket (the
  *   kernel's receive stamp, tr_tls_uv_read_time, before decryption); the exact t3, when the encrypted answer left (the kernel's
  *   send stamp, tr_tls_uv_sent_time), follows TR_LINK_FOLLOW_UP_DELAY_MS later in a
  *   ClockFollowUp (FEATURE_CLOCK_FOLLOW_UP).
  * - Reconnects: capped exponential backoff with +-20% jitter (100 ms doubling to 10 s by
  *   default), reset by each Welcome. The name is resolved again on each attempt.
- * Everything runs on the loop's thread. */
+ * Everything else runs on the loop's thread. */
 #ifndef TR_LINK_CLIENT_H
 #define TR_LINK_CLIENT_H
 
@@ -65,7 +68,7 @@ struct tr_link_client_callbacks {
    * (no reply goes anywhere), as traced does when a consumer goes away, so that the new
    * service's sessions can start them afresh. Called before on_welcome, once per instance. */
   void (*on_stale_instance)(tr_link_client *lc, uint32_t producer_id, uint64_t instance_id);
-  /* Optional, before each AgentStats: refresh the counters (tr_link_client_set_abi). */
+  /* Optional, before each AgentStats: refresh the counters (tr_link_client_set_producer_counts). */
   void (*collect_stats)(tr_link_client *lc);
 };
 
@@ -102,8 +105,9 @@ int tr_link_client_send_clock_snapshot(tr_link_client *lc);
  * snapshot_interval_ms, 0 if none; the shortest given since the host became active is used
  * (at least TR_LINK_CLOCK_SNAPSHOT_MIN_MS), else clock_snapshot_interval_ms. */
 void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t interval_ms);
-/* The ABI violations counted so far for a producer (monotonic), for AgentStats. */
-int tr_link_client_set_abi(tr_link_client *lc, uint32_t producer_id, uint64_t abi_violations);
+/* A producer's ABI violations and SMB-full findings so far (monotonic), for AgentStats. */
+int tr_link_client_set_producer_counts(tr_link_client *lc, uint32_t producer_id,
+                                       uint64_t abi_violations, uint64_t smb_full);
 /* Uses cfg (referenced) for the next connections. */
 void tr_link_client_reload_tls(tr_link_client *lc, tr_tls_config *cfg);
 /* True while a Welcome is current on the connection. */

@@ -17,6 +17,9 @@
 
 #define PROG "tracerelay-agent"
 #define SHUTDOWN_TIMEOUT_MS 5000u
+#define STRINGIFY_VALUE(x) STRINGIFY(x)
+#define STRINGIFY(x) #x
+#define SMB_DEFAULT_TEXT STRINGIFY_VALUE(TR_AGENT_DEFAULT_SMB_KB)
 
 static const char kHelp[] =
     "Usage: tracerelay-agent --service HOST:PORT --ca FILE --cert FILE --key FILE [options]\n"
@@ -49,6 +52,10 @@ static const char kHelp[] =
     "                         (default 32); a chunk that does not fit is dropped and counted.\n"
     "  --spill-mb N           bound of the spill queue of batches not yet acknowledged by the\n"
     "                         service, in MiB (default 64): how much a link outage can absorb.\n"
+    "  --smb-kb N             shared memory of each producer that does not ask for a size, in\n"
+    "                         KiB (default " SMB_DEFAULT_TEXT "; a multiple of 32, at most 32768): what a\n"
+    "                         producer can write while its chunks wait to be copied out. A\n"
+    "                         producer's own size hint wins (up to 32 MiB).\n"
     "  --compress             compress batches with zstd when the service agrees (default).\n"
     "  --no-compress          send batches uncompressed (incompressible data, or scarce CPU).\n"
     "  --fake-clock OFF_NS,DRIFT_PPM\n"
@@ -77,7 +84,7 @@ static const char kHelp[] =
 
 enum { OPT_SERVICE = 256, OPT_SERVICE_NAME, OPT_CA, OPT_CERT, OPT_KEY, OPT_PRODUCER_SOCKET,
        OPT_QUEUE_MB, OPT_SPILL_MB, OPT_COMPRESS, OPT_NO_COMPRESS, OPT_FAKE_CLOCK,
-       OPT_MACHINE_NAME };
+       OPT_MACHINE_NAME, OPT_SMB_KB };
 
 static int bad(const char *flag, const char *value) {
   return tr_daemon_bad_value(PROG, flag, value, NULL);
@@ -113,6 +120,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       {"producer-socket", required_argument, NULL, OPT_PRODUCER_SOCKET},
       {"queue-mb", required_argument, NULL, OPT_QUEUE_MB},
       {"spill-mb", required_argument, NULL, OPT_SPILL_MB},
+      {"smb-kb", required_argument, NULL, OPT_SMB_KB},
       {"compress", no_argument, NULL, OPT_COMPRESS},
       {"no-compress", no_argument, NULL, OPT_NO_COMPRESS},
       {"fake-clock", required_argument, NULL, OPT_FAKE_CLOCK},
@@ -155,6 +163,15 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       if (parse_mb(optarg, &o->spill_bytes) < 0)
         return bad("--spill-mb", optarg);
       break;
+    case OPT_SMB_KB: {
+      char *end;
+      unsigned long kb = strtoul(optarg, &end, 10);
+      if (*optarg == '\0' || *end != '\0' || kb == 0 || kb % 32 != 0 || kb > 32768)
+        return tr_daemon_bad_value(PROG, "--smb-kb", optarg,
+                                   "give KiB, a multiple of 32 up to 32768, e.g. 1024");
+      o->smb_bytes = (uint32_t)kb << 10;
+      break;
+    }
     case OPT_COMPRESS: o->compress = true; break;
     case OPT_NO_COMPRESS: o->compress = false; break;
     case OPT_FAKE_CLOCK: {

@@ -46,7 +46,8 @@ static int commandable(tr_producer_port *port, uint32_t producer_id, pp_producer
 static int set_up_tracing(pp_producer *p) {
   if (!p->shm.has_smb) {
     tr_smb smb;
-    tr_smb_geometry g = tr_smb_choose_geometry(0, 0, p->smb_size_hint, p->smb_page_hint);
+    uint32_t size = p->smb_size_hint ? p->smb_size_hint : p->port->cfg.smb_size;
+    tr_smb_geometry g = tr_smb_choose_geometry(0, 0, size, p->smb_page_hint);
     int rc = tr_smb_create(&smb, g);
     if (rc < 0)
       return rc;

@@ -52,7 +52,8 @@ tr_producer_info pp_info(const pp_producer *p) {
       .pid = p->peer.pid,
       .data_sources = (const Perfetto__Protos__DataSourceDescriptor *const *)p->data_sources,
       .num_data_sources = p->num_data_sources,
-      .abi_violations = p->shm.stats.abi_violations};
+      .abi_violations = p->shm.stats.abi_violations,
+      .smb_full = p->shm.stats.smb_full};
 }
 
 /* Logs a violation already counted in the stats; disconnects once there were too many. */

@@ -61,6 +61,7 @@ typedef struct tr_producer_info {
   /* Its ABI violations so far: in producer_disconnected, the final count (the producer may
    * be disconnected for them before anyone asked tr_producer_port_stats). */
   uint64_t abi_violations;
+  uint64_t smb_full; /* likewise, tr_producer_stats.smb_full */
 } tr_producer_info;
 
 typedef struct tr_producer_port_callbacks {
@@ -92,6 +93,9 @@ typedef struct tr_producer_port_config {
   tr_chunkq *queue; /* owned by the caller; must outlive the port */
   tr_producer_port_callbacks cb;
   size_t max_producers; /* 0: TR_IPC_DEFAULT_MAX_CONNS */
+  /* The SMB of a producer that gives no size hint (a producer's hint wins, within
+   * tr_smb_choose_geometry's bounds); 0: TR_SMB_DEFAULT_SIZE, traced's. */
+  uint32_t smb_size;
 } tr_producer_port_config;
 
 /* Allocates a port on `loop`; nothing listens yet. 0, TR_ERR_INVAL (no queue), TR_ERR_NOMEM,

@@ -282,6 +282,10 @@ int tr_producer_shm_commit(tr_producer_shm *s, tr_chunkq *q,
                            const Perfetto__Protos__CommitDataRequest *req,
                            tr_producer_commit_result *res) {
   memset(res, 0, sizeof(*res));
+  /* Only this reader frees chunks, so an SMB full now was full since the producer last found
+   * it so: whatever it wrote in between was dropped or waited. */
+  if (s->has_smb && !tr_smb_has_free_chunk(&s->smb))
+    s->stats.smb_full++;
   for (size_t i = 0; i < req->n_chunks_to_move; i++) {
     const Perfetto__Protos__CommitDataRequest__ChunksToMove *m = req->chunks_to_move[i];
     if (m->has_data)

@@ -37,6 +37,8 @@ typedef struct tr_producer_stats {
   uint64_t flush_acks;
   uint64_t scraped_chunks; /* chunks queued by scraping */
   uint64_t abi_violations; /* refused entries and calls, malformed chunks */
+  uint64_t smb_full;       /* commits that found the SMB without a free chunk: the producer
+                            * may have dropped (or stalled) since the commit before */
   uint64_t chunks_dropped; /* filled in by the port from the queue's drop counters */
 } tr_producer_stats;
 

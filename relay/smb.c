@@ -138,6 +138,20 @@ int tr_smb_page_word(const tr_smb *smb, size_t page, uint32_t *word) {
   return 0;
 }
 
+bool tr_smb_has_free_chunk(const tr_smb *smb) {
+  for (size_t page = 0; page < smb->num_pages; page++) {
+    uint32_t word = __atomic_load_n(word_ptr(smb, page), __ATOMIC_ACQUIRE);
+    unsigned layout = tr_smb_word_layout(word);
+    if (layout == TR_SMB_LAYOUT_NONE)
+      return true;
+    unsigned chunks = tr_smb_layout_chunks(layout);
+    for (unsigned c = 0; c < chunks; c++)
+      if (tr_smb_word_state(word, c) == TR_SMB_CHUNK_FREE)
+        return true;
+  }
+  return false;
+}
+
 /* Only valid for a chunk index inside `layout`, which bounds it to the page. */
 static uint8_t *chunk_ptr(const tr_smb *smb, size_t page, size_t chunk, size_t chunk_size) {
   return smb->base + page * smb->page_size + TR_SMB_PAGE_HEADER_SIZE + chunk * chunk_size;

@@ -98,6 +98,10 @@ unsigned tr_smb_layout_chunks(unsigned layout);
 size_t tr_smb_chunk_size(size_t page_size, unsigned layout);
 /* Loads a page's word once (acquire). TR_ERR_INVAL if page >= num_pages. */
 int tr_smb_page_word(const tr_smb *smb, size_t page, uint32_t *word);
+/* True if the producer could take a chunk now: a page not partitioned, or a Free chunk in a
+ * partitioned one. A snapshot (the producer may take chunks while the words are read), exact
+ * as to the chunks only the reader frees. O(pages). */
+bool tr_smb_has_free_chunk(const tr_smb *smb);
 
 /* The commit path (service side): Complete -> BeingRead, copy the whole chunk (header and
  * payload) into dst, zero its header, BeingRead -> Free (the page word becomes 0 when every

@@ -102,6 +102,7 @@ typedef struct tr_session_host {
   int bound_edges;
   int64_t bound_edge_offset[2];
   uint64_t chunks_refused;
+  uint64_t smb_full_at_start; /* the host's agent_smb_full when it joined the session */
   uint64_t flushes_missed;
   uint64_t disconnects;
   uint64_t disconnected_at[TR_SESSION_MAX_DISCONNECT_MARKS]; /* tr_session_now() of the first */

@@ -543,6 +543,10 @@ static void fill_host(Tracerelay__HostStats *h, const tr_session_host *sh) {
   h->session_flushes_missed = sh->flushes_missed;
   h->has_session_disconnects = 1;
   h->session_disconnects = sh->disconnects;
+  h->has_session_smb_full = 1;
+  h->session_smb_full = st->agent_smb_full > sh->smb_full_at_start
+                            ? st->agent_smb_full - sh->smb_full_at_start
+                            : 0;
   h->n_session_disconnected_at_ns = sh->num_disconnected_at;
   h->session_disconnected_at_ns = (uint64_t *)sh->disconnected_at;
 }

@@ -2,7 +2,7 @@
 # test_overload.sh: more producers than their shared memory can hold at the configured rate.
 # On web-1, 6 loadgens write 1 KB events at 2 x 4000 a second each into a small SMB (64 KB asked
 # for): the SMB fills up (the producers count their dropped packets, the agent counts SMB-full
-# events), and everything the producers did write is accounted for exactly: written = in
+# events, which the trace and record's summary show), and everything the producers did write is accounted for exactly: written = in
 # trace + counted lost. web-2 runs a steady producer next to it: lossless. Meanwhile a probe
 # producer on web-1 serves a second session whose Flush, and a QueryServiceState, must each
 # be answered within 1 s (a liveness check of the service and of the loaded agent, loose on
@@ -48,4 +48,17 @@ cluster_log "web-1 producers dropped $dropped packets (SMB full)"
 [ "$dropped" -gt 0 ] || { echo "FAIL: the SMB never filled: no overload happened"; exit 1; }
 FAULT_EXPECT_LOSS= fault_check_accounting "$WORK/overload.pftrace" exact web-1
 fault_check_accounting "$WORK/overload.pftrace" lossless web-2
+# The producers' drops are visible without their own counts: the agent found web-1's shared
+# memory full (loss events), in the trace's stats and in record's closing line.
+python3 - "$WORK/overload.pftrace.json" "$dropped" <<'PY' || exit 1
+import json, sys
+hosts = {m.get("name"): m for m in json.load(open(sys.argv[1]))["hosts"]}
+full = {h: (hosts[h].get("host_stats") or {}).get("session_smb_full", 0) for h in ("web-1", "web-2")}
+print(f"SMB-full events in the trace: {full}")
+if full["web-1"] == 0:
+    sys.exit(f"FAIL: web-1's producers dropped {sys.argv[2]} packets, the trace says SMB full 0 times")
+PY
+grep -q "shared memory full [1-9][0-9]* times" "$WORK/record.log" || {
+  echo "FAIL: record's summary does not report the full shared memory:"; cat "$WORK/record.log"
+  exit 1; }
 echo "PASS: test_overload"

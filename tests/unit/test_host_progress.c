@@ -64,6 +64,8 @@ static void test_hosts_from_the_extension(void **state) {
   h[0].buffer_stats_index = idx1;
   h[0].buffer_index = buf1;
   h[0].has_connected = h[0].connected = 1;
+  h[0].has_session_smb_full = 1;
+  h[0].session_smb_full = 3; /* loss events, apart from the chunks lost */
   h[1].machine_name = "web-2";
   h[1].n_buffer_stats_index = h[1].n_buffer_index = 1;
   h[1].buffer_stats_index = idx2;
@@ -85,7 +87,9 @@ static void test_hosts_from_the_extension(void **state) {
   assert_int_equal(sum.bytes, (4u << 20) + (512u << 10));
   assert_int_equal(sum.hosts, 2);
   assert_int_equal(sum.lost_chunks, 10);
-  assert_string_equal(out, "web-1 3.5 MB  web-2 1.0 MB (10 chunks lost) (down)");
+  assert_int_equal(sum.smb_full, 3);
+  assert_string_equal(out,
+                      "web-1 3.5 MB (SMB full 3 times)  web-2 1.0 MB (10 chunks lost) (down)");
 
   /* Cut short: whatever fits, still a string. */
   char small[8];
@@ -98,7 +102,7 @@ static void test_hosts_from_the_extension(void **state) {
   h[1].machine_name = "\x1b[2Jevil";
   r = reply(&st, &x, &len);
   assert_int_equal(host_progress_format(r, len, out, sizeof out, &sum), 0);
-  assert_string_equal(out, "web-1 3.5 MB  ? 0.0 MB (6 chunks lost) (down)");
+  assert_string_equal(out, "web-1 3.5 MB (SMB full 3 times)  ? 0.0 MB (6 chunks lost) (down)");
   free(r);
 }
 

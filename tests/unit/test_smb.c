@@ -256,6 +256,28 @@ static void test_state_machine(void **state) {
   tr_smb_close(&smb);
 }
 
+/* Full means every page partitioned and no chunk Free; one chunk freed ends it. */
+static void test_has_free_chunk(void **state) {
+  (void)state;
+  tr_smb smb;
+  assert_int_equal(tr_smb_create(&smb, (tr_smb_geometry){8192, 4096}), 0);
+  uint8_t dst[4096];
+  assert_true(tr_smb_has_free_chunk(&smb)); /* nothing partitioned */
+  assert_int_equal(tr_smb_partition_page(&smb, 0, TR_SMB_LAYOUT_DIV1), 0);
+  write_chunk(&smb, 0, 0, 1, 0x01);
+  assert_true(tr_smb_has_free_chunk(&smb)); /* page 1 still free */
+  assert_int_equal(tr_smb_partition_page(&smb, 1, TR_SMB_LAYOUT_DIV2), 0);
+  write_chunk(&smb, 1, 0, 2, 0x02);
+  assert_true(tr_smb_has_free_chunk(&smb)); /* chunk 1 of page 1 */
+  write_chunk(&smb, 1, 1, 3, 0x03);
+  assert_false(tr_smb_has_free_chunk(&smb));
+  assert_int_equal(tr_smb_complete_chunk(&smb, 1, 1), 0);
+  assert_false(tr_smb_has_free_chunk(&smb)); /* Complete is not free */
+  assert_true(tr_smb_read_chunk(&smb, 1, 1, dst, sizeof(dst)) > 0);
+  assert_true(tr_smb_has_free_chunk(&smb));
+  tr_smb_close(&smb);
+}
+
 static void test_wrong_transitions(void **state) {
   (void)state;
   tr_smb smb;
@@ -443,6 +465,7 @@ int main(void) {
       cmocka_unit_test(test_adopt_rejections),
       cmocka_unit_test(test_init_view),
       cmocka_unit_test(test_state_machine),
+      cmocka_unit_test(test_has_free_chunk),
       cmocka_unit_test(test_wrong_transitions),
       cmocka_unit_test(test_scrape),
       cmocka_unit_test(test_concurrent_producers),

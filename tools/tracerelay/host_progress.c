@@ -51,8 +51,9 @@ static Tracerelay__TraceStatsExtension *extension_of(const TraceStats *st) {
   return x;
 }
 
-static uint64_t format_host(const Tracerelay__HostStats *h, const TraceStats *st, char *out,
-                            size_t cap) {
+/* Appends one host's part of the line; adds its losses to *total. */
+static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, char *out,
+                        size_t cap, struct host_progress_sum *total) {
   uint64_t bytes = 0, lost = h->agent_queue_dropped_chunks + h->agent_spill_dropped_chunks +
                               h->link_lost_chunks;
   for (size_t i = 0; i < h->n_buffer_stats_index; i++) {
@@ -68,9 +69,12 @@ static uint64_t format_host(const Tracerelay__HostStats *h, const TraceStats *st
          (double)bytes / (1024.0 * 1024.0)); /* MB as the total's: MiB */
   if (lost)
     append(out, cap, " (%llu chunks lost)", (unsigned long long)lost);
+  if (h->session_smb_full)
+    append(out, cap, " (SMB full %llu times)", (unsigned long long)h->session_smb_full);
   if (h->has_connected && !h->connected)
     append(out, cap, " (down)");
-  return lost;
+  total->lost_chunks += lost;
+  total->smb_full += h->session_smb_full;
 }
 
 int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,
@@ -91,7 +95,7 @@ int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap
     out[0] = '\0';
   Tracerelay__TraceStatsExtension *x = extension_of(st);
   for (size_t i = 0; x && cap > 0 && i < x->n_tracerelay_hosts; i++) {
-    total->lost_chunks += format_host(x->tracerelay_hosts[i], st, out, cap);
+    format_host(x->tracerelay_hosts[i], st, out, cap, total);
     total->hosts++;
   }
   if (x)

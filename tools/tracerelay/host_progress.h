@@ -6,7 +6,8 @@
  * TraceStats.buffer_stats entries that are that host's. A host's bytes are the bytes_written
  * of those entries (this session's data of that host in the central buffers); its losses are
  * the chunks dropped on its agent (queue, spill queue), lost on the link, and discarded or
- * overwritten in its buffers. Perfetto's traced sends no extension: then only the total shows.
+ * overwritten in its buffers, and apart from them the times its producers' shared memory was
+ * found full (they dropped data; the ABI gives no count). Perfetto's traced sends no extension: then only the total shows.
  * The reply is untrusted: every index is checked, names are printed only if they are valid
  * machine names. */
 #ifndef TRACERELAY_HOST_PROGRESS_H
@@ -19,10 +20,11 @@ struct host_progress_sum {
   uint64_t bytes;       /* every buffer's bytes_written */
   unsigned hosts;       /* hosts in the extension (0 without it) */
   uint64_t lost_chunks; /* the hosts' losses as counted in the line, summed */
+  uint64_t smb_full;    /* the hosts' session_smb_full: loss events, packet count unknown */
 };
 
 /* Decodes the reply_proto of a GetTraceStats reply. Writes "web-1 4.1 MB  web-2 0.3 MB
- * (12 chunks lost)  web-3 1.0 MB (down)" into out (hosts in the service's order; "" without
+ * (12 chunks lost) (SMB full 3 times)  web-3 1.0 MB (down)" into out (hosts in the service's order; "" without
  * the extension) and the totals into *sum. Returns 0, or -1 if the reply does not decode (out
  * and *sum untouched). */
 int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,

@@ -186,13 +186,15 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            ",\"agent_spill_dropped_chunks\":%" PRIu64 ",\"agent_smb_full\":%" PRIu64
            ",\"agent_abi_violations\":%" PRIu64 ",\"flushes_missed\":%" PRIu64
            ",\"session_chunks_refused\":%" PRIu64 ",\"session_flushes_missed\":%" PRIu64
-           ",\"session_disconnects\":%" PRIu64 ",\"agent_queue_dropped_packets\":%" PRIu64
+           ",\"session_disconnects\":%" PRIu64 ",\"session_smb_full\":%" PRIu64
+           ",\"agent_queue_dropped_packets\":%" PRIu64
            ",\"agent_spill_dropped_packets\":%" PRIu64
            ",\"session_packets_lost_in_gaps\":%" PRIu64 ",\"lost_packets\":%" PRIu64 "}",
            l->connected ? "true" : "false", l->link_lost_chunks, l->link_lost_bytes,
            l->agent_queue_dropped_chunks, l->agent_spill_dropped_chunks, l->agent_smb_full,
            l->agent_abi_violations, l->flushes_missed, l->session_chunks_refused,
-           l->session_flushes_missed, l->session_disconnects, l->agent_queue_dropped_packets,
+           l->session_flushes_missed, l->session_disconnects, l->session_smb_full,
+           l->agent_queue_dropped_packets,
            l->agent_spill_dropped_packets, l->session_packets_lost_in_gaps,
            l->agent_queue_dropped_packets + l->agent_spill_dropped_packets +
                l->session_packets_lost_in_gaps);
@@ -312,11 +314,13 @@ static void print_host_text(const struct tr_inspect_result *r, const struct tr_i
          l->previous_packet_dropped);
   if (l->has_host_stats)
     printf("  relay:  %s; this session: %" PRIu64 " disconnects, %" PRIu64 " flushes missed, %" PRIu64
-           " chunks refused; service lifetime: link lost %" PRIu64 " chunks (%" PRIu64
+           " chunks refused, %" PRIu64 " SMB-full events (producers dropped data, packet count "
+           "unknown); service lifetime: link lost %" PRIu64 " chunks (%" PRIu64
            " bytes), agent dropped %" PRIu64 " queued + %" PRIu64 " spilled chunks, %" PRIu64
            " SMB full, %" PRIu64 " ABI violations, %" PRIu64 " flushes missed\n",
            l->connected ? "connected" : "disconnected", l->session_disconnects,
-           l->session_flushes_missed, l->session_chunks_refused, l->link_lost_chunks,
+           l->session_flushes_missed, l->session_chunks_refused, l->session_smb_full,
+           l->link_lost_chunks,
            l->link_lost_bytes, l->agent_queue_dropped_chunks, l->agent_spill_dropped_chunks,
            l->agent_smb_full, l->agent_abi_violations, l->flushes_missed);
   for (size_t i = 0; i < l->num_disconnected_at; i++)

@@ -301,10 +301,15 @@ static void print_summary(const run *r, bool service_wrote) {
   fprintf(stderr, "tracerelay record: wrote %.1f MB to %s%s",
           (double)output_bytes(r) / (1024.0 * 1024.0), where ? where : "?",
           service_wrote ? " (written by the service)" : "");
-  if (r->have_stats && r->stats.hosts)
-    fprintf(stderr, "; %u hosts, %" PRIu64 " chunks lost (as of the service's last stats)",
-            r->stats.hosts, r->stats.lost_chunks);
-  else if (r->have_stats)
+  if (r->have_stats && r->stats.hosts) {
+    fprintf(stderr, "; %u hosts, %" PRIu64 " chunks lost", r->stats.hosts, r->stats.lost_chunks);
+    if (r->stats.smb_full)
+      fprintf(stderr,
+              ", producers' shared memory full %" PRIu64
+              " times (they dropped data, packet count unknown)",
+              r->stats.smb_full);
+    fputs(" (as of the service's last stats)", stderr);
+  } else if (r->have_stats)
     fputs("; per-host figures: none (not a tracerelay service)", stderr);
   fputs("\n", stderr);
 }
