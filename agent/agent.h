@@ -23,7 +23,7 @@
 #define TR_AGENT_DEFAULT_QUEUE_BYTES (32u << 20)
 /* The shared memory of a producer that gives no size hint: see docs/operations.md#shared-memory
  * for the measurements behind it. */
-#define TR_AGENT_DEFAULT_SMB_KB 256
+#define TR_AGENT_DEFAULT_SMB_KB 1024
 #define TR_AGENT_DEFAULT_SMB_BYTES ((uint32_t)TR_AGENT_DEFAULT_SMB_KB << 10)
 
 typedef struct tr_agent tr_agent;

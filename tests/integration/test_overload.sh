@@ -58,6 +58,11 @@ print(f"SMB-full events in the trace: {full}")
 if full["web-1"] == 0:
     sys.exit(f"FAIL: web-1's producers dropped {sys.argv[2]} packets, the trace says SMB full 0 times")
 PY
+# The SMB sizes: the producers' hint where they gave one, else the agent's default (1 MiB).
+grep -q "shared memory: 64 KiB" "$WORK"/loadgen-web-1-0.log || {
+  echo "FAIL: the flood producer's 64 KiB hint was not honoured"; exit 1; }
+grep -q "shared memory: 1024 KiB" "$WORK"/loadgen-web-2-*.log || {
+  echo "FAIL: the agent's default SMB is not 1024 KiB"; exit 1; }
 grep -q "shared memory full [1-9][0-9]* times" "$WORK/record.log" || {
   echo "FAIL: record's summary does not report the full shared memory:"; cat "$WORK/record.log"
   exit 1; }

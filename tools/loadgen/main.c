@@ -60,6 +60,8 @@ static int setup_tracing(run *r, const Perfetto__Protos__GetAsyncCommandResponse
   close(fd);
   if (rc < 0)
     TR_ERROR("loadgen", "cannot map the SMB (page %u KiB): %s", page_kb, tr_strerror(rc));
+  else
+    TR_INFO("loadgen", "shared memory: %zu KiB in pages of %u KiB", r->smb.size >> 10, page_kb);
   return rc;
 }
 
