@@ -4,7 +4,12 @@
  * no way to list producers and the link must re-announce them after each Welcome. Pending
  * start/stop commands wait in a small table until the port says the data source started or
  * stopped. Costs: O(producers) per producer event, O(pending commands) per data source event;
- * both are small per host. */
+ * both are small per host.
+ *
+ * Shutdown stops every data source instance the service set up here first (as traced does
+ * when a session ends), so that the producers commit what they hold and write nothing more;
+ * once each confirmed, disconnected or timed out (DRAIN_MAX_MS), the producer port closes and
+ * the link sends everything queued. Nothing the producers commit is left unread. */
 #include "agent/agent.h"
 
 #include <stdlib.h>
@@ -15,6 +20,8 @@
 #include "relay/producer_port.h"
 #include "relay/tls.h"
 #include "relay/tr_error.h"
+
+#define DRAIN_MAX_MS 2000u /* at most this (or half the shutdown timeout) for the stops */
 
 typedef struct agent_producer {
   uint32_t id;
@@ -47,6 +54,12 @@ struct tr_agent {
   size_t running; /* started data source instances not yet stopped: clock snapshots go on */
   bool shutting_down;
   unsigned shutdown_timeout_ms;
+  uint64_t shutdown_started_ms;
+  /* The instances stopped at shutdown whose stop has not ended yet (producer, instance). */
+  struct draining { uint32_t producer_id; uint64_t instance_id; } *draining;
+  size_t n_draining;
+  bool drain_listed; /* every instance was asked to stop: the port may close once none is left */
+  bool port_closing;
   void (*done)(void *data);
   void *done_data;
 };
@@ -212,8 +225,49 @@ static void reply_pending(tr_agent *a, size_t i, const char *error) {
   tr_link_client_reply(a->link, c.request_id, error);
 }
 
+/* ---- shutdown: stop the instances, then close the port ---- */
+
+static void on_port_closed(void *data);
+
+static void close_port_when_drained(tr_agent *a) {
+  if (!a->drain_listed || a->n_draining > 0 || a->port_closing)
+    return;
+  a->port_closing = true;
+  tr_producer_port_close(a->port, on_port_closed, a);
+}
+
+/* An instance's stop ended (all: every instance of the producer, which is gone). */
+static void drained(tr_agent *a, uint32_t producer_id, bool all, uint64_t instance_id) {
+  for (size_t i = a->n_draining; i-- > 0;) {
+    struct draining *d = &a->draining[i];
+    if (d->producer_id == producer_id && (all || d->instance_id == instance_id))
+      *d = a->draining[--a->n_draining];
+  }
+  close_port_when_drained(a);
+}
+
+static void drain_instance(void *data, uint32_t producer_id, uint64_t instance_id) {
+  tr_agent *a = data;
+  struct draining *grown = realloc(a->draining, (a->n_draining + 1) * sizeof *grown);
+  if (grown == NULL)
+    return; /* not waited for: its last commits may come too late */
+  a->draining = grown;
+  a->draining[a->n_draining++] = (struct draining){producer_id, instance_id};
+  unsigned wait_ms = a->shutdown_timeout_ms / 2 < DRAIN_MAX_MS ? a->shutdown_timeout_ms / 2
+                                                               : DRAIN_MAX_MS;
+  /* May end inside the call (a data source that does not confirm stops) */
+  int rc = tr_producer_port_stop_data_source(a->port, producer_id, instance_id,
+                                             wait_ms ? wait_ms : 1);
+  if (rc < 0)
+    drained(a, producer_id, false, instance_id);
+}
+
+/* ---- producer events ---- */
+
 static void on_producer_disconnected(tr_producer_port *port, const tr_producer_info *info) {
   tr_agent *a = agent_of(port);
+  if (a->shutting_down)
+    drained(a, info->id, true, 0);
   for (size_t i = a->n_pending; i-- > 0;)
     if (a->pending[i].producer_id == info->id)
       reply_pending(a, i, "the producer disconnected");
@@ -255,6 +309,8 @@ static void on_stopped(tr_producer_port *port, uint32_t producer_id, uint64_t in
                  "the data source stopped before it started");
   finish_pending(agent_of(port), producer_id, instance_id, false,
                  timed_out ? "the producer did not confirm the stop within the timeout" : NULL);
+  if (agent_of(port)->shutting_down)
+    drained(agent_of(port), producer_id, false, instance_id);
 }
 
 static void on_queue_has_data(tr_producer_port *port) {
@@ -293,8 +349,9 @@ static void on_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
   tr_agent *a = tr_link_client_data(lc);
   uint32_t pid = cmd->producer_id;
   int rc;
-  if (a->port == NULL) { /* shutting down: the producers are gone */
-    if (cmd->cmd_case != TRACERELAY__COMMAND__CMD_FLUSH)
+  bool flush = cmd->cmd_case == TRACERELAY__COMMAND__CMD_FLUSH;
+  if (a->port == NULL || (a->shutting_down && !flush)) { /* the producers are going or gone */
+    if (!flush)
       tr_link_client_reply(lc, cmd->request_id, "the agent is shutting down");
     return;
   }
@@ -415,6 +472,7 @@ static void free_agent(tr_agent *a) {
   }
   free(a->producers);
   free(a->pending);
+  free(a->draining);
   tr_chunkq_free(&a->queue);
   tr_tls_config_unref(a->tls);
   free(a);
@@ -501,11 +559,15 @@ static void on_link_closed(void *data) {
     done(done_data);
 }
 
-/* The producers are gone and their data is in the queue: now the link sends it. */
+/* The producers are gone and their data is in the queue: now the link sends it, in what is
+ * left of the timeout (at least half of it). */
 static void on_port_closed(void *data) {
   tr_agent *a = data;
   a->port = NULL;
-  tr_link_client_shutdown(a->link, a->shutdown_timeout_ms, on_link_closed, a);
+  uint64_t spent = uv_now(a->loop) - a->shutdown_started_ms;
+  unsigned left = spent < a->shutdown_timeout_ms / 2 ? a->shutdown_timeout_ms - (unsigned)spent
+                                                     : a->shutdown_timeout_ms / 2;
+  tr_link_client_shutdown(a->link, left, on_link_closed, a);
 }
 
 void tr_agent_shutdown(tr_agent *a, unsigned timeout_ms, void (*done)(void *data), void *data) {
@@ -515,8 +577,12 @@ void tr_agent_shutdown(tr_agent *a, unsigned timeout_ms, void (*done)(void *data
   a->shutdown_timeout_ms = timeout_ms;
   a->done = done;
   a->done_data = data;
-  TR_INFO("agent", "shutting down: sending what is queued (%zu bytes) and held (%zu bytes), "
-          "waiting up to %u ms", a->queue.bytes, tr_link_client_spill(a->link)->held_bytes,
-          timeout_ms);
-  tr_producer_port_close(a->port, on_port_closed, a);
+  a->shutdown_started_ms = uv_now(a->loop);
+  TR_INFO("agent", "shutting down: stopping %zu data source instance(s), then sending what is "
+          "queued (%zu bytes) and held (%zu bytes), waiting up to %u ms",
+          tr_link_client_instances(a->link, NULL, NULL), a->queue.bytes,
+          tr_link_client_spill(a->link)->held_bytes, timeout_ms);
+  tr_link_client_instances(a->link, drain_instance, a);
+  a->drain_listed = true;
+  close_port_when_drained(a);
 }

@@ -472,6 +472,15 @@ static void track_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
       (set_up_instance){cmd->producer_id, cmd->setup_data_source->instance_id};
 }
 
+size_t tr_link_client_instances(const tr_link_client *lc,
+                                void (*fn)(void *data, uint32_t producer_id, uint64_t instance_id),
+                                void *data) {
+  size_t n = lc->n_instances;
+  for (size_t i = 0; i < n && fn != NULL; i++)
+    fn(data, lc->instances[i].producer_id, lc->instances[i].instance_id);
+  return n;
+}
+
 /* A new service instance: what the old one set up is stopped, then forgotten. */
 static void stop_stale_instances(tr_link_client *lc) {
   if (lc->n_instances)

@@ -108,6 +108,11 @@ void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t in
 /* A producer's ABI violations and SMB-full findings so far (monotonic), for AgentStats. */
 int tr_link_client_set_producer_counts(tr_link_client *lc, uint32_t producer_id,
                                        uint64_t abi_violations, uint64_t smb_full);
+/* Calls fn (if not NULL) for every data source instance the service set up here and has not
+ * stopped; returns how many there are. fn must not change the link's commands. */
+size_t tr_link_client_instances(const tr_link_client *lc,
+                                void (*fn)(void *data, uint32_t producer_id, uint64_t instance_id),
+                                void *data);
 /* Uses cfg (referenced) for the next connections. */
 void tr_link_client_reload_tls(tr_link_client *lc, tr_tls_config *cfg);
 /* True while a Welcome is current on the connection. */
