@@ -27,12 +27,15 @@ function(tr_test name)
   set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
 endfunction()
 
-# tr_program(NAME SOURCES ... DEPS ...): an installed executable placed in build/bin.
+# tr_program(NAME [INTERNAL] SOURCES ... DEPS ...): an executable placed in build/bin, installed
+# (and packaged, cmake/package.cmake) unless INTERNAL (tools for tests and benchmarks).
 function(tr_program name)
-  cmake_parse_arguments(P "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(P "INTERNAL" "" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${P_SOURCES})
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR})
   target_link_libraries(${name} PRIVATE ${P_DEPS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-  install(TARGETS ${name} RUNTIME DESTINATION bin)
+  if(NOT P_INTERNAL)
+    install(TARGETS ${name} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  endif()
 endfunction()

@@ -12,4 +12,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libmbedtls-dev libcmocka-dev libzstd-dev zstd \
   openssl iproute2 nftables procps psmisc openssh-server openssh-client python3 \
   podman runc systemd python3-yaml \
+  help2man dpkg-dev debootstrap \
   "$@"
