@@ -486,6 +486,18 @@ static Tracerelay__TraceStatsExtension *stats_extension(const Perfetto__Protos__
   return x;
 }
 
+/* The extension's unmatched data sources and absent machines, as one sentence. */
+static void describe_missing(char *out, size_t cap, const Tracerelay__TraceStatsExtension *x) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < x->n_tracerelay_unmatched_data_sources && used + 1 < cap; i++)
+    used += (size_t)snprintf(out + used, cap - used, "%sdata source '%.128s' matched no producer "
+                             "on any host", used ? "; " : "", x->tracerelay_unmatched_data_sources[i]);
+  for (size_t i = 0; i < x->n_tracerelay_machines_not_connected && used + 1 < cap; i++)
+    used += (size_t)snprintf(out + used, cap - used, "%smachine '%.128s' is not connected",
+                             used ? "; " : "", x->tracerelay_machines_not_connected[i]);
+}
+
 /* Losses of one TraceStats: the extension's hosts get their own BufferStats entries and
  * counters; the packet's sequence gets the totals and every entry no host claimed. */
 static int collect_stats(struct ctx *c, size_t seq, const Perfetto__Protos__TraceStats *ts) {
@@ -520,6 +532,8 @@ static int collect_stats(struct ctx *c, size_t seq, const Perfetto__Protos__Trac
   for (size_t b = 0; b < ts->n_buffer_stats; b++)
     if (!claimed[b])
       add_buffer(&c->stats[own].l, ts->buffer_stats[b]);
+  if (x)
+    describe_missing(c->out->missing, sizeof c->out->missing, x);
   rc = 0;
 done:
   free(claimed);

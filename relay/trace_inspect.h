@@ -160,6 +160,10 @@ struct tr_inspect_result {
   uint64_t clock_snapshots, snapshots_rejected, remote_clock_syncs, sync_edges;
   uint64_t zlib_packets, zstd_packets;
   uint64_t undecodable_packets, first_undecodable_offset; /* skipped by the reader */
+  /* From the last TraceStats of a tracerelay service: what the config asked for and no host
+   * had, "data source 'x' matched no producer on any host; machine 'y' is not connected"
+   * (names as written, untrusted), "" if nothing */
+  char missing[512];
   struct tr_trace_reader_error error; /* why tr_inspect_trace failed on malformed input */
 };
 

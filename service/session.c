@@ -581,6 +581,7 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
     }
     match_host(s, hi);
   }
+  tr_session_log_unmatched(s);
   if (s->state == TR_SESSION_STARTED) {
     tr_session_add_event(s, TR_TW_TRACING_STARTED);
     start_timers(s);

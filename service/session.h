@@ -227,6 +227,15 @@ void tr_session_free(tr_session *s);
 /* The session host entry for a host; NULL if the host never joined it. */
 tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t *index);
 
+/* What the config asked for and found nowhere (session_unmatched.c), at most cap names each,
+ * pointing into the config: data sources no producer has matched so far, and names of
+ * machine_name_filter that no host of the session has. */
+#define TR_SESSION_MAX_UNMATCHED 64
+size_t tr_session_unmatched_data_sources(const tr_session *s, const char **out, size_t cap);
+size_t tr_session_machines_not_connected(const tr_session *s, const char **out, size_t cap);
+/* Logs both as warnings (at the session's start). */
+void tr_session_log_unmatched(const tr_session *s);
+
 /* Whether a consumer of uid `viewer` may see session s listed (QueryServiceState, status): its
  * own uid's sessions, root all, as traced lists them. */
 static inline bool tr_session_visible_to(const tr_session *s, uid_t viewer) {

@@ -589,6 +589,13 @@ static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {
   x.tracerelay_hosts = ptrs;
   x.has_tracerelay_chunks_unknown_buffer = 1;
   x.tracerelay_chunks_unknown_buffer = s->svc->chunks_unknown_buffer;
+  const char *unmatched[TR_SESSION_MAX_UNMATCHED], *absent[TR_SESSION_MAX_UNMATCHED];
+  x.n_tracerelay_unmatched_data_sources =
+      tr_session_unmatched_data_sources(s, unmatched, TR_SESSION_MAX_UNMATCHED);
+  x.tracerelay_unmatched_data_sources = (char **)unmatched;
+  x.n_tracerelay_machines_not_connected =
+      tr_session_machines_not_connected(s, absent, TR_SESSION_MAX_UNMATCHED);
+  x.tracerelay_machines_not_connected = (char **)absent;
   *ext_len = tracerelay__trace_stats_extension__get_packed_size(&x);
   *ext = malloc(*ext_len + 1);
   if (!*ext)

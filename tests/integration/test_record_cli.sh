@@ -65,6 +65,26 @@ rc=0; "$TR_BIN/tracerelay" inspect "$WORK/cut.pftrace" >"$WORK/cut.txt" 2>&1 || 
 grep -q "the summary covers" "$WORK/cut.txt" && grep -q "web-1" "$WORK/cut.txt" ||
   fail "inspect of a cut file did not summarise its readable part: $(cat "$WORK/cut.txt")"
 
+# What the config asks for and no host has (issue 13): a misspelled data source and an unknown
+# machine make record warn, the service log it and the trace's stats (inspect) carry it;
+# with --strict record fails.
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source nosuch_ds -t 2s \
+  -o "$WORK/nosuch.pftrace" 2>"$WORK/nosuch.log" || fail "record of nosuch_ds exited $?: $(cat "$WORK/nosuch.log")"
+grep -q "warning: data source 'nosuch_ds' matched no producer on any host" "$WORK/nosuch.log" ||
+  fail "no warning for a data source no producer has: $(cat "$WORK/nosuch.log")"
+"$TR_BIN/tracerelay" inspect "$WORK/nosuch.pftrace" >"$WORK/nosuch.txt" || true
+grep -q "config: data source 'nosuch_ds' matched no producer" "$WORK/nosuch.txt" ||
+  fail "inspect does not show the unmatched data source: $(head -5 "$WORK/nosuch.txt")"
+grep -q "data source 'nosuch_ds' matched no producer" "$WORK"/service*.log ||
+  fail "the service did not log the unmatched data source"
+rc=0
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event --machines web-9 \
+  -t 5s --strict -o "$WORK/strict.pftrace" 2>"$WORK/strict.log" || rc=$?
+[ "$rc" = 1 ] || fail "record --strict --machines web-9 exited $rc, not 1: $(cat "$WORK/strict.log")"
+grep -q "machine 'web-9' is not connected" "$WORK/strict.log" ||
+  fail "record --strict did not name the missing machine: $(cat "$WORK/strict.log")"
+echo "record: warns on nosuch_ds, --strict fails on machine web-9"
+
 # The service killed mid-record: record fails and removes the empty output.
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 20s \
   -o "$WORK/killed.pftrace" 2>"$WORK/killed.log" &

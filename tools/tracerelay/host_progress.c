@@ -98,6 +98,16 @@ int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap
     format_host(x->tracerelay_hosts[i], st, out, cap, total);
     total->hosts++;
   }
+  for (size_t i = 0; x && i < x->n_tracerelay_unmatched_data_sources; i++) {
+    const char *n = x->tracerelay_unmatched_data_sources[i];
+    append(total->missing, sizeof total->missing, "%sdata source '%s' matched no producer on any host",
+           total->missing[0] ? "; " : "", printable_name(n) ? n : "?");
+  }
+  for (size_t i = 0; x && i < x->n_tracerelay_machines_not_connected; i++) {
+    const char *n = x->tracerelay_machines_not_connected[i];
+    append(total->missing, sizeof total->missing, "%smachine '%s' is not connected",
+           total->missing[0] ? "; " : "", printable_name(n) ? n : "?");
+  }
   if (x)
     tracerelay__trace_stats_extension__free_unpacked(x, NULL);
   perfetto__protos__get_trace_stats_response__free_unpacked(resp, NULL);

@@ -21,6 +21,9 @@ struct host_progress_sum {
   unsigned hosts;       /* hosts in the extension (0 without it) */
   uint64_t lost_chunks; /* the hosts' losses as counted in the line, summed */
   uint64_t smb_full;    /* the hosts' session_smb_full: loss events, packet count unknown */
+  /* "data source 'x' matched no producer on any host; machine 'y' is not connected" (the
+   * extension's unmatched data sources and absent machines), "" when there is none */
+  char missing[512];
 };
 
 /* Decodes the reply_proto of a GetTraceStats reply. Writes "web-1 4.1 MB  web-2 0.3 MB

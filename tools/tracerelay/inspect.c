@@ -249,10 +249,12 @@ static void print_json(const struct opts *o, const struct tr_inspect_result *r,
          ",\"trace_clock_name\":\"%s\",\"clock_snapshots\":%" PRIu64
          ",\"snapshots_rejected\":%" PRIu64 ",\"remote_clock_syncs\":%" PRIu64
          ",\"sync_edges\":%" PRIu64 ",\"zlib_packets\":%" PRIu64 ",\"zstd_packets\":%" PRIu64
-         ",\"undecodable_packets\":%" PRIu64 ",\n \"hosts\":[",
+         ",\"undecodable_packets\":%" PRIu64 ",\"missing\":",
          r->bytes, r->packets, r->trace_clock, clock, r->clock_snapshots, r->snapshots_rejected,
          r->remote_clock_syncs, r->sync_edges, r->zlib_packets, r->zstd_packets,
          r->undecodable_packets);
+  put_json_str(stdout, r->missing);
+  printf(",\n \"hosts\":[");
   for (size_t i = 0; i < r->n_hosts; i++) {
     printf("%s\n  ", i ? "," : "");
     print_host_json(r, &r->hosts[i]);
@@ -348,6 +350,10 @@ static void print_text(const struct opts *o, const struct tr_inspect_result *r) 
   if (r->undecodable_packets)
     printf(", %" PRIu64 " undecodable packets skipped (first at byte %" PRIu64 ")",
            r->undecodable_packets, r->first_undecodable_offset);
+  if (r->missing[0]) {
+    printf("\nconfig: ");
+    put_text(stdout, r->missing);
+  }
   printf("\n\n%-10s %-10s %-28s %8s %5s %20s %20s %10s\n", "machine", "domain", "name",
          "packets", "seqs", "first (s)", "last (s)", "unresolved");
   for (size_t i = 0; i < r->n_hosts; i++) {

@@ -62,6 +62,9 @@ void cmd_record_usage(FILE *out) {
       "      --dry-run         print the TraceConfig that would be sent, as text, and exit\n"
       "      --progress        print the progress as a line on stderr every second, even on\n"
       "                        a terminal (off a terminal it is a line every 5 s anyway)\n"
+      "      --strict          fail (exit 1, no trace) when a data source matches no producer\n"
+      "                        on any host or a --machines name is not connected; without it\n"
+      "                        record warns and goes on\n"
       "  -h, --help            this text\n"
       "\n"
       "On a terminal, a status line shows the elapsed time, the bytes in the central buffers\n"
@@ -90,6 +93,7 @@ enum long_only {
   OPT_DRY_RUN,
   OPT_PROGRESS,
   OPT_TXT,
+  OPT_STRICT,
 };
 
 struct options {
@@ -99,6 +103,7 @@ struct options {
   bool dry_run;
   bool progress;
   bool txt;
+  bool strict;
   record_overrides over;
   const char *data_sources[MAX_DATA_SOURCES];
 };
@@ -133,6 +138,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
       {"dry-run", no_argument, NULL, OPT_DRY_RUN},
       {"progress", no_argument, NULL, OPT_PROGRESS},
       {"txt", no_argument, NULL, OPT_TXT},
+      {"strict", no_argument, NULL, OPT_STRICT},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -177,6 +183,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
     case OPT_DRY_RUN: o->dry_run = true; break;
     case OPT_PROGRESS: o->progress = true; break;
     case OPT_TXT: o->txt = true; break;
+    case OPT_STRICT: o->strict = true; break;
     case 'h': cmd_record_usage(stdout); return 0;
     case ':': return usage_error("%s needs a value", argv[optind - 1]);
     default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -291,6 +298,7 @@ int cmd_record(int argc, char **argv) {
       .pass_fd = fd >= 0 && cfg->write_into_file,
       .stop_requests = &stop_requests,
       .progress_lines = o.progress,
+      .strict = o.strict,
   };
   status = record_session_run(&s);
   if (fd >= 0)

@@ -39,6 +39,7 @@ typedef struct run {
   trace_sink sink;
   uint64_t enable_id, flush_id, read_id, stats_id;
   bool stats_pending, stats_off, have_stats;
+  bool warned_missing; /* the stats' missing data sources and machines were reported */
   int64_t stats_sent_ms, next_stats_ms;
   struct host_progress_sum stats; /* from the last GetTraceStats: bytes, hosts, losses */
   bool flush_sent, disable_sent;
@@ -170,7 +171,8 @@ static void poll_stats(run *r) {
   r->next_stats_ms = now + STATS_PERIOD_MS;
 }
 
-static void on_stats(run *r, const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep) {
+/* 1 when --strict fails the run. */
+static int on_stats(run *r, const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep) {
   r->stats_pending = false;
   /* A failure (no session yet) or an undecodable reply keeps the last figures. */
   if (rep->success && host_progress_format(rep->reply_proto.data, rep->reply_proto.len,
@@ -178,7 +180,14 @@ static void on_stats(run *r, const Perfetto__Protos__IPCFrame__InvokeMethodReply
                                            &r->stats) == 0) {
     r->have_stats = true;
     progress_refresh(&r->prog);
+    if (r->stats.missing[0] && !r->warned_missing) {
+      r->warned_missing = true;
+      if (r->s->strict)
+        return errorf(r, "%s (--strict: giving up)", r->stats.missing);
+      warnf(r, "%s", r->stats.missing);
+    }
   }
+  return 0;
 }
 
 /* Stop requests, watchdogs and the Flush -> DisableTracing step; 1 = give up. */
@@ -216,7 +225,10 @@ static int wait_for_end(run *r) {
       continue;
     const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep;
     if (r->stats_pending && (rep = reply_to(f, r->stats_id))) {
-      on_stats(r, rep);
+      if (on_stats(r, rep)) {
+        tr_ipc_frame_free(f);
+        return 1;
+      }
     } else if (r->flush_sent && (rep = reply_to(f, r->flush_id))) {
       if (!rep->success)
         warnf(r, "flush did not complete (some data sources did not answer); stopping anyway");

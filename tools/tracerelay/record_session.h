@@ -2,7 +2,8 @@
  * (reference 3.3): BindService(ConsumerPort), EnableTracing, wait for its reply (sent when the
  * session ends), then ReadBuffers into the output. A stop request (Ctrl-C, SIGTERM) sends
  * Flush(0, perfetto_cmd|trace-stop), then DisableTracing, and the wait goes on; a second one
- * gives up at once. */
+ * gives up at once. The service's stats (GetTraceStats, polled) name the data sources no
+ * producer matched and the machines not connected: record warns once, or fails (--strict). */
 #ifndef TRACERELAY_RECORD_SESSION_H
 #define TRACERELAY_RECORD_SESSION_H
 
@@ -26,6 +27,7 @@ typedef struct record_session {
   bool pass_fd;          /* write_into_file: hand out_fd to the service with EnableTracing */
   volatile sig_atomic_t *stop_requests; /* bumped by the signal handler */
   bool progress_lines;   /* --progress: progress as stderr lines even off a terminal */
+  bool strict;           /* --strict: what the config asked for and no host has fails the run */
 } record_session;
 
 /* Runs the session and prints what went wrong to stderr. Returns the exit status: 0, or 1 for
