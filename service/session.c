@@ -974,6 +974,7 @@ void tr_service_on_command_reply(tr_service *svc, tr_host *host,
                 host->name, in->producer_name, reply->error);
       if (in->state == TR_DS_STARTING && !(reply->error && reply->error[0])) {
         in->state = TR_DS_STARTED;
+        in->was_started = true;
         notify_instance(s, in, true);
         check_all_started(s);
       } else if (in->state == TR_DS_STARTING || in->state == TR_DS_STOPPING) {

@@ -74,6 +74,7 @@ typedef struct tr_ds_instance {
   bool handles_clear; /* descriptor: handles_incremental_state_clear */
   bool no_flush;
   enum tr_ds_state state;
+  bool was_started;          /* it reached TR_DS_STARTED once */
   uint64_t pending_request; /* the start or stop awaiting its CommandReply; 0 none */
 } tr_ds_instance;
 

@@ -530,7 +530,8 @@ static void fill_buffer_stats(Perfetto__Protos__TraceStats__BufferStats *o,
 #undef SET
 }
 
-static void fill_host(Tracerelay__HostStats *h, const tr_session_host *sh) {
+static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) {
+  const tr_session_host *sh = &s->hosts[hi];
   const tr_host_stats *st = &sh->host->stats;
   tr_service_fill_host_stats(h, sh->host, !sh->gone && !sh->retired);
   /* The packets in the dropped chunks: for the accounting check, not in the live status. */
@@ -547,6 +548,12 @@ static void fill_host(Tracerelay__HostStats *h, const tr_session_host *sh) {
   h->session_smb_full = st->agent_smb_full > sh->smb_full_at_start
                             ? st->agent_smb_full - sh->smb_full_at_start
                             : 0;
+  h->has_session_instances_not_started = 1;
+  for (size_t i = 0; i < s->num_instances; i++) {
+    const tr_ds_instance *in = &s->instances[i];
+    h->session_instances_not_started +=
+        in->host_index == hi && in->state != TR_DS_SETUP && !in->was_started;
+  }
   h->n_session_disconnected_at_ns = sh->num_disconnected_at;
   h->session_disconnected_at_ns = (uint64_t *)sh->disconnected_at;
 }
@@ -564,7 +571,7 @@ static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {
     goto out;
   for (size_t h = 0; h < nh; h++) {
     tracerelay__host_stats__init(&hosts[h]);
-    fill_host(&hosts[h], &s->hosts[h]);
+    fill_host(&hosts[h], s, h);
     hosts[h].has_session_packets_lost_in_gaps = 1;
     for (size_t b = 0; b < s->num_buffers; b++) {
       tr_tbuf_stats t;

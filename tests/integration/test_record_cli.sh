@@ -4,7 +4,8 @@
 # there), a summary line on stderr at the end and progress lines every 5 s when stderr is not a
 # terminal, and contradicting flags refused with exit 2. Also: every binary answers --version
 # with the version CMake sets; and what a service killed mid-record leaves (issue 13): record
-# exits non-zero and leaves no 0-byte file; `inspect` fails on an empty file and on a cut one,
+# exits non-zero and leaves no 0-byte file; a misspelled data source or machine, and a producer
+# that never starts, are reported; `inspect` fails on an empty file and on a cut one,
 # summarising the part of the cut one that reads. Real service, agent and loadgen on loopback.
 # Usage: test_record_cli.sh BIN_DIR VERSION
 set -euo pipefail
@@ -84,6 +85,22 @@ rc=0
 grep -q "machine 'web-9' is not connected" "$WORK/strict.log" ||
   fail "record --strict did not name the missing machine: $(cat "$WORK/strict.log")"
 echo "record: warns on nosuch_ds, --strict fails on machine web-9"
+# A producer that never starts its data source (frozen): record's closing lines and inspect name
+# the host whose data is missing.
+cluster_start_loadgen web-1 --rate 200 # a loadgen runs one session: a new one
+LG=$LOADGEN_PID
+sleep 1
+kill -STOP "$LG"
+rc=0
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 2s \
+  -o "$WORK/frozen.pftrace" 2>"$WORK/frozen.log" || rc=$?
+kill -CONT "$LG"
+cat "$WORK/frozen.log"
+[ "$rc" = 0 ] || fail "record with a frozen producer exited $rc"
+grep -q "instances that never started, whose data is missing from the trace, on: web-1 (1)" \
+  "$WORK/frozen.log" || fail "record did not name the host whose data source never started"
+"$TR_BIN/tracerelay" inspect "$WORK/frozen.pftrace" | grep -q "1 data source instance(s) never started" ||
+  fail "inspect does not show the data source instance that never started"
 
 # The service killed mid-record: record fails and removes the empty output.
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 20s \

@@ -75,6 +75,11 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
     append(out, cap, " (down)");
   total->lost_chunks += lost;
   total->smb_full += h->session_smb_full;
+  if (h->session_instances_not_started)
+    append(total->not_started, sizeof total->not_started, "%s%s (%llu)",
+           total->not_started[0] ? ", " : "",
+           printable_name(h->machine_name) ? h->machine_name : "?",
+           (unsigned long long)h->session_instances_not_started);
 }
 
 int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,

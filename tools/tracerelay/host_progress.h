@@ -24,6 +24,9 @@ struct host_progress_sum {
   /* "data source 'x' matched no producer on any host; machine 'y' is not connected" (the
    * extension's unmatched data sources and absent machines), "" when there is none */
   char missing[512];
+  /* "web-1 (1), web-2 (2)": hosts with data source instances not started (as the stats say;
+   * at the end of a session: never started), "" when there is none */
+  char not_started[256];
 };
 
 /* Decodes the reply_proto of a GetTraceStats reply. Writes "web-1 4.1 MB  web-2 0.3 MB

@@ -187,6 +187,7 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            ",\"agent_abi_violations\":%" PRIu64 ",\"flushes_missed\":%" PRIu64
            ",\"session_chunks_refused\":%" PRIu64 ",\"session_flushes_missed\":%" PRIu64
            ",\"session_disconnects\":%" PRIu64 ",\"session_smb_full\":%" PRIu64
+           ",\"session_instances_not_started\":%" PRIu64
            ",\"agent_queue_dropped_packets\":%" PRIu64
            ",\"agent_spill_dropped_packets\":%" PRIu64
            ",\"session_packets_lost_in_gaps\":%" PRIu64 ",\"lost_packets\":%" PRIu64 "}",
@@ -194,7 +195,7 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            l->agent_queue_dropped_chunks, l->agent_spill_dropped_chunks, l->agent_smb_full,
            l->agent_abi_violations, l->flushes_missed, l->session_chunks_refused,
            l->session_flushes_missed, l->session_disconnects, l->session_smb_full,
-           l->agent_queue_dropped_packets,
+           l->session_instances_not_started, l->agent_queue_dropped_packets,
            l->agent_spill_dropped_packets, l->session_packets_lost_in_gaps,
            l->agent_queue_dropped_packets + l->agent_spill_dropped_packets +
                l->session_packets_lost_in_gaps);
@@ -325,6 +326,10 @@ static void print_host_text(const struct tr_inspect_result *r, const struct tr_i
            l->link_lost_chunks,
            l->link_lost_bytes, l->agent_queue_dropped_chunks, l->agent_spill_dropped_chunks,
            l->agent_smb_full, l->agent_abi_violations, l->flushes_missed);
+  if (l->session_instances_not_started)
+    printf("  relay:  %" PRIu64 " data source instance(s) never started on this host: their "
+           "data is missing\n",
+           l->session_instances_not_started);
   for (size_t i = 0; i < l->num_disconnected_at; i++)
     printf("  relay:  link down during this session at %" PRIu64 " ns (trace clock)\n",
            l->disconnected_at_ns[i]);

@@ -321,6 +321,10 @@ static void print_summary(const run *r, bool service_wrote) {
               " times (they dropped data, packet count unknown)",
               r->stats.smb_full);
     fputs(" (as of the service's last stats)", stderr);
+    if (r->stats.not_started[0])
+      fprintf(stderr, "\ntracerelay record: warning: data source instances that never started, "
+                      "whose data is missing from the trace, on: %s",
+              r->stats.not_started);
   } else if (r->have_stats)
     fputs("; per-host figures: none (not a tracerelay service)", stderr);
   fputs("\n", stderr);
@@ -371,6 +375,8 @@ int record_session_run(const record_session *s) {
     fprintf(stderr, "tracerelay record: warning: the last packet was incomplete (%zu bytes "
                     "dropped)\n", r.sink.pending_len);
   print_summary(&r, service_wrote);
+  if (s->strict && r.stats.not_started[0])
+    status = errorf(&r, "--strict: some data source instances never started");
 out:
   progress_clear(&r.prog);
   trace_sink_free(&r.sink);
