@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "agent/link_client.h"
+#include "agent/metrics.h"
+#include "relay/metrics_http.h"
 #include "relay/log.h"
 #include "relay/producer_port.h"
 #include "relay/tls.h"
@@ -47,6 +49,7 @@ struct tr_agent {
   tr_tls_config *tls;
   tr_producer_port *port;
   tr_link_client *link;
+  tr_metrics_http *metrics;
   agent_producer *producers;
   size_t n_producers;
   pending_cmd *pending;
@@ -478,7 +481,25 @@ static void free_agent(tr_agent *a) {
   free(a);
 }
 
-static void on_port_closed_at_start(void *data) { free_agent(data); }
+static void on_port_closed_at_start(void *data) {
+  tr_agent *a = data;
+  if (a->metrics) /* frees itself once the loop closed its handles */
+    tr_metrics_http_close(a->metrics, NULL, NULL);
+  free_agent(a);
+}
+
+static void render_metrics(void *data, tr_prom_text *t) {
+  tr_agent *a = data;
+  tr_agent_metrics(t, a->link, &a->queue, a->n_producers);
+}
+
+/* Ready while the link is up (Welcomed): the producers' data flows. */
+static const char *not_ready(void *data) {
+  tr_agent *a = data;
+  if (a->shutting_down)
+    return "shutting down\n";
+  return tr_link_client_connected(a->link) ? NULL : "the link to the service is not up\n";
+}
 
 int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent **out) {
   tr_agent *a = calloc(1, sizeof *a);
@@ -503,6 +524,16 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
   rc = tr_producer_port_new(loop, &pc, &a->port);
   if (rc < 0)
     goto fail;
+  if (opts->metrics_listen) { /* before the port starts: a failure here leaves nothing open */
+    char err[256];
+    struct tr_metrics_handlers h = {.data = a, .render = render_metrics, .not_ready = not_ready};
+    rc = tr_metrics_http_start(loop, opts->metrics_listen, &h, &a->metrics, err, sizeof err);
+    if (rc < 0) {
+      TR_ERROR("agent", "--metrics-listen: %s", err);
+      tr_producer_port_close(a->port, on_port_closed_at_start, a);
+      return rc;
+    }
+  }
   rc = tr_producer_port_start(a->port, opts->producer_socket, TR_PRODUCER_PORT_DEFAULT_MODE);
   if (rc < 0) {
     TR_ERROR("agent", "cannot listen on the producer socket %s: %s (is traced running there? "
@@ -524,6 +555,7 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
                                          .collect_stats = collect_stats};
   rc = tr_link_client_start(loop, &lo, &lcb, &a->link);
   if (rc < 0) {
+    a->link = NULL;
     tr_producer_port_close(a->port, on_port_closed_at_start, a);
     return rc;
   }
@@ -550,13 +582,24 @@ int tr_agent_reload_tls(tr_agent *a) {
   return 0;
 }
 
-static void on_link_closed(void *data) {
+static void on_metrics_closed(void *data) {
   tr_agent *a = data;
   void (*done)(void *) = a->done;
   void *done_data = a->done_data;
   free_agent(a);
   if (done != NULL)
     done(done_data);
+}
+
+static void on_link_closed(void *data) {
+  tr_agent *a = data;
+  if (a->metrics == NULL) {
+    on_metrics_closed(a);
+    return;
+  }
+  tr_metrics_http *m = a->metrics;
+  a->metrics = NULL;
+  tr_metrics_http_close(m, on_metrics_closed, a);
 }
 
 /* The producers are gone and their data is in the queue: now the link sends it, in what is

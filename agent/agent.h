@@ -40,6 +40,7 @@ struct tr_agent_opts {
   size_t queue_bytes; /* chunk queue bound; 0: TR_AGENT_DEFAULT_QUEUE_BYTES */
   size_t spill_bytes; /* spill queue bound; 0: TR_RELAY_SPILL_DEFAULT */
   uint32_t smb_bytes; /* SMB of a producer without a size hint; 0: TR_AGENT_DEFAULT_SMB_BYTES */
+  const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
   bool compress;
 };
 

@@ -94,6 +94,7 @@ struct tr_link_client {
   size_t n_replies;
   producer_counts *counts;
   size_t n_counts;
+  uint64_t welcomes; /* Welcomes received: the link came up this many times */
   set_up_instance *instances; /* of service_instance_id, for on_stale_instance */
   size_t n_instances, cap_instances;
   uint8_t *last_stats;
@@ -521,6 +522,7 @@ static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
   lc->features = w->features;
   lc->max_out = max;
   lc->welcomed = true;
+  lc->welcomes++;
   lc->attempts = 0;
   TR_INFO("link", "connected to %s:%s as %s (features %#llx, service has batch %llu, %zu bytes "
           "held, %s)", lc->host, lc->port, w->machine_name ? w->machine_name : "?",
@@ -1024,6 +1026,16 @@ void tr_link_client_reload_tls(tr_link_client *lc, tr_tls_config *cfg) {
 }
 
 bool tr_link_client_connected(const tr_link_client *lc) { return lc->welcomed; }
+
+void tr_link_client_totals(const tr_link_client *lc, struct tr_link_client_totals *t) {
+  *t = (struct tr_link_client_totals){.welcomes = lc->welcomes};
+  for (size_t i = 0; i < lc->n_counts; i++) {
+    t->abi_violations += lc->counts[i].abi_violations;
+    t->smb_full += lc->counts[i].smb_full;
+  }
+  for (size_t i = 0; i < lc->agent.n_lost; i++)
+    t->spill_dropped_chunks += lc->agent.lost[i].chunks;
+}
 
 const tr_relay_agent *tr_link_client_spill(const tr_link_client *lc) { return &lc->agent; }
 

@@ -115,6 +115,13 @@ size_t tr_link_client_instances(const tr_link_client *lc,
                                 void *data);
 /* Uses cfg (referenced) for the next connections. */
 void tr_link_client_reload_tls(tr_link_client *lc, tr_tls_config *cfg);
+/* Counters over the agent's life, for its metrics: Welcomes (the link came up), and summed
+ * over producers (also departed ones, as of the last stats collection) ABI violations,
+ * SMB-full findings and chunks dropped from the spill queue. */
+struct tr_link_client_totals {
+  uint64_t welcomes, abi_violations, smb_full, spill_dropped_chunks;
+};
+void tr_link_client_totals(const tr_link_client *lc, struct tr_link_client_totals *t);
 /* True while a Welcome is current on the connection. */
 bool tr_link_client_connected(const tr_link_client *lc);
 /* The spill queue (held batches, counted losses); read-only. */

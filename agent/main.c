@@ -58,6 +58,11 @@ static const char kHelp[] =
     "                         producer's own size hint wins (up to 32 MiB).\n"
     "  --compress             compress batches with zstd when the service agrees (default).\n"
     "  --no-compress          send batches uncompressed (incompressible data, or scarce CPU).\n"
+    "  --metrics-listen IPADDR:PORT\n"
+    "                         serve Prometheus metrics at /metrics and Kubernetes probes at\n"
+    "                         /healthz and /readyz (ready: the link is up) over plain HTTP on\n"
+    "                         this address (default: off). Keep it on loopback or a private\n"
+    "                         network: it is not authenticated. See docs/operations.md#metrics.\n"
     "  --fake-clock OFF_NS,DRIFT_PPM\n"
     "                         TEST FEATURE: read every clock (trace timestamps and clock-sync\n"
     "                         answers) from a simulated clock t + t*DRIFT_PPM/1e6 + OFF_NS of\n"
@@ -84,7 +89,7 @@ static const char kHelp[] =
 
 enum { OPT_SERVICE = 256, OPT_SERVICE_NAME, OPT_CA, OPT_CERT, OPT_KEY, OPT_PRODUCER_SOCKET,
        OPT_QUEUE_MB, OPT_SPILL_MB, OPT_COMPRESS, OPT_NO_COMPRESS, OPT_FAKE_CLOCK,
-       OPT_MACHINE_NAME, OPT_SMB_KB };
+       OPT_MACHINE_NAME, OPT_SMB_KB, OPT_METRICS_LISTEN };
 
 static int bad(const char *flag, const char *value) {
   return tr_daemon_bad_value(PROG, flag, value, NULL);
@@ -121,6 +126,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       {"queue-mb", required_argument, NULL, OPT_QUEUE_MB},
       {"spill-mb", required_argument, NULL, OPT_SPILL_MB},
       {"smb-kb", required_argument, NULL, OPT_SMB_KB},
+      {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
       {"compress", no_argument, NULL, OPT_COMPRESS},
       {"no-compress", no_argument, NULL, OPT_NO_COMPRESS},
       {"fake-clock", required_argument, NULL, OPT_FAKE_CLOCK},
@@ -163,6 +169,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       if (parse_mb(optarg, &o->spill_bytes) < 0)
         return bad("--spill-mb", optarg);
       break;
+    case OPT_METRICS_LISTEN: o->metrics_listen = optarg; break;
     case OPT_SMB_KB: {
       char *end;
       unsigned long kb = strtoul(optarg, &end, 10);

@@ -75,7 +75,7 @@ if command -v systemd-sysusers >/dev/null; then
 fi
 
 if command -v python3 >/dev/null && python3 -c 'import yaml' 2>/dev/null; then
-  for f in kubernetes/agent-daemonset.yaml compose/compose.yaml; do
+  for f in kubernetes/agent-daemonset.yaml kubernetes/podmonitor.yaml compose/compose.yaml; do
     if python3 - "$deploy/$f" <<'PY'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]

@@ -23,6 +23,7 @@ struct tr_service_daemon_opts {
   unsigned handshake_timeout_ms;      /* TLS handshake, then Hello; 0: the default */
   const char *ca_path, *cert_path, *key_path;
   enum tr_timeline timeline;
+  const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
 };
 
 /* Starts everything; on failure logs what failed (file, address, socket) and returns a

@@ -50,6 +50,11 @@ static const char kHelp[] =
     "                         an agent connection must finish its TLS handshake within MS of\n"
     "                         the TCP accept, then send Hello within MS; else it is closed and\n"
     "                         logged with its address (default 10000).\n"
+    "  --metrics-listen IPADDR:PORT\n"
+    "                         serve Prometheus metrics at /metrics and Kubernetes probes at\n"
+    "                         /healthz and /readyz over plain HTTP on this address (default:\n"
+    "                         off). Keep it on loopback or a private network: it is not\n"
+    "                         authenticated. Metrics: docs/operations.md#metrics.\n"
     "  --timeline ENCODING    machines (default): machine_id on every remote packet, one\n"
     "                         SystemInfo per machine, remote_clock_sync exchanges.\n"
     "                         global-clocks: no machine_id; each host's clocks get global ids\n"
@@ -88,7 +93,7 @@ static const char kHelp[] =
 
 enum { OPT_LISTEN = 256, OPT_CONSUMER_SOCKET, OPT_CONSUMER_MODE, OPT_CA, OPT_CERT, OPT_KEY,
        OPT_TIMELINE, OPT_ALLOW_UID, OPT_ALLOW_GID,
-       OPT_HANDSHAKE_TIMEOUT };
+       OPT_HANDSHAKE_TIMEOUT, OPT_METRICS_LISTEN };
 
 /* A decimal id or count in [0, max]; -1 if s is not one. */
 static long long parse_num(const char *s, unsigned long long max) {
@@ -156,6 +161,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"consumer-allow-uid", required_argument, NULL, OPT_ALLOW_UID},
       {"consumer-allow-gid", required_argument, NULL, OPT_ALLOW_GID},
       {"handshake-timeout-ms", required_argument, NULL, OPT_HANDSHAKE_TIMEOUT},
+      {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
       {"config", required_argument, NULL, TR_DAEMON_OPT_CONFIG},
       {NULL, 0, NULL, 0}};
   int opt;
@@ -167,6 +173,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
   o->timeline = TR_TIMELINE_MACHINES;
   memset(&o->consumer_access, 0, sizeof o->consumer_access);
   o->handshake_timeout_ms = 0;
+  o->metrics_listen = NULL;
   while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     switch (opt) {
     case OPT_LISTEN: {
@@ -204,6 +211,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       o->consumer_access.gids[o->consumer_access.num_gids++] = (gid_t)v;
       break;
     }
+    case OPT_METRICS_LISTEN: o->metrics_listen = optarg; break;
     case OPT_HANDSHAKE_TIMEOUT: {
       long long v = parse_num(optarg, 600000);
       if (v < 100)

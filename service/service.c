@@ -19,6 +19,8 @@
 #include "relay/tr_error.h"
 #include "service/consumer_port.h"
 #include "service/link_server.h"
+#include "relay/metrics_http.h"
+#include "service/metrics.h"
 
 #define SHUTDOWN_READ_MS 5000u /* consumers may read what was flushed for this long */
 #define SHUTDOWN_POLL_MS 100
@@ -33,6 +35,7 @@ struct tr_service_daemon {
   tr_consumer_port port;
   bool port_open;
   tr_link_server *link;
+  tr_metrics_http *metrics;
   tr_tls_config *tls;
   unsigned flushes_pending;
   uv_timer_t read_timer; /* shutdown: waits for consumers to read their ended sessions */
@@ -67,6 +70,17 @@ static int make_parent_dir(const char *path) {
   return 0;
 }
 
+static void close_all(tr_service_daemon *d);
+
+static void render_metrics(void *data, tr_prom_text *t) {
+  tr_service_metrics(&((tr_service_daemon *)data)->svc, t);
+}
+
+/* Ready once both listeners are open (start succeeded), until the shutdown. */
+static const char *not_ready(void *data) {
+  return ((tr_service_daemon *)data)->stopping ? "shutting down\n" : NULL;
+}
+
 static void finish(tr_service_daemon *d) {
   if (d->svc_ready) {
     tr_service_free(&d->svc);
@@ -89,7 +103,15 @@ static void on_port_closed(tr_consumer_port *port) {
   finish(d);
 }
 
+static void on_metrics_closed(void *d) { close_all(d); }
+
 static void close_all(tr_service_daemon *d) {
+  if (d->metrics) {
+    tr_metrics_http *m = d->metrics;
+    d->metrics = NULL;
+    tr_metrics_http_close(m, on_metrics_closed, d);
+    return;
+  }
   if (d->port_open) {
     d->port_open = false;
     tr_consumer_port_close(&d->port, on_port_closed);
@@ -139,6 +161,16 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   }
   d->port_open = true;
   tr_consumer_port_allow(&d->port, &o->consumer_access);
+  if (o->metrics_listen) {
+    struct tr_metrics_handlers h = {.data = d, .render = render_metrics, .not_ready = not_ready};
+    if ((rc = tr_metrics_http_start(loop, o->metrics_listen, &h, &d->metrics, err, sizeof err)) !=
+        0) {
+      TR_ERROR(COMP, "--metrics-listen: %s", err);
+      goto fail;
+    }
+    TR_INFO(COMP, "metrics on http://%s/metrics (port %u)", o->metrics_listen,
+            tr_metrics_http_port(d->metrics));
+  }
   link_opts.listen = o->listen;
   link_opts.tls = d->tls;
   link_opts.handshake_timeout_ms = o->handshake_timeout_ms;

@@ -1,0 +1,40 @@
+/* metrics.c: the agent's Prometheus metrics: the link's state and how often it came up, the
+ * producers connected, how full the chunk queue and the spill queue are, and the agent's loss
+ * counters (the same figures the trace's HostStats carry for this host). */
+#include "agent/metrics.h"
+
+static void one(tr_prom_text *t, const char *name, const char *type, const char *help,
+                double value) {
+  tr_prom_family(t, name, type, help);
+  tr_prom_sample(t, name, NULL, value);
+}
+
+void tr_agent_metrics(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq *queue,
+                      size_t producers) {
+  struct tr_link_client_totals tot;
+  tr_link_client_totals(lc, &tot);
+  const tr_relay_agent *spill = tr_link_client_spill(lc);
+  one(t, "tracerelay_agent_link_up", "gauge", "1 while the link to the service is up (Welcomed)",
+      tr_link_client_connected(lc));
+  one(t, "tracerelay_agent_link_connects_total", "counter",
+      "times the link came up (the first connection and every reconnection)", (double)tot.welcomes);
+  one(t, "tracerelay_agent_producers", "gauge", "producers connected to the producer socket",
+      (double)producers);
+  one(t, "tracerelay_agent_queue_bytes", "gauge", "bytes waiting in the chunk queue",
+      (double)queue->bytes);
+  one(t, "tracerelay_agent_queue_max_bytes", "gauge", "the chunk queue's bound (--queue-mb)",
+      (double)queue->max_bytes);
+  one(t, "tracerelay_agent_spill_bytes", "gauge",
+      "bytes of batches sent and not yet acknowledged (the spill queue)", (double)spill->held_bytes);
+  one(t, "tracerelay_agent_spill_max_bytes", "gauge", "the spill queue's bound (--spill-mb)",
+      (double)spill->spill_bytes);
+  one(t, "tracerelay_agent_queue_dropped_chunks_total", "counter",
+      "chunks the chunk queue had no room for", (double)queue->total.chunks);
+  one(t, "tracerelay_agent_spill_dropped_chunks_total", "counter",
+      "chunks dropped from the spill queue", (double)tot.spill_dropped_chunks);
+  one(t, "tracerelay_agent_smb_full_total", "counter",
+      "times a producer's shared memory was found full (loss events, packet count unknown)",
+      (double)tot.smb_full);
+  one(t, "tracerelay_agent_abi_violations_total", "counter",
+      "commits and chunks refused at the producer port", (double)tot.abi_violations);
+}

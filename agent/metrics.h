@@ -1,0 +1,16 @@
+/* metrics.h: the agent's Prometheus metrics (--metrics-listen, relay/metrics_http.h). */
+#ifndef TR_AGENT_METRICS_H
+#define TR_AGENT_METRICS_H
+
+#include <stddef.h>
+
+#include "agent/link_client.h"
+#include "relay/chunk_queue.h"
+#include "relay/prom_text.h"
+
+/* Writes the agent's metrics (docs/operations.md#metrics) from its link, its chunk queue and
+ * the number of producers connected. */
+void tr_agent_metrics(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq *queue,
+                      size_t producers);
+
+#endif

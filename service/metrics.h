@@ -1,0 +1,11 @@
+/* metrics.h: the service's Prometheus metrics (metrics.c), for relay/metrics_http.h. */
+#ifndef TR_SERVICE_METRICS_H
+#define TR_SERVICE_METRICS_H
+
+#include "relay/prom_text.h"
+#include "service/service.h"
+
+/* Writes every metric of svc (docs/operations.md, "Metrics") into t. */
+void tr_service_metrics(const tr_service *svc, tr_prom_text *t);
+
+#endif

@@ -1,0 +1,71 @@
+/* test_prom_text.c: the Prometheus text exposition writer: families, samples with and without
+ * the host label, label values escaped as the format requires, numbers as Prometheus reads
+ * them, and a buffer that grows past its first allocation. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "relay/prom_text.h"
+
+static void test_family_and_samples(void **state) {
+  (void)state;
+  tr_prom_text t = {0};
+  tr_prom_family(&t, "tracerelay_x_total", "counter", "things counted");
+  tr_prom_sample(&t, "tracerelay_x_total", NULL, 42);
+  tr_prom_sample(&t, "tracerelay_x_total", "web-1", 1e12);
+  tr_prom_family(&t, "tracerelay_y_seconds", "gauge", "a time");
+  tr_prom_sample(&t, "tracerelay_y_seconds", "web-2", 2.5e-06);
+  tr_prom_sample(&t, "tracerelay_y_seconds", "web-3", -0.5);
+  tr_prom_sample(&t, "tracerelay_y_seconds", "web-4", NAN);
+  tr_prom_sample(&t, "tracerelay_y_seconds", "web-5", INFINITY);
+  assert_false(t.failed);
+  assert_string_equal(t.buf, "# HELP tracerelay_x_total things counted\n"
+                             "# TYPE tracerelay_x_total counter\n"
+                             "tracerelay_x_total 42\n"
+                             "tracerelay_x_total{host=\"web-1\"} 1000000000000\n"
+                             "# HELP tracerelay_y_seconds a time\n"
+                             "# TYPE tracerelay_y_seconds gauge\n"
+                             "tracerelay_y_seconds{host=\"web-2\"} 2.5e-06\n"
+                             "tracerelay_y_seconds{host=\"web-3\"} -0.5\n"
+                             "tracerelay_y_seconds{host=\"web-4\"} NaN\n"
+                             "tracerelay_y_seconds{host=\"web-5\"} +Inf\n");
+  tr_prom_text_free(&t);
+}
+
+static void test_label_escaping(void **state) {
+  (void)state;
+  tr_prom_text t = {0};
+  tr_prom_sample(&t, "m", "a\"b\\c\nd", 1);
+  assert_string_equal(t.buf, "m{host=\"a\\\"b\\\\c\\nd\"} 1\n");
+  tr_prom_text_free(&t);
+}
+
+static void test_grows(void **state) {
+  (void)state;
+  tr_prom_text t = {0};
+  char host[32];
+  for (int i = 0; i < 2000; i++) {
+    snprintf(host, sizeof host, "host-%04d", i);
+    tr_prom_sample(&t, "tracerelay_host_connected", host, 1);
+  }
+  assert_false(t.failed);
+  assert_true(t.len > 4096);
+  assert_int_equal(strlen(t.buf), t.len);
+  assert_non_null(strstr(t.buf, "tracerelay_host_connected{host=\"host-1999\"} 1\n"));
+  tr_prom_text_free(&t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_family_and_samples),
+      cmocka_unit_test(test_label_escaping),
+      cmocka_unit_test(test_grows),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
