@@ -20,7 +20,8 @@ for n in 1 2 3 4 5 6; do
   cluster_start_loadgen web-1 --name "flood-$n" --writers 2 --rate 4000 --packet-size 1000 \
     --smb-size 64 --page-size 4 --duration 4
 done
-cluster_start_loadgen web-2 --name steady-web-2 --writers 2 --rate 500 --duration 4
+cluster_start_loadgen web-2 --name steady-web-2 --writers 2 --rate 500 --duration 4 \
+  --commit-latency
 LOADGENS=("${CLUSTER_PIDS[@]: -7}")
 # The probe's producer: its own data source, so the probe's session is not the recorded one.
 mkdir -p "$WORK/probe"
@@ -57,6 +58,14 @@ full = {h: (hosts[h].get("host_stats") or {}).get("session_smb_full", 0) for h i
 print(f"SMB-full events in the trace: {full}")
 if full["web-1"] == 0:
     sys.exit(f"FAIL: web-1's producers dropped {sys.argv[2]} packets, the trace says SMB full 0 times")
+PY
+# The steady producer's commit-to-free samples: taken, and every chunk freed.
+python3 - "$WORK" <<'PY' || exit 1
+import glob, json, sys
+lat = [json.load(open(f)).get("commit_to_free_us") for f in glob.glob(sys.argv[1] + "/loadgen-web-2-*.json")]
+print(f"web-2 commit to free: {lat}")
+if not lat or not lat[0] or lat[0]["samples"] == 0 or lat[0]["unfinished"] or lat[0]["max"] <= 0:
+    sys.exit(f"FAIL: no commit-to-free samples, or chunks never freed: {lat}")
 PY
 # The SMB sizes: the producers' hint where they gave one, else the agent's default (1 MiB).
 grep -q "shared memory: 64 KiB" "$WORK"/loadgen-web-1-0.log || {

@@ -13,6 +13,7 @@
 #include "relay/clock.h"
 #include "relay/log.h"
 #include "relay/tr_error.h"
+#include "tools/loadgen/commit_latency.h"
 #include "tools/loadgen/load.h"
 #include "tools/loadgen/options.h"
 #include "tools/loadgen/session.h"
@@ -58,10 +59,13 @@ static int setup_tracing(run *r, const Perfetto__Protos__GetAsyncCommandResponse
   uint32_t page_kb = st->shared_buffer_page_size_kb ? st->shared_buffer_page_size_kb : 4;
   int rc = lg_smb_map(&r->smb, fd, (size_t)page_kb * 1024, r->opt->chunks_per_page);
   close(fd);
-  if (rc < 0)
+  if (rc < 0) {
     TR_ERROR("loadgen", "cannot map the SMB (page %u KiB): %s", page_kb, tr_strerror(rc));
-  else
-    TR_INFO("loadgen", "shared memory: %zu KiB in pages of %u KiB", r->smb.size >> 10, page_kb);
+    return rc;
+  }
+  TR_INFO("loadgen", "shared memory: %zu KiB in pages of %u KiB", r->smb.size >> 10, page_kb);
+  if (r->opt->commit_latency && (rc = lg_latency_start(&r->session.latency, &r->smb)) < 0)
+    TR_ERROR("loadgen", "cannot start the commit latency sampler: %s", tr_strerror(rc));
   return rc;
 }
 
@@ -146,6 +150,12 @@ static int report(run *r) {
   }
   st.commit_data_frames = r->session.commits_sent;
   st.elapsed_s = r->end_ns > r->start_ns ? (double)(r->end_ns - r->start_ns) / 1e9 : 0;
+  struct lg_latency_result latency;
+  if (r->session.latency) {
+    lg_latency_stop(r->session.latency, &latency);
+    r->session.latency = NULL;
+    st.latency = &latency;
+  }
   lg_stats_print(&st, stdout);
   fflush(stdout);
   int rc = r->opt->stats_json ? lg_stats_write_json(&st, r->opt->stats_json) : 0;

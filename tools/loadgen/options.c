@@ -49,6 +49,9 @@ static const char kHelp[] =
     "  --no-flush             register the data source with no_flush, as the SDK's track_event\n"
     "                         does (the service then sends it no flushes).\n"
     "  --stats-json FILE      also write the counts to FILE as JSON.\n"
+    "  --commit-latency       measure how long committed chunks wait in the shared memory\n"
+    "                         before the service frees them (p50/p99/max, one sample a ms at\n"
+    "                         most, ~20 us resolution; tools/loadgen/commit_latency.h).\n"
     "  --flow-send FIFO       test feature: writer 1 starts a flow (TrackEvent.flow_ids) on each\n"
     "                         slice and, once it is written, writes its id into FIFO.\n"
     "  --flow-recv FIFO       test feature: writer 1 ends each flow whose id it read from FIFO\n"
@@ -94,7 +97,7 @@ static int parse_double(const char *flag, const char *s, double *out) {
 int lg_options_parse(int argc, char **argv, lg_options *o) {
   enum { SOCKET = 256, NAME, DATA_SOURCE, WRITERS, RATE, PACKET_SIZE, DURATION, PACKETS,
          FAKE_CLOCK, PAGE_SIZE, SMB_SIZE, CHUNKS_PER_PAGE, NO_FLUSH, STATS_JSON, FLOW_SEND,
-         FLOW_RECV, HELP, VERSION };
+         FLOW_RECV, COMMIT_LATENCY, HELP, VERSION };
   static const struct option longopts[] = {
       {"socket", required_argument, NULL, SOCKET},
       {"name", required_argument, NULL, NAME},
@@ -112,6 +115,7 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
       {"stats-json", required_argument, NULL, STATS_JSON},
       {"flow-send", required_argument, NULL, FLOW_SEND},
       {"flow-recv", required_argument, NULL, FLOW_RECV},
+      {"commit-latency", no_argument, NULL, COMMIT_LATENCY},
       {"help", no_argument, NULL, HELP},
       {"version", no_argument, NULL, VERSION},
       {NULL, 0, NULL, 0},
@@ -163,6 +167,7 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
     case STATS_JSON: o->stats_json = optarg; break;
     case FLOW_SEND: o->flow_send = optarg; break;
     case FLOW_RECV: o->flow_recv = optarg; break;
+    case COMMIT_LATENCY: o->commit_latency = true; break;
     case HELP: fputs(kHelp, stdout); return 1;
     case VERSION: printf("tracerelay-loadgen %s\n", TR_VERSION); return 1;
     default:

@@ -22,6 +22,7 @@ typedef struct lg_options {
   unsigned chunks_per_page;
   bool no_flush;
   const char *stats_json;
+  bool commit_latency; /* sample commit-to-free latency (commit_latency.h) */
   const char *flow_send, *flow_recv; /* FIFO paths, or NULL (tools/loadgen/flows.h) */
 } lg_options;
 

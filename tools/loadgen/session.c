@@ -8,6 +8,7 @@
 #include "perfetto/common/commit_data_request.pb-c.h"
 #include "relay/log.h"
 #include "relay/tr_error.h"
+#include "tools/loadgen/commit_latency.h"
 
 /* ProducerPort methods, numbered as in the .proto (reference 2.1). */
 enum {
@@ -298,6 +299,8 @@ int lg_session_queue_commit(void *ctx, const lg_commit *c) {
   }
   if (c->has_move && !it)
     rc = TR_ERR_NOMEM;
+  if (c->has_move && s->latency)
+    lg_latency_offer(s->latency, c->page, c->chunk);
   /* Patches arrive in chunk order: one entry per chunk. */
   for (size_t i = 0; rc == 0 && i < c->num_patches; i++) {
     if (i == 0 || c->patches[i].chunk_id != c->patches[i - 1].chunk_id) {

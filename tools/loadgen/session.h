@@ -43,6 +43,7 @@ typedef struct lg_session {
   size_t num_items;
   size_t cap_items;
   uint64_t commits_sent; /* CommitData frames */
+  struct lg_latency *latency; /* if set, offered every moved chunk (commit_latency.h) */
 } lg_session;
 
 /* Connects, binds ProducerPort, sends InitializeConnection + GetAsyncCommand +

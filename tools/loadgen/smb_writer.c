@@ -25,6 +25,15 @@ static size_t chunk_size(const lg_smb *smb, uint32_t layout) {
   return ((smb->page_size - LG_SMB_PAGE_HEADER) / kChunksPerLayout[layout]) & ~(size_t)3;
 }
 
+const uint8_t *lg_smb_chunk_at(const lg_smb *smb, uint32_t page, uint32_t chunk) {
+  return smb->base + (size_t)page * smb->page_size + LG_SMB_PAGE_HEADER +
+         chunk * chunk_size(smb, smb->layout);
+}
+
+unsigned lg_smb_chunk_state(const lg_smb *smb, uint32_t page, uint32_t chunk) {
+  return __atomic_load_n(page_word(smb, page), __ATOMIC_ACQUIRE) >> (2 * chunk) & 3;
+}
+
 int lg_smb_map(lg_smb *smb, int fd, size_t page_size, unsigned chunks_per_page) {
   memset(smb, 0, sizeof(*smb));
   for (uint32_t l = 1; l <= 5; l++)

@@ -50,6 +50,10 @@ typedef struct lg_smb {
  * 64 KiB that divides the size; chunks_per_page one of 1, 2, 4, 7, 14. The fd is not kept. */
 int lg_smb_map(lg_smb *smb, int fd, size_t page_size, unsigned chunks_per_page);
 void lg_smb_unmap(lg_smb *smb);
+/* A chunk's first byte (its header) and its state (0 Free ... 3 Complete) now, for observers:
+ * the chunk index must be inside the page's layout (as a commit names it). */
+const uint8_t *lg_smb_chunk_at(const lg_smb *smb, uint32_t page, uint32_t chunk);
+unsigned lg_smb_chunk_state(const lg_smb *smb, uint32_t page, uint32_t chunk);
 
 /* A patch: 4 bytes to write at `offset` from the payload start of chunk `chunk_id`. */
 typedef struct lg_patch {

@@ -42,6 +42,11 @@ void lg_stats_print(const lg_stats *st, FILE *out) {
   fputs("total: ", out);
   print_counts(out, &st->total, false);
   fputc('\n', out);
+  if (st->latency)
+    fprintf(out, "commit to free: %llu samples, p50 %.1f us, p99 %.1f us, max %.1f us, %llu "
+                 "unfinished\n",
+            (unsigned long long)st->latency->samples, st->latency->p50_us, st->latency->p99_us,
+            st->latency->max_us, (unsigned long long)st->latency->unfinished);
 }
 
 int lg_stats_write_json(const lg_stats *st, const char *path) {
@@ -56,7 +61,12 @@ int lg_stats_write_json(const lg_stats *st, const char *path) {
   }
   fputs("],\"total\":{", f);
   print_counts(f, &st->total, true);
-  fprintf(f, "},\"commit_data_frames\":%llu,\"elapsed_s\":%.6f}\n",
+  fprintf(f, "},\"commit_data_frames\":%llu,\"elapsed_s\":%.6f",
           (unsigned long long)st->commit_data_frames, st->elapsed_s);
+  if (st->latency) {
+    fputc(',', f);
+    lg_latency_write_json(st->latency, f);
+  }
+  fputs("}\n", f);
   return fclose(f) == 0 ? 0 : TR_ERR_SYS(errno);
 }

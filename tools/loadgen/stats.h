@@ -1,7 +1,8 @@
 /* stats.h: the loadgen's final counts, per writer and in total, printed as text and written as
  * JSON for tests and benchmarks:
  *   {"writers": [{"writer_id": 1, "packets_written": ..., ...}, ...],
- *    "total": {"packets_written": ..., ...}, "commit_data_frames": N, "elapsed_s": S}
+ *    "total": {"packets_written": ..., ...}, "commit_data_frames": N, "elapsed_s": S
+ *    [, "commit_to_free_us": {"samples", "unfinished", "p50", "p99", "max"}]}
  * Every drop is counted: packets_dropped (SMB full) and events_dropped (event numbers used up
  * without reaching the SMB, a subset of the dropped packets' events). */
 #ifndef LG_STATS_H
@@ -10,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tools/loadgen/commit_latency.h"
 #include "tools/loadgen/smb_writer.h"
 
 typedef struct lg_writer_stats {
@@ -25,6 +27,7 @@ typedef struct lg_stats {
   lg_writer_stats total; /* writer_id 0 */
   uint64_t commit_data_frames;
   double elapsed_s;
+  const struct lg_latency_result *latency; /* --commit-latency, else NULL */
 } lg_stats;
 
 /* Adds one writer's counts (and to the total). writers must have room (caller allocates). */
