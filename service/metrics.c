@@ -1,11 +1,13 @@
 /* metrics.c: the service's Prometheus metrics (--metrics-listen, relay/metrics_http.h): hosts
  * connected, sessions, and per host (label `host`, the machine name) its producers, traffic,
  * every loss counter of the trace's HostStats, disconnects, and its clock mapping (offset,
- * drift, probe RTT, error bound now). Read on the loop's thread, like status.c. */
+ * drift, probe RTT, error bound now), and the losses of its central buffers in the sessions
+ * that exist now. Read on the loop's thread, like status.c. */
 #include "service/metrics.h"
 
 #include "relay/clock.h"
 #include "relay/clocksync.h"
+#include "relay/trace_buffer.h"
 #include "service/session.h"
 
 /* A per-host counter or gauge: one family, one sample per host. */
@@ -59,6 +61,39 @@ static const struct host_metric kHostMetrics[] = {
     {"tracerelay_host_flushes_missed_total", "counter",
      "flushes the host did not answer in time", flushes_missed},
 };
+
+/* The host's central buffers' losses, summed over the sessions that exist now. */
+struct buffer_losses {
+  double overwritten, discarded, lost_in_gaps;
+};
+
+static struct buffer_losses buffer_losses_of(const tr_service *svc, const tr_host *host) {
+  struct buffer_losses l = {0};
+  for (const tr_session *s = svc->sessions; s; s = s->next)
+    for (size_t h = 0; h < s->num_hosts; h++) {
+      const tr_session_host *sh = &s->hosts[h];
+      for (size_t b = 0; sh->host == host && sh->tbufs && b < s->num_buffers; b++) {
+        tr_tbuf_stats st;
+        if (!sh->tbufs[b])
+          continue;
+        tr_tbuf_get_stats(sh->tbufs[b], &st);
+        l.overwritten += (double)st.chunks_overwritten;
+        l.discarded += (double)st.chunks_discarded;
+        l.lost_in_gaps += (double)st.packets_lost_in_gaps;
+      }
+    }
+  return l;
+}
+
+static void buffer_family(tr_prom_text *t, const tr_service *svc, const char *name,
+                          const char *help, int which) {
+  tr_prom_family(t, name, "gauge", help);
+  for (size_t i = 0; i < svc->num_hosts; i++) {
+    struct buffer_losses l = buffer_losses_of(svc, svc->hosts[i]);
+    double v[] = {l.overwritten, l.discarded, l.lost_in_gaps};
+    tr_prom_sample(t, name, svc->hosts[i]->name, v[which]);
+  }
+}
 
 /* The clock mapping's figures in seconds; false before the first probe. */
 struct clock_figures {
@@ -116,6 +151,12 @@ void tr_service_metrics(const tr_service *svc, tr_prom_text *t) {
     for (size_t i = 0; i < svc->num_hosts; i++)
       tr_prom_sample(t, hm->name, svc->hosts[i]->name, hm->value(svc->hosts[i]));
   }
+  buffer_family(t, svc, "tracerelay_host_session_chunks_overwritten",
+                "chunks of the host overwritten in RING_BUFFER central buffers (sessions now)", 0);
+  buffer_family(t, svc, "tracerelay_host_session_chunks_discarded",
+                "chunks of the host a full DISCARD central buffer refused (sessions now)", 1);
+  buffer_family(t, svc, "tracerelay_host_session_packets_lost_in_gaps",
+                "packets of the host cut by a lost chunk (sessions now)", 2);
   uint64_t boot_now = 0;
   tr_clock_read(TR_CLOCK_BOOTTIME, &boot_now);
   clock_family(t, svc, boot_now, "tracerelay_host_clock_offset_seconds",

@@ -104,6 +104,10 @@ for q in ("tracerelay_agent_link_up", "tracerelay_agent_link_connects_total"):
     r = by(q, "instance")
     if len(r) != 2 or any(x != 1 for x in r.values()):
         sys.exit(f"FAIL: {q} = {r}, want 1 on both agents")
+for q in ("tracerelay_host_session_chunks_discarded", "tracerelay_host_session_chunks_overwritten"):
+    r = by(q, "host")  # the record's session is gone: nothing of it is left to count
+    if r != {"web-1": 0.0, "web-2": 0.0}:
+        sys.exit(f"FAIL: {q} = {r}, want 0 for both hosts")
 bound = by("tracerelay_host_clock_error_bound_seconds", "host")
 if set(bound) != {"web-1", "web-2"} or any(not 0 <= b < 1 for b in bound.values()):
     sys.exit(f"FAIL: clock error bounds {bound}")
