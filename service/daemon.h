@@ -24,6 +24,7 @@ struct tr_service_daemon_opts {
   const char *ca_path, *cert_path, *key_path;
   enum tr_timeline timeline;
   const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
+  unsigned max_agents;        /* 0: TR_LINK_DEFAULT_MAX_AGENTS */
 };
 
 /* Starts everything; on failure logs what failed (file, address, socket) and returns a

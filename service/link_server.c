@@ -76,6 +76,7 @@ struct tr_link_server {
   uint64_t instance_id;
   uint64_t hb_interval_ns, hb_timeout_ns;
   unsigned hello_timeout_ms;
+  unsigned max_agents, connected; /* agents Welcomed now, and their bound */
   uint64_t next_probe_id;
   bool probe_sent_in_tick, probe_deferred;
   bool stopping;
@@ -226,6 +227,14 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
                tr_tls_uv_peer_address(host->link->conn));
     return;
   }
+  if (ls->connected >= ls->max_agents) {
+    TR_WARN("link", "host %s refused: %u agents are connected, the most this service takes "
+            "(--max-agents)", name, ls->connected);
+    peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+               "the service already serves %u agents, its --max-agents; host %s refused",
+               ls->connected, name);
+    return;
+  }
   uint32_t max_frame = hello->has_max_frame_bytes ? hello->max_frame_bytes : 0;
   if (max_frame == 0)
     max_frame = TR_RELAY_MAX_FRAME_DEFAULT;
@@ -253,6 +262,7 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   p->features = tr_relay_features_negotiate(ls->features, hello->features);
   p->host = host;
   host->link = p;
+  ls->connected++;
   host->connected_since_ns = (uint64_t)boottime();
 
   Tracerelay__Welcome w = TRACERELAY__WELCOME__INIT;
@@ -595,6 +605,7 @@ static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
   tr_host *host = p->host;
   if (host != NULL) {
     host->link = NULL;
+    ls->connected--;
     host->stats.disconnects++;
     TR_INFO("link", "host %s disconnected: %s", host->name, reason ? why : "closed by us");
     tr_service_on_host_disconnected(ls->svc, host, why);
@@ -714,6 +725,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
   ls->loop = loop;
   ls->svc = svc;
   ls->features = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
+  ls->max_agents = opts->max_agents ? opts->max_agents : TR_LINK_DEFAULT_MAX_AGENTS;
   ls->hb_interval_ns = opts->heartbeat_interval_ms * 1000000ull;
   ls->hb_timeout_ns = opts->heartbeat_timeout_ms * 1000000ull;
   ls->hello_timeout_ms =

@@ -53,7 +53,12 @@ struct tr_link_server_opts {
    * arrive within it after the handshake; else the connection is closed with a log line
    * naming the peer address. 0 = TR_TLS_UV_HANDSHAKE_TIMEOUT_MS. */
   unsigned handshake_timeout_ms;
+  /* At most this many agents connected at once; Hello from one more is refused with a Goodbye
+   * (REASON_OVERLOADED) naming the limit. 0 = TR_LINK_DEFAULT_MAX_AGENTS. */
+  unsigned max_agents;
 };
+
+#define TR_LINK_DEFAULT_MAX_AGENTS 4096u
 
 /* Listens and returns the server. svc receives the upward calls. TR_ERR_CONFIG for an
  * unparsable address, else the tr_tls_uv_listen error (e.g. address in use); a message naming

@@ -50,6 +50,10 @@ static const char kHelp[] =
     "                         an agent connection must finish its TLS handshake within MS of\n"
     "                         the TCP accept, then send Hello within MS; else it is closed and\n"
     "                         logged with its address (default 10000).\n"
+    "  --max-agents N         agents connected at once (default 4096); one more is refused\n"
+    "                         with a message naming this limit. The open-file limit must\n"
+    "                         allow N + 256 descriptors: the service raises its soft limit up\n"
+    "                         to the hard one, else refuses to start saying so.\n"
     "  --metrics-listen IPADDR:PORT\n"
     "                         serve Prometheus metrics at /metrics and Kubernetes probes at\n"
     "                         /healthz and /readyz over plain HTTP on this address (default:\n"
@@ -93,7 +97,7 @@ static const char kHelp[] =
 
 enum { OPT_LISTEN = 256, OPT_CONSUMER_SOCKET, OPT_CONSUMER_MODE, OPT_CA, OPT_CERT, OPT_KEY,
        OPT_TIMELINE, OPT_ALLOW_UID, OPT_ALLOW_GID,
-       OPT_HANDSHAKE_TIMEOUT, OPT_METRICS_LISTEN };
+       OPT_HANDSHAKE_TIMEOUT, OPT_METRICS_LISTEN, OPT_MAX_AGENTS };
 
 /* A decimal id or count in [0, max]; -1 if s is not one. */
 static long long parse_num(const char *s, unsigned long long max) {
@@ -162,6 +166,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"consumer-allow-gid", required_argument, NULL, OPT_ALLOW_GID},
       {"handshake-timeout-ms", required_argument, NULL, OPT_HANDSHAKE_TIMEOUT},
       {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
+      {"max-agents", required_argument, NULL, OPT_MAX_AGENTS},
       {"config", required_argument, NULL, TR_DAEMON_OPT_CONFIG},
       {NULL, 0, NULL, 0}};
   int opt;
@@ -174,6 +179,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
   memset(&o->consumer_access, 0, sizeof o->consumer_access);
   o->handshake_timeout_ms = 0;
   o->metrics_listen = NULL;
+  o->max_agents = 0;
   while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     switch (opt) {
     case OPT_LISTEN: {
@@ -212,6 +218,13 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       break;
     }
     case OPT_METRICS_LISTEN: o->metrics_listen = optarg; break;
+    case OPT_MAX_AGENTS: {
+      long long v = parse_num(optarg, 1000000);
+      if (v < 1)
+        return bad("--max-agents", optarg, "give a number of agents from 1 to 1000000");
+      o->max_agents = (unsigned)v;
+      break;
+    }
     case OPT_HANDSHAKE_TIMEOUT: {
       long long v = parse_num(optarg, 600000);
       if (v < 100)

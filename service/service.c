@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "relay/log.h"
@@ -45,6 +46,31 @@ struct tr_service_daemon {
   void (*done)(void *ud);
   void *done_ud;
 };
+
+#define FD_RESERVE 256 /* consumers, the metrics endpoint, files, the loop's own */
+
+/* Every agent holds a socket: the descriptors for max_agents of them must be there before the
+ * first one connects, not missing at agent 1,021. Raises the soft limit up to the hard one if
+ * needed; else says what to change. */
+static int check_fd_limit(unsigned max_agents) {
+  struct rlimit rl;
+  rlim_t need = (rlim_t)max_agents + FD_RESERVE;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
+    return 0;
+  if (rl.rlim_max >= need || rl.rlim_max == RLIM_INFINITY) {
+    rl.rlim_cur = need;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      TR_INFO(COMP, "raised the open-file limit to %llu for --max-agents %u",
+              (unsigned long long)need, max_agents);
+      return 0;
+    }
+  }
+  TR_ERROR(COMP, "--max-agents %u needs about %llu open files, but the limit is %llu (hard "
+           "%llu): raise it (ulimit -n, LimitNOFILE= in the unit) or lower --max-agents",
+           max_agents, (unsigned long long)need, (unsigned long long)rl.rlim_cur,
+           (unsigned long long)rl.rlim_max);
+  return TR_ERR_CONFIG;
+}
 
 /* mkdir -p of the socket's directory. */
 static int make_parent_dir(const char *path) {
@@ -138,6 +164,8 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
     return rc;
   }
   d->svc_ready = true;
+  if ((rc = check_fd_limit(o->max_agents ? o->max_agents : TR_LINK_DEFAULT_MAX_AGENTS)) != 0)
+    goto fail;
   tls_opts.role = TR_TLS_SERVER;
   tls_opts.ca_path = o->ca_path;
   tls_opts.cert_path = o->cert_path;
@@ -174,6 +202,7 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   link_opts.listen = o->listen;
   link_opts.tls = d->tls;
   link_opts.handshake_timeout_ms = o->handshake_timeout_ms;
+  link_opts.max_agents = o->max_agents;
   if ((rc = tr_link_server_start(loop, &d->svc, &link_opts, &d->link)) != 0)
     goto fail; /* the link server logged the address and the reason */
   TR_INFO(COMP, "listening for agents on %s, consumers on %s (mode %04o)", o->listen,

@@ -3,7 +3,9 @@
 # that names the file, line or flag and the fix (issue 13), not found later at the first
 # connection: the service given an agent's certificate (clientAuth only); a certificate file
 # that does not exist; a bad value in a config file (its file and line); an out-of-range port
-# (exit 2, as any bad flag); and a warning for an agent certificate that is not valid yet.
+# (exit 2, as any bad flag); a warning for an agent certificate that is not valid yet; an
+# open-file limit too low for --max-agents (issue 14); and an agent past --max-agents refused
+# with a Goodbye that names the limit.
 # Usage: test_startup_errors.sh BIN_DIR
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,4 +40,29 @@ expect 2 "invalid value '0.0.0.0:70000' for --listen" "$BIN/tracerelay-service" 
 # Not valid yet: the agent starts (its link retries), but says so at once; stopped by timeout.
 expect 124 "is not valid yet" "$BIN/tracerelay-agent" --service 127.0.0.1:9 "${agent[@]}" \
   --cert "$P/agent-later.crt" --key "$P/agent-later.key"
+# --max-agents 2000 under an open-file limit of 512 (soft and hard): refused at start.
+expect 1 "max-agents 2000 needs about 2256 open files" bash -c 'ulimit -n 512 && exec "$@"' _ \
+  "$BIN/tracerelay-service" --listen 127.0.0.1:0 "${svc[@]}" --cert "$P/service.crt" \
+  --key "$P/service.key" --max-agents 2000
+# --max-agents 1: the second agent is refused, and its log says why.
+"$TR_SRC/certs/make-certs.sh" "$W/pki" --agent web-2 >/dev/null
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$BIN/tracerelay-service" --listen "127.0.0.1:$port" "${svc[@]}" --cert "$P/service.crt" \
+  --key "$P/service.key" --max-agents 1 >"$W/svc.log" 2>&1 &
+SVC=$!
+trap 'kill $SVC 2>/dev/null || true; rm -rf "$W"' EXIT
+sleep 0.5
+for h in web-1 web-2; do
+  "$BIN/tracerelay-agent" --service "127.0.0.1:$port" --service-name svc --ca "$P/ca.crt" \
+    --producer-socket "$W/$h.sock" --cert "$P/agent-$h.crt" --key "$P/agent-$h.key" \
+    >"$W/agent-$h.log" 2>&1 &
+  sleep 1
+done
+kill $(jobs -p) 2>/dev/null || true
+wait 2>/dev/null || true
+grep -q "already serves 1 agents, its --max-agents; host web-2 refused" "$W/agent-web-2.log" ||
+  fail "the second agent was not told why: $(cat "$W/agent-web-2.log")"
+grep -q "host web-2 refused: 1 agents are connected" "$W/svc.log" ||
+  fail "the service did not log the refusal: $(cat "$W/svc.log")"
+echo "ok: --max-agents 1 refuses the second agent by name"
 echo "PASS: test_startup_errors"
