@@ -317,8 +317,8 @@ static void print_host_text(const struct tr_inspect_result *r, const struct tr_i
          l->previous_packet_dropped);
   if (l->has_host_stats)
     printf("  relay:  %s; this session: %" PRIu64 " disconnects, %" PRIu64 " flushes missed, %" PRIu64
-           " chunks refused, %" PRIu64 " SMB-full events (producers dropped data, packet count "
-           "unknown); service lifetime: link lost %" PRIu64 " chunks (%" PRIu64
+           " chunks refused, %" PRIu64 " times a producer's shared memory was full (each a loss, "
+           "packet count unknown); service lifetime: link lost %" PRIu64 " chunks (%" PRIu64
            " bytes), agent dropped %" PRIu64 " queued + %" PRIu64 " spilled chunks, %" PRIu64
            " SMB full, %" PRIu64 " ABI violations, %" PRIu64 " flushes missed\n",
            l->connected ? "connected" : "disconnected", l->session_disconnects,
