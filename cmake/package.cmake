@@ -68,7 +68,9 @@ set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX}) # as the units name it: build with /usr
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON) # Depends from the binaries' libraries (dpkg-shlibdeps)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "passwd, procps") # useradd (postinst); kill (ExecReload)
+# useradd (postinst); kill (ExecReload); libmicrohttpd, which --metrics-listen loads with dlopen
+# (dpkg-shlibdeps cannot see it)
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "passwd, procps, libmicrohttpd12")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     ${CMAKE_SOURCE_DIR}/deploy/debian/postinst ${CMAKE_SOURCE_DIR}/deploy/debian/prerm
     ${CMAKE_SOURCE_DIR}/deploy/debian/postrm ${CMAKE_SOURCE_DIR}/deploy/debian/conffiles)

@@ -3,6 +3,7 @@
 #include "relay/metrics_http.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -11,6 +12,53 @@
 
 #include "relay/hostport.h"
 #include "relay/tr_error.h"
+
+/* libmicrohttpd is loaded when an endpoint starts, not linked: a daemon without
+ * --metrics-listen maps neither it nor GnuTLS and the libraries GnuTLS pulls in (about 2 MiB
+ * of an idle agent's RSS), and a static build uses the system's library the same way. */
+#define MHD_SONAME "libmicrohttpd.so.12"
+static struct {
+  void *lib;
+  __typeof__(&MHD_start_daemon) start_daemon;
+  __typeof__(&MHD_stop_daemon) stop_daemon;
+  __typeof__(&MHD_get_daemon_info) get_daemon_info;
+  __typeof__(&MHD_run) run;
+  __typeof__(&MHD_get_timeout) get_timeout;
+  __typeof__(&MHD_create_response_from_buffer) create_response_from_buffer;
+  __typeof__(&MHD_add_response_header) add_response_header;
+  __typeof__(&MHD_queue_response) queue_response;
+  __typeof__(&MHD_destroy_response) destroy_response;
+} mhd;
+
+/* Loads the library once (the loop's thread only). 0, or TR_ERR_CONFIG with err set. */
+static int load_mhd(char *err, size_t errlen) {
+  if (mhd.lib)
+    return 0;
+  void *lib = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(err, errlen, "cannot load %s (apt-get install libmicrohttpd12): %s", MHD_SONAME,
+             dlerror());
+    return TR_ERR_CONFIG;
+  }
+#define SYM(f)                                                                                    \
+  if (!(*(void **)&mhd.f = dlsym(lib, "MHD_" #f))) {                                               \
+    snprintf(err, errlen, "%s has no MHD_" #f, MHD_SONAME);                                       \
+    dlclose(lib);                                                                                 \
+    return TR_ERR_CONFIG;                                                                         \
+  }
+  SYM(start_daemon)
+  SYM(stop_daemon)
+  SYM(get_daemon_info)
+  SYM(run)
+  SYM(get_timeout)
+  SYM(create_response_from_buffer)
+  SYM(add_response_header)
+  SYM(queue_response)
+  SYM(destroy_response)
+#undef SYM
+  mhd.lib = lib;
+  return 0;
+}
 
 #define MAX_CONNECTIONS 16
 #define IDLE_TIMEOUT_S 10
@@ -28,12 +76,12 @@ struct tr_metrics_http {
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
                              void *body, size_t len, enum MHD_ResponseMemoryMode mode) {
-  struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
+  struct MHD_Response *r = mhd.create_response_from_buffer(len, body, mode);
   if (!r)
     return MHD_NO;
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-  enum MHD_Result rc = MHD_queue_response(c, status, r);
-  MHD_destroy_response(r);
+  mhd.add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  enum MHD_Result rc = mhd.queue_response(c, status, r);
+  mhd.destroy_response(r);
   return rc;
 }
 
@@ -77,9 +125,9 @@ static void on_timer(uv_timer_t *t);
 
 /* Runs MHD, then arms the timer for its next timeout (idle connections). */
 static void run(tr_metrics_http *m) {
-  MHD_run(m->mhd);
+  mhd.run(m->mhd);
   MHD_UNSIGNED_LONG_LONG ms;
-  if (MHD_get_timeout(m->mhd, &ms) == MHD_YES)
+  if (mhd.get_timeout(m->mhd, &ms) == MHD_YES)
     uv_timer_start(&m->timer, on_timer, ms, 0);
   else
     uv_timer_stop(&m->timer);
@@ -119,6 +167,8 @@ int tr_metrics_http_start(uv_loop_t *loop, const char *listen, const struct tr_m
                           tr_metrics_http **out, char *err, size_t errlen) {
   struct sockaddr_storage ss;
   int rc = parse_listen(listen, &ss, err, errlen);
+  if (rc == 0)
+    rc = load_mhd(err, errlen);
   if (rc < 0)
     return rc;
   tr_metrics_http *m = calloc(1, sizeof *m);
@@ -126,19 +176,19 @@ int tr_metrics_http_start(uv_loop_t *loop, const char *listen, const struct tr_m
     return TR_ERR_NOMEM;
   m->h = *h;
   unsigned flags = MHD_USE_EPOLL | (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-  m->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR, &ss,
+  m->mhd = mhd.start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR, &ss,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
                             MHD_OPTION_END);
   const union MHD_DaemonInfo *fd_info =
-      m->mhd ? MHD_get_daemon_info(m->mhd, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
+      m->mhd ? mhd.get_daemon_info(m->mhd, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
   const union MHD_DaemonInfo *port_info =
-      m->mhd ? MHD_get_daemon_info(m->mhd, MHD_DAEMON_INFO_BIND_PORT) : NULL;
+      m->mhd ? mhd.get_daemon_info(m->mhd, MHD_DAEMON_INFO_BIND_PORT) : NULL;
   if (!fd_info || !port_info) {
     snprintf(err, errlen, "cannot serve metrics on %s (address in use, or not this host's?)",
              listen);
     if (m->mhd)
-      MHD_stop_daemon(m->mhd);
+      mhd.stop_daemon(m->mhd);
     free(m);
     return TR_ERR_CONFIG;
   }
@@ -159,7 +209,7 @@ static void on_closed(uv_handle_t *h) {
   tr_metrics_http *m = h->data;
   if (--m->open_handles > 0)
     return;
-  MHD_stop_daemon(m->mhd); /* after the poll handle let go of its epoll fd */
+  mhd.stop_daemon(m->mhd); /* after the poll handle let go of its epoll fd */
   void (*done)(void *) = m->done;
   void *data = m->done_data;
   free(m);
