@@ -39,33 +39,46 @@ void tr_service_fill_host_stats(Tracerelay__HostStats *h, const tr_host *host, b
 #undef SET
 }
 
+void tr_service_add_buffer_losses(const tr_session *s, const tr_host *host,
+                                  struct tr_host_buffer_losses *out) {
+  for (size_t h = 0; h < s->num_hosts; h++) {
+    const tr_session_host *sh = &s->hosts[h];
+    for (size_t b = 0; sh->host == host && sh->tbufs && b < s->num_buffers; b++) {
+      tr_tbuf_stats st;
+      if (!sh->tbufs[b])
+        continue;
+      tr_tbuf_get_stats(sh->tbufs[b], &st);
+      out->chunks_overwritten += st.chunks_overwritten;
+      out->bytes_overwritten += st.bytes_overwritten;
+      out->chunks_discarded += st.chunks_discarded;
+      out->packets_lost_in_gaps += st.packets_lost_in_gaps;
+    }
+  }
+}
+
 /* The session's view of host: its instances there and its central buffers' losses. A session
  * may hold several entries for one host (one per agent instance); all are summed. */
 static void fill_session(Tracerelay__HostSessionStatus *ss, tr_session *s, const tr_host *host) {
   size_t num_entries = 0;
   bool any_live = false;
+  struct tr_host_buffer_losses l = {0};
   ss->has_session_id = 1;
   ss->session_id = s->id;
   ss->state = kStates[s->state];
   ss->has_instances = ss->has_instances_started = 1;
+  tr_service_add_buffer_losses(s, host, &l);
   ss->has_chunks_overwritten = ss->has_bytes_overwritten = ss->has_chunks_discarded = 1;
   ss->has_packets_lost_in_gaps = 1;
+  ss->chunks_overwritten = l.chunks_overwritten;
+  ss->bytes_overwritten = l.bytes_overwritten;
+  ss->chunks_discarded = l.chunks_discarded;
+  ss->packets_lost_in_gaps = l.packets_lost_in_gaps;
   for (size_t h = 0; h < s->num_hosts; h++) {
     const tr_session_host *sh = &s->hosts[h];
     if (sh->host != host)
       continue;
     num_entries++;
     any_live |= !sh->gone && !sh->retired;
-    for (size_t b = 0; sh->tbufs && b < s->num_buffers; b++) {
-      tr_tbuf_stats st;
-      if (!sh->tbufs[b])
-        continue;
-      tr_tbuf_get_stats(sh->tbufs[b], &st);
-      ss->chunks_overwritten += st.chunks_overwritten;
-      ss->bytes_overwritten += st.bytes_overwritten;
-      ss->chunks_discarded += st.chunks_discarded;
-      ss->packets_lost_in_gaps += st.packets_lost_in_gaps;
-    }
     for (size_t i = 0; i < s->num_instances; i++) {
       if (s->instances[i].host_index != h)
         continue;
@@ -77,31 +90,43 @@ static void fill_session(Tracerelay__HostSessionStatus *ss, tr_session *s, const
   ss->gone = num_entries > 0 && !any_live;
 }
 
-static void fill_clock(Tracerelay__HostStatus *hs, const tr_host *host, uint64_t boot_now) {
+bool tr_service_host_clock(const tr_host *host, uint64_t boot_now, struct tr_host_clock *out) {
   struct tr_clocksync_stats cs;
   if (!host->clock)
-    return;
+    return false;
   tr_clocksync_get_stats(host->clock, &cs);
   if (cs.probes == 0)
+    return false;
+  out->offset_ns = tr_clocksync_offset_ns(host->clock);
+  out->drift_ppm = tr_clocksync_drift_ppm(host->clock);
+  out->rtt_ns = tr_clocksync_rtt_ns(host->clock);
+  /* The bound grows with the distance from the fit's samples: report it for "now" on the
+   * host's clock, where the next event will land, not at the last probe. */
+  int64_t host_now = (int64_t)boot_now - out->offset_ns;
+  out->bound_ns = tr_clocksync_error_bound(host->clock, host_now > 0 ? host_now : 0);
+  out->probes = cs.probes;
+  out->outliers = cs.outliers;
+  return true;
+}
+
+static void fill_clock(Tracerelay__HostStatus *hs, const tr_host *host, uint64_t boot_now) {
+  struct tr_host_clock c;
+  if (!tr_service_host_clock(host, boot_now, &c))
     return;
   hs->has_clock_synced = hs->clock_synced = 1;
   hs->has_clock_offset_ns = 1;
-  hs->clock_offset_ns = tr_clocksync_offset_ns(host->clock);
+  hs->clock_offset_ns = c.offset_ns;
   hs->has_clock_drift_ppm = 1;
-  hs->clock_drift_ppm = tr_clocksync_drift_ppm(host->clock);
+  hs->clock_drift_ppm = c.drift_ppm;
   hs->has_clock_rtt_ns = 1;
-  hs->clock_rtt_ns = tr_clocksync_rtt_ns(host->clock);
-  /* The bound grows with the distance from the fit's samples: report it for "now" on the
-   * host's clock, where the next event will land, not at the last probe. */
-  int64_t host_now = (int64_t)boot_now - hs->clock_offset_ns;
-  int64_t bound = tr_clocksync_error_bound(host->clock, host_now > 0 ? host_now : 0);
-  if (bound >= 0) {
+  hs->clock_rtt_ns = c.rtt_ns;
+  if (c.bound_ns >= 0) {
     hs->has_clock_error_bound_ns = 1;
-    hs->clock_error_bound_ns = bound;
+    hs->clock_error_bound_ns = c.bound_ns;
   }
   hs->has_clock_probes = hs->has_clock_outliers = 1;
-  hs->clock_probes = cs.probes;
-  hs->clock_outliers = cs.outliers;
+  hs->clock_probes = c.probes;
+  hs->clock_outliers = c.outliers;
 }
 
 int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,

@@ -20,6 +20,24 @@
  * (HostStats fields 1-3 and 10-24). */
 void tr_service_fill_host_stats(Tracerelay__HostStats *h, const tr_host *host, bool connected);
 
+/* The host's clock mapping as status and metrics show it: the bound is for "now" on the host's
+ * clock (boot_now is the service's BOOTTIME), -1 when there is none. false before the first
+ * probe. */
+struct tr_host_clock {
+  int64_t offset_ns, rtt_ns, bound_ns;
+  double drift_ppm;
+  uint64_t probes, outliers;
+};
+bool tr_service_host_clock(const tr_host *host, uint64_t boot_now, struct tr_host_clock *out);
+
+/* Adds the losses of host's central buffers in session s (every entry of the host: one per
+ * agent instance) to *out. */
+struct tr_host_buffer_losses {
+  uint64_t chunks_overwritten, bytes_overwritten, chunks_discarded, packets_lost_in_gaps;
+};
+void tr_service_add_buffer_losses(const tr_session *s, const tr_host *host,
+                                  struct tr_host_buffer_losses *out);
+
 /* Encodes host's status, as the consumer of uid viewer may see it (only its own uid's sessions
  * unless it is root), into a new buffer (*out, freed by the caller with free()). TR_ERR_NOMEM. */
 int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
