@@ -36,8 +36,13 @@ STAT(bytes_received)
 STAT(chunks_received)
 STAT(batches_received)
 STAT(link_lost_chunks)
+STAT(link_lost_bytes)
 STAT(agent_queue_dropped_chunks)
+STAT(agent_queue_dropped_bytes)
+STAT(agent_queue_dropped_packets)
 STAT(agent_spill_dropped_chunks)
+STAT(agent_spill_dropped_bytes)
+STAT(agent_spill_dropped_packets)
 STAT(agent_smb_full)
 STAT(agent_abi_violations)
 STAT(disconnects)
@@ -52,6 +57,10 @@ STAT(flushes_missed)
 BUFFERS(chunks_overwritten)
 BUFFERS(chunks_discarded)
 BUFFERS(packets_lost_in_gaps)
+BUFFERS(trace_writer_packet_loss)
+BUFFERS(patches_failed)
+BUFFERS(invalid_packets)
+BUFFERS(abi_violations)
 #undef BUFFERS
 
 static bool connected(const struct host_figures *f, double *v) {
@@ -93,10 +102,19 @@ static const struct host_metric kHostMetrics[] = {
     {"tracerelay_host_received_batches_total", "counter", "batches received", batches_received},
     {"tracerelay_host_link_lost_chunks_total", "counter",
      "chunks lost on the link (batch sequence gaps)", link_lost_chunks},
+    {"tracerelay_host_link_lost_bytes_total", "counter", "their payload bytes", link_lost_bytes},
     {"tracerelay_host_agent_queue_dropped_chunks_total", "counter",
      "chunks the agent's queue had no room for", agent_queue_dropped_chunks},
+    {"tracerelay_host_agent_queue_dropped_bytes_total", "counter", "their payload bytes",
+     agent_queue_dropped_bytes},
+    {"tracerelay_host_agent_queue_dropped_packets_total", "counter", "packets begun in them",
+     agent_queue_dropped_packets},
     {"tracerelay_host_agent_spill_dropped_chunks_total", "counter",
      "chunks dropped from the agent's spill queue", agent_spill_dropped_chunks},
+    {"tracerelay_host_agent_spill_dropped_bytes_total", "counter", "their payload bytes",
+     agent_spill_dropped_bytes},
+    {"tracerelay_host_agent_spill_dropped_packets_total", "counter", "packets begun in them",
+     agent_spill_dropped_packets},
     {"tracerelay_host_agent_smb_full_total", "counter",
      "times a producer's shared memory was found full (loss events, packet count unknown)",
      agent_smb_full},
@@ -113,6 +131,14 @@ static const struct host_metric kHostMetrics[] = {
      "chunks of the host a full DISCARD central buffer refused (sessions now)", chunks_discarded},
     {"tracerelay_host_session_packets_lost_in_gaps", "gauge",
      "packets of the host cut by a lost chunk (sessions now)", packets_lost_in_gaps},
+    {"tracerelay_host_session_writer_packet_loss", "gauge",
+     "packets its writers marked as dropped (sessions now)", trace_writer_packet_loss},
+    {"tracerelay_host_session_patches_failed", "gauge",
+     "patches that found no chunk to apply to (sessions now)", patches_failed},
+    {"tracerelay_host_session_invalid_packets", "gauge",
+     "packets refused at read time as malformed (sessions now)", invalid_packets},
+    {"tracerelay_host_session_abi_violations", "gauge",
+     "chunks the central buffers refused as malformed (sessions now)", abi_violations},
     {"tracerelay_host_clock_offset_seconds", "gauge",
      "service clock minus the host's (BOOTTIME), as the timeline maps it", clock_offset},
     {"tracerelay_host_clock_drift_ratio", "gauge",

@@ -52,6 +52,10 @@ void tr_service_add_buffer_losses(const tr_session *s, const tr_host *host,
       out->bytes_overwritten += st.bytes_overwritten;
       out->chunks_discarded += st.chunks_discarded;
       out->packets_lost_in_gaps += st.packets_lost_in_gaps;
+      out->trace_writer_packet_loss += st.trace_writer_packet_loss;
+      out->patches_failed += st.patches_failed;
+      out->invalid_packets += st.invalid_packets;
+      out->abi_violations += st.abi_violations;
     }
   }
 }

@@ -34,6 +34,7 @@ bool tr_service_host_clock(const tr_host *host, uint64_t boot_now, struct tr_hos
  * agent instance) to *out. */
 struct tr_host_buffer_losses {
   uint64_t chunks_overwritten, bytes_overwritten, chunks_discarded, packets_lost_in_gaps;
+  uint64_t trace_writer_packet_loss, patches_failed, invalid_packets, abi_violations;
 };
 void tr_service_add_buffer_losses(const tr_session *s, const tr_host *host,
                                   struct tr_host_buffer_losses *out);

@@ -104,8 +104,11 @@ for q in ("tracerelay_agent_link_up", "tracerelay_agent_link_connects_total"):
     r = by(q, "instance")
     if len(r) != 2 or any(x != 1 for x in r.values()):
         sys.exit(f"FAIL: {q} = {r}, want 1 on both agents")
-for q in ("tracerelay_host_session_chunks_discarded", "tracerelay_host_session_chunks_overwritten"):
-    r = by(q, "host")  # the record's session is gone: nothing of it is left to count
+for q in ("tracerelay_host_session_chunks_discarded", "tracerelay_host_session_chunks_overwritten",
+          "tracerelay_host_session_writer_packet_loss", "tracerelay_host_link_lost_bytes_total",
+          "tracerelay_host_agent_queue_dropped_packets_total",
+          "tracerelay_host_agent_spill_dropped_packets_total"):
+    r = by(q, "host")  # a lossless run; and the record's session is gone
     if r != {"web-1": 0.0, "web-2": 0.0}:
         sys.exit(f"FAIL: {q} = {r}, want 0 for both hosts")
 bound = by("tracerelay_host_clock_error_bound_seconds", "host")
