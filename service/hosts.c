@@ -364,10 +364,19 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
                                welcome_seq);
   if (rc < 0)
     return rc;
+  h->restarted_unclean = false;
   if (previous != 0 && previous != hello->agent_instance_id) {
-    TR_INFO("link", "host %s: agent restarted (instance %016llx -> %016llx); its unsent data "
-            "is gone", h->name, (unsigned long long)previous,
-            (unsigned long long)hello->agent_instance_id);
+    h->restarted_unclean = !h->agent_said_goodbye;
+    h->stats.agent_exits_unclean += h->restarted_unclean;
+    if (h->restarted_unclean)
+      TR_WARN("link", "host %s: agent restarted (instance %016llx -> %016llx) without having "
+              "stopped in order: what its producers wrote and it had not relayed is lost",
+              h->name, (unsigned long long)previous,
+              (unsigned long long)hello->agent_instance_id);
+    else
+      TR_INFO("link", "host %s: agent restarted (instance %016llx -> %016llx) after an orderly "
+              "stop", h->name, (unsigned long long)previous,
+              (unsigned long long)hello->agent_instance_id);
     /* The old instance's batches will never come: its replies cannot wait for them. */
     release(hs, h, true);
     producers_end_all(hs, h);
@@ -383,6 +392,7 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
     publish_counters(h);
   }
   h->agent_instance_id = hello->agent_instance_id;
+  h->agent_said_goodbye = false;
   return keep_system_info(h, hello->system_info);
 }
 

@@ -410,6 +410,8 @@ static void on_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
   case TRACERELAY__RELAY_FRAME__MSG_GOODBYE:
     TR_INFO("link", "host %s says goodbye (reason %d): %s", p->host->name,
             (int)f->goodbye->reason, f->goodbye->text != NULL ? f->goodbye->text : "");
+    p->host->agent_said_goodbye =
+        f->goodbye->has_reason && f->goodbye->reason == TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN;
     hang_up(p);
     break;
   case TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT:

@@ -47,6 +47,7 @@ STAT(agent_smb_full)
 STAT(agent_abi_violations)
 STAT(disconnects)
 STAT(flushes_missed)
+STAT(agent_exits_unclean)
 #undef STAT
 
 #define BUFFERS(field)                                                                            \
@@ -124,6 +125,9 @@ static const struct host_metric kHostMetrics[] = {
      disconnects},
     {"tracerelay_host_flushes_missed_total", "counter",
      "flushes the host did not answer in time", flushes_missed},
+    {"tracerelay_host_agent_exits_unclean_total", "counter",
+     "agent processes replaced without an orderly stop (loss events, packet count unknown)",
+     agent_exits_unclean},
     {"tracerelay_host_session_chunks_overwritten", "gauge",
      "chunks of the host overwritten in RING_BUFFER central buffers (sessions now)",
      chunks_overwritten},

@@ -62,6 +62,10 @@ typedef struct tr_host_stats {
   uint64_t agent_spill_dropped_packets;
   uint64_t disconnects;
   uint64_t flushes_missed;        /* flushes this host did not ack within the timeout */
+  /* Agent instances replaced by a new one without having said an orderly Goodbye (killed,
+   * crashed, host rebooted): what their producers wrote and they had not relayed is lost,
+   * count unknown. */
+  uint64_t agent_exits_unclean;
 } tr_host_stats;
 
 #define TR_HOST_CLOCK_SNAPSHOTS 64
@@ -76,6 +80,9 @@ struct tr_host {
   char name[65];                  /* machine name, from the agent's certificate */
   uint32_t machine_id;            /* tr_machine_id(name) */
   uint64_t agent_instance_id;     /* from Hello; a new one means the agent restarted */
+  bool agent_said_goodbye;        /* the current instance ended a link with Goodbye(SHUTDOWN) */
+  bool restarted_unclean;         /* the last Hello came from a new instance that replaced one
+                                   * without such a Goodbye (stats.agent_exits_unclean) */
   tr_link_peer *link;             /* NULL while disconnected; the host entry stays */
   uint64_t connected_since_ns;    /* service BOOTTIME of the current (or last) connection */
   Perfetto__Protos__SystemInfo *system_info; /* from Hello, machine_name set by us; owned */

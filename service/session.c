@@ -786,6 +786,8 @@ void tr_service_on_host_connected(tr_service *svc, tr_host *host) {
   for (tr_session *s = svc->sessions; s; s = s->next) {
     size_t hi;
     tr_session_host *sh = tr_session_find_host(s, host, &hi);
+    if (sh && sh->agent_instance_id != host->agent_instance_id && host->restarted_unclean)
+      sh->agent_exits_unclean++;
     if (s->state >= TR_SESSION_STOPPING)
       continue;
     if (sh && sh->agent_instance_id == host->agent_instance_id) {

@@ -106,6 +106,7 @@ typedef struct tr_session_host {
   uint64_t smb_full_at_start; /* the host's agent_smb_full when it joined the session */
   uint64_t flushes_missed;
   uint64_t disconnects;
+  uint64_t agent_exits_unclean; /* its agent instance was replaced without an orderly stop */
   uint64_t disconnected_at[TR_SESSION_MAX_DISCONNECT_MARKS]; /* tr_session_now() of the first */
   size_t num_disconnected_at;
 } tr_session_host;

@@ -36,6 +36,7 @@ void tr_service_fill_host_stats(Tracerelay__HostStats *h, const tr_host *host, b
   SET(agent_abi_violations);
   SET(disconnects);
   SET(flushes_missed);
+  SET(agent_exits_unclean);
 #undef SET
 }
 

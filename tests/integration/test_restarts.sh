@@ -5,7 +5,9 @@
 #     the trace marks web-1 as disconnected (its HostStats: session_disconnects >= 1, and
 #     session_disconnected_at_ns just after the kill, in the trace clock; on the timeline, the
 #     instants "host web-1 disconnected" then "host web-1 agent restarted"), holds
-#     web-1's data from before the kill and from the new agent, and web-2/web-3 are exact.
+#     web-1's data from before the kill and from the new agent, and web-2/web-3 are exact;
+#     web-1's HostStats count one agent exit without an orderly stop (session_agent_exits_unclean,
+#     a loss of unknown size), which `tracerelay record` names in a warning.
 #   - on web-2, next to a steady producer, one producer is frozen with SIGSTOP in the middle
 #     of its writing (mid-chunk: it writes 2000 1 KB events a second) and one is killed with
 #     SIGKILL mid-packet: the steady producer's sequences are exact, the session still ends
@@ -122,6 +124,14 @@ new1 = [json.load(open(f))["total"]["packets_written"] for f in glob.glob(f"{wor
 if not new1: fail.append("web-1: the new producer wrote no stats")
 elif new1[0] not in seqs("web-1"): fail.append(f"web-1: the new producer's {new1[0]} packets not in {seqs('web-1')}")
 if len(seqs("web-1")) < 2: fail.append("web-1: the old agent's data is missing")
+# The kill is counted as a loss of unknown size on web-1, nowhere else, and record says so.
+if hs1.get("session_agent_exits_unclean") != 1:
+    fail.append(f"web-1: session_agent_exits_unclean {hs1.get('session_agent_exits_unclean')}, want 1")
+if hs2.get("session_agent_exits_unclean") or hs3.get("session_agent_exits_unclean"):
+    fail.append("an agent exit without an orderly stop counted on a host whose agent lived")
+rec = open(f"{work}/record-1.log").read()
+if "agents that were killed or crashed" not in rec or "web-1 (1)" not in rec:
+    fail.append(f"record did not warn about web-1's killed agent:\n{rec}")
 if fail: print("FAIL:\n  " + "\n  ".join(fail)); sys.exit(1)
 PY
 

@@ -71,6 +71,8 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
     append(out, cap, " (%llu chunks lost)", (unsigned long long)lost);
   if (h->session_smb_full)
     append(out, cap, " (SMB full %llu times)", (unsigned long long)h->session_smb_full);
+  if (h->session_agent_exits_unclean)
+    append(out, cap, " (agent killed: %llu)", (unsigned long long)h->session_agent_exits_unclean);
   if (h->has_connected && !h->connected)
     append(out, cap, " (down)");
   total->lost_chunks += lost;
@@ -80,6 +82,11 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
            total->not_started[0] ? ", " : "",
            printable_name(h->machine_name) ? h->machine_name : "?",
            (unsigned long long)h->session_instances_not_started);
+  if (h->session_agent_exits_unclean)
+    append(total->agent_crashed, sizeof total->agent_crashed, "%s%s (%llu)",
+           total->agent_crashed[0] ? ", " : "",
+           printable_name(h->machine_name) ? h->machine_name : "?",
+           (unsigned long long)h->session_agent_exits_unclean);
 }
 
 int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,

@@ -27,10 +27,13 @@ struct host_progress_sum {
   /* "web-1 (1), web-2 (2)": hosts with data source instances not started (as the stats say;
    * at the end of a session: never started), "" when there is none */
   char not_started[256];
+  /* "web-1 (1)": hosts whose agent was replaced without an orderly stop while the session ran
+   * (data lost, count unknown), "" when there is none */
+  char agent_crashed[256];
 };
 
 /* Decodes the reply_proto of a GetTraceStats reply. Writes "web-1 4.1 MB  web-2 0.3 MB
- * (12 chunks lost) (SMB full 3 times)  web-3 1.0 MB (down)" into out (hosts in the service's order; "" without
+ * (12 chunks lost) (SMB full 3 times)  web-3 1.0 MB (agent killed: 1) (down)" into out (hosts in the service's order; "" without
  * the extension) and the totals into *sum. Returns 0, or -1 if the reply does not decode (out
  * and *sum untouched). */
 int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,

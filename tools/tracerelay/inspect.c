@@ -188,6 +188,7 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            ",\"session_chunks_refused\":%" PRIu64 ",\"session_flushes_missed\":%" PRIu64
            ",\"session_disconnects\":%" PRIu64 ",\"session_smb_full\":%" PRIu64
            ",\"session_instances_not_started\":%" PRIu64
+           ",\"session_agent_exits_unclean\":%" PRIu64
            ",\"agent_queue_dropped_packets\":%" PRIu64
            ",\"agent_spill_dropped_packets\":%" PRIu64
            ",\"session_packets_lost_in_gaps\":%" PRIu64 ",\"lost_packets\":%" PRIu64 "}",
@@ -195,7 +196,8 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            l->agent_queue_dropped_chunks, l->agent_spill_dropped_chunks, l->agent_smb_full,
            l->agent_abi_violations, l->flushes_missed, l->session_chunks_refused,
            l->session_flushes_missed, l->session_disconnects, l->session_smb_full,
-           l->session_instances_not_started, l->agent_queue_dropped_packets,
+           l->session_instances_not_started, l->session_agent_exits_unclean,
+           l->agent_queue_dropped_packets,
            l->agent_spill_dropped_packets, l->session_packets_lost_in_gaps,
            l->agent_queue_dropped_packets + l->agent_spill_dropped_packets +
                l->session_packets_lost_in_gaps);
@@ -330,6 +332,11 @@ static void print_host_text(const struct tr_inspect_result *r, const struct tr_i
     printf("  relay:  %" PRIu64 " data source instance(s) never started on this host: their "
            "data is missing\n",
            l->session_instances_not_started);
+  if (l->session_agent_exits_unclean)
+    printf("  relay:  its agent was replaced %" PRIu64 " time(s) without an orderly stop "
+           "(killed or crashed): what its producers had written and it had not relayed is "
+           "lost, packet count unknown; its sequences end early\n",
+           l->session_agent_exits_unclean);
   for (size_t i = 0; i < l->num_disconnected_at; i++)
     printf("  relay:  link down during this session at %" PRIu64 " ns (trace clock)\n",
            l->disconnected_at_ns[i]);

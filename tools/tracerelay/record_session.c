@@ -325,6 +325,11 @@ static void print_summary(const run *r, bool service_wrote) {
       fprintf(stderr, "\ntracerelay record: warning: data source instances that never started, "
                       "whose data is missing from the trace, on: %s",
               r->stats.not_started);
+    if (r->stats.agent_crashed[0])
+      fprintf(stderr, "\ntracerelay record: warning: agents that were killed or crashed while "
+                      "the session ran (what their producers had not yet relayed is lost, "
+                      "packet count unknown): %s",
+              r->stats.agent_crashed);
   } else if (r->have_stats)
     fputs("; per-host figures: none (not a tracerelay service)", stderr);
   fputs("\n", stderr);
@@ -377,6 +382,8 @@ int record_session_run(const record_session *s) {
   print_summary(&r, service_wrote);
   if (s->strict && r.stats.not_started[0])
     status = errorf(&r, "--strict: some data source instances never started");
+  else if (s->strict && r.stats.agent_crashed[0])
+    status = errorf(&r, "--strict: an agent was killed or crashed during the session");
 out:
   progress_clear(&r.prog);
   trace_sink_free(&r.sink);

@@ -184,7 +184,7 @@ fail:
 /* ---- losses ---- */
 
 struct losses {
-  uint64_t queue, spill, link, smb, abi, overwritten, discarded, gaps, flush;
+  uint64_t queue, spill, link, smb, abi, overwritten, discarded, gaps, flush, crash;
 };
 
 static struct losses losses_of(const HostStatus *h) {
@@ -201,6 +201,7 @@ static struct losses losses_of(const HostStatus *h) {
     l.smb = st->agent_smb_full;
     l.abi = st->agent_abi_violations;
     l.flush = st->flushes_missed;
+    l.crash = st->agent_exits_unclean;
   }
   for (size_t i = 0; i < h->n_sessions; i++) {
     l.overwritten += h->sessions[i]->chunks_overwritten;
@@ -288,7 +289,8 @@ static void fmt_losses(char *out, size_t n, const struct losses *l) {
   const struct { const char *name; uint64_t v; } kinds[] = {
       {"queue", l->queue},     {"spill", l->spill},           {"link", l->link},
       {"smb", l->smb},         {"abi", l->abi},               {"overwr", l->overwritten},
-      {"discard", l->discarded}, {"gaps", l->gaps},           {"flush", l->flush}};
+      {"discard", l->discarded}, {"gaps", l->gaps},           {"flush", l->flush},
+      {"crash", l->crash}};
   out[0] = '\0';
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0] && used < n; i++) {
     if (!kinds[i].v)
@@ -427,11 +429,11 @@ static void print_json(FILE *out, const ServiceState *st, const StatusExt *ext) 
             ",\"link_unexplained_chunks\":%" PRIu64 ",\"agent_smb_full\":%" PRIu64
             ",\"agent_abi_violations\":%" PRIu64 ",\"ring_overwritten_chunks\":%" PRIu64
             ",\"discarded_chunks\":%" PRIu64 ",\"packets_lost_in_gaps\":%" PRIu64
-            ",\"flushes_missed\":%" PRIu64 "}",
+            ",\"flushes_missed\":%" PRIu64 ",\"agent_exits_unclean\":%" PRIu64 "}",
             l.queue, hs ? hs->agent_queue_dropped_bytes : 0, l.spill,
             hs ? hs->agent_spill_dropped_bytes : 0, hs ? hs->link_lost_chunks : 0,
             hs ? hs->link_lost_bytes : 0, l.link, l.smb, l.abi, l.overwritten, l.discarded,
-            l.gaps, l.flush);
+            l.gaps, l.flush, l.crash);
     if (h->clock_synced)
       fprintf(out,
               ",\"clock\":{\"synced\":true,\"offset_ns\":%" PRId64 ",\"drift_ppm\":%.3f"
