@@ -68,6 +68,29 @@ void tr_prom_sample(tr_prom_text *t, const char *name, const char *host, double 
     put(t, " %.9g\n", value);
 }
 
+void tr_prom_histogram_observe(tr_prom_histogram *h, double value) {
+  size_t i = 0;
+  while (i < h->n && value > h->le[i])
+    i++;
+  h->in_bucket[i]++;
+  h->count++;
+  h->sum += value;
+}
+
+void tr_prom_histogram_write(tr_prom_text *t, const char *name, const char *help,
+                             const tr_prom_histogram *h) {
+  tr_prom_family(t, name, "histogram", help);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= h->n; i++) {
+    cumulative += h->in_bucket[i];
+    if (i < h->n)
+      put(t, "%s_bucket{le=\"%.9g\"} %llu\n", name, h->le[i], (unsigned long long)cumulative);
+    else
+      put(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
+  }
+  put(t, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
 void tr_prom_text_free(tr_prom_text *t) {
   free(t->buf);
   *t = (tr_prom_text){0};

@@ -186,6 +186,10 @@ void tr_service_metrics(const tr_service *svc, tr_prom_text *t) {
                 (double)svc->num_sessions);
   service_gauge(t, "tracerelay_service_chunks_unknown_buffer_total", "counter",
                 "chunks for a buffer no session owns", (double)svc->chunks_unknown_buffer);
+  tr_prom_histogram_write(t, "tracerelay_flush_duration_seconds",
+                          "flushes through every host with a producer to flush, from the request "
+                          "to the last ack (or the timeout)",
+                          &svc->flush_durations);
   for (size_t m = 0; m < sizeof kHostMetrics / sizeof kHostMetrics[0]; m++) {
     const struct host_metric *hm = &kHostMetrics[m];
     tr_prom_family(t, hm->name, hm->type, hm->help);

@@ -40,6 +40,7 @@ int tr_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline)
   svc->uid = (int32_t)getuid();
   svc->timeline = timeline;
   svc->next_buffer_id = 1;
+  tr_session_flush_histogram_init(&svc->flush_durations);
   return tr_trace_writer_local_system_info(NULL, &svc->system_info);
 }
 

@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "perfetto/config/trace_config.pb-c.h"
+#include "relay/prom_text.h"
 #include "relay/sequence_ids.h"
 #include "relay/trace_buffer.h"
 #include "relay/trace_writer.h"
@@ -53,6 +54,9 @@ struct tr_service {
   uint64_t next_flush_id;
   uint32_t next_buffer_id;
   uint64_t chunks_unknown_buffer;
+  /* Flushes that waited for at least one producer: seconds from the request to the last ack
+   * or the timeout (session_flush.c; the metrics endpoint's tracerelay_flush_duration_seconds). */
+  tr_prom_histogram flush_durations;
 };
 
 enum tr_session_state {
@@ -220,6 +224,8 @@ void tr_session_disable(tr_session *s);
  * session's flush_timeout_ms). Hosts that did not answer are logged and counted. */
 int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_session_flush_cb cb,
                      void *ud);
+/* Empty, with the flush duration buckets (1 ms to 5 s). */
+void tr_session_flush_histogram_init(tr_prom_histogram *h);
 /* Drops the observer if it is ud's: the consumer is gone or detached. Pending flush
  * callbacks still run (with ok = false when the session is freed first). */
 void tr_session_forget(tr_session *s, void *ud);

@@ -33,7 +33,16 @@ struct tr_flush_op {
   void *ud;
   bool done;
   bool missed; /* some host was counted as not answering */
+  uint64_t started_ns; /* uv_hrtime() when it was sent */
 };
+
+/* Upper bounds of the flush duration histogram, in seconds. */
+static const double kFlushBounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+                                      0.1,   0.2,   0.5,   1,    2,    5};
+
+void tr_session_flush_histogram_init(tr_prom_histogram *h) {
+  *h = (tr_prom_histogram){.le = kFlushBounds, .n = sizeof kFlushBounds / sizeof kFlushBounds[0]};
+}
 
 static void on_flush_closed(uv_handle_t *h) {
   tr_flush_op *f = h->data;
@@ -57,6 +66,9 @@ static void complete(tr_flush_op *f, bool ok) {
   if (f->done)
     return;
   f->done = true;
+  if (f->num_acks > 0)
+    tr_prom_histogram_observe(&s->svc->flush_durations,
+                              (double)(uv_hrtime() - f->started_ns) / 1e9);
   ok = ok && !f->missed;
   uv_timer_stop(&f->timer);
   if (ok) {
@@ -161,6 +173,7 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
   f->id = ++s->svc->next_flush_id;
   f->cb = cb;
   f->ud = ud;
+  f->started_ns = uv_hrtime();
   uv_timer_init(s->svc->loop, &f->timer);
   f->timer.data = f;
   f->next = s->flushes;

@@ -6,7 +6,7 @@
 # Prometheus has scraped the figures after the record, then checks through its HTTP query API:
 # every target up; hosts connected = 2; per host, chunks and bytes received, SMB-full events
 # and disconnects equal what `tracerelay status --json` says; each agent's link_up = 1 and
-# producers = 1. It also checks /healthz and /readyz (an agent is ready once its link is up, a
+# producers = 1; the flush duration histogram holds the record's final flush. It also checks /healthz and /readyz (an agent is ready once its link is up, a
 # service at once), a 404 and a 405, and that a bad --metrics-listen is refused at start.
 # Usage: test_metrics.sh BIN_DIR. Exits 77 (skip) without prometheus or curl.
 set -euo pipefail
@@ -111,6 +111,12 @@ for q in ("tracerelay_host_session_chunks_discarded", "tracerelay_host_session_c
     r = by(q, "host")  # a lossless run; and the record's session is gone
     if r != {"web-1": 0.0, "web-2": 0.0}:
         sys.exit(f"FAIL: {q} = {r}, want 0 for both hosts")
+# The record's final flush went through both hosts' producers: one flush observed, and the
+# histogram is one Prometheus understands (histogram_quantile works on its buckets).
+flushes = by("tracerelay_flush_duration_seconds_count", "instance")
+p99 = by("histogram_quantile(0.99, tracerelay_flush_duration_seconds_bucket)", "instance")
+if list(flushes.values()) != [1.0] or len(p99) != 1 or not 0 < list(p99.values())[0] <= 5:
+    sys.exit(f"FAIL: flush duration histogram: count {flushes}, p99 {p99}")
 bound = by("tracerelay_host_clock_error_bound_seconds", "host")
 if set(bound) != {"web-1", "web-2"} or any(not 0 <= b < 1 for b in bound.values()):
     sys.exit(f"FAIL: clock error bounds {bound}")

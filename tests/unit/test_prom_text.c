@@ -1,6 +1,6 @@
 /* test_prom_text.c: the Prometheus text exposition writer: families, samples with and without
  * the host label, label values escaped as the format requires, numbers as Prometheus reads
- * them, and a buffer that grows past its first allocation. */
+ * them, a buffer that grows past its first allocation, and histograms. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +12,29 @@
 #include <string.h>
 
 #include "relay/prom_text.h"
+
+/* Bucket edges are inclusive (le), buckets are written cumulative, +Inf holds everything. */
+static void test_histogram(void **state) {
+  (void)state;
+  static const double le[] = {0.01, 0.1, 1};
+  tr_prom_histogram h = {.le = le, .n = 3};
+  tr_prom_histogram_observe(&h, 0.005);
+  tr_prom_histogram_observe(&h, 0.01);
+  tr_prom_histogram_observe(&h, 0.5);
+  tr_prom_histogram_observe(&h, 7);
+  tr_prom_text t = {0};
+  tr_prom_histogram_write(&t, "tracerelay_f_seconds", "a duration", &h);
+  assert_false(t.failed);
+  assert_string_equal(t.buf, "# HELP tracerelay_f_seconds a duration\n"
+                             "# TYPE tracerelay_f_seconds histogram\n"
+                             "tracerelay_f_seconds_bucket{le=\"0.01\"} 2\n"
+                             "tracerelay_f_seconds_bucket{le=\"0.1\"} 2\n"
+                             "tracerelay_f_seconds_bucket{le=\"1\"} 3\n"
+                             "tracerelay_f_seconds_bucket{le=\"+Inf\"} 4\n"
+                             "tracerelay_f_seconds_sum 7.515\n"
+                             "tracerelay_f_seconds_count 4\n");
+  tr_prom_text_free(&t);
+}
 
 static void test_family_and_samples(void **state) {
   (void)state;
@@ -66,6 +89,7 @@ int main(void) {
       cmocka_unit_test(test_family_and_samples),
       cmocka_unit_test(test_label_escaping),
       cmocka_unit_test(test_grows),
+      cmocka_unit_test(test_histogram),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
