@@ -6,7 +6,8 @@
 # round trip of a bare UDP ping-pong between a host namespace and the service namespace (the
 # relay link's path without TLS, framing or event loops), measured in the same run.
 # Target (issue 4): median <= 2 us, p99 <= 20 us, no violation. Scenarios (issue 15; see
-# tests/integration/test_timeline.sh): idle (default), saturated, busy, asym, jitter; each is run
+# tests/integration/test_timeline.sh): idle (default), saturated, busy, asym, jitter, crowd (issue
+# 14: 200 more idle agents on the same service, TR_TIMELINE_CROWD); each is run
 # in turn and also reports the service's probe RTT per host at the end of its trace and the
 # events beyond the clock error bound the trace itself shows (the honesty target: 0).
 # Usage: bench/bench_timeline.sh BIN_DIR [SECONDS [SCENARIO...]]  (as root, for the namespaces)
@@ -77,16 +78,17 @@ for r in rows:
     print(f"{r.get('scenario', 'idle'):<10} {r['encoding']:<14} {a['events']:>8} "
           f"{a['median_us']:>10.3f} {a['p99_us']:>10.3f} {a['max_us']:>10.3f} "
           f"{a['violations']:>10}  {a['median_us'] / max(rtt[0], 1e-9):.2f}")
-    probe = {h.get("machine_name"): (h.get("clock") or {}).get("rtt_ns")
-             for h in ((r.get("status") or {}).get("hosts") or [])}
+    clocks = {h.get("machine_name"): h.get("clock") or {}
+              for h in ((r.get("status") or {}).get("hosts") or [])}
     for name, h in r["check"]["hosts"].items():
         why = "".join(f", {h[k]} {k.replace('_', ' ')}"
                       for k in ("over_bound", "inversions", "unresolved", "beyond_own_bound")
                       if h.get(k))
-        rtt_ns = probe.get(name)
+        rtt_ns, probes = clocks.get(name, {}).get("rtt_ns"), clocks.get(name, {}).get("probes")
         print(f"  {name:<20} {h['events']:>8} {h['median_us']:>10.3f} {h['p99_us']:>10.3f} "
               f"{h['max_us']:>10.3f}  signed median {h['signed_median_us']:+.3f} us, own bound "
               f"max {h.get('own_bound_max_us', -1):.1f} us, probe rtt floor "
-              f"{'-' if rtt_ns is None else f'{rtt_ns / 1e3:.1f} us'}{why}")
+              f"{'-' if rtt_ns is None else f'{rtt_ns / 1e3:.1f} us'}, "
+              f"{'-' if probes is None else probes} probes since it connected{why}")
 PY
 rm -f "$OUT"

@@ -34,8 +34,8 @@
 #define PROBE_DRIFT_NS 1000.0   /* for the drift to move the clock at most this much between */
 #define PROBE_SESSION_MIN_MS 5  /* two probes, but this often at most */
 #define PROBE_SESSION_MAX_MS 50 /* and at least (the remote_clock_sync edges of `machines`) */
-#define PROBE_GAP_MS 1          /* probes to different agents this far apart at least, so that
-                                   their answers do not queue behind each other here */
+#define PROBES_PER_MS 8         /* the probe budget over all agents: this many a millisecond, */
+#define PROBE_BUDGET_MAX 400    /* sent in a tick's burst, at most this many (50 ms worth) */
 #define PROBE_TIMEOUT_MS 2000   /* an unanswered probe is forgotten after this */
 
 struct tr_link_peer {
@@ -78,7 +78,7 @@ struct tr_link_server {
   unsigned hello_timeout_ms;
   unsigned max_agents, connected; /* agents Welcomed now, and their bound */
   uint64_t next_probe_id;
-  bool probe_sent_in_tick, probe_deferred;
+  uint64_t last_tick_ms; /* when the probe budget was last refilled */
   bool stopping;
   bool tick_closed;
 };
@@ -621,7 +621,9 @@ static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
 
 /* ---- timers: heartbeats and clock probes ---- */
 
-static void tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
+/* Returns true when a probe was due but the budget was spent. */
+static bool tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms, unsigned *budget) {
+  bool starved = false;
   if (tr_relay_heartbeat_dead(&p->hb, now_ns)) {
     if (p->paused) /* we stopped reading because the agent stopped reading */
       peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
@@ -630,14 +632,14 @@ static void tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
     else
       peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED, "nothing received for %llu ms",
                  (unsigned long long)(p->hb.timeout_ns / 1000000));
-    return;
+    return false;
   }
   if (p->host == NULL) {
     /* Bytes that never make a Hello (a client that stalls after the handshake, or trickles
      * a frame) must not hold a connection: heartbeats alone would let them. */
     if (now_ms - p->connected_ms >= p->ls->hello_timeout_ms)
       PROTO_ERROR(p, "no Hello within %u ms of the TLS handshake", p->ls->hello_timeout_ms);
-    return; /* nothing may precede Welcome */
+    return false; /* nothing may precede Welcome */
   }
   if (p->features & TR_RELAY_FEATURE_CLOCK_PROBES) {
     if (p->probe_out && now_ms - p->probe_sent_ms >= PROBE_TIMEOUT_MS)
@@ -648,31 +650,49 @@ static void tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
                                                             : PROBE_PERIOD_MS;
     bool due = now_ms >= p->next_probe_ms ||
                (p->probes_sent > 0 && now_ms >= p->probe_sent_ms + period);
-    if (due && !p->probe_out) {
-      if (p->ls->probe_sent_in_tick) {
-        p->ls->probe_deferred = true; /* one probe per PROBE_GAP_MS */
-      } else if (send_probe(p)) {
-        p->ls->probe_sent_in_tick = true;
-        p->next_probe_ms = now_ms + period;
-      }
+    if (due && !p->probe_out && *budget == 0)
+      starved = true;
+    else if (due && !p->probe_out && send_probe(p)) {
+      --*budget;
+      p->next_probe_ms = now_ms + period;
     }
   }
   if (!p->closing && tr_relay_heartbeat_due(&p->hb, now_ns))
     send_heartbeat(p, false);
+  return starved;
+}
+
+/* Makes p the head of the peer list, keeping the cyclic order (tail is the last peer). */
+static void rotate_peers_to(tr_link_server *ls, tr_link_peer *p, tr_link_peer *tail) {
+  if (p == ls->peers)
+    return;
+  p->prev->next = NULL;
+  tail->next = ls->peers;
+  ls->peers->prev = tail;
+  p->prev = NULL;
+  ls->peers = p;
 }
 
 static void on_tick(uv_timer_t *t) {
   tr_link_server *ls = t->data;
   uint64_t now_ns = uv_hrtime(), now_ms = uv_now(ls->loop);
   uv_timer_set_repeat(&ls->tick, tr_service_has_sessions(ls->svc) ? TICK_SESSION_MS : TICK_MS);
-  ls->probe_sent_in_tick = ls->probe_deferred = false;
+  /* The probes of the time since the last tick, sent in one burst. Their answers arrive on
+   * sockets of their own, each stamped by the kernel on arrival, so they need no spacing;
+   * the budget bounds what probing costs the service and the agents' links. When it runs
+   * out, the walk starts next time at the first peer it left waiting (round robin). */
+  uint64_t budget = (now_ms - ls->last_tick_ms) * PROBES_PER_MS;
+  unsigned left = budget > PROBE_BUDGET_MAX ? PROBE_BUDGET_MAX : (unsigned)budget;
+  ls->last_tick_ms = now_ms;
+  tr_link_peer *first_starved = NULL, *tail = NULL;
   /* Closing a peer frees it later (on_close), so the list stays walkable. */
-  for (tr_link_peer *p = ls->peers; p != NULL; p = p->next)
-    if (!p->closing)
-      tick_peer(p, now_ns, now_ms);
-  /* More probes are due: the next one PROBE_GAP_MS from now, then the usual ticks. */
-  if (ls->probe_deferred && !ls->stopping)
-    uv_timer_start(&ls->tick, on_tick, PROBE_GAP_MS, uv_timer_get_repeat(&ls->tick));
+  for (tr_link_peer *p = ls->peers; p != NULL; p = p->next) {
+    if (!p->closing && tick_peer(p, now_ns, now_ms, &left) && first_starved == NULL)
+      first_starved = p;
+    tail = p;
+  }
+  if (first_starved != NULL)
+    rotate_peers_to(ls, first_starved, tail);
 }
 
 /* ---- the public side ---- */

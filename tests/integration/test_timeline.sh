@@ -15,8 +15,10 @@
 #   --no-compress; busy: a bounded busy loop per CPU in the host namespaces; asym: the agents
 #   reach the service through tests/integration/delay_proxy.py, which delays the agent-to-service
 #   direction by TR_TIMELINE_ASYM_US (default 200) and the other by 0; jitter: the proxy adds a
-#   random 0..TR_TIMELINE_JITTER_US (default 500) to each direction. saturated needs namespaces
-#   (exit 77 without).
+#   random 0..TR_TIMELINE_JITTER_US (default 500) to each direction; crowd (issue 14): besides
+#   the three hosts, TR_TIMELINE_CROWD (default 200) idle agents, each with its own certificate,
+#   connected to the same service from its own namespace (all in every session's fan-out and
+#   all probed). saturated needs namespaces (exit 77 without).
 #   SECONDS: trace length per encoding (default 20; bench/bench_timeline.sh runs 60).
 #   SUMMARY_FILE: the checker's JSON per encoding is appended there, one line each.
 # TR_TIMELINE_KEEP=DIR keeps, per encoding, the trace (DIR/ENC.pftrace) and the checker's
@@ -59,7 +61,7 @@ fi
 SCENARIO=${TR_TIMELINE_SCENARIO:-idle}
 BUFFER=64mb # per host; the saturated links carry about 2.5 MB/s each
 [ "$SCENARIO" = saturated ] && BUFFER=$((4 * SECONDS_PER_TRACE))mb
-case "$SCENARIO" in idle | saturated | busy | asym | jitter) ;; *)
+case "$SCENARIO" in idle | saturated | busy | asym | jitter | crowd) ;; *)
   echo "unknown TR_TIMELINE_SCENARIO '$SCENARIO'"; exit 2 ;; esac
 
 # Before the agents start: link limits, proxies, agent flags.
@@ -86,7 +88,35 @@ scenario_links() {
       CLUSTER_SERVICE_VIA[$h]=127.0.0.1:$port
     done
     sleep 0.5 ;;
+  crowd) start_crowd "${TR_TIMELINE_CROWD:-200}" ;;
   esac
+}
+
+# N idle agents in the service's namespace (loopback), certificates from the same CA; waits
+# (at most 120 s) until they and the three hosts' agents are all connected.
+start_crowd() {
+  local n=$1 i names=()
+  for i in $(seq "$n"); do names+=(--agent "crowd-$i"); done
+  "$TR_SRC/certs/make-certs.sh" "$WORK/pki" "${names[@]}" >/dev/null
+  mkdir -p "$WORK/crowd"
+  for i in $(seq "$n"); do
+    $(ns_prefix "$(svc_ns)") "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/crowd/$i.sock" \
+      --service "127.0.0.1:$SERVICE_PORT" --service-name "$SERVICE_NAME" --ca "$WORK/pki/ca.crt" \
+      --cert "$WORK/pki/agent-crowd-$i.crt" --key "$WORK/pki/agent-crowd-$i.key" \
+      >>"$WORK/agent-crowd.log" 2>&1 &
+    CLUSTER_PIDS+=("$!")
+  done
+}
+wait_all_connected() { # wait_all_connected N: up to 120 s
+  local c
+  for _ in $(seq 240); do
+    c=$("$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json 2>/dev/null |
+        python3 -c 'import json,sys; print(sum(h["connected"] for h in json.load(sys.stdin)["hosts"]))' \
+        2>/dev/null || echo 0)
+    [ "$c" -ge "$1" ] && return 0
+    sleep 0.5
+  done
+  echo "FAIL: only $c of $1 agents connected"; return 1
 }
 
 # Once the checked loadgens run: what loads the hosts.
@@ -126,6 +156,7 @@ for enc in machines global-clocks; do
       --flow-send "$WORK/flows-$next" --flow-recv "$WORK/flows-$h"
   done
   scenario_load
+  [ "$SCENARIO" != crowd ] || wait_all_connected $((${#HOSTS[@]} + ${TR_TIMELINE_CROWD:-200}))
   sleep 2 # the estimator's dense probes
   if [ -n "${TR_TIMELINE_PERFETTO:-}" ]; then
     printf '%s\n' 'buffers { size_kb: 65536 }' "duration_ms: ${SECONDS_PER_TRACE}000" \
