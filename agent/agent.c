@@ -320,6 +320,12 @@ static void on_queue_has_data(tr_producer_port *port) {
   tr_link_client_kick(agent_of(port)->link);
 }
 
+static void on_flush_acked(tr_producer_port *port, uint32_t producer_id, uint64_t request_id) {
+  (void)producer_id;
+  (void)request_id;
+  tr_link_client_send_queued(agent_of(port)->link);
+}
+
 /* ---- commands from the service ---- */
 
 static int add_pending(tr_agent *a, const Tracerelay__Command *cmd, uint64_t instance_id,
@@ -520,7 +526,8 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
              .producer_disconnected = on_producer_disconnected,
              .data_source_started = on_started,
              .data_source_stopped = on_stopped,
-             .queue_has_data = on_queue_has_data}};
+             .queue_has_data = on_queue_has_data,
+             .flush_acked = on_flush_acked}};
   rc = tr_producer_port_new(loop, &pc, &a->port);
   if (rc < 0)
     goto fail;

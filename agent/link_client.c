@@ -257,6 +257,11 @@ void tr_link_client_kick(tr_link_client *lc) {
     uv_timer_start(&lc->batch_timer, on_batch_timer, TR_LINK_BATCH_MS, 0);
 }
 
+void tr_link_client_send_queued(tr_link_client *lc) {
+  if (!lc->finishing)
+    drain_queue(lc);
+}
+
 /* ---- stats ---- */
 
 static void add_id(uint32_t *ids, size_t *n, uint32_t id) {

@@ -90,6 +90,9 @@ int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts
                          const struct tr_link_client_callbacks *cbs, tr_link_client **out);
 /* The chunk queue has new entries: they are batched within TR_LINK_BATCH_MS. */
 void tr_link_client_kick(tr_link_client *lc);
+/* Batches everything queued now, without the TR_LINK_BATCH_MS wait: a FlushAck was queued
+ * behind its data, and the service's flush waits for it. */
+void tr_link_client_send_queued(tr_link_client *lc);
 /* Sends a ProducerUpdate now; TR_ERR_CLOSED when no Welcome is current (the full state is
  * sent again after the next one). The caller keeps u. */
 int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__ProducerUpdate *u);

@@ -1,5 +1,5 @@
 """benchlib.py: what the Python benches (bench_relay, bench_flood, bench_agents) share: CPU
-time and RSS of a process from /proc, a free loopback port, waiting for a daemon's socket and
+time and RSS of a process from /proc, the whole machine's busy CPU time, a free loopback port, waiting for a daemon's socket and
 stopping a process."""
 import os
 import signal
@@ -19,6 +19,14 @@ def cpu_s(pid):
         return (int(fields[11]) + int(fields[12])) / TICK  # fields 14 and 15 of stat(5)
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return 0.0
+
+
+def machine_busy_s():
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+    return (sum(v) - idle) / TICK, sum(v) / TICK
 
 
 def rss_kib(pid):

@@ -33,7 +33,7 @@
 #define PROBE_PERIOD_MS 1000    /* then one a second; while a session runs, as often as it takes */
 #define PROBE_DRIFT_NS 1000.0   /* for the drift to move the clock at most this much between */
 #define PROBE_SESSION_MIN_MS 5  /* two probes, but this often at most */
-#define PROBE_SESSION_MAX_MS 50 /* and at least (the remote_clock_sync edges of `machines`) */
+#define PROBE_SESSION_MAX_MS 1000 /* and at least (as between sessions) */
 #define PROBES_PER_MS 8         /* the probe budget over all agents: this many a millisecond, */
 #define PROBE_BUDGET_MAX 400    /* sent in a tick's burst, at most this many (50 ms worth) */
 #define PROBE_TIMEOUT_MS 2000   /* an unanswered probe is forgotten after this */
@@ -206,7 +206,9 @@ static bool send_probe(tr_link_peer *p) {
 }
 
 /* While a session runs: often enough that the host's drift moves its clock by at most
- * PROBE_DRIFT_NS between probes (5 ms at 200 ppm, 50 ms at 20 ppm or less). */
+ * PROBE_DRIFT_NS between probes (5 ms at 200 ppm, 50 ms at 20 ppm, 1 s at 1 ppm or less), so
+ * that in `machines` an edge is never older than 1 us of drift. Hosts whose clocks keep time
+ * cost a probe a second, as between sessions: what lets one service probe a thousand. */
 static uint64_t session_probe_ms(const tr_host *host) {
   double drift = host->clock ? fabs(tr_clocksync_drift_ppm(host->clock)) * 1e-6 : 0;
   double ms = drift > 0 ? PROBE_DRIFT_NS / drift / 1e6 : PROBE_SESSION_MAX_MS;

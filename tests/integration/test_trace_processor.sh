@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_trace_processor.sh: our traces as Perfetto's own trace_processor reads them, in both
-# timeline encodings. test_timeline.sh records a trace per encoding from three hosts with
+# timeline encodings. test_timeline.sh records a trace per encoding from four hosts with
 # simulated clocks and keeps it with tracerelay-timeline-check's verdict on every loadgen event
 # (where our resolver puts it on the trace timeline, and its true instant); trace_processor then
 # loads the same trace, and every loadgen event must land at exactly the same trace time there
@@ -68,7 +68,7 @@ else:
     diffs = [a - b for a, b in zip(ours, theirs) if a != b]
     if diffs:
         bad.append(f"{len(diffs)} events at other trace times (first difference {diffs[0]} ns)")
-want = sorted(['web-1', 'web-2', 'web-3']) if enc == 'machines' else []
+want = sorted(['web-1', 'web-2', 'web-3', 'web-4']) if enc == 'machines' else []
 if sorted(machines) != want:
     bad.append(f"machines {sorted(machines)}, expected {want}")
 # Each host's clock error bound track: the same samples in trace_processor as in our reader.
