@@ -8,17 +8,11 @@
  *
  * Input: a stream of relay frames (uint32 LE length + RelayFrame), as on the link; the first
  * byte picks the host name (two hosts, so state survives a second machine's traffic), and a
- * payload of exactly one byte 0xff ends the connection (resync_end, as a reconnect would do).
- *
- * Linked with -Wl,--wrap=tr_clocksync_init (fuzz/CMakeLists.txt): each input's host gets a
- * clock estimator, whose default rings (megabytes, allocated and zeroed per input) took nearly
- * 90 % of this target's time; no probe reaches it here, so it is made, by the real init, with
- * the smallest rings. */
+ * payload of exactly one byte 0xff ends the connection (resync_end, as a reconnect would do). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/clocksync.h"
 #include "relay/log.h"
 #include "relay/relay_frame.h"
 #include "relay/relay_session.h"
@@ -33,22 +27,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     abort();
   tr_log_set_level(TR_LOG_ERROR); /* every agent restart logs a line: millions of them */
   return 0;
-}
-
-/* ---- the hosts' clock estimators, made small (see the top) ---- */
-
-int __real_tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_config *cfg);
-
-int __wrap_tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_config *cfg) {
-  struct tr_clocksync_config small;
-  if (cfg)
-    small = *cfg;
-  else
-    tr_clocksync_config_default(&small);
-  small.max_knots = 2;
-  small.history = 1;
-  small.exchanges = 1;
-  return __real_tr_clocksync_init(out, &small);
 }
 
 /* ---- the sessions' side, stubbed (session.c is not linked) ---- */

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "relay/tr_error.h"
 
@@ -50,20 +51,67 @@ struct fit { /* offset(h) = base_off + a + drift*(h - h_ref) */
   int64_t rtt_min;
 };
 
+/* A ring that grows by doubling up to max elements, oldest at start; at max, a new element
+ * replaces the oldest. Memory follows what is kept, not the bound. */
+struct ring {
+  unsigned char *a;
+  size_t size; /* of one element */
+  uint32_t start, n, cap, max;
+};
+
+#define RING_FIRST_CAP 64
+
+static void *ring_at(const struct ring *r, uint32_t i) {
+  return r->a + (size_t)((r->start + i) % r->cap) * r->size;
+}
+
+static void ring_drop_oldest(struct ring *r) {
+  r->start = (r->start + 1) % r->cap;
+  r->n--;
+}
+
+/* The slot for a new newest element. When growing fails, the oldest makes room. */
+static void *ring_push(struct ring *r) {
+  if (r->n == r->cap && r->cap < r->max) {
+    uint32_t cap = r->cap * 2 < r->max ? r->cap * 2 : r->max;
+    unsigned char *a = malloc((size_t)cap * r->size);
+    if (a) {
+      for (uint32_t i = 0; i < r->n; i++)
+        memcpy(a + (size_t)i * r->size, ring_at(r, i), r->size);
+      free(r->a);
+      r->a = a;
+      r->start = 0;
+      r->cap = cap;
+    }
+  }
+  if (r->n == r->cap)
+    ring_drop_oldest(r);
+  return ring_at(r, r->n++);
+}
+
+static int ring_init(struct ring *r, size_t size, uint32_t max) {
+  *r = (struct ring){.size = size, .max = max, .cap = max < RING_FIRST_CAP ? max : RING_FIRST_CAP};
+  r->a = malloc((size_t)r->cap * size);
+  return r->a ? 0 : TR_ERR_NOMEM;
+}
+
+/* Drops the samples of a ring older than cutoff (host time). */
+static void drop_older(struct ring *r, int64_t cutoff) {
+  while (r->n > 0 && ((const struct sample *)ring_at(r, 0))->h < cutoff)
+    ring_drop_oldest(r);
+}
+
 struct tr_clocksync {
   struct tr_clocksync_config cfg;
-  struct sample *hist; /* ring of window bests, oldest at hist_start */
-  uint32_t hist_start, hist_n;
+  struct ring hist; /* window bests (struct sample) */
   bool window_open;
   int64_t window_start;
   struct sample window_best;
-  struct sample *ex; /* ring of exchange-period bests, oldest at ex_start */
-  uint32_t ex_start, ex_n;
+  struct ring ex; /* exchange-period bests (struct sample) */
   bool ex_open;
   int64_t ex_period_start;
   struct sample ex_best;
-  struct knot *knots; /* ring, oldest at knot_start */
-  uint32_t knot_start, knot_n;
+  struct ring knots; /* struct knot */
   struct fit fit;
   int64_t fit_after; /* the path changed here: older samples describe another path */
   uint32_t rejected_in_row;
@@ -83,6 +131,7 @@ void tr_clocksync_config_default(struct tr_clocksync_config *cfg) {
   cfg->exchange_period_ns = 5000000;
   cfg->exchanges = 8192;
   cfg->edge_rtt_slack_ns = 5000;
+  cfg->retain_ns = 600000000000;
 }
 
 int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_config *cfg) {
@@ -94,29 +143,21 @@ int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_confi
   if (c.window_ns <= 0 || c.fit_samples == 0 || c.fit_span_ns <= 0 || c.outlier_slack_ns < 0 ||
       c.fit_samples > MAX_FIT || c.rtt_noise_ns <= 0 || !(c.slew_max_ppm > 0 && c.slew_max_ppm < 1e5) ||
       !(c.max_drift_ppm > 0 && c.max_drift_ppm < 1e5) || c.max_knots < 2 || c.history == 0 ||
-      c.exchange_period_ns <= 0 || c.exchanges == 0 || c.edge_rtt_slack_ns < 0)
+      c.exchange_period_ns <= 0 || c.exchanges == 0 || c.edge_rtt_slack_ns < 0 ||
+      c.retain_ns < c.fit_span_ns)
     return TR_ERR_INVAL;
   struct tr_clocksync *est = calloc(1, sizeof(*est));
   if (!est)
     goto fail;
   est->cfg = c;
-  est->hist = calloc(c.history, sizeof(*est->hist));
-  if (!est->hist)
-    goto fail_est;
-  est->knots = calloc(c.max_knots, sizeof(*est->knots));
-  if (!est->knots)
-    goto fail_hist;
-  est->ex = calloc(c.exchanges, sizeof(*est->ex));
-  if (!est->ex)
-    goto fail_knots;
+  if (ring_init(&est->hist, sizeof(struct sample), c.history) != 0 ||
+      ring_init(&est->knots, sizeof(struct knot), c.max_knots) != 0 ||
+      ring_init(&est->ex, sizeof(struct sample), c.exchanges) != 0) {
+    tr_clocksync_free(est);
+    goto fail;
+  }
   *out = est;
   return 0;
-fail_knots:
-  free(est->knots);
-fail_hist:
-  free(est->hist);
-fail_est:
-  free(est);
 fail:
   return TR_ERR_NOMEM;
 }
@@ -124,22 +165,27 @@ fail:
 void tr_clocksync_free(struct tr_clocksync *est) {
   if (!est)
     return;
-  free(est->ex);
-  free(est->knots);
-  free(est->hist);
+  free(est->ex.a);
+  free(est->knots.a);
+  free(est->hist.a);
   free(est);
 }
 
+size_t tr_clocksync_memory_bytes(const struct tr_clocksync *est) {
+  return sizeof *est + (size_t)est->hist.cap * est->hist.size +
+         (size_t)est->knots.cap * est->knots.size + (size_t)est->ex.cap * est->ex.size;
+}
+
 static const struct sample *hist_at(const struct tr_clocksync *est, uint32_t i) {
-  return &est->hist[(est->hist_start + i) % est->cfg.history];
+  return ring_at(&est->hist, i);
 }
 
 static const struct sample *ex_at(const struct tr_clocksync *est, uint32_t i) {
-  return &est->ex[(est->ex_start + i) % est->cfg.exchanges];
+  return ring_at(&est->ex, i);
 }
 
 static const struct knot *knot_at(const struct tr_clocksync *est, uint32_t i) {
-  return &est->knots[(est->knot_start + i) % est->cfg.max_knots];
+  return ring_at(&est->knots, i);
 }
 
 static int64_t floor_div(__int128 a, __int128 b) { /* b > 0 */
@@ -160,7 +206,7 @@ static int64_t ceil_div(__int128 a, __int128 b) { /* b > 0 */
  * were stored in idx. */
 static uint32_t fit_set(const struct tr_clocksync *est, int64_t newest, uint32_t *idx) {
   uint32_t n = 0;
-  for (uint32_t i = est->hist_n; i-- > 0 && n < est->cfg.fit_samples;) {
+  for (uint32_t i = est->hist.n; i-- > 0 && n < est->cfg.fit_samples;) {
     const struct sample *s = hist_at(est, i);
     if (newest - s->h > est->cfg.fit_span_ns || s->h < est->fit_after)
       break;
@@ -215,11 +261,11 @@ static void refit(struct tr_clocksync *est, int64_t newest, const struct sample 
   if (extra)
     set[m++] = extra;
   uint32_t idx[MAX_FIT];
-  uint32_t n = est->hist_n ? fit_set(est, newest, idx) : 0;
+  uint32_t n = est->hist.n ? fit_set(est, newest, idx) : 0;
   /* No further back than the window bests reach once fit_samples of them are in use. */
   int64_t h_old = n == est->cfg.fit_samples ? hist_at(est, idx[n - 1])->h : INT64_MIN;
   int64_t h_cut = INT64_MAX;
-  for (uint32_t i = est->ex_n, k = 0; i-- > 0 && k < EX_FIT; k++) {
+  for (uint32_t i = est->ex.n, k = 0; i-- > 0 && k < EX_FIT; k++) {
     const struct sample *s = ex_at(est, i);
     if (newest - s->h > est->cfg.fit_span_ns || s->h < est->fit_after || s->h < h_old)
       break;
@@ -312,12 +358,8 @@ static void close_window(struct tr_clocksync *est) {
       est->fit_after = s.h;
     est->rejected_in_row = 0;
   }
-  if (est->hist_n == est->cfg.history) {
-    est->hist_start = (est->hist_start + 1) % est->cfg.history;
-    est->hist_n--;
-  }
-  est->hist[(est->hist_start + est->hist_n) % est->cfg.history] = s;
-  est->hist_n++;
+  drop_older(&est->hist, s.h - est->cfg.retain_ns);
+  *(struct sample *)ring_push(&est->hist) = s;
   est->stats.windows++;
   est->window_open = false;
 }
@@ -329,12 +371,8 @@ static void close_exchange(struct tr_clocksync *est) {
   int64_t floor = est->fit.valid ? est->fit.rtt_min : INT64_MAX;
   s.outlier = !plausible(est, &s, floor);
   s.edge_ok = edge_worthy(est, &s, floor);
-  if (est->ex_n == est->cfg.exchanges) {
-    est->ex_start = (est->ex_start + 1) % est->cfg.exchanges;
-    est->ex_n--;
-  }
-  est->ex[(est->ex_start + est->ex_n) % est->cfg.exchanges] = s;
-  est->ex_n++;
+  drop_older(&est->ex, s.h - est->cfg.retain_ns);
+  *(struct sample *)ring_push(&est->ex) = s;
   est->ex_open = false;
 }
 
@@ -342,7 +380,7 @@ static void close_exchange(struct tr_clocksync *est) {
 
 /* Index of the last knot at or below h, or -1 if h is before the first. O(log knots). */
 static int64_t knot_find(const struct tr_clocksync *est, int64_t h) {
-  int64_t lo = 0, hi = (int64_t)est->knot_n - 1, found = -1;
+  int64_t lo = 0, hi = (int64_t)est->knots.n - 1, found = -1;
   while (lo <= hi) {
     int64_t mid = lo + (hi - lo) / 2;
     if (knot_at(est, (uint32_t)mid)->h <= h) {
@@ -363,7 +401,7 @@ static int64_t map_at(const struct tr_clocksync *est, int64_t h) {
   }
   const struct knot *k = knot_at(est, (uint32_t)i);
   int64_t d = h - k->h;
-  if (i == (int64_t)est->knot_n - 1)
+  if (i == (int64_t)est->knots.n - 1)
     return k->s + d + (int64_t)floor((double)d * est->fit.drift);
   const struct knot *n = knot_at(est, (uint32_t)i + 1);
   return k->s + floor_div((__int128)d * (n->s - k->s), n->h - k->h);
@@ -377,26 +415,23 @@ static int64_t fit_bound(const struct fit *f, int64_t h, int64_t s) {
 }
 
 static void push_knot(struct tr_clocksync *est, int64_t h, int64_t s) {
-  if (est->knot_n == est->cfg.max_knots) {
-    est->knot_start = (est->knot_start + 1) % est->cfg.max_knots;
-    est->knot_n--;
-  }
-  est->knots[(est->knot_start + est->knot_n) % est->cfg.max_knots] =
-      (struct knot){h, s, fit_bound(&est->fit, h, s)};
-  est->knot_n++;
+  /* The oldest knot stays until a newer one is past the horizon too: M keeps its shape there. */
+  while (est->knots.n > 1 && knot_at(est, 1)->h < h - est->cfg.retain_ns)
+    ring_drop_oldest(&est->knots);
+  *(struct knot *)ring_push(&est->knots) = (struct knot){h, s, fit_bound(&est->fit, h, s)};
 }
 
 /* The knot of probe p at t3: toward the estimate within the slew bound, then into the causality
  * corridor, then strictly after the previous knot. */
 static void place_knot(struct tr_clocksync *est, const struct tr_clocksync_probe *p) {
   int64_t target = est_service(&est->fit, p->t3);
-  if (est->knot_n == 0) { /* before the first knot M has slope 1 */
+  if (est->knots.n == 0) { /* before the first knot M has slope 1 */
     int64_t lower = p->t1 + (p->t3 - p->t2);
     int64_t s = target < lower ? lower : target;
     push_knot(est, p->t3, s > p->t4 ? p->t4 : s);
     return;
   }
-  const struct knot prev = *knot_at(est, est->knot_n - 1);
+  const struct knot prev = *knot_at(est, est->knots.n - 1);
   int64_t span = p->t3 - prev.h;
   double slew = est->cfg.slew_max_ppm * 1e-6;
   int64_t slew_lo = prev.s + span + (int64_t)floor((double)span * (est->fit.drift - slew));
@@ -425,7 +460,7 @@ int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int
   if (t1 < 0 || t2 < 0 || t3 < 0 || t4 < 0 || t1 >= TS_LIMIT || t2 >= TS_LIMIT ||
       t3 >= TS_LIMIT || t4 >= TS_LIMIT || t4 < t1 || t3 < t2)
     return TR_ERR_INVAL;
-  if (est->knot_n > 0 && t3 <= knot_at(est, est->knot_n - 1)->h)
+  if (est->knots.n > 0 && t3 <= knot_at(est, est->knots.n - 1)->h)
     return TR_ERR_INVAL;
   struct sample s = {.p = {t1, t2, t3, t4}, .h = t2 + (t3 - t2) / 2};
   s.theta2 = (t1 - t2) + (t4 - t3);
@@ -455,7 +490,7 @@ int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int
   }
 
   uint32_t idx[MAX_FIT];
-  uint32_t n = est->hist_n ? fit_set(est, est->ex_best.h, idx) : 0;
+  uint32_t n = est->hist.n ? fit_set(est, est->ex_best.h, idx) : 0;
   bool use_open = n == 0 || plausible(est, &est->ex_best, set_rtt_min(est, idx, n));
   refit(est, est->ex_best.h, use_open ? &est->ex_best : NULL);
   place_knot(est, &s.p);
@@ -463,17 +498,17 @@ int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int
 }
 
 int tr_clocksync_map(const struct tr_clocksync *est, int64_t host_ts, int64_t *service_ts) {
-  if (est->knot_n == 0)
+  if (est->knots.n == 0)
     return TR_ERR_STATE;
   *service_ts = map_at(est, host_ts);
   return 0;
 }
 
 int64_t tr_clocksync_error_bound(const struct tr_clocksync *est, int64_t host_ts) {
-  if (est->knot_n == 0)
+  if (est->knots.n == 0)
     return TR_ERR_STATE;
   int64_t i = knot_find(est, host_ts);
-  if (i < 0 || i == (int64_t)est->knot_n - 1)
+  if (i < 0 || i == (int64_t)est->knots.n - 1)
     return fit_bound(&est->fit, host_ts, map_at(est, host_ts));
   /* Between knots M is linear and so is a linear truth: the error is linear too, and bounded
    * by the interpolation of the bounds at both ends. */
@@ -482,9 +517,9 @@ int64_t tr_clocksync_error_bound(const struct tr_clocksync *est, int64_t host_ts
 }
 
 int64_t tr_clocksync_frontier(const struct tr_clocksync *est) {
-  if (est->knot_n == 0)
+  if (est->knots.n == 0)
     return TR_ERR_STATE;
-  return knot_at(est, est->knot_n - 1)->h;
+  return knot_at(est, est->knots.n - 1)->h;
 }
 
 int64_t tr_clocksync_offset_ns(const struct tr_clocksync *est) {
@@ -509,7 +544,7 @@ void tr_clocksync_get_stats(const struct tr_clocksync *est, struct tr_clocksync_
 static double segment_drift(const struct tr_clocksync *est, int64_t i) {
   if (i < 0)
     return 0.0;
-  if (i == (int64_t)est->knot_n - 1)
+  if (i == (int64_t)est->knots.n - 1)
     return est->fit.drift;
   const struct knot *k = knot_at(est, (uint32_t)i), *n = knot_at(est, (uint32_t)i + 1);
   return (double)((n->s - k->s) - (n->h - k->h)) / (double)(n->h - k->h);
@@ -517,7 +552,7 @@ static double segment_drift(const struct tr_clocksync *est, int64_t i) {
 
 int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64_t host_to,
                         int64_t tolerance_ns, struct tr_clocksync_breakpoint *out, size_t cap) {
-  if (est->knot_n == 0)
+  if (est->knots.n == 0)
     return TR_ERR_STATE;
   if (host_from < 0 || host_to >= TS_LIMIT || host_to < host_from || tolerance_ns < 1)
     return TR_ERR_INVAL;
@@ -525,7 +560,7 @@ int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64
   int64_t h = host_from;
   while (h <= host_to) {
     int64_t i = knot_find(est, h);
-    int64_t seg_end = i + 1 < (int64_t)est->knot_n ? knot_at(est, (uint32_t)(i + 1))->h : INT64_MAX;
+    int64_t seg_end = i + 1 < (int64_t)est->knots.n ? knot_at(est, (uint32_t)(i + 1))->h : INT64_MAX;
     double drift = fabs(segment_drift(est, i));
     int64_t step = host_to - h + 1;
     if (drift * (double)step > (double)tolerance_ns)
@@ -582,11 +617,11 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
   int64_t floor = est->fit.valid ? est->fit.rtt_min : INT64_MAX;
   /* Candidates, oldest first: the window bests older than the exchange ring, the ring, then
    * the open exchange period's best (judged now, as it will be when its period closes). */
-  int64_t cut = est->ex_n ? est->ex[est->ex_start].h : est->ex_open ? est->ex_best.h : INT64_MAX;
+  int64_t cut = est->ex.n ? ex_at(est, 0)->h : est->ex_open ? est->ex_best.h : INT64_MAX;
   uint32_t n_old = 0;
-  while (n_old < est->hist_n && hist_at(est, n_old)->h < cut)
+  while (n_old < est->hist.n && hist_at(est, n_old)->h < cut)
     n_old++;
-  uint32_t total = n_old + est->ex_n + (est->ex_open ? 1 : 0);
+  uint32_t total = n_old + est->ex.n + (est->ex_open ? 1 : 0);
   struct sample open = est->ex_best;
   if (est->ex_open) {
     open.outlier = !plausible(est, &open, floor);
@@ -595,8 +630,8 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
   for (uint32_t i = 0; i <= total && n < cap; i++) {
     const struct sample *s = i == total ? NULL
                              : i < n_old ? hist_at(est, i)
-                             : i < n_old + est->ex_n
-                                 ? &est->ex[(est->ex_start + i - n_old) % est->cfg.exchanges]
+                             : i < n_old + est->ex.n
+                                 ? ex_at(est, i - n_old)
                                  : &open;
     if (s && (s->h < host_from || s->h > host_to))
       continue; /* outliers stay candidates: a period of nothing else gets M's point */

@@ -27,8 +27,9 @@
  * i.e. for all but 1-ns neighbours under negative drift), so one host's events keep their order
  * on the trace timeline; M at host times up to the frontier (the last knot) never changes
  * afterwards, later probes only re-plan what lies beyond it; no probe added so far has its
- * corridor violated. All three hold for the host times covered by the retained knots
- * (max_knots: 18 h at one probe a second, 55 min at 20 a second; export breakpoints before then).
+ * corridor violated. All three hold for the host times covered by the retained knots (the
+ * last retain_ns, and at most max_knots of them: 55 min at 20 probes a second; export
+ * breakpoints before then).
  *
  * Error bound (tr_clocksync_error_bound). Each knot stores, when it is placed,
  *     bound(h) = R/2 + D * |h - hbar| + |M(h) - E(h)| + 1 ns
@@ -43,7 +44,8 @@
  * estimate, so the third term is what the slew has not caught up yet; 1 ns for rounding.
  *
  * Cost: tr_clocksync_add_probe O(fit_samples + 128), tr_clocksync_map O(log max_knots), memory
- * O(max_knots + history), all fixed at init. Not thread-safe: one estimator per host, one owner. */
+ * what the last retain_ns of probes keep (rings that grow by doubling up to max_knots, history
+ * and exchanges: tr_clocksync_memory_bytes). Not thread-safe: one estimator per host, one owner. */
 #ifndef TR_CLOCKSYNC_H
 #define TR_CLOCKSYNC_H
 
@@ -65,6 +67,10 @@ struct tr_clocksync_config {
   int64_t exchange_period_ns; /* best-of period of the exchange ring (default 5 ms) */
   uint32_t exchanges;       /* exchange-period bests kept (default 8192) */
   int64_t edge_rtt_slack_ns; /* an exchange written alone has rtt <= 2 * floor + this (5 us) */
+  /* Knots, window and exchange bests older than this (host time, before the newest) are
+   * dropped, at least fit_span_ns (default 10 min): the service's sessions journal their clock
+   * packets every second, so memory follows the probe rate, not the uptime. */
+  int64_t retain_ns;
 };
 
 struct tr_clocksync_probe {
@@ -93,6 +99,8 @@ void tr_clocksync_config_default(struct tr_clocksync_config *cfg);
 /* cfg NULL: defaults. TR_ERR_INVAL for a count or span out of range, TR_ERR_NOMEM. */
 int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_config *cfg);
 void tr_clocksync_free(struct tr_clocksync *est);
+/* Bytes the estimator holds now (its struct and its rings' arrays). */
+size_t tr_clocksync_memory_bytes(const struct tr_clocksync *est);
 
 /* TR_ERR_INVAL for t4 < t1, t3 < t2, values outside [0, 2^62), or t3 not after the previous
  * probe's t3; the estimator is unchanged then. */

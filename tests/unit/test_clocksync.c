@@ -94,7 +94,10 @@ static size_t np;
 static struct tr_clocksync *simulate(const struct host *h, const struct link *l, int seconds,
                                      int warmup_s, struct run_result *res) {
   struct tr_clocksync *est;
-  assert_int_equal(tr_clocksync_init(&est, NULL), 0);
+  struct tr_clocksync_config cfg;
+  tr_clocksync_config_default(&cfg);
+  cfg.retain_ns = (int64_t)seconds * SEC + cfg.fit_span_ns; /* the whole run is checked at its end */
+  assert_int_equal(tr_clocksync_init(&est, &cfg), 0);
   static int64_t check_h[CHECKS], check_s[CHECKS];
   static double live[MAX_PROBES * 4];
   size_t nchecks = 0, nlive = 0;
@@ -496,6 +499,46 @@ static void feed(struct tr_clocksync *est, const struct host *h, const struct li
   }
 }
 
+/* A day of probes once a second: memory follows the last retain_ns (10 min), not the uptime
+ * (the rings used to be allocated for 18 h of knots, 2.3 MiB per host), and over those 10
+ * minutes the mapping is the one an estimator keeping everything has. */
+static void test_memory_follows_retention(void **state) {
+  (void)state;
+  const struct host h = {.offset = 42.0L * SEC, .drift = 20e-6L, .t0 = 1000.0L * SEC};
+  static const struct link quiet = {.base_ns = 30 * US, .turnaround_ns = 10 * US};
+  struct tr_clocksync *est, *all;
+  struct tr_clocksync_config cfg;
+  tr_clocksync_config_default(&cfg);
+  assert_int_equal(tr_clocksync_init(&est, NULL), 0);
+  cfg.retain_ns = 30 * 3600 * SEC;
+  cfg.max_knots = cfg.history = cfg.exchanges = 1u << 17;
+  assert_int_equal(tr_clocksync_init(&all, &cfg), 0);
+  size_t at_start = tr_clocksync_memory_bytes(est);
+  int64_t t = (int64_t)h.t0;
+  rng_state = 12345;
+  for (int i = 0; i < 24 * 3600; i++, t += SEC) {
+    struct tr_clocksync_probe p = probe_at(&h, &quiet, t);
+    assert_int_equal(tr_clocksync_add_probe(est, p.t1, p.t2, p.t3, p.t4), 0);
+    assert_int_equal(tr_clocksync_add_probe(all, p.t1, p.t2, p.t3, p.t4), 0);
+  }
+  size_t kept = tr_clocksync_memory_bytes(est), everything = tr_clocksync_memory_bytes(all);
+  print_message("estimator memory: %zu bytes at start, %zu after a day (%zu keeping it all)\n",
+                at_start, kept, everything);
+  assert_true(kept < 200 * 1024);
+  assert_true(everything > 10 * kept);
+  int64_t frontier = tr_clocksync_frontier(est);
+  assert_int_equal(frontier, tr_clocksync_frontier(all));
+  for (int64_t hv = frontier - 590 * SEC; hv <= frontier + SEC; hv += 7 * SEC + 12345) {
+    int64_t a, b;
+    assert_int_equal(tr_clocksync_map(est, hv, &a), 0);
+    assert_int_equal(tr_clocksync_map(all, hv, &b), 0);
+    assert_int_equal(a, b);
+    assert_int_equal(tr_clocksync_error_bound(est, hv), tr_clocksync_error_bound(all, hv));
+  }
+  tr_clocksync_free(est);
+  tr_clocksync_free(all);
+}
+
 static void test_outliers_and_path_change(void **state) {
   (void)state;
   const struct host h = {.offset = 1.0L * SEC, .drift = 50e-6L, .t0 = 1000.0L * SEC};
@@ -623,6 +666,7 @@ int main(void) {
       cmocka_unit_test(test_dense_exchanges),
       cmocka_unit_test(test_exchanges_skip_slow_legs),
       cmocka_unit_test(test_exchanges_skip_slow_legs_sparse),
+      cmocka_unit_test(test_memory_follows_retention),
       cmocka_unit_test(test_outliers_and_path_change),
       cmocka_unit_test(test_slews_never_steps),
       cmocka_unit_test(test_invalid_input),
