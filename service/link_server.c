@@ -45,7 +45,6 @@ struct tr_link_peer {
   tr_host *host; /* set once Hello was accepted */
   uint64_t connected_ms; /* handshake done: Hello is due within hello_timeout_ms */
   tr_relay_reader reader;
-  tr_relay_codec codec;
   tr_relay_heartbeat hb;
   uint64_t features;  /* accepted */
   size_t max_out;     /* largest frame the agent accepts */
@@ -78,6 +77,7 @@ struct tr_link_server {
   unsigned hello_timeout_ms;
   unsigned max_agents, connected; /* agents Welcomed now, and their bound */
   uint64_t next_probe_id;
+  tr_relay_codec codec; /* decompresses every peer's batches */
   uint64_t last_tick_ms; /* when the probe budget was last refilled */
   bool stopping;
   bool tick_closed;
@@ -308,7 +308,7 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
   Tracerelay__ChunkItems *owned = NULL;
   Tracerelay__ChunkItem **items = NULL;
   size_t n = 0;
-  rc = tr_relay_batch_items(&p->codec, batch, &owned, &items, &n);
+  rc = tr_relay_batch_items(&p->ls->codec, batch, &owned, &items, &n);
   for (size_t i = 0; i < n && rc == 0; i++)
     if (items[i]->item_case == TRACERELAY__CHUNK_ITEM__ITEM__NOT_SET)
       rc = TR_ERR_PROTO;
@@ -562,6 +562,7 @@ static void maybe_free_server(tr_link_server *ls) {
   if (!ls->stopping || !ls->tick_closed || ls->peers != NULL)
     return;
   tr_hosts_free(ls->hosts);
+  tr_relay_codec_free(&ls->codec);
   free(ls);
 }
 
@@ -569,11 +570,6 @@ static void on_connect(tr_tls_uv_conn *conn) {
   tr_link_server *ls = tr_tls_uv_get_data(conn);
   tr_link_peer *p = calloc(1, sizeof *p);
   if (p == NULL || tr_relay_reader_init(&p->reader, 0) < 0) {
-    free(p);
-    goto fail;
-  }
-  if (tr_relay_codec_init(&p->codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, p->reader.max_payload) < 0) {
-    tr_frame_reader_free(&p->reader);
     free(p);
     goto fail;
   }
@@ -615,7 +611,6 @@ static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
     tr_service_on_host_disconnected(ls->svc, host, why);
   }
   tr_frame_reader_free(&p->reader);
-  tr_relay_codec_free(&p->codec);
   free(p->stash);
   free(p);
   maybe_free_server(ls);
@@ -746,6 +741,11 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
   int rc = tr_hosts_new(svc, &ls->hosts);
   if (rc < 0)
     goto fail_free;
+  /* One decompression context for every peer: batches are taken apart on this loop, one at a
+   * time (a context per connection was 96 KiB each). The limit is every peer's reader's. */
+  rc = tr_relay_codec_init(&ls->codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, TR_RELAY_MAX_FRAME_DEFAULT);
+  if (rc < 0)
+    goto fail_hosts;
   ls->loop = loop;
   ls->svc = svc;
   ls->features = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
@@ -777,6 +777,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
 
 fail_hosts:
   tr_hosts_free(ls->hosts);
+  tr_relay_codec_free(&ls->codec);
 fail_free:
   free(ls);
   return rc;
