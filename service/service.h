@@ -129,7 +129,8 @@ bool tr_service_has_sessions(const tr_service *svc);
 /* Downward: queue a command for the host's agent. The caller keeps ownership of cmd.
  * Returns TR_ERR_CLOSED if the host is not connected. */
 int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd);
-/* Asks the host's agent to answer a clock probe now (before a flush), if connected. */
+/* Asks the host's agent to answer a clock probe now (before a flush or a start), if connected
+ * and its last probe is older than its session probe period (younger is fresh enough). */
 void tr_host_probe_clock(tr_host *host);
 
 #endif

@@ -5,8 +5,8 @@
  * FlushAck per (host, producer). It completes when all acked, or at the timeout: then every host
  * that still owes an ack is named in the log and counted (tr_host_stats.flushes_missed and the
  * session's per-host count, both in the trace's stats). A host whose link is down owes its acks
- * at once. Before sending, each host is asked for a clock probe so the timeline is fresh at the
- * end of the data. */
+ * at once. Before sending, each host whose last clock probe is older than its probe period is
+ * probed, so the timeline is fresh at the end of the data. */
 #include <stdlib.h>
 #include <string.h>
 
