@@ -5,8 +5,11 @@
 # events, which the trace and record's summary show), and everything the producers did write is accounted for exactly: written = in
 # trace + counted lost. web-2 runs a steady producer next to it: lossless. Meanwhile a probe
 # producer on web-1 serves a second session whose Flush, and a QueryServiceState, must each
-# be answered within 1 s (a liveness check of the service and of the loaded agent, loose on
-# purpose). Usage: test_overload.sh BIN_DIR
+# be answered within 2 s (a liveness check of the service and of the loaded agent, loose on
+# purpose: the probe's FlushAck follows what web-1's producers committed before it through the
+# flooded agent's queue, so a flush waits for that backlog; with the sanitizers on 2 CPUs its
+# longest took 0.3-1.0 s in 2026-11-25's runs, and the 1 s bound of before failed CI now and
+# then). Usage: test_overload.sh BIN_DIR
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$TR_SRC/tools/cluster-lib.sh"
@@ -34,8 +37,8 @@ sleep 1
 RECORD=$!; CLUSTER_PIDS+=("$RECORD")
 sleep 1.5
 "$TR_BIN/consumer_probe" --socket "$CONSUMER_SOCK" --data-source probe_source --rounds 8 \
-  --interval-ms 200 --bound-ms 1000 >"$WORK/probe.json" 2>"$WORK/probe.log" || {
-  echo "FAIL: the service or agent did not answer within 1 s under load: $(cat "$WORK/probe.json")"
+  --interval-ms 200 --bound-ms 2000 >"$WORK/probe.json" 2>"$WORK/probe.log" || {
+  echo "FAIL: the service or agent did not answer within 2 s under load: $(cat "$WORK/probe.json")"
   cat "$WORK/probe.log"; exit 1; }
 cluster_log "probe under load: $(cat "$WORK/probe.json")"
 fault_wait_pid "$RECORD" 40 || { echo "FAIL: record did not finish"; exit 1; }
