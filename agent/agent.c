@@ -284,7 +284,10 @@ static void on_producer_disconnected(tr_producer_port *port, const tr_producer_i
   u.has_producer_id = u.has_state = 1;
   u.producer_id = info->id;
   u.state = TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED;
-  tr_link_client_send_producer_update(a->link, &u);
+  int rc = tr_link_client_send_producer_update(a->link, &u);
+  if (rc < 0 && rc != TR_ERR_CLOSED)
+    TR_WARN("agent", "cannot tell the service that producer %u is gone: %s", info->id,
+            tr_strerror(rc));
   free(p->name);
   free(p->sdk_version);
   free_descriptors(p->ds, p->n_ds);

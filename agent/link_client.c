@@ -33,14 +33,17 @@
 #define TICK_MS 100
 #define STATS_PERIOD_MS 1000
 
-typedef struct pending_reply {
-  struct pending_reply *next;
-  uint64_t request_id;
-  uint64_t wait_qseq; /* the last chunk queue entry pushed before the reply */
+/* A frame that must follow the data queued before it: a CommandReply, or the notice that a
+ * producer is gone (its data source may be what a stopping session waits for). */
+typedef struct pending_frame {
+  struct pending_frame *next;
+  uint64_t wait_qseq; /* the last chunk queue entry pushed before the frame */
   bool resolved;      /* that entry is in a batch: after_seq is known */
   uint64_t after_seq;
+  uint32_t gone_producer_id; /* non-zero: PRODUCER_DISCONNECTED; else a reply: */
+  uint64_t request_id;
   char *error;
-} pending_reply;
+} pending_frame;
 
 typedef struct set_up_instance { /* a data source instance the service set up and not stopped */
   uint32_t producer_id;
@@ -90,8 +93,8 @@ struct tr_link_client {
   Tracerelay__ClockFollowUp follow_up;
   int handles_open;
 
-  pending_reply *replies_head, *replies_tail;
-  size_t n_replies;
+  pending_frame *pending_head, *pending_tail;
+  size_t n_pending;
   producer_counts *counts;
   size_t n_counts;
   uint64_t welcomes; /* Welcomes received: the link came up this many times */
@@ -219,8 +222,8 @@ static void on_batch_timer(uv_timer_t *t) {
   drain_queue(t->data);
 }
 
-static void resolve_replies(tr_link_client *lc);
-static void send_pending_replies(tr_link_client *lc);
+static void resolve_pending(tr_link_client *lc);
+static void send_pending_frames(tr_link_client *lc);
 static void maybe_done(tr_link_client *lc);
 
 /* A batch came back from the builder: into the spill queue, then out. */
@@ -238,13 +241,13 @@ static void on_built(void *data, struct tr_built_batch *b) {
   else /* takes frame and tally; a batch it drops at once is counted there */
     tr_relay_agent_queue(&lc->agent, b->seq, b->frame, b->len, b->tally, b->n_tally);
   lc->batched_qseq = b->last_qseq;
-  resolve_replies(lc);
+  resolve_pending(lc);
   next_batch(lc);
   if (!tr_batch_builder_busy(lc->builder) && tr_chunkq_peek(lc->queue) != NULL &&
       !uv_is_active((uv_handle_t *)&lc->batch_timer))
     uv_timer_start(&lc->batch_timer, on_batch_timer, TR_LINK_BATCH_MS, 0);
   pump(lc);
-  send_pending_replies(lc);
+  send_pending_frames(lc);
   if (lc->stopping)
     check_shutdown(lc);
 }
@@ -368,7 +371,7 @@ int tr_link_client_set_producer_counts(tr_link_client *lc, uint32_t producer_id,
   return 0;
 }
 
-/* ---- replies ---- */
+/* ---- replies and producer ends, in order after the data before them ---- */
 
 static int send_reply(tr_link_client *lc, uint64_t request_id, const char *error,
                       uint64_t after_seq) {
@@ -383,58 +386,83 @@ static int send_reply(tr_link_client *lc, uint64_t request_id, const char *error
   return send_frame(lc, &f);
 }
 
-int tr_link_client_reply(tr_link_client *lc, uint64_t request_id, const char *error) {
+static int send_gone(tr_link_client *lc, uint32_t producer_id, uint64_t after_seq) {
+  Tracerelay__ProducerUpdate u = TRACERELAY__PRODUCER_UPDATE__INIT;
+  u.has_producer_id = u.has_state = u.has_after_seq = 1;
+  u.producer_id = producer_id;
+  u.state = TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED;
+  u.after_seq = after_seq;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_PRODUCER_UPDATE;
+  f.producer_update = &u;
+  return send_frame(lc, &f);
+}
+
+static int send_pending(tr_link_client *lc, const pending_frame *p, uint64_t after_seq) {
+  return p->gone_producer_id ? send_gone(lc, p->gone_producer_id, after_seq)
+                             : send_reply(lc, p->request_id, p->error, after_seq);
+}
+
+/* Sends `what` at once when everything queued before it is in a batch and nothing waits
+ * ahead of it; otherwise keeps a copy until then (a batch is started for it). */
+static int send_ordered(tr_link_client *lc, const pending_frame *what) {
   uint64_t wait_qseq = lc->queue->next_seq - 1;
   bool batched = lc->batched_qseq >= wait_qseq;
-  if (batched && lc->replies_head == NULL && lc->welcomed &&
-      send_reply(lc, request_id, error, lc->agent.next_seq - 1) == 0) {
+  if (batched && lc->pending_head == NULL && lc->welcomed &&
+      send_pending(lc, what, lc->agent.next_seq - 1) == 0) {
     pump(lc);
     return 0;
   }
-  if (lc->n_replies >= TR_LINK_MAX_PENDING_REPLIES)
+  if (lc->n_pending >= TR_LINK_MAX_PENDING_FRAMES)
     return TR_ERR_FULL;
-  pending_reply *r = calloc(1, sizeof *r);
-  if (r == NULL || (error != NULL && (r->error = strdup(error)) == NULL)) {
-    free(r);
+  pending_frame *p = calloc(1, sizeof *p);
+  if (p == NULL || (what->error != NULL && (p->error = strdup(what->error)) == NULL)) {
+    free(p);
     return TR_ERR_NOMEM;
   }
-  r->request_id = request_id;
-  r->wait_qseq = wait_qseq;
-  r->resolved = batched;
-  r->after_seq = lc->agent.next_seq - 1;
-  if (lc->replies_tail != NULL)
-    lc->replies_tail->next = r;
+  p->gone_producer_id = what->gone_producer_id;
+  p->request_id = what->request_id;
+  p->wait_qseq = wait_qseq;
+  p->resolved = batched;
+  p->after_seq = lc->agent.next_seq - 1;
+  if (lc->pending_tail != NULL)
+    lc->pending_tail->next = p;
   else
-    lc->replies_head = r;
-  lc->replies_tail = r;
-  lc->n_replies++;
+    lc->pending_head = p;
+  lc->pending_tail = p;
+  lc->n_pending++;
   if (!batched)
     drain_queue(lc);
   return 0;
 }
 
-/* Replies whose preceding entries are now in batches come after the last batch queued. */
-static void resolve_replies(tr_link_client *lc) {
-  for (pending_reply *r = lc->replies_head; r != NULL; r = r->next)
-    if (!r->resolved && r->wait_qseq <= lc->batched_qseq) {
-      r->resolved = true;
-      r->after_seq = lc->agent.next_seq - 1;
+int tr_link_client_reply(tr_link_client *lc, uint64_t request_id, const char *error) {
+  pending_frame reply = {.request_id = request_id, .error = (char *)error};
+  return send_ordered(lc, &reply);
+}
+
+/* Frames whose preceding entries are now in batches come after the last batch queued. */
+static void resolve_pending(tr_link_client *lc) {
+  for (pending_frame *p = lc->pending_head; p != NULL; p = p->next)
+    if (!p->resolved && p->wait_qseq <= lc->batched_qseq) {
+      p->resolved = true;
+      p->after_seq = lc->agent.next_seq - 1;
     }
 }
 
-/* Sends the waiting replies in order, up to the first still waiting for its batch. */
-static void send_pending_replies(tr_link_client *lc) {
-  while (lc->replies_head != NULL && lc->replies_head->resolved && lc->welcomed &&
+/* Sends the waiting frames in order, up to the first still waiting for its batch. */
+static void send_pending_frames(tr_link_client *lc) {
+  while (lc->pending_head != NULL && lc->pending_head->resolved && lc->welcomed &&
          !lc->closing_conn) {
-    pending_reply *r = lc->replies_head;
-    if (send_reply(lc, r->request_id, r->error, r->after_seq) < 0)
+    pending_frame *p = lc->pending_head;
+    if (send_pending(lc, p, p->after_seq) < 0)
       return;
-    lc->replies_head = r->next;
-    if (lc->replies_head == NULL)
-      lc->replies_tail = NULL;
-    lc->n_replies--;
-    free(r->error);
-    free(r);
+    lc->pending_head = p->next;
+    if (lc->pending_head == NULL)
+      lc->pending_tail = NULL;
+    lc->n_pending--;
+    free(p->error);
+    free(p);
   }
 }
 
@@ -537,7 +565,7 @@ static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
   if (lc->cbs.on_welcome != NULL)
     lc->cbs.on_welcome(lc);
   send_stats(lc, true);
-  send_pending_replies(lc);
+  send_pending_frames(lc);
   pump(lc);
 }
 
@@ -728,11 +756,11 @@ static void maybe_done(tr_link_client *lc) {
   tr_batch_builder_free(lc->builder);
   tr_frame_reader_free(&lc->reader);
   tr_tls_config_unref(lc->tls);
-  while (lc->replies_head != NULL) {
-    pending_reply *r = lc->replies_head;
-    lc->replies_head = r->next;
-    free(r->error);
-    free(r);
+  while (lc->pending_head != NULL) {
+    pending_frame *p = lc->pending_head;
+    lc->pending_head = p->next;
+    free(p->error);
+    free(p);
   }
   free(lc->counts);
   free(lc->instances);
@@ -1017,7 +1045,11 @@ int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__Pr
   if (u->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED)
     forget_instances(lc, u->producer_id, true, 0);
   if (!lc->welcomed)
-    return TR_ERR_CLOSED;
+    return TR_ERR_CLOSED; /* the next Welcome's re-announcement leaves it out */
+  if (u->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED) {
+    pending_frame gone = {.gone_producer_id = u->producer_id};
+    return send_ordered(lc, &gone);
+  }
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_PRODUCER_UPDATE;
   f.producer_update = (Tracerelay__ProducerUpdate *)u;

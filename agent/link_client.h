@@ -19,7 +19,9 @@
  * - A CommandReply carries after_seq = the last batch queued once everything pushed to the
  *   chunk queue before the reply is in a batch, so the service applies it after the data that
  *   preceded it: a reply waits for those batches to be built, and replies made while
- *   disconnected wait (up to TR_LINK_MAX_PENDING_REPLIES) for the next Welcome.
+ *   disconnected wait (up to TR_LINK_MAX_PENDING_FRAMES) for the next Welcome. A producer's
+ *   PRODUCER_DISCONNECTED keeps the same order, so a session that waits for that producer's
+ *   data sources to stop never ends before the producer's last chunks are in.
  * - Clock probes are answered at once: t2 is when the probe reached the socket (the
  *   kernel's receive stamp, tr_tls_uv_read_time, before decryption); the exact t3, when the encrypted answer left (the kernel's
  *   send stamp, tr_tls_uv_sent_time), follows TR_LINK_FOLLOW_UP_DELAY_MS later in a
@@ -46,7 +48,7 @@
  * answer's segment alone and its receive stamp is the answer's arrival, not the follow-up's. */
 #define TR_LINK_FOLLOW_UP_DELAY_MS 1
 #define TR_LINK_WRITE_BOUND (1u << 20)
-#define TR_LINK_MAX_PENDING_REPLIES 1024
+#define TR_LINK_MAX_PENDING_FRAMES 1024
 #define TR_LINK_MAX_INSTANCES 65536 /* data source instances remembered for a service restart */
 #define TR_LINK_BACKOFF_MIN_MS 100
 #define TR_LINK_BACKOFF_MAX_MS 10000
@@ -93,8 +95,10 @@ void tr_link_client_kick(tr_link_client *lc);
 /* Batches everything queued now, without the TR_LINK_BATCH_MS wait: a FlushAck was queued
  * behind its data, and the service's flush waits for it. */
 void tr_link_client_send_queued(tr_link_client *lc);
-/* Sends a ProducerUpdate now; TR_ERR_CLOSED when no Welcome is current (the full state is
- * sent again after the next one). The caller keeps u. */
+/* Sends a ProducerUpdate now, except PRODUCER_DISCONNECTED, which goes once everything the
+ * chunk queue held before it is in a batch, with after_seq (as a reply does), so the service
+ * ends the producer after its last chunks. TR_ERR_CLOSED when no Welcome is current (the full
+ * state is sent again after the next one); TR_ERR_FULL, TR_ERR_NOMEM. The caller keeps u. */
 int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__ProducerUpdate *u);
 /* Answers a Command. error: NULL for success. Batches everything in the chunk queue first, so
  * after_seq covers it. */

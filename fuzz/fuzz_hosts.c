@@ -78,7 +78,7 @@ static void on_batch(struct conn *c, const Tracerelay__ChunkBatch *batch) {
         abort();
     tr_relay_items_free(owned);
   }
-  tr_hosts_release_replies(c->hs, c->host);
+  tr_hosts_release_ordered(c->hs, c->host);
 }
 
 /* Returns false when the connection ends (a protocol error in link_server.c). */
@@ -108,6 +108,14 @@ static bool on_frame(struct conn *c, Tracerelay__RelayFrame *f) {
   }
   switch (f->msg_case) {
   case TRACERELAY__RELAY_FRAME__MSG_PRODUCER_UPDATE:
+    if (f->producer_update->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED &&
+        f->producer_update->has_after_seq && f->producer_update->producer_id != 0) {
+      ok = tr_hosts_hold_ordered(c->host, f) == 0;
+      f = NULL; /* taken, even on failure */
+      if (ok)
+        tr_hosts_release_ordered(c->hs, c->host);
+      break;
+    }
     ok = tr_hosts_producer_update(c->hs, c->host, f->producer_update) == 0;
     if (c->host->num_producers > TR_HOSTS_MAX_PRODUCERS)
       abort();
@@ -116,10 +124,10 @@ static bool on_frame(struct conn *c, Tracerelay__RelayFrame *f) {
     on_batch(c, f->chunk_batch);
     break;
   case TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY:
-    ok = tr_hosts_hold_reply(c->host, f) == 0;
+    ok = tr_hosts_hold_ordered(c->host, f) == 0;
     f = NULL; /* taken, even on failure */
     if (ok)
-      tr_hosts_release_replies(c->hs, c->host);
+      tr_hosts_release_ordered(c->hs, c->host);
     break;
   case TRACERELAY__RELAY_FRAME__MSG_AGENT_STATS:
     tr_hosts_agent_stats(c->host, f->agent_stats);

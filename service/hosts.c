@@ -23,17 +23,19 @@ typedef struct agent_counters {
   uint64_t queue_packets, spill_packets;
 } agent_counters;
 
-typedef struct held_reply {
-  struct held_reply *next;
-  Tracerelay__RelayFrame *frame; /* its command_reply is the reply */
-} held_reply;
+/* A CommandReply, or a ProducerUpdate that says a producer is gone, waiting for the batches
+ * the agent queued before it. */
+typedef struct held_frame {
+  struct held_frame *next;
+  Tracerelay__RelayFrame *frame;
+} held_frame;
 
 typedef struct host_rec {
   tr_host host; /* first: a tr_host * is a host_rec * */
   tr_relay_peer peer;
   agent_counters earlier;  /* sum over the agent instances before the current one */
   agent_counters current;  /* the current instance's latest report */
-  held_reply *held_head, *held_tail;
+  held_frame *held_head, *held_tail;
   size_t n_held;
   uint32_t *stale; /* during a resync: producer ids not re-announced yet */
   size_t n_stale;
@@ -295,14 +297,14 @@ void tr_hosts_agent_stats(tr_host *h, const Tracerelay__AgentStats *s) {
   publish_counters(h);
 }
 
-/* ---- held command replies ---- */
+/* ---- frames held for their batches ---- */
 
-int tr_hosts_hold_reply(tr_host *h, Tracerelay__RelayFrame *frame) {
+int tr_hosts_hold_ordered(tr_host *h, Tracerelay__RelayFrame *frame) {
   host_rec *r = rec_of(h);
-  held_reply *e = NULL;
-  if (r->n_held >= TR_HOSTS_MAX_HELD_REPLIES || (e = malloc(sizeof *e)) == NULL) {
+  held_frame *e = NULL;
+  if (r->n_held >= TR_HOSTS_MAX_HELD_FRAMES || (e = malloc(sizeof *e)) == NULL) {
     tr_relay_frame_free(frame);
-    return r->n_held >= TR_HOSTS_MAX_HELD_REPLIES ? TR_ERR_FULL : TR_ERR_NOMEM;
+    return r->n_held >= TR_HOSTS_MAX_HELD_FRAMES ? TR_ERR_FULL : TR_ERR_NOMEM;
   }
   e->next = NULL;
   e->frame = frame;
@@ -315,25 +317,32 @@ int tr_hosts_hold_reply(tr_host *h, Tracerelay__RelayFrame *frame) {
   return 0;
 }
 
-/* Applies held replies from the oldest while ready(after_seq) holds; all of them with force. */
+static uint64_t held_after_seq(const Tracerelay__RelayFrame *f) {
+  return f->msg_case == TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY ? f->command_reply->after_seq
+                                                                    : f->producer_update->after_seq;
+}
+
+/* Applies held frames from the oldest while ready(after_seq) holds; all of them with force. */
 static void release(tr_hosts *hs, tr_host *h, bool force) {
   host_rec *r = rec_of(h);
   while (r->held_head != NULL) {
-    held_reply *e = r->held_head;
-    const Tracerelay__CommandReply *reply = e->frame->command_reply;
-    if (!force && reply->after_seq > r->peer.stored_seq)
+    held_frame *e = r->held_head;
+    if (!force && held_after_seq(e->frame) > r->peer.stored_seq)
       return;
     r->held_head = e->next;
     if (r->held_head == NULL)
       r->held_tail = NULL;
     r->n_held--;
-    tr_service_on_command_reply(hs->svc, h, reply);
+    if (e->frame->msg_case == TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY)
+      tr_service_on_command_reply(hs->svc, h, e->frame->command_reply);
+    else /* a PRODUCER_DISCONNECTED with a producer id, checked before it was held */
+      tr_hosts_producer_update(hs, h, e->frame->producer_update);
     tr_relay_frame_free(e->frame);
     free(e);
   }
 }
 
-void tr_hosts_release_replies(tr_hosts *hs, tr_host *h) { release(hs, h, false); }
+void tr_hosts_release_ordered(tr_hosts *hs, tr_host *h) { release(hs, h, false); }
 
 /* ---- hello ---- */
 
@@ -415,7 +424,7 @@ static void host_free(host_rec *r) {
   free_message(h->system_info);
   tr_clocksync_free(h->clock);
   while (r->held_head != NULL) {
-    held_reply *e = r->held_head;
+    held_frame *e = r->held_head;
     r->held_head = e->next;
     tr_relay_frame_free(e->frame);
     free(e);

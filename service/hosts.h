@@ -12,7 +12,7 @@
  * same way.
  *
  * Costs: lookups are O(hosts) by name (done once per connection) and O(producers of the host)
- * per update. Memory per host is bounded by TR_HOSTS_MAX_PRODUCERS, TR_HOSTS_MAX_HELD_REPLIES
+ * per update. Memory per host is bounded by TR_HOSTS_MAX_PRODUCERS, TR_HOSTS_MAX_HELD_FRAMES
  * and the frame limit. Not thread-safe (one loop). */
 #ifndef TR_SERVICE_HOSTS_H
 #define TR_SERVICE_HOSTS_H
@@ -23,7 +23,7 @@
 #include "service/service.h"
 
 #define TR_HOSTS_MAX_PRODUCERS 4096
-#define TR_HOSTS_MAX_HELD_REPLIES 1024
+#define TR_HOSTS_MAX_HELD_FRAMES 1024
 
 typedef struct tr_hosts tr_hosts;
 
@@ -64,12 +64,15 @@ int tr_hosts_producer_update(tr_hosts *hs, tr_host *host, const Tracerelay__Prod
  * earlier instances in host->stats. */
 void tr_hosts_agent_stats(tr_host *host, const Tracerelay__AgentStats *stats);
 
-/* Keeps a CommandReply frame (ownership taken, freed with tr_relay_frame_free) until the
- * host's stored_seq reaches its after_seq. TR_ERR_FULL when TR_HOSTS_MAX_HELD_REPLIES are
- * already held (the frame is freed). */
-int tr_hosts_hold_reply(tr_host *host, Tracerelay__RelayFrame *frame);
-/* Applies (tr_service_on_command_reply), in arrival order, the held replies whose after_seq
- * the host's stored_seq has reached. */
-void tr_hosts_release_replies(tr_hosts *hs, tr_host *host);
+/* Keeps a frame the agent ordered after its batches (ownership taken, freed with
+ * tr_relay_frame_free) until the host's stored_seq reaches its after_seq: a CommandReply, or a
+ * ProducerUpdate PRODUCER_DISCONNECTED (so a producer's end never overtakes its data, and a
+ * session waiting for it does not end before its last chunks are in). TR_ERR_FULL when
+ * TR_HOSTS_MAX_HELD_FRAMES are already held (the frame is freed). */
+int tr_hosts_hold_ordered(tr_host *host, Tracerelay__RelayFrame *frame);
+/* Applies, in arrival order, the held frames whose after_seq the host's stored_seq has
+ * reached: replies through tr_service_on_command_reply, producer ends through
+ * tr_hosts_producer_update. */
+void tr_hosts_release_ordered(tr_hosts *hs, tr_host *host);
 
 #endif

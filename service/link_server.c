@@ -341,7 +341,7 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
   }
   tr_relay_items_free(owned);
   host->stats.batches_received++;
-  tr_hosts_release_replies(p->ls->hosts, host);
+  tr_hosts_release_ordered(p->ls->hosts, host);
 }
 
 static void finish_probe(tr_link_peer *p) {
@@ -392,6 +392,20 @@ static bool is_reannouncement(const Tracerelay__RelayFrame *f) {
          f->producer_update->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED;
 }
 
+/* A producer's end that the agent ordered after its batches (ProducerUpdate.after_seq). */
+static bool is_ordered_end(const Tracerelay__ProducerUpdate *u) {
+  return u->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED &&
+         u->has_after_seq && u->producer_id != 0;
+}
+
+/* Holds a reply or a producer's end until the batches queued before it are in (hosts.h). */
+static void hold_ordered(tr_link_peer *p, Tracerelay__RelayFrame *f) {
+  if (tr_hosts_hold_ordered(p->host, f) < 0) /* takes f, even on failure */
+    PROTO_ERROR(p, "too many replies and producer ends waiting for their batches");
+  else
+    tr_hosts_release_ordered(p->ls->hosts, p->host);
+}
+
 /* Handles one decoded frame; takes ownership of it. */
 static void on_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
   tr_link_server *ls = p->ls;
@@ -419,6 +433,11 @@ static void on_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
   case TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT:
     break;
   case TRACERELAY__RELAY_FRAME__MSG_PRODUCER_UPDATE:
+    if (is_ordered_end(f->producer_update)) {
+      hold_ordered(p, f);
+      f = NULL; /* taken */
+      break;
+    }
     rc = tr_hosts_producer_update(ls->hosts, p->host, f->producer_update);
     if (rc < 0)
       PROTO_ERROR(p, "producer update for producer %u refused: %s",
@@ -428,12 +447,8 @@ static void on_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
     on_batch(p, f->chunk_batch);
     break;
   case TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY:
-    rc = tr_hosts_hold_reply(p->host, f);
-    f = NULL; /* taken, even on failure */
-    if (rc < 0)
-      PROTO_ERROR(p, "too many command replies waiting for their batches");
-    else
-      tr_hosts_release_replies(ls->hosts, p->host);
+    hold_ordered(p, f);
+    f = NULL; /* taken */
     break;
   case TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE:
     if (p->features & TR_RELAY_FEATURE_CLOCK_PROBES)
