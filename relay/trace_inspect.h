@@ -105,6 +105,8 @@ struct tr_inspect_losses { /* summed over the trace's TraceStats packets */
   uint64_t session_instances_not_started; /* data source instances that did not start */
   /* its agent replaced without an orderly stop: loss events, packet count unknown */
   uint64_t session_agent_exits_unclean;
+  /* instances still stopping when the session's stop timeout ran out: loss events */
+  uint64_t session_stops_timed_out;
   /* packets lost on the way: begun in chunks the agent dropped, and spanning a lost chunk */
   uint64_t agent_queue_dropped_packets, agent_spill_dropped_packets;
   uint64_t session_packets_lost_in_gaps;

@@ -423,6 +423,7 @@ static void on_stop_timeout(uv_timer_t *t) {
             in->producer_name);
     in->state = TR_DS_STOPPED;
     in->pending_request = 0;
+    s->hosts[in->host_index].stops_timed_out++;
   }
   tr_session_end(s, NULL);
 }

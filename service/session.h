@@ -111,6 +111,7 @@ typedef struct tr_session_host {
   uint64_t flushes_missed;
   uint64_t disconnects;
   uint64_t agent_exits_unclean; /* its agent instance was replaced without an orderly stop */
+  uint64_t stops_timed_out;     /* its instances still stopping when the stop timeout ran out */
   uint64_t disconnected_at[TR_SESSION_MAX_DISCONNECT_MARKS]; /* tr_session_now() of the first */
   size_t num_disconnected_at;
 } tr_session_host;

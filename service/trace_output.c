@@ -546,6 +546,8 @@ static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) 
   h->session_disconnects = sh->disconnects;
   h->has_session_agent_exits_unclean = 1;
   h->session_agent_exits_unclean = sh->agent_exits_unclean;
+  h->has_session_stops_timed_out = 1;
+  h->session_stops_timed_out = sh->stops_timed_out;
   h->has_session_smb_full = 1;
   h->session_smb_full = st->agent_smb_full > sh->smb_full_at_start
                             ? st->agent_smb_full - sh->smb_full_at_start

@@ -76,6 +76,8 @@ static void test_hosts_from_the_extension(void **state) {
   h[1].agent_queue_dropped_chunks = 6;
   h[1].has_session_agent_exits_unclean = 1;
   h[1].session_agent_exits_unclean = 1; /* a loss of unknown size, named, not added */
+  h[0].has_session_stops_timed_out = 1;
+  h[0].session_stops_timed_out = 2; /* likewise */
   Tracerelay__HostStats *hp[] = {&h[0], &h[1]};
   Tracerelay__TraceStatsExtension x = TRACERELAY__TRACE_STATS_EXTENSION__INIT;
   x.n_tracerelay_hosts = 2;
@@ -90,9 +92,10 @@ static void test_hosts_from_the_extension(void **state) {
   assert_int_equal(sum.hosts, 2);
   assert_int_equal(sum.lost_chunks, 10);
   assert_int_equal(sum.smb_full, 3);
-  assert_string_equal(out, "web-1 3.5 MB (SMB full 3 times)  web-2 1.0 MB (10 chunks lost) "
+  assert_string_equal(out, "web-1 3.5 MB (SMB full 3 times) (stop timed out: 2)  web-2 1.0 MB (10 chunks lost) "
                            "(agent killed: 1) (down)");
   assert_string_equal(sum.agent_crashed, "web-2 (1)");
+  assert_string_equal(sum.stop_timed_out, "web-1 (2)");
   assert_string_equal(sum.not_started, "");
 
   /* Cut short: whatever fits, still a string. */
@@ -106,7 +109,7 @@ static void test_hosts_from_the_extension(void **state) {
   h[1].machine_name = "\x1b[2Jevil";
   r = reply(&st, &x, &len);
   assert_int_equal(host_progress_format(r, len, out, sizeof out, &sum), 0);
-  assert_string_equal(out, "web-1 3.5 MB (SMB full 3 times)  ? 0.0 MB (6 chunks lost) "
+  assert_string_equal(out, "web-1 3.5 MB (SMB full 3 times) (stop timed out: 2)  ? 0.0 MB (6 chunks lost) "
                            "(agent killed: 1) (down)");
   assert_string_equal(sum.agent_crashed, "? (1)");
   free(r);

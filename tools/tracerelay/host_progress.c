@@ -73,6 +73,8 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
     append(out, cap, " (SMB full %llu times)", (unsigned long long)h->session_smb_full);
   if (h->session_agent_exits_unclean)
     append(out, cap, " (agent killed: %llu)", (unsigned long long)h->session_agent_exits_unclean);
+  if (h->session_stops_timed_out)
+    append(out, cap, " (stop timed out: %llu)", (unsigned long long)h->session_stops_timed_out);
   if (h->has_connected && !h->connected)
     append(out, cap, " (down)");
   total->lost_chunks += lost;
@@ -87,6 +89,11 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
            total->agent_crashed[0] ? ", " : "",
            printable_name(h->machine_name) ? h->machine_name : "?",
            (unsigned long long)h->session_agent_exits_unclean);
+  if (h->session_stops_timed_out)
+    append(total->stop_timed_out, sizeof total->stop_timed_out, "%s%s (%llu)",
+           total->stop_timed_out[0] ? ", " : "",
+           printable_name(h->machine_name) ? h->machine_name : "?",
+           (unsigned long long)h->session_stops_timed_out);
 }
 
 int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,

@@ -30,6 +30,9 @@ struct host_progress_sum {
   /* "web-1 (1)": hosts whose agent was replaced without an orderly stop while the session ran
    * (data lost, count unknown), "" when there is none */
   char agent_crashed[256];
+  /* "web-1 (1)": hosts with data source instances that had not confirmed their stop when the
+   * session's stop timeout ran out (their last data may be missing), "" when there is none */
+  char stop_timed_out[256];
 };
 
 /* Decodes the reply_proto of a GetTraceStats reply. Writes "web-1 4.1 MB  web-2 0.3 MB

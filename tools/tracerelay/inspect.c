@@ -188,7 +188,7 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            ",\"session_chunks_refused\":%" PRIu64 ",\"session_flushes_missed\":%" PRIu64
            ",\"session_disconnects\":%" PRIu64 ",\"session_smb_full\":%" PRIu64
            ",\"session_instances_not_started\":%" PRIu64
-           ",\"session_agent_exits_unclean\":%" PRIu64
+           ",\"session_agent_exits_unclean\":%" PRIu64 ",\"session_stops_timed_out\":%" PRIu64
            ",\"agent_queue_dropped_packets\":%" PRIu64
            ",\"agent_spill_dropped_packets\":%" PRIu64
            ",\"session_packets_lost_in_gaps\":%" PRIu64 ",\"lost_packets\":%" PRIu64 "}",
@@ -197,6 +197,7 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            l->agent_abi_violations, l->flushes_missed, l->session_chunks_refused,
            l->session_flushes_missed, l->session_disconnects, l->session_smb_full,
            l->session_instances_not_started, l->session_agent_exits_unclean,
+           l->session_stops_timed_out,
            l->agent_queue_dropped_packets,
            l->agent_spill_dropped_packets, l->session_packets_lost_in_gaps,
            l->agent_queue_dropped_packets + l->agent_spill_dropped_packets +
@@ -337,6 +338,11 @@ static void print_host_text(const struct tr_inspect_result *r, const struct tr_i
            "(killed or crashed): what its producers had written and it had not relayed is "
            "lost, packet count unknown; its sequences end early\n",
            l->session_agent_exits_unclean);
+  if (l->session_stops_timed_out)
+    printf("  relay:  %" PRIu64 " data source instance(s) had not confirmed their stop when "
+           "the session's stop timeout ran out: their last data, and what the agent still had "
+           "queued behind it, may be missing (packet count unknown)\n",
+           l->session_stops_timed_out);
   for (size_t i = 0; i < l->num_disconnected_at; i++)
     printf("  relay:  link down during this session at %" PRIu64 " ns (trace clock)\n",
            l->disconnected_at_ns[i]);

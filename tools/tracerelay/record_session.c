@@ -29,6 +29,7 @@
 #define READ_IDLE_TIMEOUT_MS 30000
 #define STATS_PERIOD_MS 1000
 #define STATS_GIVE_UP_MS 5000 /* an unanswered GetTraceStats no longer blocks the next one */
+#define FINAL_STATS_MS 2000   /* the last GetTraceStats, after the session ended */
 
 typedef Perfetto__Protos__IPCFrame IPCFrame;
 
@@ -190,6 +191,31 @@ static int on_stats(run *r, const Perfetto__Protos__IPCFrame__InvokeMethodReply 
   return 0;
 }
 
+/* One more GetTraceStats once the session has ended: what its end found (instances that
+ * never started, stops that timed out) is known only then. Waits up to FINAL_STATS_MS; on
+ * any failure the last figures stay. */
+static void final_stats(run *r) {
+  Perfetto__Protos__GetTraceStatsRequest req = PERFETTO__PROTOS__GET_TRACE_STATS_REQUEST__INIT;
+  uint64_t id;
+  if (r->stats_off || invoke(r, "GetTraceStats", &req.base, -1, &id) < 0)
+    return;
+  int64_t deadline = progress_now_ms() + FINAL_STATS_MS;
+  while (progress_now_ms() < deadline) {
+    IPCFrame *f = NULL;
+    int rc = recv_frame(r, &f);
+    if (rc > 0)
+      return;
+    if (rc < 0)
+      continue;
+    const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep = reply_to(f, id);
+    if (rep)
+      on_stats(r, rep); /* a --strict failure on missing hosts was decided at the start */
+    tr_ipc_frame_free(f);
+    if (rep)
+      return;
+  }
+}
+
 /* Stop requests, watchdogs and the Flush -> DisableTracing step; 1 = give up. */
 static int tick(run *r) {
   int64_t now = progress_now_ms();
@@ -330,6 +356,12 @@ static void print_summary(const run *r, bool service_wrote) {
                       "the session ran (what their producers had not yet relayed is lost, "
                       "packet count unknown): %s",
               r->stats.agent_crashed);
+    if (r->stats.stop_timed_out[0])
+      fprintf(stderr, "\ntracerelay record: warning: data sources that had not confirmed their "
+                      "stop when the stop timeout ran out (their last data, and what their "
+                      "agent still had queued, may be missing; raise "
+                      "data_source_stop_timeout_ms for a slow link): %s",
+              r->stats.stop_timed_out);
   } else if (r->have_stats)
     fputs("; per-host figures: none (not a tracerelay service)", stderr);
   fputs("\n", stderr);
@@ -375,6 +407,7 @@ int record_session_run(const record_session *s) {
   }
   if (!service_wrote && (status = read_buffers(&r)))
     goto out;
+  final_stats(&r);
   progress_clear(&r.prog);
   if (r.sink.pending_len)
     fprintf(stderr, "tracerelay record: warning: the last packet was incomplete (%zu bytes "
@@ -384,6 +417,8 @@ int record_session_run(const record_session *s) {
     status = errorf(&r, "--strict: some data source instances never started");
   else if (s->strict && r.stats.agent_crashed[0])
     status = errorf(&r, "--strict: an agent was killed or crashed during the session");
+  else if (s->strict && r.stats.stop_timed_out[0])
+    status = errorf(&r, "--strict: some data sources did not confirm their stop in time");
 out:
   progress_clear(&r.prog);
   trace_sink_free(&r.sink);
