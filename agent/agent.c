@@ -279,7 +279,9 @@ static void on_producer_disconnected(tr_producer_port *port, const tr_producer_i
     return;
   /* A producer disconnected for its violations is gone before the next stats collection:
    * its count is kept from here (test_hostile_producer). */
-  tr_link_client_set_producer_counts(a->link, info->id, info->abi_violations, info->smb_full);
+  struct tr_link_producer_counts counts = {info->abi_violations, info->smb_full,
+                                           info->smb_full_ns};
+  tr_link_client_set_producer_counts(a->link, info->id, &counts);
   Tracerelay__ProducerUpdate u = TRACERELAY__PRODUCER_UPDATE__INIT;
   u.has_producer_id = u.has_state = 1;
   u.producer_id = info->id;
@@ -437,9 +439,10 @@ static void collect_stats(tr_link_client *lc) {
     return;
   for (size_t i = 0; i < a->n_producers; i++) {
     tr_producer_stats st;
-    if (tr_producer_port_stats(a->port, a->producers[i].id, &st) == 0)
-      tr_link_client_set_producer_counts(lc, a->producers[i].id, st.abi_violations,
-                                         st.smb_full);
+    if (tr_producer_port_stats(a->port, a->producers[i].id, &st) == 0) {
+      struct tr_link_producer_counts counts = {st.abi_violations, st.smb_full, st.smb_full_ns};
+      tr_link_client_set_producer_counts(lc, a->producers[i].id, &counts);
+    }
   }
 }
 

@@ -53,7 +53,7 @@ typedef struct set_up_instance { /* a data source instance the service set up an
 /* A producer's counters kept by the producer port, as last collected. */
 typedef struct producer_counts {
   uint32_t producer_id;
-  uint64_t abi_violations, smb_full;
+  struct tr_link_producer_counts c;
 } producer_counts;
 
 struct tr_link_client {
@@ -313,11 +313,12 @@ static void send_stats(tr_link_client *lc, bool force) {
         p->spill_dropped_packets = a->lost[j].packets;
       }
     }
-    p->has_smb_full = 1;
+    p->has_smb_full = p->has_smb_full_ns = 1;
     for (size_t j = 0; j < lc->n_counts; j++) {
       if (lc->counts[j].producer_id == ids[i]) {
-        p->abi_violations = lc->counts[j].abi_violations;
-        p->smb_full = lc->counts[j].smb_full;
+        p->abi_violations = lc->counts[j].c.abi_violations;
+        p->smb_full = lc->counts[j].c.smb_full;
+        p->smb_full_ns = lc->counts[j].c.smb_full_ns;
       }
     }
     pp[i] = p;
@@ -353,15 +354,15 @@ out:
 }
 
 int tr_link_client_set_producer_counts(tr_link_client *lc, uint32_t producer_id,
-                                       uint64_t abi_violations, uint64_t smb_full) {
-  producer_counts counts = {producer_id, abi_violations, smb_full};
+                                       const struct tr_link_producer_counts *c) {
+  producer_counts counts = {producer_id, *c};
   for (size_t i = 0; i < lc->n_counts; i++) {
     if (lc->counts[i].producer_id == producer_id) {
       lc->counts[i] = counts;
       return 0;
     }
   }
-  if (abi_violations == 0 && smb_full == 0)
+  if (c->abi_violations == 0 && c->smb_full == 0)
     return 0;
   producer_counts *grown = realloc(lc->counts, (lc->n_counts + 1) * sizeof *grown);
   if (grown == NULL)
@@ -1067,8 +1068,9 @@ bool tr_link_client_connected(const tr_link_client *lc) { return lc->welcomed; }
 void tr_link_client_totals(const tr_link_client *lc, struct tr_link_client_totals *t) {
   *t = (struct tr_link_client_totals){.welcomes = lc->welcomes};
   for (size_t i = 0; i < lc->n_counts; i++) {
-    t->abi_violations += lc->counts[i].abi_violations;
-    t->smb_full += lc->counts[i].smb_full;
+    t->abi_violations += lc->counts[i].c.abi_violations;
+    t->smb_full += lc->counts[i].c.smb_full;
+    t->smb_full_ns += lc->counts[i].c.smb_full_ns;
   }
   for (size_t i = 0; i < lc->agent.n_lost; i++)
     t->spill_dropped_chunks += lc->agent.lost[i].chunks;

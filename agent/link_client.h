@@ -113,8 +113,13 @@ int tr_link_client_send_clock_snapshot(tr_link_client *lc);
  * (at least TR_LINK_CLOCK_SNAPSHOT_MIN_MS), else clock_snapshot_interval_ms. */
 void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t interval_ms);
 /* A producer's ABI violations and SMB-full findings so far (monotonic), for AgentStats. */
+struct tr_link_producer_counts {
+  uint64_t abi_violations;
+  uint64_t smb_full;    /* commits that found its SMB full */
+  uint64_t smb_full_ns; /* how long it was full, at most (tr_producer_stats.smb_full_ns) */
+};
 int tr_link_client_set_producer_counts(tr_link_client *lc, uint32_t producer_id,
-                                       uint64_t abi_violations, uint64_t smb_full);
+                                       const struct tr_link_producer_counts *counts);
 /* Calls fn (if not NULL) for every data source instance the service set up here and has not
  * stopped; returns how many there are. fn must not change the link's commands. */
 size_t tr_link_client_instances(const tr_link_client *lc,
@@ -126,7 +131,7 @@ void tr_link_client_reload_tls(tr_link_client *lc, tr_tls_config *cfg);
  * over producers (also departed ones, as of the last stats collection) ABI violations,
  * SMB-full findings and chunks dropped from the spill queue. */
 struct tr_link_client_totals {
-  uint64_t welcomes, abi_violations, smb_full, spill_dropped_chunks;
+  uint64_t welcomes, abi_violations, smb_full, smb_full_ns, spill_dropped_chunks;
 };
 void tr_link_client_totals(const tr_link_client *lc, struct tr_link_client_totals *t);
 /* True while a Welcome is current on the connection. */

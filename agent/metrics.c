@@ -35,6 +35,10 @@ void tr_agent_metrics(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq
   one(t, "tracerelay_agent_smb_full_total", "counter",
       "times a producer's shared memory was found full (loss events, packet count unknown)",
       (double)tot.smb_full);
+  one(t, "tracerelay_agent_smb_full_seconds_total", "counter",
+      "how long producers' shared memory was full, at most (the time since the commit before "
+      "each one that found it full)",
+      (double)tot.smb_full_ns / 1e9);
   one(t, "tracerelay_agent_abi_violations_total", "counter",
       "commits and chunks refused at the producer port", (double)tot.abi_violations);
 }

@@ -53,7 +53,8 @@ tr_producer_info pp_info(const pp_producer *p) {
       .data_sources = (const Perfetto__Protos__DataSourceDescriptor *const *)p->data_sources,
       .num_data_sources = p->num_data_sources,
       .abi_violations = p->shm.stats.abi_violations,
-      .smb_full = p->shm.stats.smb_full};
+      .smb_full = p->shm.stats.smb_full,
+      .smb_full_ns = p->shm.stats.smb_full_ns};
 }
 
 /* Logs a violation already counted in the stats; disconnects once there were too many. */

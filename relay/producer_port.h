@@ -61,7 +61,8 @@ typedef struct tr_producer_info {
   /* Its ABI violations so far: in producer_disconnected, the final count (the producer may
    * be disconnected for them before anyone asked tr_producer_port_stats). */
   uint64_t abi_violations;
-  uint64_t smb_full; /* likewise, tr_producer_stats.smb_full */
+  uint64_t smb_full;    /* likewise, tr_producer_stats.smb_full */
+  uint64_t smb_full_ns; /* and tr_producer_stats.smb_full_ns */
 } tr_producer_info;
 
 typedef struct tr_producer_port_callbacks {

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "relay/tr_error.h"
 
@@ -29,6 +30,12 @@ void tr_producer_shm_free(tr_producer_shm *s) {
   s->num_buffers = s->cap_buffers = s->num_writers = s->cap_writers = 0;
 }
 
+static uint64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int tr_producer_shm_set_smb(tr_producer_shm *s, tr_smb *smb) {
   if (s->has_smb)
     return TR_ERR_STATE;
@@ -37,6 +44,7 @@ int tr_producer_shm_set_smb(tr_producer_shm *s, tr_smb *smb) {
     return TR_ERR_NOMEM;
   s->smb = *smb;
   s->has_smb = true;
+  s->last_commit_ns = monotonic_ns();
   return 0;
 }
 
@@ -283,9 +291,16 @@ int tr_producer_shm_commit(tr_producer_shm *s, tr_chunkq *q,
                            tr_producer_commit_result *res) {
   memset(res, 0, sizeof(*res));
   /* Only this reader frees chunks, so an SMB full now was full since the producer last found
-   * it so: whatever it wrote in between was dropped or waited. */
-  if (s->has_smb && !tr_smb_has_free_chunk(&s->smb))
-    s->stats.smb_full++;
+   * it so: whatever it wrote in between was dropped or waited. The commit before left it with
+   * free chunks, so it was full for at most the time since then. */
+  if (s->has_smb) {
+    uint64_t now = monotonic_ns();
+    if (!tr_smb_has_free_chunk(&s->smb)) {
+      s->stats.smb_full++;
+      s->stats.smb_full_ns += now - s->last_commit_ns;
+    }
+    s->last_commit_ns = now;
+  }
   for (size_t i = 0; i < req->n_chunks_to_move; i++) {
     const Perfetto__Protos__CommitDataRequest__ChunksToMove *m = req->chunks_to_move[i];
     if (m->has_data)

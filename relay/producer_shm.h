@@ -39,6 +39,8 @@ typedef struct tr_producer_stats {
   uint64_t abi_violations; /* refused entries and calls, malformed chunks */
   uint64_t smb_full;       /* commits that found the SMB without a free chunk: the producer
                             * may have dropped (or stalled) since the commit before */
+  uint64_t smb_full_ns;    /* for those commits, the time since the commit before (or since
+                            * the SMB was set up): an upper bound of how long it was full */
   uint64_t chunks_dropped; /* filled in by the port from the queue's drop counters */
 } tr_producer_stats;
 
@@ -61,6 +63,7 @@ typedef struct tr_producer_shm {
   tr_producer_writer *writers; /* registered writers, sorted by id */
   size_t num_writers, cap_writers;
   tr_producer_stats stats;
+  uint64_t last_commit_ns; /* CLOCK_MONOTONIC of the last commit, or of the SMB's set-up */
 } tr_producer_shm;
 
 /* What one CommitData did. */

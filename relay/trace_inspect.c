@@ -421,6 +421,7 @@ static void add_host_counters(struct tr_inspect_losses *l, const Tracerelay__Hos
   l->session_flushes_missed += h->session_flushes_missed;
   l->session_disconnects += h->session_disconnects;
   l->session_smb_full += h->session_smb_full;
+  l->session_smb_full_ms += h->session_smb_full_ms;
   l->session_agent_exits_unclean += h->session_agent_exits_unclean;
   l->session_stops_timed_out += h->session_stops_timed_out;
   l->session_instances_not_started = h->session_instances_not_started; /* the latest */
@@ -458,6 +459,7 @@ static void add_losses(struct tr_inspect_losses *d, const struct tr_inspect_loss
   d->session_flushes_missed += s->session_flushes_missed;
   d->session_disconnects += s->session_disconnects;
   d->session_smb_full += s->session_smb_full;
+  d->session_smb_full_ms += s->session_smb_full_ms;
   d->session_agent_exits_unclean += s->session_agent_exits_unclean;
   d->session_stops_timed_out += s->session_stops_timed_out;
   d->session_instances_not_started = s->session_instances_not_started;

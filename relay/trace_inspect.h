@@ -102,6 +102,7 @@ struct tr_inspect_losses { /* summed over the trace's TraceStats packets */
   uint64_t agent_spill_dropped_chunks, agent_smb_full, agent_abi_violations, flushes_missed;
   uint64_t session_chunks_refused, session_flushes_missed, session_disconnects;
   uint64_t session_smb_full; /* loss events in producers' shared memory, packet count unknown */
+  uint64_t session_smb_full_ms; /* how long the SMB was full then, at most */
   uint64_t session_instances_not_started; /* data source instances that did not start */
   /* its agent replaced without an orderly stop: loss events, packet count unknown */
   uint64_t session_agent_exits_unclean;

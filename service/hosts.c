@@ -19,7 +19,7 @@
 
 /* What one agent instance reported in its latest AgentStats, summed over producers. */
 typedef struct agent_counters {
-  uint64_t queue_chunks, queue_bytes, spill_chunks, spill_bytes, smb_full, abi;
+  uint64_t queue_chunks, queue_bytes, spill_chunks, spill_bytes, smb_full, smb_full_ns, abi;
   uint64_t queue_packets, spill_packets;
 } agent_counters;
 
@@ -275,6 +275,7 @@ static void publish_counters(tr_host *h) {
   h->stats.agent_spill_dropped_chunks = r->earlier.spill_chunks + r->current.spill_chunks;
   h->stats.agent_spill_dropped_bytes = r->earlier.spill_bytes + r->current.spill_bytes;
   h->stats.agent_smb_full = r->earlier.smb_full + r->current.smb_full;
+  h->stats.agent_smb_full_ns = r->earlier.smb_full_ns + r->current.smb_full_ns;
   h->stats.agent_abi_violations = r->earlier.abi + r->current.abi;
   h->stats.agent_queue_dropped_packets = r->earlier.queue_packets + r->current.queue_packets;
   h->stats.agent_spill_dropped_packets = r->earlier.spill_packets + r->current.spill_packets;
@@ -289,6 +290,7 @@ void tr_hosts_agent_stats(tr_host *h, const Tracerelay__AgentStats *s) {
     c.spill_chunks += p->spill_dropped_chunks;
     c.spill_bytes += p->spill_dropped_bytes;
     c.smb_full += p->smb_full;
+    c.smb_full_ns += p->smb_full_ns;
     c.abi += p->abi_violations;
     c.queue_packets += p->queue_dropped_packets;
     c.spill_packets += p->spill_dropped_packets;
@@ -394,6 +396,7 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
     r->earlier.spill_chunks += r->current.spill_chunks;
     r->earlier.spill_bytes += r->current.spill_bytes;
     r->earlier.smb_full += r->current.smb_full;
+    r->earlier.smb_full_ns += r->current.smb_full_ns;
     r->earlier.abi += r->current.abi;
     r->earlier.queue_packets += r->current.queue_packets;
     r->earlier.spill_packets += r->current.spill_packets;

@@ -49,6 +49,10 @@ STAT(disconnects)
 STAT(flushes_missed)
 STAT(agent_exits_unclean)
 #undef STAT
+static bool agent_smb_full_seconds(const struct host_figures *f, double *v) {
+  *v = (double)f->host->stats.agent_smb_full_ns / 1e9;
+  return true;
+}
 
 #define BUFFERS(field)                                                                            \
   static bool field(const struct host_figures *f, double *v) {                                    \
@@ -119,6 +123,10 @@ static const struct host_metric kHostMetrics[] = {
     {"tracerelay_host_agent_smb_full_total", "counter",
      "times a producer's shared memory was found full (loss events, packet count unknown)",
      agent_smb_full},
+    {"tracerelay_host_agent_smb_full_seconds_total", "counter",
+     "how long producers' shared memory was full, at most (the time since the commit before "
+     "each finding)",
+     agent_smb_full_seconds},
     {"tracerelay_host_agent_abi_violations_total", "counter",
      "commits and chunks refused at the agent's producer port", agent_abi_violations},
     {"tracerelay_host_disconnects_total", "counter", "times the host's link went down",

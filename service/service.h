@@ -57,6 +57,7 @@ typedef struct tr_host_stats {
   uint64_t agent_spill_dropped_chunks;
   uint64_t agent_spill_dropped_bytes;
   uint64_t agent_smb_full;
+  uint64_t agent_smb_full_ns; /* how long, at most (AgentStats.Producer.smb_full_ns) */
   uint64_t agent_abi_violations;
   uint64_t agent_queue_dropped_packets; /* packets begun in the dropped chunks above */
   uint64_t agent_spill_dropped_packets;

@@ -335,6 +335,7 @@ static int add_host(tr_session *s, tr_host *host, size_t *index) {
     return TR_ERR_NOMEM;
   n->host = host;
   n->smb_full_at_start = host->stats.agent_smb_full;
+  n->smb_full_ns_at_start = host->stats.agent_smb_full_ns;
   n->agent_instance_id = host->agent_instance_id;
   n->gone = host->link == NULL;
   *index = s->num_hosts++;

@@ -108,6 +108,7 @@ typedef struct tr_session_host {
   int64_t bound_edge_offset[2];
   uint64_t chunks_refused;
   uint64_t smb_full_at_start; /* the host's agent_smb_full when it joined the session */
+  uint64_t smb_full_ns_at_start; /* and its agent_smb_full_ns */
   uint64_t flushes_missed;
   uint64_t disconnects;
   uint64_t agent_exits_unclean; /* its agent instance was replaced without an orderly stop */

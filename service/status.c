@@ -38,6 +38,8 @@ void tr_service_fill_host_stats(Tracerelay__HostStats *h, const tr_host *host, b
   SET(flushes_missed);
   SET(agent_exits_unclean);
 #undef SET
+  h->has_agent_smb_full_ms = 1;
+  h->agent_smb_full_ms = (st->agent_smb_full_ns + 999999u) / 1000000u; /* still an upper bound */
 }
 
 void tr_service_add_buffer_losses(const tr_session *s, const tr_host *host,

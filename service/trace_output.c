@@ -552,6 +552,11 @@ static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) 
   h->session_smb_full = st->agent_smb_full > sh->smb_full_at_start
                             ? st->agent_smb_full - sh->smb_full_at_start
                             : 0;
+  h->has_session_smb_full_ms = 1;
+  h->session_smb_full_ms = st->agent_smb_full_ns > sh->smb_full_ns_at_start
+                               ? (st->agent_smb_full_ns - sh->smb_full_ns_at_start + 999999u) /
+                                     1000000u /* rounded up: still an upper bound */
+                               : 0;
   h->has_session_instances_not_started = 1;
   for (size_t i = 0; i < s->num_instances; i++) {
     const tr_ds_instance *in = &s->instances[i];

@@ -58,9 +58,14 @@ python3 - "$WORK/overload.pftrace.json" "$dropped" <<'PY' || exit 1
 import json, sys
 hosts = {m.get("name"): m for m in json.load(open(sys.argv[1]))["hosts"]}
 full = {h: (hosts[h].get("host_stats") or {}).get("session_smb_full", 0) for h in ("web-1", "web-2")}
-print(f"SMB-full events in the trace: {full}")
+full_ms = {h: (hosts[h].get("host_stats") or {}).get("session_smb_full_ms") for h in ("web-1", "web-2")}
+print(f"SMB-full events in the trace: {full}, full for at most {full_ms} ms")
 if full["web-1"] == 0:
     sys.exit(f"FAIL: web-1's producers dropped {sys.argv[2]} packets, the trace says SMB full 0 times")
+if not full_ms["web-1"]:
+    sys.exit(f"FAIL: web-1's SMB was full {full['web-1']} times, for {full_ms['web-1']} ms")
+if full["web-2"] == 0 and full_ms["web-2"] != 0:
+    sys.exit(f"FAIL: web-2's SMB was never full, yet full for {full_ms['web-2']} ms")
 PY
 # The steady producer's commit-to-free samples: taken, and every chunk freed.
 python3 - "$WORK" <<'PY' || exit 1

@@ -66,6 +66,8 @@ static void test_hosts_from_the_extension(void **state) {
   h[0].has_connected = h[0].connected = 1;
   h[0].has_session_smb_full = 1;
   h[0].session_smb_full = 3; /* loss events, apart from the chunks lost */
+  h[0].has_session_smb_full_ms = 1;
+  h[0].session_smb_full_ms = 12;
   h[1].machine_name = "web-2";
   h[1].n_buffer_stats_index = h[1].n_buffer_index = 1;
   h[1].buffer_stats_index = idx2;
@@ -92,7 +94,9 @@ static void test_hosts_from_the_extension(void **state) {
   assert_int_equal(sum.hosts, 2);
   assert_int_equal(sum.lost_chunks, 10);
   assert_int_equal(sum.smb_full, 3);
-  assert_string_equal(out, "web-1 3.5 MB (SMB full 3 times) (stop timed out: 2)  web-2 1.0 MB (10 chunks lost) "
+  assert_int_equal(sum.smb_full_ms, 12);
+  assert_string_equal(out, "web-1 3.5 MB (SMB full 3 times, <= 12 ms) (stop timed out: 2)  "
+                           "web-2 1.0 MB (10 chunks lost) "
                            "(agent killed: 1) (down)");
   assert_string_equal(sum.agent_crashed, "web-2 (1)");
   assert_string_equal(sum.stop_timed_out, "web-1 (2)");
@@ -109,7 +113,8 @@ static void test_hosts_from_the_extension(void **state) {
   h[1].machine_name = "\x1b[2Jevil";
   r = reply(&st, &x, &len);
   assert_int_equal(host_progress_format(r, len, out, sizeof out, &sum), 0);
-  assert_string_equal(out, "web-1 3.5 MB (SMB full 3 times) (stop timed out: 2)  ? 0.0 MB (6 chunks lost) "
+  assert_string_equal(out, "web-1 3.5 MB (SMB full 3 times, <= 12 ms) (stop timed out: 2)  "
+                           "? 0.0 MB (6 chunks lost) "
                            "(agent killed: 1) (down)");
   assert_string_equal(sum.agent_crashed, "? (1)");
   free(r);

@@ -70,7 +70,8 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
   if (lost)
     append(out, cap, " (%llu chunks lost)", (unsigned long long)lost);
   if (h->session_smb_full)
-    append(out, cap, " (SMB full %llu times)", (unsigned long long)h->session_smb_full);
+    append(out, cap, " (SMB full %llu times, <= %llu ms)", (unsigned long long)h->session_smb_full,
+           (unsigned long long)h->session_smb_full_ms);
   if (h->session_agent_exits_unclean)
     append(out, cap, " (agent killed: %llu)", (unsigned long long)h->session_agent_exits_unclean);
   if (h->session_stops_timed_out)
@@ -79,6 +80,7 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
     append(out, cap, " (down)");
   total->lost_chunks += lost;
   total->smb_full += h->session_smb_full;
+  total->smb_full_ms += h->session_smb_full_ms;
   if (h->session_instances_not_started)
     append(total->not_started, sizeof total->not_started, "%s%s (%llu)",
            total->not_started[0] ? ", " : "",

@@ -21,6 +21,7 @@ struct host_progress_sum {
   unsigned hosts;       /* hosts in the extension (0 without it) */
   uint64_t lost_chunks; /* the hosts' losses as counted in the line, summed */
   uint64_t smb_full;    /* the hosts' session_smb_full: loss events, packet count unknown */
+  uint64_t smb_full_ms; /* their session_smb_full_ms: how long, at most */
   /* "data source 'x' matched no producer on any host; machine 'y' is not connected" (the
    * extension's unmatched data sources and absent machines), "" when there is none */
   char missing[512];

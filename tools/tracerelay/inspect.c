@@ -187,6 +187,7 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            ",\"agent_abi_violations\":%" PRIu64 ",\"flushes_missed\":%" PRIu64
            ",\"session_chunks_refused\":%" PRIu64 ",\"session_flushes_missed\":%" PRIu64
            ",\"session_disconnects\":%" PRIu64 ",\"session_smb_full\":%" PRIu64
+           ",\"session_smb_full_ms\":%" PRIu64
            ",\"session_instances_not_started\":%" PRIu64
            ",\"session_agent_exits_unclean\":%" PRIu64 ",\"session_stops_timed_out\":%" PRIu64
            ",\"agent_queue_dropped_packets\":%" PRIu64
@@ -196,6 +197,7 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            l->agent_queue_dropped_chunks, l->agent_spill_dropped_chunks, l->agent_smb_full,
            l->agent_abi_violations, l->flushes_missed, l->session_chunks_refused,
            l->session_flushes_missed, l->session_disconnects, l->session_smb_full,
+           l->session_smb_full_ms,
            l->session_instances_not_started, l->session_agent_exits_unclean,
            l->session_stops_timed_out,
            l->agent_queue_dropped_packets,
@@ -321,12 +323,13 @@ static void print_host_text(const struct tr_inspect_result *r, const struct tr_i
   if (l->has_host_stats)
     printf("  relay:  %s; this session: %" PRIu64 " disconnects, %" PRIu64 " flushes missed, %" PRIu64
            " chunks refused, %" PRIu64 " times a producer's shared memory was full (each a loss, "
-           "packet count unknown); service lifetime: link lost %" PRIu64 " chunks (%" PRIu64
+           "packet count unknown; full for at most %" PRIu64 " ms in all); service lifetime: "
+           "link lost %" PRIu64 " chunks (%" PRIu64
            " bytes), agent dropped %" PRIu64 " queued + %" PRIu64 " spilled chunks, %" PRIu64
            " SMB full, %" PRIu64 " ABI violations, %" PRIu64 " flushes missed\n",
            l->connected ? "connected" : "disconnected", l->session_disconnects,
            l->session_flushes_missed, l->session_chunks_refused, l->session_smb_full,
-           l->link_lost_chunks,
+           l->session_smb_full_ms, l->link_lost_chunks,
            l->link_lost_bytes, l->agent_queue_dropped_chunks, l->agent_spill_dropped_chunks,
            l->agent_smb_full, l->agent_abi_violations, l->flushes_missed);
   if (l->session_instances_not_started)

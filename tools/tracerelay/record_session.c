@@ -344,8 +344,8 @@ static void print_summary(const run *r, bool service_wrote) {
     if (r->stats.smb_full)
       fprintf(stderr,
               ", producers' shared memory full %" PRIu64
-              " times (they dropped data, packet count unknown)",
-              r->stats.smb_full);
+              " times, for at most %" PRIu64 " ms (they dropped data, packet count unknown)",
+              r->stats.smb_full, r->stats.smb_full_ms);
     fputs(" (as of the service's last stats)", stderr);
     if (r->stats.not_started[0])
       fprintf(stderr, "\ntracerelay record: warning: data source instances that never started, "
