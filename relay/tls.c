@@ -1,7 +1,9 @@
 /* tls.c: TLS 1.2 sessions over memory buffers with mbedTLS 2.28 (see tls.h for the contract).
  *
- * The session's BIO callbacks read from and write to two fixed buffers, so mbedTLS never sees
- * a socket. Application writes check for room before calling mbedtls_ssl_write(): that way
+ * The session's BIO callbacks read from and write to two buffers of TR_TLS_CIPHER_BUFFER
+ * bytes, so mbedTLS never sees a socket. Each is allocated when bytes arrive and freed once
+ * it is empty again, so an idle session holds none (at a malloc and a free per record, next
+ * to the cost of a record's cipher: nothing). Application writes check for room before calling mbedtls_ssl_write(): that way
  * mbedTLS never returns WANT_WRITE in the middle of a record, and its rule "call again with
  * the same data" never reaches our callers. Certificate checks beyond mbedTLS's own (clientAuth
  * usage must be present, the peer must carry a valid machine name) run in the verify callback
@@ -40,17 +42,17 @@ struct tr_tls_config {
   mbedtls_ssl_config conf;
 };
 
-/* Bytes live in data[start, end). */
+/* Bytes live in data[start, end); data is NULL while the buffer is empty. */
 struct cipher_buf {
   size_t start, end;
-  unsigned char data[TR_TLS_CIPHER_BUFFER];
+  unsigned char *data; /* TR_TLS_CIPHER_BUFFER bytes */
 };
 
 struct tr_tls_session {
   tr_tls_config *cfg;
   mbedtls_ssl_context ssl;
   bool done;
-  int error; /* sticky: 0, TR_ERR_TLS or TR_ERR_CLOSED */
+  int error; /* sticky: 0, TR_ERR_TLS, TR_ERR_CLOSED or TR_ERR_NOMEM */
   bool has_peer_name;
   bool bad_peer_name;
   bool seen_input;
@@ -483,37 +485,47 @@ static int fail(tr_tls_session *s, int ret) {
 /* ---- memory BIO ---- */
 
 static size_t buf_room(struct cipher_buf *b) {
-  if (b->start == b->end)
-    b->start = b->end = 0;
-  if (b->start > 0 && b->end == sizeof b->data) {
+  if (b->start > 0 && b->end == TR_TLS_CIPHER_BUFFER) {
     memmove(b->data, b->data + b->start, b->end - b->start);
     b->end -= b->start;
     b->start = 0;
   }
-  return sizeof b->data - b->end;
+  return TR_TLS_CIPHER_BUFFER - b->end;
 }
 
-static size_t buf_push(struct cipher_buf *b, const void *p, size_t len) {
+/* TR_ERR_NOMEM when the buffer could not be allocated, else the bytes taken. */
+static ssize_t buf_push(struct cipher_buf *b, const void *p, size_t len) {
+  if (len == 0)
+    return 0;
+  if (b->data == NULL && (b->data = malloc(TR_TLS_CIPHER_BUFFER)) == NULL)
+    return TR_ERR_NOMEM;
   size_t n = buf_room(b);
   if (n > len)
     n = len;
   memcpy(b->data + b->end, p, n);
   b->end += n;
-  return n;
+  return (ssize_t)n;
 }
 
 static size_t buf_pop(struct cipher_buf *b, void *p, size_t cap) {
   size_t n = b->end - b->start;
   if (n > cap)
     n = cap;
-  memcpy(p, b->data + b->start, n);
+  if (n > 0)
+    memcpy(p, b->data + b->start, n);
   b->start += n;
+  if (b->start == b->end) { /* empty: an idle session keeps no buffer */
+    free(b->data);
+    *b = (struct cipher_buf){0};
+  }
   return n;
 }
 
 static int bio_send(void *ctx, const unsigned char *p, size_t len) {
   tr_tls_session *s = ctx;
-  size_t n = buf_push(&s->out, p, len);
+  ssize_t n = buf_push(&s->out, p, len);
+  if (n < 0)
+    return MBEDTLS_ERR_SSL_ALLOC_FAILED; /* fatal: the session fails with it */
   return n == 0 ? MBEDTLS_ERR_SSL_WANT_WRITE : (int)n;
 }
 
@@ -525,7 +537,7 @@ static int bio_recv(void *ctx, unsigned char *p, size_t len) {
 
 /* Free space in the output buffer, counting what compaction would reclaim. */
 static size_t out_free(const tr_tls_session *s) {
-  return sizeof s->out.data - (s->out.end - s->out.start);
+  return TR_TLS_CIPHER_BUFFER - (s->out.end - s->out.start);
 }
 
 /* Pushes out the rest of a record mbedTLS could only partly hand to bio_send (an alert sent
@@ -578,6 +590,8 @@ void tr_tls_session_free(tr_tls_session *s) {
     return;
   mbedtls_ssl_free(&s->ssl);
   tr_tls_config_unref(s->cfg);
+  free(s->in.data);
+  free(s->out.data);
   free(s);
 }
 
@@ -586,7 +600,12 @@ size_t tr_tls_feed_cipher(tr_tls_session *s, const void *data, size_t len) {
     s->seen_input = true;
     s->first_byte = *(const unsigned char *)data;
   }
-  return buf_push(&s->in, data, len);
+  ssize_t n = buf_push(&s->in, data, len);
+  if (n < 0 && s->error == 0) { /* sticky: the next handshake, read or write reports it */
+    snprintf(s->reason, sizeof s->reason, "out of memory for the TLS input buffer");
+    s->error = TR_ERR_NOMEM;
+  }
+  return n < 0 ? 0 : (size_t)n;
 }
 
 size_t tr_tls_cipher_pending(const tr_tls_session *s) { return s->out.end - s->out.start; }

@@ -83,7 +83,9 @@ int tr_tls_session_new(tr_tls_config *cfg, const char *server_name, tr_tls_sessi
 void tr_tls_session_free(tr_tls_session *s);
 
 /* Hands received ciphertext to the session. Returns how many bytes it accepted (0..len): less
- * than len when its input buffer is full; drive the session (handshake/read) and feed the rest. */
+ * than len when its input buffer is full; drive the session (handshake/read) and feed the rest.
+ * If its buffer cannot be allocated it takes nothing, and the next handshake, read or write
+ * fails with TR_ERR_NOMEM. */
 size_t tr_tls_feed_cipher(tr_tls_session *s, const void *data, size_t len);
 /* Ciphertext waiting to be sent, in bytes. */
 size_t tr_tls_cipher_pending(const tr_tls_session *s);

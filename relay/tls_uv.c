@@ -72,17 +72,22 @@ struct tr_tls_uv_conn {
   bool want_drain;
   bool read_paused;   /* tr_tls_uv_pause_read: no on_read until resumed */
   bool resume_queued; /* the timer will deliver what was held, then read again */
-  /* Ciphertext of the last socket read not yet fed to the session when reading paused; it
-   * stays in rbuf, which libuv does not touch while reading is stopped. */
-  size_t held_off, held_end;
+  /* Ciphertext of the last socket read not yet fed to the session when reading paused, kept
+   * here (the read buffer is the thread's, shared by all its connections) until resumed. */
+  unsigned char *held;
+  size_t held_len;
   bool closing;
   bool handles_closing;
   int close_reason;
   char close_why[600];
   char peer_addr[64];
-  unsigned char rbuf[READ_BUFFER];
-  unsigned char pbuf[TR_TLS_RECORD_PLAINTEXT];
 };
+
+/* Every socket read lands in its thread's read buffer and is fed to its session at once, so one
+ * buffer serves all the connections of a thread's loop and an idle connection holds none. It
+ * is allocated at the thread's first read and kept for the thread's life (a pointer, so other
+ * threads pay nothing for it). */
+static _Thread_local unsigned char *read_buf;
 
 struct write_req {
   uv_write_t req;
@@ -353,6 +358,7 @@ static void on_handle_closed(uv_handle_t *h) {
   if (srv != NULL && srv->closing)
     maybe_free_server(srv);
   tr_tls_session_free(c->tls);
+  free(c->held);
   free(c);
 }
 
@@ -441,35 +447,55 @@ static bool drive(tr_tls_uv_conn *c) {
     if (c->closing)
       return false;
   }
+  unsigned char plain[TR_TLS_RECORD_PLAINTEXT]; /* on_read's data lives for the call */
   while (!c->read_paused) {
-    int n = tr_tls_read(c->tls, c->pbuf, sizeof c->pbuf);
+    int n = tr_tls_read(c->tls, plain, sizeof plain);
     if (n == TR_ERR_AGAIN)
       return true;
     if (n < 0) {
       close_on_tls_error(c, n);
       return false;
     }
-    c->cbs.on_read(c, c->pbuf, (size_t)n);
+    c->cbs.on_read(c, plain, (size_t)n);
     if (c->closing)
       return false;
   }
   return true;
 }
 
-/* Feeds rbuf[off, end) to the session and drives it. If reading pauses on the way, what was
- * not fed stays in rbuf as held input. Returns false once the connection is closing. */
-static bool feed_and_drive(tr_tls_uv_conn *c, size_t off, size_t end) {
+/* Keeps data[0, len) (len may be 0) as the held input, in place of the old one, which data may
+ * point into. */
+static int hold(tr_tls_uv_conn *c, const unsigned char *data, size_t len) {
+  unsigned char *copy = NULL;
+  if (len > 0 && (copy = malloc(len)) == NULL)
+    return TR_ERR_NOMEM;
+  if (len > 0)
+    memcpy(copy, data, len);
+  free(c->held);
+  c->held = copy;
+  c->held_len = len;
+  return 0;
+}
+
+/* Feeds data[0, len) to the session and drives it. If reading pauses on the way, what was not
+ * fed becomes the held input. Returns false once the connection is closing. */
+static bool feed_and_drive(tr_tls_uv_conn *c, const unsigned char *data, size_t len) {
+  size_t off = 0;
   /* The session's input buffer is smaller than a read; driving it drains it. */
-  while (off < end) {
-    off += tr_tls_feed_cipher(c->tls, c->rbuf + off, end - off);
+  while (off < len) {
+    off += tr_tls_feed_cipher(c->tls, data + off, len - off);
     if (!drive(c))
       return false;
     if (c->read_paused)
       break;
   }
-  c->held_off = off;
-  c->held_end = off < end ? end : off;
-  int rc = flush_cipher(c);
+  int rc = hold(c, data + off, len - off);
+  if (rc < 0) {
+    close_conn(c, rc, "out of memory for %zu bytes of input held while reading is paused",
+               len - off);
+    return false;
+  }
+  rc = flush_cipher(c);
   if (rc < 0) {
     close_conn(c, rc, "sending failed: %s", tr_strerror(rc));
     return false;
@@ -477,7 +503,7 @@ static bool feed_and_drive(tr_tls_uv_conn *c, size_t off, size_t end) {
   return true;
 }
 
-/* Reads the socket into rbuf with the kernel's receive time of the newest bytes read (TCP
+/* Reads the socket into read_buf with the kernel's receive time of the newest bytes read (TCP
  * reports the last segment's), or the time now if it has none: never earlier than arrival. */
 static void own_read(tr_tls_uv_conn *c) {
   c->pre_len = 0;
@@ -488,7 +514,7 @@ static void own_read(tr_tls_uv_conn *c) {
     return;
   }
   int64_t arrival = 0;
-  ssize_t n = tr_sock_stamp_recv(&c->stamps, fd, c->rbuf, sizeof c->rbuf, &arrival);
+  ssize_t n = tr_sock_stamp_recv(&c->stamps, fd, read_buf, READ_BUFFER, &arrival);
   if (n < 0) {
     c->pre_err = n == -EAGAIN || n == -EWOULDBLOCK ? 0 : uv_translate_sys_error((int)-n);
     return;
@@ -504,8 +530,14 @@ static void own_read(tr_tls_uv_conn *c) {
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   tr_tls_uv_conn *c = h->data;
+  if (read_buf == NULL && (read_buf = malloc(READ_BUFFER)) == NULL) {
+    c->pre_err = UV_ENOBUFS; /* with stamps.rx, on_tcp_read takes it from here */
+    c->pre_len = 0;
+    *buf = uv_buf_init(NULL, 0); /* without, libuv reports UV_ENOBUFS itself */
+    return;
+  }
   if (!c->stamps.rx) {
-    *buf = uv_buf_init((char *)c->rbuf, sizeof c->rbuf);
+    *buf = uv_buf_init((char *)read_buf, READ_BUFFER);
     return;
   }
   /* libuv reads with read(), which drops the timestamp: read here, and hand libuv an empty
@@ -535,8 +567,8 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
   /* First, before any decryption: the arrival time of every message completed by this read. */
   c->read_ns = stamp != 0 ? stamp : boottime();
   c->bytes_in += (uint64_t)nread;
-  (void)buf; /* always rbuf (on_alloc) */
-  feed_and_drive(c, 0, (size_t)nread);
+  (void)buf; /* always read_buf (on_alloc) */
+  feed_and_drive(c, read_buf, (size_t)nread);
 }
 
 /* ---- pausing ---- */
@@ -569,7 +601,7 @@ static void on_resume(uv_timer_t *t) {
     return;
   if (!drive(c) || c->read_paused)
     return;
-  if (!feed_and_drive(c, c->held_off, c->held_end) || c->read_paused)
+  if (!feed_and_drive(c, c->held, c->held_len) || c->read_paused)
     return;
   int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_tcp_read);
   if (rc < 0)
