@@ -328,7 +328,9 @@ static int add_host(tr_session *s, tr_host *host, size_t *index) {
   n->tbufs = calloc(s->num_buffers, sizeof *n->tbufs);
   if (!n->tbufs)
     return TR_ERR_NOMEM;
-  if (tr_trace_output_add_host(s->output, host, n->tbufs) != 0) {
+  /* The read side last: its entries must stay numbered as the session's. */
+  if (tr_session_flush_add_host(s) != 0 ||
+      tr_trace_output_add_host(s->output, host, n->tbufs) != 0) {
     free(n->tbufs);
     return TR_ERR_NOMEM;
   }
@@ -508,7 +510,7 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
     goto fail;
   rc = new_output(s, output_fd, err, err_len);
   output_fd = -1; /* taken */
-  if (rc != 0)
+  if (rc != 0 || (rc = tr_session_flush_init(s)) != 0)
     goto fail;
   s->num_buffers = cfg->n_buffers;
   s->buffers = calloc(s->num_buffers, sizeof *s->buffers);
@@ -562,6 +564,7 @@ fail:
   if (s) {
     if (s->output)
       tr_trace_output_free(s->output);
+    tr_session_flush_free_all(s);
     free(s->buffers);
     if (s->cfg)
       perfetto__protos__trace_config__free_unpacked(s->cfg, NULL);

@@ -93,7 +93,6 @@ typedef struct tr_session_host {
   uint64_t chunks_refused;
   uint64_t smb_full_at_start; /* the host's agent_smb_full when it joined the session */
   uint64_t smb_full_ns_at_start; /* and its agent_smb_full_ns */
-  uint64_t flushes_missed;
   uint64_t disconnects;
   uint64_t agent_exits_unclean; /* its agent instance was replaced without an orderly stop */
   uint64_t stops_timed_out;     /* its instances still stopping when the stop timeout ran out */
@@ -116,7 +115,12 @@ typedef struct tr_session_observer {
 } tr_session_observer;
 
 typedef void (*tr_session_flush_cb)(void *ud, bool ok);
-typedef struct tr_flush_op tr_flush_op;
+/* The session's flushes in flight and what they came to: session_flush.c's alone. */
+typedef struct tr_session_flushes tr_session_flushes;
+struct tr_session_flush_counts {
+  uint64_t requested, succeeded, failed;
+  int final_outcome; /* of the flush that ended the session: 0 none, 1 ok, 2 failed */
+};
 
 struct tr_session {
   tr_service *svc;
@@ -134,9 +138,7 @@ struct tr_session {
   size_t cap_instances;
   bool all_started;
   tr_trace_output *output; /* the read side: owned, never NULL once enabled */
-  tr_flush_op *flushes;
-  uint64_t flushes_requested, flushes_succeeded, flushes_failed;
-  int final_flush_outcome; /* 0 none, 1 ok, 2 failed */
+  tr_session_flushes *flushes; /* owned; NULL only while tr_session_enable builds it */
   uv_timer_t duration_timer, flush_timer, clear_timer, stop_timer;
   unsigned timers_open;
   bool duration_flushing;
@@ -171,6 +173,10 @@ void tr_session_disable(tr_session *s);
  * session's flush_timeout_ms). Hosts that did not answer are logged and counted. */
 int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_session_flush_cb cb,
                      void *ud);
+/* What the session's flushes came to, and how many of them host entry host_index did not
+ * answer in time. */
+void tr_session_flush_counts(const tr_session *s, struct tr_session_flush_counts *out);
+uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index);
 /* Empty, with the flush duration buckets (1 ms to 5 s). */
 void tr_session_flush_histogram_init(tr_prom_histogram *h);
 /* Drops the observer if it is ud's: the consumer is gone or detached. Pending flush
@@ -215,6 +221,10 @@ void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev);
 int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd);
 void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack);
 void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
+/* The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM), grown with each host
+ * entry (likewise), and freed with it, after every flush still pending was told ok = false. */
+int tr_session_flush_init(tr_session *s);
+int tr_session_flush_add_host(tr_session *s);
 void tr_session_flush_free_all(tr_session *s);
 void tr_session_end(tr_session *s, const char *error);
 uint64_t tr_session_now(void);

@@ -87,7 +87,7 @@ static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) 
   h->has_session_chunks_refused = 1;
   h->session_chunks_refused = sh->chunks_refused;
   h->has_session_flushes_missed = 1;
-  h->session_flushes_missed = sh->flushes_missed;
+  h->session_flushes_missed = tr_session_flush_missed(s, hi);
   h->has_session_disconnects = 1;
   h->session_disconnects = sh->disconnects;
   h->has_session_agent_exits_unclean = 1;
@@ -177,6 +177,7 @@ int tr_session_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uint8_t 
   Perfetto__Protos__TraceStats__BufferStats *bs = NULL;
   size_t n = 0, producers = 0, sources = 0;
   uint64_t discarded = 0, patches_failed = 0, invalid = 0;
+  struct tr_session_flush_counts flushes;
 
   *out = NULL;
   *ext = NULL;
@@ -227,15 +228,16 @@ int tr_session_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uint8_t 
   st->patches_discarded = patches_failed;
   st->has_invalid_packets = 1;
   st->invalid_packets = invalid;
+  tr_session_flush_counts(s, &flushes);
   st->has_flushes_requested = 1;
-  st->flushes_requested = s->flushes_requested;
+  st->flushes_requested = flushes.requested;
   st->has_flushes_succeeded = 1;
-  st->flushes_succeeded = s->flushes_succeeded;
+  st->flushes_succeeded = flushes.succeeded;
   st->has_flushes_failed = 1;
-  st->flushes_failed = s->flushes_failed;
-  if (s->final_flush_outcome) {
+  st->flushes_failed = flushes.failed;
+  if (flushes.final_outcome) {
     st->has_final_flush_outcome = 1;
-    st->final_flush_outcome = (Perfetto__Protos__TraceStats__FinalFlushOutcome)s->final_flush_outcome;
+    st->final_flush_outcome = (Perfetto__Protos__TraceStats__FinalFlushOutcome)flushes.final_outcome;
   }
   if (pack_extension(s, ext, ext_len) != 0)
     goto fail;
