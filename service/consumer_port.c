@@ -225,12 +225,12 @@ static void read_finish(tr_consumer *c) {
   c->have_pkt = false;
   tr_ipc_conn_on_drain(c->conn, NULL);
   if (c->session)
-    tr_trace_output_reset(c->session);
+    tr_trace_output_reset(c->session->output);
 }
 
 static int take_packet(tr_consumer *c) {
   tr_output_packet p;
-  int rc = tr_trace_output_next(c->session, &p);
+  int rc = tr_trace_output_next(c->session->output, &p);
   size_t n;
   if (rc <= 0)
     return rc;
@@ -327,7 +327,7 @@ static void read_buffers(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, s
     reply_fail(c, req);
     return;
   }
-  if (tr_trace_output_begin(c->session) != 0) {
+  if (tr_trace_output_begin(c->session->output) != 0) {
     reply_fail(c, req);
     return;
   }
@@ -473,7 +473,7 @@ static void get_trace_stats(tr_ipc_conn *conn, uint64_t req, const uint8_t *args
   (void)args;
   (void)len;
   (void)drop;
-  if (!c->session || tr_trace_output_stats(c->session, &st, &ext, &ext_len) != 0) {
+  if (!c->session || tr_session_stats(c->session, &st, &ext, &ext_len) != 0) {
     reply_fail(c, req);
     return;
   }
@@ -492,7 +492,7 @@ static void get_trace_stats(tr_ipc_conn *conn, uint64_t req, const uint8_t *args
   }
   free(buf);
   free(ext);
-  tr_trace_output_free_stats(st);
+  tr_session_stats_free(st);
 }
 
 static void observe_events(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len,

@@ -2,14 +2,23 @@
  * bytes owned: a read pass's head and the session's clock journal (service/trace_output.h).
  *
  * Room is reserved before pushes, so a push cannot fail; a pinned packet (a `machines` clock
- * anchor) survives thinning, which keeps the journal bounded when a session goes unread. */
+ * anchor) survives thinning, which keeps the journal bounded when a session goes unread.
+ * tr_output_packet is one packet as a read pass yields it. */
 #ifndef TR_PACKET_LIST_H
 #define TR_PACKET_LIST_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "relay/packet_trusted.h"
 #include "relay/trace_writer.h"
+
+typedef struct tr_output_packet {
+  const uint8_t *data; /* valid until the next tr_trace_output_next of the pass */
+  size_t len;
+  uint8_t trusted[TR_TBUF_TRUSTED_MAX]; /* appended after data; empty for service packets */
+  size_t trusted_len;
+} tr_output_packet;
 
 typedef struct tr_packet_list {
   tr_trace_writer_buf *items;

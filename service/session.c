@@ -7,20 +7,15 @@
  * a hash from global buffer id would be the next step if either grew large. */
 #include "service/session.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "relay/log.h"
 #include "relay/pb_valid.h"
 #include "relay/tr_error.h"
-#include "service/timeline_output.h"
-#include "service/trace_output.h"
 
 #define COMP "session"
 #define FLUSH_FLAGS_PERIODIC 0x11u   /* reason periodic | initiator traced << 4 */
@@ -333,6 +328,12 @@ static int add_host(tr_session *s, tr_host *host, size_t *index) {
   n->tbufs = calloc(s->num_buffers, sizeof *n->tbufs);
   if (!n->tbufs)
     return TR_ERR_NOMEM;
+  /* The read side last: its entries must stay numbered as the session's. */
+  if (tr_session_flush_add_host(s) != 0 ||
+      tr_trace_output_add_host(s->output, host, n->tbufs) != 0) {
+    free(n->tbufs);
+    return TR_ERR_NOMEM;
+  }
   n->host = host;
   n->smb_full_at_start = host->stats.agent_smb_full;
   n->smb_full_ns_at_start = host->stats.agent_smb_full_ns;
@@ -407,12 +408,6 @@ static void on_clear_period(uv_timer_t *t) {
   free(ids);
 }
 
-static void on_write_period(uv_timer_t *t) {
-  tr_session *s = t->data;
-  if (tr_trace_output_write_file(s) == TR_ERR_FULL)
-    tr_session_disable(s);
-}
-
 static void on_stop_timeout(uv_timer_t *t) {
   tr_session *s = t->data;
   for (size_t i = 0; i < s->num_instances; i++) {
@@ -427,41 +422,6 @@ static void on_stop_timeout(uv_timer_t *t) {
     s->hosts[in->host_index].stops_timed_out++;
   }
   tr_session_end(s, NULL);
-}
-
-static void random_uuid(tr_session *s) {
-  uint64_t r[2] = {0, 0};
-  if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
-    r[0] = tr_session_now() ^ (uint64_t)getpid() << 32;
-    r[1] = s->id * 0x9e3779b97f4a7c15ull;
-  }
-  s->uuid_msb = (int64_t)r[0];
-  s->uuid_lsb = (int64_t)r[1];
-}
-
-static int open_output(const Perfetto__Protos__TraceConfig *cfg, int output_fd, int *out,
-                       char *err, size_t err_len) {
-  *out = -1;
-  if (!cfg->write_into_file)
-    return 0;
-  if (cfg->output_path && cfg->output_path[0]) {
-    /* As traced: the service creates (or truncates) the file, readable by its owner only. */
-    int fd = open(cfg->output_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      int e = errno;
-      snprintf(err, err_len, "cannot open output_path %s: %s", cfg->output_path, strerror(e));
-      return TR_ERR_SYS(e);
-    }
-    *out = fd;
-    return 0;
-  }
-  if (output_fd < 0) {
-    snprintf(err, err_len, "write_into_file needs an output file: pass an fd with EnableTracing "
-                           "or set output_path");
-    return TR_ERR_CONFIG;
-  }
-  *out = output_fd;
-  return 0;
 }
 
 static int copy_config(const Perfetto__Protos__TraceConfig *cfg,
@@ -482,16 +442,35 @@ static void init_timer(tr_session *s, uv_timer_t *t) {
   s->timers_open++;
 }
 
-static void on_clock_journal(uv_timer_t *t) {
-  tr_session *s = t->data;
-  if (tr_trace_output_journal_clocks(s) != 0)
-    TR_WARN(COMP, "session %llu: out of memory for the clock journal: the next read pass "
-            "exports the clocks instead", (unsigned long long)s->id);
+/* Told by the read side: the tail of each pass and a full file. */
+static int output_trace_stats(void *ud, uint64_t ts, tr_trace_writer_buf *out) {
+  return tr_session_stats_packet(ud, ts, out);
 }
 
+static void output_file_full(void *ud) {
+  tr_session_disable(ud);
+}
+
+static int new_output(tr_session *s, int output_fd, char *err, size_t err_len) {
+  tr_trace_output_params p = {
+      .loop = s->svc->loop,
+      .session_id = s->id,
+      .uid = s->svc->uid,
+      .timeline = s->svc->timeline,
+      .system_info = s->svc->system_info,
+      .cfg = s->cfg,
+      .trace_stats = output_trace_stats,
+      .on_file_full = output_file_full,
+      .ud = s,
+  };
+  return tr_trace_output_new(&p, output_fd, &s->output, err, err_len);
+}
+
+/* In this order, so that timers due at the same time fire as they always did: the clock
+ * journal first, the file writes last. */
 static void start_timers(tr_session *s) {
   const Perfetto__Protos__TraceConfig *c = s->cfg;
-  uv_timer_start(&s->clock_timer, on_clock_journal, TR_CLOCK_JOURNAL_MS, TR_CLOCK_JOURNAL_MS);
+  tr_trace_output_start_journal(s->output);
   if (c->duration_ms)
     uv_timer_start(&s->duration_timer, on_duration, c->duration_ms, 0);
   if (c->flush_period_ms)
@@ -500,10 +479,7 @@ static void start_timers(tr_session *s) {
     uint64_t p = c->incremental_state_config->clear_period_ms;
     uv_timer_start(&s->clear_timer, on_clear_period, p, p);
   }
-  if (s->out_fd >= 0) {
-    uint64_t p = c->file_write_period_ms ? c->file_write_period_ms : 5000;
-    uv_timer_start(&s->write_timer, on_write_period, p, p);
-  }
+  tr_trace_output_start_writes(s->output);
 }
 
 int tr_session_enable(tr_service *svc, uid_t consumer_uid,
@@ -528,17 +504,13 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
     goto fail_fd;
   }
   s->svc = svc;
-  s->out_fd = -1;
   s->id = ++svc->next_session_id;
   s->consumer_uid = consumer_uid;
   if ((rc = copy_config(cfg, &s->cfg)) != 0)
     goto fail;
-  if ((rc = open_output(cfg, output_fd, &s->out_fd, err, err_len)) != 0)
-    goto fail; /* output_fd was not taken: closed below */
-  if (s->out_fd != output_fd && output_fd >= 0)
-    close(output_fd); /* output_path wins over a passed fd */
-  output_fd = -1;
-  if ((rc = tr_tbuf_seqids_new(TR_SESSION_MAX_SEQUENCES, &s->seqids)) != 0)
+  rc = new_output(s, output_fd, err, err_len);
+  output_fd = -1; /* taken */
+  if (rc != 0 || (rc = tr_session_flush_init(s)) != 0)
     goto fail;
   s->num_buffers = cfg->n_buffers;
   s->buffers = calloc(s->num_buffers, sizeof *s->buffers);
@@ -554,8 +526,6 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
                                ? TR_TBUF_DISCARD
                                : TR_TBUF_RING_BUFFER;
   }
-  random_uuid(s);
-  tr_clock_snapshot(&s->start_clocks);
   if (obs)
     s->obs = *obs;
   s->obs_ud = obs_ud;
@@ -563,9 +533,7 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   init_timer(s, &s->duration_timer);
   init_timer(s, &s->flush_timer);
   init_timer(s, &s->clear_timer);
-  init_timer(s, &s->write_timer);
   init_timer(s, &s->stop_timer);
-  init_timer(s, &s->clock_timer);
   s->next = svc->sessions;
   svc->sessions = s;
   svc->num_sessions++;
@@ -594,9 +562,9 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   return 0;
 fail:
   if (s) {
-    if (s->out_fd >= 0)
-      close(s->out_fd);
-    tr_tbuf_seqids_free(s->seqids);
+    if (s->output)
+      tr_trace_output_free(s->output);
+    tr_session_flush_free_all(s);
     free(s->buffers);
     if (s->cfg)
       perfetto__protos__trace_config__free_unpacked(s->cfg, NULL);
@@ -677,14 +645,8 @@ void tr_session_end(tr_session *s, const char *error) {
   uv_timer_stop(&s->flush_timer);
   uv_timer_stop(&s->clear_timer);
   uv_timer_stop(&s->stop_timer);
-  uv_timer_stop(&s->write_timer);
-  uv_timer_stop(&s->clock_timer);
   tr_session_add_event(s, TR_TW_TRACING_DISABLED);
-  if (s->out_fd >= 0) {
-    tr_trace_output_write_file(s);
-    close(s->out_fd);
-    s->out_fd = -1;
-  }
+  tr_trace_output_stop(s->output); /* the file's final pass */
   TR_INFO(COMP, "session %llu: stopped%s%s", (unsigned long long)s->id, error ? ": " : "",
           error ? error : "");
   s->obs.on_end = NULL;
@@ -693,25 +655,7 @@ void tr_session_end(tr_session *s, const char *error) {
 }
 
 void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev) {
-  bool repeats = ev == TR_TW_FLUSH_STARTED || ev == TR_TW_ALL_DATA_SOURCES_FLUSHED;
-  /* Periodic flushes may fill the list between reads: they get half of it, so the
-   * lifecycle events (started, disabled, read completed) always have room. */
-  if (s->num_events == TR_SESSION_MAX_EVENTS ||
-      (repeats && s->num_events >= TR_SESSION_MAX_EVENTS / 2))
-    return;
-  s->events[s->num_events].ts = tr_session_now();
-  s->events[s->num_events].event = ev;
-  s->num_events++;
-}
-
-void tr_session_add_host_mark(tr_session *s, const tr_host *host, enum tr_host_mark_kind kind) {
-  if (s->num_host_marks == TR_SESSION_MAX_HOST_MARKS) {
-    TR_WARN(COMP, "session %llu: too many host link changes since the last read; the one of "
-            "%s is in the stats only", (unsigned long long)s->id, host->name);
-    return;
-  }
-  s->host_marks[s->num_host_marks++] =
-      (tr_session_host_mark){.ts = tr_session_now(), .host = host, .kind = kind};
+  tr_trace_output_add_event(s->output, ev);
 }
 
 void tr_session_set_observer(tr_session *s, const tr_session_observer *obs, void *ud) {
@@ -736,9 +680,7 @@ void tr_session_free(tr_session *s) {
     stop_instance(s, &s->instances[i]);
   tr_session_end(s, NULL);
   tr_session_flush_free_all(s);
-  tr_trace_output_reset(s);
-  tr_packet_list_free(&s->clock_journal);
-  tr_timeline_free(s);
+  tr_trace_output_free(s->output);
   for (tr_session **p = &svc->sessions; *p; p = &(*p)->next)
     if (*p == s) {
       *p = s->next;
@@ -758,15 +700,12 @@ void tr_session_free(tr_session *s) {
   free(s->instances);
   free(s->buffers);
   free(s->detach_key);
-  tr_tbuf_seqids_free(s->seqids);
   perfetto__protos__trace_config__free_unpacked(s->cfg, NULL);
   TR_INFO(COMP, "session %llu: freed", (unsigned long long)s->id);
   uv_close((uv_handle_t *)&s->duration_timer, on_timer_closed);
   uv_close((uv_handle_t *)&s->flush_timer, on_timer_closed);
   uv_close((uv_handle_t *)&s->clear_timer, on_timer_closed);
-  uv_close((uv_handle_t *)&s->write_timer, on_timer_closed);
   uv_close((uv_handle_t *)&s->stop_timer, on_timer_closed);
-  uv_close((uv_handle_t *)&s->clock_timer, on_timer_closed);
 }
 
 /* ---- calls from the link server (service.h) ---- */
@@ -795,11 +734,11 @@ void tr_service_on_host_connected(tr_service *svc, tr_host *host) {
       continue;
     if (sh && sh->agent_instance_id == host->agent_instance_id) {
       if (sh->gone)
-        tr_session_add_host_mark(s, host, TR_MARK_RECONNECTED);
+        tr_trace_output_add_host_mark(s->output, host, TR_MARK_RECONNECTED);
       sh->gone = false; /* same agent: its instances still run there */
     } else {
       if (sh) {
-        tr_session_add_host_mark(s, host, TR_MARK_AGENT_RESTARTED);
+        tr_trace_output_add_host_mark(s->output, host, TR_MARK_AGENT_RESTARTED);
         /* The agent restarted: what ran there is gone; set the host up again. */
         TR_WARN(COMP, "session %llu: agent on %s restarted, setting its data sources up again",
                 (unsigned long long)s->id, host->name);
@@ -829,7 +768,7 @@ void tr_service_on_host_disconnected(tr_service *svc, tr_host *host, const char 
     sh->disconnects++;
     if (sh->num_disconnected_at < TR_SESSION_MAX_DISCONNECT_MARKS)
       sh->disconnected_at[sh->num_disconnected_at++] = tr_session_now();
-    tr_session_add_host_mark(s, host, TR_MARK_DISCONNECTED);
+    tr_trace_output_add_host_mark(s->output, host, TR_MARK_DISCONNECTED);
     TR_WARN(COMP, "session %llu: host %s disconnected (%s); its data so far is kept",
             (unsigned long long)s->id, host->name, reason ? reason : "no reason given");
     tr_session_flush_on_host_gone(s, hi);
@@ -872,6 +811,26 @@ void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t pr
     match_host(s, hi);
     check_all_started(s);
   }
+}
+
+int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
+                                      const Tracerelay__HostClockSnapshot *m) {
+  (void)svc;
+  if (m->n_clocks == 0 || m->n_clocks > TR_CLOCK_SNAPSHOT_MAX)
+    return TR_ERR_PROTO;
+  struct tr_host_clock_snapshot *e =
+      &host->clock_snapshots[host->clock_snapshots_taken % TR_HOST_CLOCK_SNAPSHOTS];
+  struct tr_host_clock_snapshot n = {.received_ns = (int64_t)tr_session_now()};
+  for (size_t i = 0; i < m->n_clocks; i++) {
+    const Tracerelay__HostClockSnapshot__Clock *c = m->clocks[i];
+    if (!c->has_clock_id || c->clock_id == 0 || c->clock_id >= 64 || !c->has_timestamp)
+      return TR_ERR_PROTO;
+    n.snap.clocks[i] = (struct tr_clock_reading){c->clock_id, c->timestamp};
+  }
+  n.snap.n = (uint32_t)m->n_clocks;
+  *e = n;
+  host->clock_snapshots_taken++;
+  return 0;
 }
 
 /* The session buffer with this global id, and its index. */

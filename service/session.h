@@ -4,13 +4,15 @@
  * service's life), one central buffer (tr_tbuf) per (buffer, host) made on the host's first
  * chunk so a chatty host only ever overwrites itself, the data source instances it set up on
  * the hosts' producers, and its timers (duration, periodic flush, incremental-state clear,
- * file writes, flush and stop timeouts).
+ * flush and stop timeouts).
  *
  * Lifecycle: tr_session_enable (validates, sets up instances; starts them unless
  * deferred_start) -> tr_session_start -> tr_session_disable (stop_data_source to every
  * instance, waits for the replies up to data_source_stop_timeout_ms) -> stopped: the observer's
- * on_end runs once -> tr_session_free. Reading is in trace_output.c (trace_output.h).
- * Flushes are in session_flush.c. Everything runs on the service's loop. */
+ * on_end runs once -> tr_session_free. Reading is the read side's (trace_output.h), which the
+ * session holds (tr_session.output), tells of its host entries, start and stop, and answers
+ * with the TraceStats (session_stats.c). Flushes are in session_flush.c. Everything runs on the
+ * service's loop. */
 #ifndef TR_SESSION_H
 #define TR_SESSION_H
 
@@ -20,24 +22,20 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "perfetto/common/trace_stats.pb-c.h"
 #include "perfetto/config/trace_config.pb-c.h"
 #include "relay/prom_text.h"
-#include "relay/sequence_ids.h"
 #include "relay/trace_buffer.h"
 #include "relay/trace_writer.h"
-#include "service/packet_list.h"
 #include "service/service.h"
+#include "service/trace_output.h"
+#include "tracerelay/tracerelay_stats.pb-c.h"
 
 #define TR_SESSION_MAX_BUFFERS 128u
 #define TR_SESSION_MAX_SESSIONS 32u
-#define TR_SESSION_MAX_SEQUENCES (1u << 20)
 #define TR_SESSION_DEFAULT_TIMEOUT_MS 5000u
 #define TR_SESSION_MIN_FILE_PERIOD_MS 100u
-#define TR_SESSION_MAX_EVENTS 64u
-#define TR_SESSION_MAX_HOST_MARKS 64u /* pending between two read passes */
 #define TR_SESSION_MAX_DURATION_MS (7u * 24 * 3600 * 1000)
-
-enum tr_timeline { TR_TIMELINE_MACHINES = 0, TR_TIMELINE_GLOBAL_CLOCKS = 1 };
 
 struct tr_service {
   uv_loop_t *loop;
@@ -92,24 +90,9 @@ typedef struct tr_session_host {
   bool gone;                  /* link down */
   bool retired;               /* its agent restarted: a newer entry took over */
   tr_tbuf **tbufs;            /* [num_buffers], made on the first chunk */
-  int64_t clock_sync_from;    /* host BOOTTIME up to which remote_clock_sync was written */
-  bool clock_sync_started;    /* clock_sync_from was set to the session's start */
-  struct tr_clocksync_sync_pair clock_sync_last; /* the last one written */
-  bool clock_anchored; /* machines: its clock anchor is written (tr_trace_writer_clock_anchor):
-                        * its ClockSnapshots and data may follow */
-  /* The host's clock error bound track (trace_output.c): host BOOTTIME sampled up to, the
-   * last value written (0: none yet), and in `machines` the offsets (service minus host) of
-   * the newest two remote_clock_sync edges written, [0] the newest. */
-  bool bound_tracks_written;
-  bool bound_started;
-  int64_t bound_from;
-  int64_t bound_last_ns;
-  int bound_edges;
-  int64_t bound_edge_offset[2];
   uint64_t chunks_refused;
   uint64_t smb_full_at_start; /* the host's agent_smb_full when it joined the session */
   uint64_t smb_full_ns_at_start; /* and its agent_smb_full_ns */
-  uint64_t flushes_missed;
   uint64_t disconnects;
   uint64_t agent_exits_unclean; /* its agent instance was replaced without an orderly stop */
   uint64_t stops_timed_out;     /* its instances still stopping when the stop timeout ran out */
@@ -132,32 +115,12 @@ typedef struct tr_session_observer {
 } tr_session_observer;
 
 typedef void (*tr_session_flush_cb)(void *ud, bool ok);
-typedef struct tr_flush_op tr_flush_op;
-
-typedef struct tr_session_event {
-  uint64_t ts;
-  enum tr_trace_writer_event event;
-} tr_session_event;
-
-/* A host's link going down or coming back during the session, written as an instant on the
- * service's track ("host web-2 disconnected") at the next read pass. */
-enum tr_host_mark_kind { TR_MARK_DISCONNECTED, TR_MARK_RECONNECTED, TR_MARK_AGENT_RESTARTED };
-typedef struct tr_session_host_mark {
-  uint64_t ts;
-  const tr_host *host;
-  enum tr_host_mark_kind kind;
-} tr_session_host_mark;
-
-/* Read position of one pass over the session (trace_output.c). */
-typedef struct tr_session_reader {
-  bool active;
-  bool final;
-  int phase;
-  tr_packet_list svc; /* service packets of this pass */
-  size_t next_svc;
-  size_t buffer;
-  size_t host;
-} tr_session_reader;
+/* The session's flushes in flight and what they came to: session_flush.c's alone. */
+typedef struct tr_session_flushes tr_session_flushes;
+struct tr_session_flush_counts {
+  uint64_t requested, succeeded, failed;
+  int final_outcome; /* of the flush that ended the session: 0 none, 1 ok, 2 failed */
+};
 
 struct tr_session {
   tr_service *svc;
@@ -173,28 +136,12 @@ struct tr_session {
   tr_ds_instance *instances;
   size_t num_instances;
   size_t cap_instances;
-  tr_tbuf_seqids *seqids;
-  int64_t uuid_msb, uuid_lsb;
-  struct tr_clock_snapshot start_clocks;
-  tr_session_event events[TR_SESSION_MAX_EVENTS]; /* not yet written to the trace */
-  size_t num_events;
-  tr_session_host_mark host_marks[TR_SESSION_MAX_HOST_MARKS]; /* likewise */
-  size_t num_host_marks;
   bool all_started;
-  bool first_read_done;
-  tr_session_reader reader;
-  tr_packet_list clock_journal; /* clock packets exported since the last pass (clock_timer) */
-  uint64_t clock_journal_thinned; /* times it was thinned (trace_output.c) */
-  struct tr_timeline_out *timeline; /* service/timeline_output.c; NULL until the first pass */
-  tr_flush_op *flushes;
-  uint64_t flushes_requested, flushes_succeeded, flushes_failed;
-  int final_flush_outcome; /* 0 none, 1 ok, 2 failed */
-  uv_timer_t duration_timer, flush_timer, clear_timer, write_timer, stop_timer, clock_timer;
+  tr_trace_output *output; /* the read side: owned, never NULL once enabled */
+  tr_session_flushes *flushes; /* owned; NULL only while tr_session_enable builds it */
+  uv_timer_t duration_timer, flush_timer, clear_timer, stop_timer;
   unsigned timers_open;
   bool duration_flushing;
-  int out_fd;                /* write_into_file: -1 when not writing to a file */
-  uint64_t file_bytes;
-  bool file_full;
   tr_session_observer obs;
   void *obs_ud;
   char *detach_key;
@@ -210,7 +157,7 @@ void tr_service_free(tr_service *svc);
  * returns TR_ERR_CONFIG and writes a message for the consumer into err. */
 int tr_session_validate_config(const Perfetto__Protos__TraceConfig *cfg, char *err,
                                size_t err_len);
-/* Makes a session from cfg (copied), output_fd (taken: closed by the session; -1 if none),
+/* Makes a session from cfg (copied), output_fd (taken: closed by its read side; -1 if none),
  * sets up the matching data sources everywhere and starts them unless deferred_start.
  * TR_ERR_CONFIG (err filled), TR_ERR_FULL (too many sessions), TR_ERR_NOMEM,
  * TR_ERR_SYS(errno) for output_path. */
@@ -226,6 +173,10 @@ void tr_session_disable(tr_session *s);
  * session's flush_timeout_ms). Hosts that did not answer are logged and counted. */
 int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_session_flush_cb cb,
                      void *ud);
+/* What the session's flushes came to, and how many of them host entry host_index did not
+ * answer in time. */
+void tr_session_flush_counts(const tr_session *s, struct tr_session_flush_counts *out);
+uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index);
 /* Empty, with the flush duration buckets (1 ms to 5 s). */
 void tr_session_flush_histogram_init(tr_prom_histogram *h);
 /* Drops the observer if it is ud's: the consumer is gone or detached. Pending flush
@@ -246,6 +197,19 @@ size_t tr_session_machines_not_connected(const tr_session *s, const char **out, 
 /* Logs both as warnings (at the session's start). */
 void tr_session_log_unmatched(const tr_session *s);
 
+/* The session's TraceStats (session_stats.c; free with tr_session_stats_free) and the bytes of
+ * our per-host extension to append to its encoding (protos/tracerelay/tracerelay_stats.proto;
+ * free with free()). 0 or TR_ERR_NOMEM. */
+int tr_session_stats(tr_session *s, Perfetto__Protos__TraceStats **stats, uint8_t **ext,
+                     size_t *ext_len);
+void tr_session_stats_free(Perfetto__Protos__TraceStats *stats);
+/* Both as one TracePacket at service BOOTTIME ts, for the tail of a read pass. */
+int tr_session_stats_packet(tr_session *s, uint64_t ts, tr_trace_writer_buf *out);
+/* Fills h with what the status and the trace's stats say alike of a host: its name, machine
+ * id, `connected`, and its link and agent counters over the service's life (HostStats fields
+ * 1-3 and 10-24). */
+void tr_session_stats_fill_host(Tracerelay__HostStats *h, const tr_host *host, bool connected);
+
 /* Whether a consumer of uid `viewer` may see session s listed (QueryServiceState, status): its
  * own uid's sessions, root all, as traced lists them. */
 static inline bool tr_session_visible_to(const tr_session *s, uid_t viewer) {
@@ -254,10 +218,13 @@ static inline bool tr_session_visible_to(const tr_session *s, uid_t viewer) {
 
 /* Internal to the session files. */
 void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev);
-void tr_session_add_host_mark(tr_session *s, const tr_host *host, enum tr_host_mark_kind kind);
 int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd);
 void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack);
 void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
+/* The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM), grown with each host
+ * entry (likewise), and freed with it, after every flush still pending was told ok = false. */
+int tr_session_flush_init(tr_session *s);
+int tr_session_flush_add_host(tr_session *s);
 void tr_session_flush_free_all(tr_session *s);
 void tr_session_end(tr_session *s, const char *error);
 uint64_t tr_session_now(void);

@@ -6,7 +6,10 @@
  * that still owes an ack is named in the log and counted (tr_host_stats.flushes_missed and the
  * session's per-host count, both in the trace's stats). A host whose link is down owes its acks
  * at once. Before sending, each host whose last clock probe is older than its probe period is
- * probed, so the timeline is fresh at the end of the data. */
+ * probed, so the timeline is fresh at the end of the data.
+ *
+ * This file alone keeps the session's flush bookkeeping (tr_session.flushes): the flushes in
+ * flight, the counts for TraceStats and each host entry's missed flushes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +24,15 @@ typedef struct pending_ack {
   uint32_t producer_id;
   bool acked;
 } pending_ack;
+
+typedef struct tr_flush_op tr_flush_op;
+
+struct tr_session_flushes {
+  tr_flush_op *ops;
+  struct tr_session_flush_counts counts;
+  uint64_t *missed; /* [cap_missed], by host entry: flushes it did not answer in time */
+  size_t cap_missed;
+};
 
 struct tr_flush_op {
   tr_session *s;
@@ -51,7 +63,7 @@ static void on_flush_closed(uv_handle_t *h) {
 }
 
 static void unlink_flush(tr_flush_op *f) {
-  for (tr_flush_op **p = &f->s->flushes; *p; p = &(*p)->next)
+  for (tr_flush_op **p = &f->s->flushes->ops; *p; p = &(*p)->next)
     if (*p == f) {
       *p = f->next;
       break;
@@ -72,13 +84,13 @@ static void complete(tr_flush_op *f, bool ok) {
   ok = ok && !f->missed;
   uv_timer_stop(&f->timer);
   if (ok) {
-    s->flushes_succeeded++;
+    s->flushes->counts.succeeded++;
     tr_session_add_event(s, TR_TW_ALL_DATA_SOURCES_FLUSHED);
   } else {
-    s->flushes_failed++;
+    s->flushes->counts.failed++;
   }
   if (s->duration_flushing || s->state >= TR_SESSION_STOPPING)
-    s->final_flush_outcome = ok ? 1 : 2;
+    s->flushes->counts.final_outcome = ok ? 1 : 2;
   unlink_flush(f);
   if (cb)
     cb(ud, ok);
@@ -107,7 +119,7 @@ static void count_missed(tr_flush_op *f, size_t only_host, bool all_hosts) {
     if (seen)
       continue;
     f->missed = true;
-    s->hosts[hi].flushes_missed++;
+    s->flushes->missed[hi]++;
     s->hosts[hi].host->stats.flushes_missed++;
     TR_WARN(COMP, "session %llu: flush %llu: host %s did not answer%s", (unsigned long long)s->id,
             (unsigned long long)f->id, s->hosts[hi].host->name,
@@ -176,9 +188,9 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
   f->started_ns = uv_hrtime();
   uv_timer_init(s->svc->loop, &f->timer);
   f->timer.data = f;
-  f->next = s->flushes;
-  s->flushes = f;
-  s->flushes_requested++;
+  f->next = s->flushes->ops;
+  s->flushes->ops = f;
+  s->flushes->counts.requested++;
   tr_session_add_event(s, TR_TW_FLUSH_STARTED);
 
   for (size_t h = 0; h < s->num_hosts; h++)
@@ -208,7 +220,7 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
 }
 
 void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack) {
-  for (tr_flush_op *f = s->flushes; f; f = f->next) {
+  for (tr_flush_op *f = s->flushes->ops; f; f = f->next) {
     if (f->id != ack->flush_request_id || f->done)
       continue;
     for (size_t i = 0; i < f->num_acks; i++)
@@ -221,7 +233,7 @@ void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay_
 }
 
 void tr_session_flush_on_host_gone(tr_session *s, size_t host_index) {
-  tr_flush_op *f = s->flushes;
+  tr_flush_op *f = s->flushes->ops;
   while (f) {
     tr_flush_op *next = f->next;
     bool owed = false;
@@ -236,13 +248,47 @@ void tr_session_flush_on_host_gone(tr_session *s, size_t host_index) {
   }
 }
 
+int tr_session_flush_init(tr_session *s) {
+  s->flushes = calloc(1, sizeof *s->flushes);
+  return s->flushes ? 0 : TR_ERR_NOMEM;
+}
+
+/* Room for one more host entry; a failed call leaves the room as it was. */
+int tr_session_flush_add_host(tr_session *s) {
+  tr_session_flushes *fl = s->flushes;
+  size_t need = s->num_hosts + 1;
+  uint64_t *n;
+  if (fl->cap_missed >= need)
+    return 0;
+  n = realloc(fl->missed, need * sizeof *n);
+  if (!n)
+    return TR_ERR_NOMEM;
+  memset(n + fl->cap_missed, 0, (need - fl->cap_missed) * sizeof *n);
+  fl->missed = n;
+  fl->cap_missed = need;
+  return 0;
+}
+
+void tr_session_flush_counts(const tr_session *s, struct tr_session_flush_counts *out) {
+  *out = s->flushes->counts;
+}
+
+uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index) {
+  return s->flushes->missed[host_index];
+}
+
 void tr_session_flush_free_all(tr_session *s) {
-  while (s->flushes) {
-    tr_flush_op *f = s->flushes;
+  if (!s->flushes)
+    return;
+  while (s->flushes->ops) {
+    tr_flush_op *f = s->flushes->ops;
     f->done = true;
     uv_timer_stop(&f->timer);
     unlink_flush(f);
     if (f->cb)
       f->cb(f->ud, false); /* the caller learns its flush will never complete */
   }
+  free(s->flushes->missed);
+  free(s->flushes);
+  s->flushes = NULL;
 }

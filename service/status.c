@@ -11,37 +11,6 @@
 static char *const kStates[] = {"CONFIGURED", "STARTED", "DISABLING_WAITING_STOP_ACKS",
                                 "DISABLED"};
 
-void tr_service_fill_host_stats(Tracerelay__HostStats *h, const tr_host *host, bool connected) {
-  const tr_host_stats *st = &host->stats;
-  h->machine_name = (char *)host->name;
-  h->has_machine_id = 1;
-  h->machine_id = host->machine_id;
-  h->has_connected = 1;
-  h->connected = connected;
-#define SET(f)                                                                                    \
-  h->has_##f = 1;                                                                                 \
-  h->f = st->f
-  SET(batches_received);
-  SET(batches_duplicate);
-  SET(chunks_received);
-  SET(bytes_received);
-  SET(link_lost_batches);
-  SET(link_lost_chunks);
-  SET(link_lost_bytes);
-  SET(agent_queue_dropped_chunks);
-  SET(agent_queue_dropped_bytes);
-  SET(agent_spill_dropped_chunks);
-  SET(agent_spill_dropped_bytes);
-  SET(agent_smb_full);
-  SET(agent_abi_violations);
-  SET(disconnects);
-  SET(flushes_missed);
-  SET(agent_exits_unclean);
-#undef SET
-  h->has_agent_smb_full_ms = 1;
-  h->agent_smb_full_ms = (st->agent_smb_full_ns + 999999u) / 1000000u; /* still an upper bound */
-}
-
 void tr_service_add_buffer_losses(const tr_session *s, const tr_host *host,
                                   struct tr_host_buffer_losses *out) {
   for (size_t h = 0; h < s->num_hosts; h++) {
@@ -170,7 +139,7 @@ int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t
     hs.producers++;
     hs.data_sources += (uint32_t)host->producers[p].num_data_sources;
   }
-  tr_service_fill_host_stats(&stats, host, host->link != NULL);
+  tr_session_stats_fill_host(&stats, host, host->link != NULL);
   hs.stats = &stats;
   fill_clock(&hs, host, boot_now);
 

@@ -13,12 +13,6 @@
 #include <stdint.h>
 
 #include "service/session.h"
-#include "tracerelay/tracerelay_stats.pb-c.h"
-
-/* Fills h with what the status and the trace's stats (trace_output.c) say alike of a host: its
- * name, machine id, `connected`, and its link and agent counters over the service's life
- * (HostStats fields 1-3 and 10-24). */
-void tr_service_fill_host_stats(Tracerelay__HostStats *h, const tr_host *host, bool connected);
 
 /* The host's clock mapping as status and metrics show it: the bound is for "now" on the host's
  * clock (boot_now is the service's BOOTTIME), -1 when there is none. false before the first

@@ -3,7 +3,7 @@
  *
  * Host clock snapshots. Each agent sends HostClockSnapshot when a data source starts or stops
  * and periodically while one runs; the service keeps the last TR_HOST_CLOCK_SNAPSHOTS per host
- * (tr_host.clock_snapshots). Each call (the clock journal's, a read pass's) takes those
+ * (tr_host.clock_snapshots, filled by session.c). Each call (the clock journal's, a read pass's) takes those
  * received since the session started and not yet written, as packets of that host: `machines`, on sequence 1 with the host's
  * machine_id (TP scopes them to the machine); `global-clocks`, rewritten to the host's global
  * ids (relay/packet_rewrite.h) on a sequence of their own (the (host entry, producer 0) key of
@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
+#include "relay/clock.h"
 #include "relay/clocksync.h"
 #include "relay/log.h"
 #include "relay/packet_rewrite.h"
@@ -49,6 +50,10 @@ typedef struct tl_host {
 } tl_host;
 
 struct tr_timeline_out {
+  enum tr_timeline timeline;
+  int32_t uid;
+  tr_tbuf_seqids *seqids; /* the read side's */
+  int64_t start_ns;       /* the session's start, service BOOTTIME */
   tl_host *hosts;
   size_t n_hosts;
   tr_rewrite_seq *seqs; /* by sequence id */
@@ -63,13 +68,31 @@ struct tr_timeline_out {
   size_t pending_trusted_len;
 };
 
-static struct tr_timeline_out *state(tr_session *s) {
-  if (!s->timeline)
-    s->timeline = calloc(1, sizeof *s->timeline);
-  return s->timeline;
+tr_timeline_out *tr_timeline_new(enum tr_timeline timeline, int32_t uid, tr_tbuf_seqids *seqids,
+                                 int64_t start_ns) {
+  tr_timeline_out *tl = calloc(1, sizeof *tl);
+  if (!tl)
+    return NULL;
+  tl->timeline = timeline;
+  tl->uid = uid;
+  tl->seqids = seqids;
+  tl->start_ns = start_ns;
+  return tl;
 }
 
-static tl_host *host_state(struct tr_timeline_out *tl, size_t n_hosts, size_t index) {
+void tr_timeline_free(tr_timeline_out *tl) {
+  if (!tl)
+    return;
+  free(tl->hosts);
+  free(tl->seqs);
+  free(tl->buf);
+  free(tl->bp);
+  free(tl);
+}
+
+/* Host entry index's state, made on first use; NULL when out of memory. */
+static tl_host *host_state(tr_timeline_out *tl, size_t index) {
+  size_t n_hosts = index + 1;
   if (tl->n_hosts < n_hosts) {
     tl_host *g = realloc(tl->hosts, n_hosts * sizeof *g);
     if (!g)
@@ -90,14 +113,6 @@ static const tr_rewrite_host *rewrite_host(tl_host *th, const tr_host *host) {
   return &th->rw;
 }
 
-/* The entry that speaks for a host: the newest one (a restarted agent's). */
-static bool newest_entry(const tr_session *s, size_t index) {
-  for (size_t i = index + 1; i < s->num_hosts; i++)
-    if (s->hosts[i].host == s->hosts[index].host)
-      return false;
-  return true;
-}
-
 /* Appends bytes (packet + trusted slice) as one service packet; room was reserved before. */
 static int push_bytes(tr_packet_list *out, const uint8_t *a, size_t alen, const uint8_t *b,
                       size_t blen) {
@@ -112,34 +127,15 @@ static int push_bytes(tr_packet_list *out, const uint8_t *a, size_t alen, const 
 
 /* ---- host clock snapshots ---- */
 
-int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
-                                      const Tracerelay__HostClockSnapshot *m) {
-  (void)svc;
-  if (m->n_clocks == 0 || m->n_clocks > TR_CLOCK_SNAPSHOT_MAX)
-    return TR_ERR_PROTO;
-  struct tr_host_clock_snapshot *e =
-      &host->clock_snapshots[host->clock_snapshots_taken % TR_HOST_CLOCK_SNAPSHOTS];
-  struct tr_host_clock_snapshot n = {.received_ns = (int64_t)tr_session_now()};
-  for (size_t i = 0; i < m->n_clocks; i++) {
-    const Tracerelay__HostClockSnapshot__Clock *c = m->clocks[i];
-    if (!c->has_clock_id || c->clock_id == 0 || c->clock_id >= 64 || !c->has_timestamp)
-      return TR_ERR_PROTO;
-    n.snap.clocks[i] = (struct tr_clock_reading){c->clock_id, c->timestamp};
-  }
-  n.snap.n = (uint32_t)m->n_clocks;
-  *e = n;
-  host->clock_snapshots_taken++;
-  return 0;
-}
-
-static int host_snapshot_packet(tr_session *s, tr_packet_list *dst, size_t index, tl_host *th,
+static int host_snapshot_packet(tr_timeline_out *tl, tr_packet_list *dst, size_t index,
+                                tl_host *th, const tr_host *host,
                                 const struct tr_clock_snapshot *snap) {
   Perfetto__Protos__ClockSnapshot cs = PERFETTO__PROTOS__CLOCK_SNAPSHOT__INIT;
   Perfetto__Protos__ClockSnapshot__Clock clocks[TR_CLOCK_SNAPSHOT_MAX];
   Perfetto__Protos__ClockSnapshot__Clock *ptrs[TR_CLOCK_SNAPSHOT_MAX];
   Perfetto__Protos__TracePacket p = PERFETTO__PROTOS__TRACE_PACKET__INIT;
   uint8_t raw[256], out[TR_REWRITE_OUT_MAX(256)], trusted[TR_TBUF_TRUSTED_MAX];
-  tr_tbuf_trusted t = {.uid = s->svc->uid, .sequence_id = 1};
+  tr_tbuf_trusted t = {.uid = tl->uid, .sequence_id = 1};
   const uint8_t *bytes = raw;
   size_t len;
   int rc;
@@ -159,19 +155,19 @@ static int host_snapshot_packet(tr_session *s, tr_packet_list *dst, size_t index
   if (len > sizeof raw)
     return 0; /* six clocks are about 80 bytes */
   perfetto__protos__trace_packet__pack(&p, raw);
-  if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS) {
+  if (tl->timeline == TR_TIMELINE_GLOBAL_CLOCKS) {
     tr_rewrite_seq seq = {0};
-    const tr_rewrite_host *rw = rewrite_host(th, s->hosts[index].host);
+    const tr_rewrite_host *rw = rewrite_host(th, host);
     uint8_t anchor[TR_REWRITE_ANCHOR_MAX];
     size_t alen = 0;
     if (!rw || (rc = tr_rewrite_packet(rw, &seq, raw, len, out, sizeof out, anchor, &alen)) < 0)
       return 0;
     bytes = out;
     len = (size_t)rc;
-    if ((rc = tr_tbuf_seqids_get(s->seqids, (uint32_t)index, 0, 0, &t.sequence_id)) < 0)
+    if ((rc = tr_tbuf_seqids_get(tl->seqids, (uint32_t)index, 0, 0, &t.sequence_id)) < 0)
       return rc == TR_ERR_NOMEM ? rc : 0;
   } else {
-    t.machine_id = s->hosts[index].host->machine_id;
+    t.machine_id = host->machine_id;
   }
   rc = tr_tbuf_append_trusted(trusted, sizeof trusted, &t);
   if (rc < 0)
@@ -179,14 +175,15 @@ static int host_snapshot_packet(tr_session *s, tr_packet_list *dst, size_t index
   return push_bytes(dst, bytes, len, trusted, (size_t)rc);
 }
 
-static int add_host_snapshots(tr_session *s, tr_packet_list *out, struct tr_timeline_out *tl,
-                              size_t index) {
-  const tr_host *host = s->hosts[index].host;
-  tl_host *th = &tl->hosts[index];
+int tr_timeline_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,
+                               tr_packet_list *out) {
+  tl_host *th = host_state(tl, index);
   uint64_t taken = host->clock_snapshots_taken;
-  uint64_t g = th->snapshots_written;
-  int64_t start = (int64_t)s->start_clocks.clocks[0].ts_ns; /* BOOTTIME comes first */
+  uint64_t g;
   int rc;
+  if (!th)
+    return TR_ERR_NOMEM;
+  g = th->snapshots_written;
   if (taken > TR_HOST_CLOCK_SNAPSHOTS && g < taken - TR_HOST_CLOCK_SNAPSHOTS)
     g = taken - TR_HOST_CLOCK_SNAPSHOTS; /* older ones were overwritten before a pass came */
   if (g >= taken)
@@ -195,9 +192,9 @@ static int add_host_snapshots(tr_session *s, tr_packet_list *out, struct tr_time
     return rc;
   for (; g < taken; g++) {
     const struct tr_host_clock_snapshot *e = &host->clock_snapshots[g % TR_HOST_CLOCK_SNAPSHOTS];
-    if (e->received_ns < start)
+    if (e->received_ns < tl->start_ns)
       continue; /* from before this session */
-    if ((rc = host_snapshot_packet(s, out, index, th, &e->snap)) < 0)
+    if ((rc = host_snapshot_packet(tl, out, index, th, host, &e->snap)) < 0)
       return rc;
   }
   th->snapshots_written = taken;
@@ -206,12 +203,12 @@ static int add_host_snapshots(tr_session *s, tr_packet_list *out, struct tr_time
 
 /* ---- cross-host snapshots ---- */
 
-static int push_breakpoint(tr_session *s, tr_packet_list *out, tl_host *th,
+static int push_breakpoint(const tr_timeline_out *tl, tr_packet_list *out, tl_host *th,
                            const tr_rewrite_host *rw, const struct tr_clocksync_breakpoint *bp) {
   uint8_t pkt[TR_REWRITE_SNAPSHOT_MAX], uid[11];
   int len, rc;
   size_t ul = 0;
-  uint64_t v = (uint64_t)(int64_t)s->svc->uid; /* trusted_uid (3), sign-extended as protobuf */
+  uint64_t v = (uint64_t)(int64_t)tl->uid; /* trusted_uid (3), sign-extended as protobuf */
   if (th->exported && (bp->host_ts <= th->last_host || bp->service_ts <= th->last_service))
     return 0;
   len = tr_rewrite_cross_host_snapshot(rw, bp->service_ts, bp->host_ts, pkt, sizeof pkt);
@@ -230,20 +227,24 @@ static int push_breakpoint(tr_session *s, tr_packet_list *out, tl_host *th,
   return 0;
 }
 
-static int add_cross_host(tr_session *s, tr_packet_list *out, struct tr_timeline_out *tl,
-                          size_t index, bool final) {
-  const tr_host *host = s->hosts[index].host;
-  tl_host *th = &tl->hosts[index];
+int tr_timeline_cross_host(tr_timeline_out *tl, size_t index, const tr_host *host,
+                           tr_packet_list *out, bool final) {
+  tl_host *th = host_state(tl, index);
   const struct tr_clocksync *est = host->clock;
-  const tr_rewrite_host *rw = rewrite_host(th, host);
+  const tr_rewrite_host *rw;
+  uint64_t now = 0;
   int64_t offset, host_now, to;
   int rc;
+  if (!th)
+    return TR_ERR_NOMEM;
+  rw = rewrite_host(th, host);
   if (!est || !rw || tr_clocksync_frontier(est) < 0)
     return 0; /* no probe answered yet: the next pass exports from the same point */
   offset = tr_clocksync_offset_ns(est); /* service minus host */
-  host_now = (int64_t)tr_session_now() - offset;
+  tr_clock_read(TR_CLOCK_BOOTTIME, &now);
+  host_now = (int64_t)now - offset;
   if (!th->started) {
-    th->export_from = (int64_t)s->start_clocks.clocks[0].ts_ns - offset - EXPORT_BEFORE_START_NS;
+    th->export_from = tl->start_ns - offset - EXPORT_BEFORE_START_NS;
     if (th->export_from < 0)
       th->export_from = 0;
     th->started = true;
@@ -270,43 +271,25 @@ static int add_cross_host(tr_session *s, tr_packet_list *out, struct tr_timeline
     if ((rc = tr_packet_list_reserve(out, (size_t)n)) < 0)
       return rc;
     for (int i = 0; i < n; i++)
-      if ((rc = push_breakpoint(s, out, th, rw, &tl->bp[i])) < 0)
+      if ((rc = push_breakpoint(tl, out, th, rw, &tl->bp[i])) < 0)
         return rc;
     th->export_from = end + 1;
   }
   return 0;
 }
 
-int tr_timeline_head(tr_session *s, tr_packet_list *out, bool final) {
-  struct tr_timeline_out *tl = state(s);
-  int rc;
-  if (!tl || (s->num_hosts && !host_state(tl, s->num_hosts, 0)))
-    return TR_ERR_NOMEM;
-  for (size_t h = 0; h < s->num_hosts; h++) {
-    if (!newest_entry(s, h))
-      continue;
-    if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS &&
-        (rc = add_cross_host(s, out, tl, h, final)) < 0)
-      return rc;
-    if (tr_trace_output_host_anchored(s, h) &&
-        (rc = add_host_snapshots(s, out, tl, h)) < 0)
-      return rc;
-  }
-  return 0;
-}
-
 /* ---- host packets ---- */
 
-int tr_timeline_packet(tr_session *s, size_t host_index, const uint8_t *data, size_t len,
-                       const tr_tbuf_trusted *t, tr_output_packet *out) {
-  struct tr_timeline_out *tl = state(s);
-  tl_host *th;
+int tr_timeline_packet(tr_timeline_out *tl, size_t index, const tr_host *host,
+                       const uint8_t *data, size_t len, const tr_tbuf_trusted *t,
+                       tr_output_packet *out) {
+  tl_host *th = host_state(tl, index);
   const tr_rewrite_host *rw;
   size_t need = TR_REWRITE_OUT_MAX(len), alen = 0;
   int rc;
-  if (!tl || !(th = host_state(tl, s->num_hosts, host_index)))
+  if (!th)
     return TR_ERR_NOMEM;
-  if (!(rw = rewrite_host(th, s->hosts[host_index].host)) || len > TR_REWRITE_PACKET_MAX) {
+  if (!(rw = rewrite_host(th, host)) || len > TR_REWRITE_PACKET_MAX) {
     th->invalid++;
     return 0;
   }
@@ -356,9 +339,8 @@ int tr_timeline_packet(tr_session *s, size_t host_index, const uint8_t *data, si
   return 1;
 }
 
-int tr_timeline_pending(tr_session *s, tr_output_packet *out) {
-  struct tr_timeline_out *tl = s->timeline;
-  if (!tl || !tl->pending)
+int tr_timeline_pending(tr_timeline_out *tl, tr_output_packet *out) {
+  if (!tl->pending)
     return 0;
   tl->pending = false;
   out->data = tl->buf;
@@ -368,22 +350,9 @@ int tr_timeline_pending(tr_session *s, tr_output_packet *out) {
   return 1;
 }
 
-uint64_t tr_timeline_invalid(const tr_session *s) {
+uint64_t tr_timeline_invalid(const tr_timeline_out *tl) {
   uint64_t n = 0;
-  if (s->timeline)
-    for (size_t i = 0; i < s->timeline->n_hosts; i++)
-      n += s->timeline->hosts[i].invalid;
+  for (size_t i = 0; i < tl->n_hosts; i++)
+    n += tl->hosts[i].invalid;
   return n;
-}
-
-void tr_timeline_free(tr_session *s) {
-  struct tr_timeline_out *tl = s->timeline;
-  if (!tl)
-    return;
-  free(tl->hosts);
-  free(tl->seqs);
-  free(tl->buf);
-  free(tl->bp);
-  free(tl);
-  s->timeline = NULL;
 }

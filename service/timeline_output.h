@@ -3,37 +3,57 @@
  * the rewrite of every host packet (relay/packet_rewrite.h) and the cross-host ClockSnapshots
  * from each host's clock estimator (service/timeline_output.c).
  *
- * State lives per session (tr_session.timeline), made on first use and kept across read passes:
- * per (host entry, sequence) rewrite state, per host entry what was exported so far. */
+ * One tr_timeline_out per session's read side (service/trace_output.c, which alone calls it),
+ * kept across read passes: per (host entry, sequence) rewrite state, per host entry what was
+ * exported so far. Host entries are the session's, by index: a restarted agent gets a new one. */
 #ifndef TR_TIMELINE_OUTPUT_H
 #define TR_TIMELINE_OUTPUT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
-#include "service/session.h"
-#include "service/trace_output.h"
+#include "relay/sequence_ids.h"
+#include "service/packet_list.h"
+#include "service/service.h"
+
+/* How a trace puts the hosts on one timeline (docs/timeline.md). */
+enum tr_timeline { TR_TIMELINE_MACHINES = 0, TR_TIMELINE_GLOBAL_CLOCKS = 1 };
 
 /* Tolerance of the cross-host breakpoints (tr_clocksync_export): the piecewise-offset mapping
  * trace_processor builds from them stays within this of the estimator's mapping. At 200 ppm of
  * drift that is one ClockSnapshot every 10 ms of host time (100/s), at 20 ppm one every 100 ms. */
 #define TR_TIMELINE_TOLERANCE_NS 2000
 
-/* Appends to out: the HostClockSnapshots each host sent since the session started and since
- * the last call, and in `global-clocks` the cross-host snapshots covering each host's BOOTTIME
- * from where the last call stopped up to a little past the host's present (final: past the
- * estimator's frontier too). Called for each read pass and for the session's clock journal
- * (tr_trace_output_journal_clocks). 0 or TR_ERR_NOMEM. */
-int tr_timeline_head(tr_session *s, tr_packet_list *out, bool final);
+typedef struct tr_timeline_out tr_timeline_out;
 
-/* `global-clocks`: rewrites one host packet with its trusted slice t. Returns 1 with *out set
- * (possibly an ftrace anchor first, the packet then following from tr_timeline_pending), 0 when
- * the packet was malformed (dropped and counted), or TR_ERR_NOMEM. */
-int tr_timeline_packet(tr_session *s, size_t host_index, const uint8_t *data, size_t len,
-                       const tr_tbuf_trusted *t, tr_output_packet *out);
+/* For a session of that encoding, started at service BOOTTIME start_ns, whose packets get
+ * trusted_uid uid and sequence ids from seqids (the read side's, which outlives it). NULL when
+ * out of memory. */
+tr_timeline_out *tr_timeline_new(enum tr_timeline timeline, int32_t uid, tr_tbuf_seqids *seqids,
+                                 int64_t start_ns);
+void tr_timeline_free(tr_timeline_out *tl);
+
+/* Appends to out, for host entry index (the newest entry of its host), in `global-clocks` the
+ * cross-host snapshots covering its BOOTTIME from where the last call stopped up to a little
+ * past the host's present (final: past the estimator's frontier too). Called for each read pass
+ * and for the clock journal. 0 or TR_ERR_NOMEM. */
+int tr_timeline_cross_host(tr_timeline_out *tl, size_t index, const tr_host *host,
+                           tr_packet_list *out, bool final);
+/* Appends the HostClockSnapshots host sent since the session started and since the last call,
+ * as packets of host entry index. 0 or TR_ERR_NOMEM. */
+int tr_timeline_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,
+                               tr_packet_list *out);
+
+/* `global-clocks`: rewrites one packet of host entry index with its trusted slice t. Returns 1
+ * with *out set (possibly an ftrace anchor first, the packet then following from
+ * tr_timeline_pending), 0 when the packet was malformed (dropped and counted), or
+ * TR_ERR_NOMEM. */
+int tr_timeline_packet(tr_timeline_out *tl, size_t index, const tr_host *host,
+                       const uint8_t *data, size_t len, const tr_tbuf_trusted *t,
+                       tr_output_packet *out);
 /* 1 and *out set when a rewritten packet waits behind its anchor, else 0. */
-int tr_timeline_pending(tr_session *s, tr_output_packet *out);
+int tr_timeline_pending(tr_timeline_out *tl, tr_output_packet *out);
 /* Host packets dropped as malformed by the rewrite, for TraceStats.invalid_packets. */
-uint64_t tr_timeline_invalid(const tr_session *s);
-void tr_timeline_free(tr_session *s);
+uint64_t tr_timeline_invalid(const tr_timeline_out *tl);
 
 #endif

@@ -1,6 +1,7 @@
-/* trace_output.c: turns a session into trace packets (see trace_output.h): service packets in
- * traced's order, every (buffer, host) central buffer with the trusted fields appended, then the
- * read-complete event and TraceStats with our per-host extension.
+/* trace_output.c: a session's read side (see trace_output.h): turns the session into trace
+ * packets, service packets in traced's order, every (buffer, host) central buffer with the
+ * trusted fields appended, then the read-complete event and the session's TraceStats; keeps the
+ * clock journal between passes and writes write_into_file sessions into their file.
  *
  * Trusted slice of a host's packet (reference 4.8): the producer's uid and pid as the agent saw
  * them (SO_PEERCRED), a sequence id unique in the session across hosts (tr_tbuf_seqids keyed by
@@ -8,24 +9,19 @@
  * and previous_packet_dropped when the buffer lost data on that sequence. In the `global-clocks`
  * timeline each host packet is first rewritten to its host's global clock ids (with an ftrace
  * anchor before it when needed), and the head of each pass carries the cross-host snapshots and
- * the hosts' own clock snapshots (service/timeline_output.c).
- *
- * Stats layout (protos/tracerelay/tracerelay_stats.proto): TraceStats.buffer_stats has one entry
- * per (buffer, host entry that received data), buffer-major; the extension field 1000 lists
- * every host entry with its link/agent counters and which buffer_stats entries are its. */
+ * the hosts' own clock snapshots (service/timeline_output.c). */
 #include "service/trace_output.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "relay/log.h"
 #include "relay/tr_error.h"
-#include "service/status.h"
-#include "service/timeline_output.h"
-#include "tracerelay/tracerelay_stats.pb-c.h"
 
 #define COMP "output"
 #define FILE_CHUNK (64u * 1024u)
@@ -35,16 +31,91 @@
 #define BOUND_STEP_NS 2000000ll /* host time between two evaluations of the error bound */
 #define BOUND_QUANTUM_NS 100ll   /* bound values are rounded up to 0.1 us */
 
+#define DEFAULT_WRITE_PERIOD_MS 5000u
+
 enum { PHASE_HEAD, PHASE_BUFFERS, PHASE_TAIL, PHASE_DONE };
 
-static void free_svc(tr_session_reader *r) {
+/* One host entry of the session, and the writer's bookkeeping of its clock. */
+typedef struct out_host {
+  const tr_host *host;
+  tr_tbuf *const *tbufs;      /* [num_buffers], the session's */
+  int64_t clock_sync_from;    /* host BOOTTIME up to which remote_clock_sync was written */
+  bool clock_sync_started;    /* clock_sync_from was set to the session's start */
+  struct tr_clocksync_sync_pair clock_sync_last; /* the last one written */
+  bool clock_anchored; /* machines: its clock anchor is written (tr_trace_writer_clock_anchor):
+                        * its ClockSnapshots and data may follow */
+  /* The host's clock error bound track: host BOOTTIME sampled up to, the last value written
+   * (0: none yet), and in `machines` the offsets (service minus host) of the newest two
+   * remote_clock_sync edges written, [0] the newest. */
+  bool bound_tracks_written;
+  bool bound_started;
+  int64_t bound_from;
+  int64_t bound_last_ns;
+  int bound_edges;
+  int64_t bound_edge_offset[2];
+} out_host;
+
+typedef struct out_event {
+  uint64_t ts;
+  enum tr_trace_writer_event event;
+} out_event;
+
+typedef struct out_host_mark {
+  uint64_t ts;
+  const tr_host *host;
+  enum tr_host_mark_kind kind;
+} out_host_mark;
+
+/* Read position of one pass. */
+typedef struct out_reader {
+  bool active;
+  bool final;
+  int phase;
+  tr_packet_list svc; /* service packets of this pass */
+  size_t next_svc;
+  size_t buffer;
+  size_t host;
+} out_reader;
+
+struct tr_trace_output {
+  tr_trace_output_params p;
+  size_t num_buffers;
+  tr_tbuf_seqids *seqids;
+  int64_t uuid_msb, uuid_lsb;
+  struct tr_clock_snapshot start_clocks;
+  out_host *hosts;
+  size_t num_hosts;
+  out_event events[TR_TRACE_OUTPUT_MAX_EVENTS]; /* not yet written to the trace */
+  size_t num_events;
+  out_host_mark host_marks[TR_TRACE_OUTPUT_MAX_HOST_MARKS]; /* likewise */
+  size_t num_host_marks;
+  bool first_read_done;
+  bool stopped;
+  out_reader reader;
+  tr_packet_list clock_journal;   /* clock packets exported since the last pass (clock_timer) */
+  uint64_t clock_journal_thinned; /* times it was thinned */
+  tr_timeline_out *timeline;
+  int out_fd; /* write_into_file: -1 when not writing to a file */
+  uint64_t file_bytes;
+  bool file_full;
+  uv_timer_t write_timer, clock_timer;
+  unsigned timers_open;
+};
+
+static uint64_t now_ns(void) {
+  uint64_t ts = 0;
+  tr_clock_read(TR_CLOCK_BOOTTIME, &ts);
+  return ts;
+}
+
+static void free_svc(out_reader *r) {
   tr_packet_list_free(&r->svc);
   r->next_svc = 0;
 }
 
-void tr_trace_output_reset(tr_session *s) {
-  free_svc(&s->reader);
-  memset(&s->reader, 0, sizeof s->reader);
+void tr_trace_output_reset(tr_trace_output *o) {
+  free_svc(&o->reader);
+  memset(&o->reader, 0, sizeof o->reader);
 }
 
 /* Appends a packet the writer made (rc 0) into reserved room. */
@@ -56,58 +127,89 @@ static int push(tr_packet_list *l, int rc, tr_trace_writer_buf *b) {
 }
 
 /* The session's first entry of entry index's host: a restarted agent's entries share it. */
-static size_t first_entry(const tr_session *s, size_t index) {
+static size_t first_entry(const tr_trace_output *o, size_t index) {
   for (size_t i = 0; i < index; i++)
-    if (s->hosts[i].host == s->hosts[index].host)
+    if (o->hosts[i].host == o->hosts[index].host)
       return i;
   return index;
 }
 
-static bool host_listed_before(const tr_session *s, size_t index) {
-  return first_entry(s, index) != index;
+static bool host_listed_before(const tr_trace_output *o, size_t index) {
+  return first_entry(o, index) != index;
 }
 
-bool tr_trace_output_host_anchored(const tr_session *s, size_t index) {
-  return s->svc->timeline != TR_TIMELINE_MACHINES || s->hosts[first_entry(s, index)].clock_anchored;
+/* The entry that speaks for a host: the newest one (a restarted agent's). */
+static bool newest_entry(const tr_trace_output *o, size_t index) {
+  for (size_t i = index + 1; i < o->num_hosts; i++)
+    if (o->hosts[i].host == o->hosts[index].host)
+      return false;
+  return true;
+}
+
+static int64_t start_ns(const tr_trace_output *o) {
+  return (int64_t)o->start_clocks.clocks[0].ts_ns; /* BOOTTIME comes first */
+}
+
+bool tr_trace_output_host_anchored(const tr_trace_output *o, size_t index) {
+  return o->p.timeline != TR_TIMELINE_MACHINES || o->hosts[first_entry(o, index)].clock_anchored;
 }
 
 /* The host's clock anchor, once: at the last exchange written, or, in the final pass of a host
  * that never had one, at the session's start (trace_processor then assumes the two BOOTTIMEs
  * aligned, for this host alone). Pinned: the clock journal's thinning must not drop it. */
-static int add_clock_anchor(tr_session *s, tr_session_host *sh, tr_packet_list *out, bool final) {
+static int add_clock_anchor(tr_trace_output *o, out_host *sh, tr_packet_list *out, bool final) {
   int64_t at = sh->clock_sync_last.update_remote;
   tr_trace_writer_buf p;
   int rc;
   if (sh->clock_anchored || (at <= 0 && !final))
     return 0;
   if (at <= 0)
-    at = (int64_t)s->start_clocks.clocks[0].ts_ns;
+    at = start_ns(o);
   if ((rc = tr_packet_list_reserve(out, 1)) != 0 ||
-      (rc = tr_trace_writer_clock_anchor(s->svc->uid, sh->host->machine_id, (uint64_t)at, &p)) !=
-          0)
+      (rc = tr_trace_writer_clock_anchor(o->p.uid, sh->host->machine_id, (uint64_t)at, &p)) != 0)
     return rc;
   tr_packet_list_push_pinned(out, p);
   sh->clock_anchored = true;
   return 0;
 }
 
-static int add_events(tr_session *s, tr_packet_list *out) {
-  const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = s->cfg->builtin_data_sources;
+static int add_events(tr_trace_output *o, tr_packet_list *out) {
+  const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = o->p.cfg->builtin_data_sources;
   int rc = 0;
   if (b && b->disable_service_events) {
-    s->num_events = 0;
+    o->num_events = 0;
     return 0;
   }
-  if ((rc = tr_packet_list_reserve(out, s->num_events)) != 0)
+  if ((rc = tr_packet_list_reserve(out, o->num_events)) != 0)
     return rc;
-  for (size_t i = 0; i < s->num_events && rc == 0; i++) {
+  for (size_t i = 0; i < o->num_events && rc == 0; i++) {
     tr_trace_writer_buf p;
-    rc = push(out, tr_trace_writer_service_event(s->svc->uid, s->events[i].ts, s->events[i].event,
-                                                  &p),
+    rc = push(out, tr_trace_writer_service_event(o->p.uid, o->events[i].ts, o->events[i].event, &p),
               &p);
   }
-  s->num_events = 0;
+  o->num_events = 0;
   return rc;
+}
+
+void tr_trace_output_add_event(tr_trace_output *o, enum tr_trace_writer_event ev) {
+  bool repeats = ev == TR_TW_FLUSH_STARTED || ev == TR_TW_ALL_DATA_SOURCES_FLUSHED;
+  if (o->num_events == TR_TRACE_OUTPUT_MAX_EVENTS ||
+      (repeats && o->num_events >= TR_TRACE_OUTPUT_MAX_EVENTS / 2))
+    return;
+  o->events[o->num_events].ts = now_ns();
+  o->events[o->num_events].event = ev;
+  o->num_events++;
+}
+
+void tr_trace_output_add_host_mark(tr_trace_output *o, const tr_host *host,
+                                   enum tr_host_mark_kind kind) {
+  if (o->num_host_marks == TR_TRACE_OUTPUT_MAX_HOST_MARKS) {
+    TR_WARN(COMP, "session %llu: too many host link changes since the last read; the one of "
+            "%s is in the stats only", (unsigned long long)o->p.session_id, host->name);
+    return;
+  }
+  o->host_marks[o->num_host_marks++] =
+      (out_host_mark){.ts = now_ns(), .host = host, .kind = kind};
 }
 
 /* ---- the clock error bound tracks (docs/querying.md) ----
@@ -120,13 +222,13 @@ static int add_events(tr_session *s, tr_packet_list *out) {
  * and written where it rises or falls below 4/5 of the last value written, so the value shown
  * is never below the bound at the points evaluated. Cost O(host time / step * log knots). */
 
-static int add_bound_tracks(tr_session *s, tr_session_host *sh, tr_packet_list *out) {
+static int add_bound_tracks(const tr_trace_output *o, out_host *sh, tr_packet_list *out) {
   tr_trace_writer_buf host, bound;
   int rc;
   if (sh->bound_tracks_written)
     return 0;
   if ((rc = tr_packet_list_reserve(out, 2)) != 0 ||
-      (rc = tr_trace_writer_host_tracks(s->svc->uid, sh->host->name, &host, &bound)) != 0)
+      (rc = tr_trace_writer_host_tracks(o->p.uid, sh->host->name, &host, &bound)) != 0)
     return rc;
   tr_packet_list_push_pinned(out, host); /* the journal's thinning must keep them */
   tr_packet_list_push_pinned(out, bound);
@@ -134,10 +236,10 @@ static int add_bound_tracks(tr_session *s, tr_session_host *sh, tr_packet_list *
   return 0;
 }
 
-static int64_t encoding_error(const tr_session *s, const tr_session_host *sh, int64_t h,
+static int64_t encoding_error(const tr_trace_output *o, const out_host *sh, int64_t h,
                               int64_t m) {
   int64_t worst = 0;
-  if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS)
+  if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS)
     return TR_TIMELINE_TOLERANCE_NS + 2;
   for (int i = 0; i < sh->bound_edges; i++) {
     int64_t e = llabs(h + sh->bound_edge_offset[i] - m);
@@ -147,20 +249,21 @@ static int64_t encoding_error(const tr_session *s, const tr_session_host *sh, in
 }
 
 /* The bound at host time h, with *service_ts = M(h); -1 when the estimator has none. */
-static int64_t bound_at(const tr_session *s, const tr_session_host *sh, int64_t h,
+static int64_t bound_at(const tr_trace_output *o, const out_host *sh, int64_t h,
                         int64_t *service_ts) {
   int64_t b = tr_clocksync_error_bound(sh->host->clock, h);
   if (b < 0 || tr_clocksync_map(sh->host->clock, h, service_ts) != 0)
     return -1;
-  return b + encoding_error(s, sh, h, *service_ts);
+  return b + encoding_error(o, sh, h, *service_ts);
 }
 
 /* Samples over host times [sh->bound_from, to). */
-static int add_bound_samples(tr_session *s, tr_session_host *sh, tr_packet_list *out, int64_t to) {
+static int add_bound_samples(const tr_trace_output *o, out_host *sh, tr_packet_list *out,
+                             int64_t to) {
   for (int64_t end; sh->bound_from < to; sh->bound_from = end) {
     int64_t h = sh->bound_from;
     end = h + BOUND_STEP_NS < to ? h + BOUND_STEP_NS : to; /* the next call goes on from `to` */
-    int64_t ts, ts_end, b = bound_at(s, sh, h, &ts), b_end = bound_at(s, sh, end, &ts_end);
+    int64_t ts, ts_end, b = bound_at(o, sh, h, &ts), b_end = bound_at(o, sh, end, &ts_end);
     tr_trace_writer_buf p;
     int rc;
     if (b < 0 || b_end < 0 || ts < 0)
@@ -169,8 +272,8 @@ static int add_bound_samples(tr_session *s, tr_session_host *sh, tr_packet_list 
     b = (b + BOUND_QUANTUM_NS - 1) / BOUND_QUANTUM_NS * BOUND_QUANTUM_NS;
     if (sh->bound_last_ns && b <= sh->bound_last_ns && b * 5 >= sh->bound_last_ns * 4)
       continue;
-    if ((rc = add_bound_tracks(s, sh, out)) != 0 || (rc = tr_packet_list_reserve(out, 1)) != 0 ||
-        (rc = tr_trace_writer_counter(s->svc->uid, (uint64_t)ts,
+    if ((rc = add_bound_tracks(o, sh, out)) != 0 || (rc = tr_packet_list_reserve(out, 1)) != 0 ||
+        (rc = tr_trace_writer_counter(o->p.uid, (uint64_t)ts,
                                       tr_trace_writer_bound_track_uuid(sh->host->name),
                                       (double)b / 1000.0, &p)) != 0)
       return rc;
@@ -183,10 +286,10 @@ static int add_bound_samples(tr_session *s, tr_session_host *sh, tr_packet_list 
 /* machines: a remote_clock_sync edge was written. Host times before the first edge convert by
  * it (trace_processor's rule), so the samples wait for it; later ones run up to the new edge
  * with the edges before it. */
-static int bound_edge_written(tr_session *s, tr_session_host *sh, tr_packet_list *out,
+static int bound_edge_written(const tr_trace_output *o, out_host *sh, tr_packet_list *out,
                               const struct tr_clocksync_sync_pair *pair) {
   int64_t offset = (pair->ping_service + pair->update_service) / 2 - pair->update_remote;
-  int rc = sh->bound_edges ? add_bound_samples(s, sh, out, pair->ping_remote) : 0;
+  int rc = sh->bound_edges ? add_bound_samples(o, sh, out, pair->ping_remote) : 0;
   sh->bound_edge_offset[1] = sh->bound_edge_offset[0];
   sh->bound_edge_offset[0] = offset;
   if (sh->bound_edges < 2)
@@ -196,27 +299,26 @@ static int bound_edge_written(tr_session *s, tr_session_host *sh, tr_packet_list
 
 /* The samples of every host up to its estimator's frontier (what later probes do not revise);
  * final: on to the host's present, where data stamped after the last probe is converted. */
-static int add_bounds(tr_session *s, tr_packet_list *out, bool final) {
-  for (size_t h = 0; h < s->num_hosts; h++) {
-    tr_session_host *sh = &s->hosts[h];
+static int add_bounds(tr_trace_output *o, tr_packet_list *out, bool final) {
+  for (size_t h = 0; h < o->num_hosts; h++) {
+    out_host *sh = &o->hosts[h];
     int64_t frontier;
     int rc;
-    if (host_listed_before(s, h) || !sh->host->clock ||
+    if (host_listed_before(o, h) || !sh->host->clock ||
         (frontier = tr_clocksync_frontier(sh->host->clock)) < 0)
       continue;
     if (!sh->bound_started) {
-      sh->bound_from = (int64_t)s->start_clocks.clocks[0].ts_ns -
-                       tr_clocksync_offset_ns(sh->host->clock);
+      sh->bound_from = start_ns(o) - tr_clocksync_offset_ns(sh->host->clock);
       sh->bound_from = sh->bound_from < 0 ? 0 : sh->bound_from;
       sh->bound_started = true;
     }
-    if (s->svc->timeline == TR_TIMELINE_MACHINES && sh->bound_edges == 0)
+    if (o->p.timeline == TR_TIMELINE_MACHINES && sh->bound_edges == 0)
       continue;
     if (final) {
-      int64_t now = (int64_t)tr_session_now() - tr_clocksync_offset_ns(sh->host->clock);
+      int64_t now = (int64_t)now_ns() - tr_clocksync_offset_ns(sh->host->clock);
       frontier = now > frontier ? now : frontier;
     }
-    if ((rc = add_bound_samples(s, sh, out, frontier + 1)) != 0)
+    if ((rc = add_bound_samples(o, sh, out, frontier + 1)) != 0)
       return rc;
   }
   return 0;
@@ -227,16 +329,16 @@ static int add_bounds(tr_session *s, tr_packet_list *out, bool final) {
  * packet per exchange and per SYNC_PERIOD_NS of host time, so trace_processor gets one
  * cross-machine edge per period and follows the drift piecewise. A non-final pass
  * stops at the estimator's frontier (what it will not revise); the final one takes all. */
-static int add_clock_syncs(tr_session *s, tr_packet_list *out, bool final) {
+static int add_clock_syncs(tr_trace_output *o, tr_packet_list *out, bool final) {
   struct tr_clocksync_probe ex[SYNC_MAX_PER_PASS];
-  for (size_t h = 0; h < s->num_hosts; h++) {
-    tr_session_host *sh = &s->hosts[h];
+  for (size_t h = 0; h < o->num_hosts; h++) {
+    out_host *sh = &o->hosts[h];
     int64_t to;
     int n, rc;
-    if (host_listed_before(s, h))
+    if (host_listed_before(o, h))
       continue;
     if (!sh->host->clock) {
-      if ((rc = add_clock_anchor(s, sh, out, true)) != 0) /* no exchange will ever come */
+      if ((rc = add_clock_anchor(o, sh, out, true)) != 0) /* no exchange will ever come */
         return rc;
       continue;
     }
@@ -244,8 +346,7 @@ static int add_clock_syncs(tr_session *s, tr_packet_list *out, bool final) {
     if (!sh->clock_sync_started && to >= 0) {
       /* From the session's start on: an exchange from before it would be the edge for the
        * first data until the first exchange of the session, and is up to a second old. */
-      int64_t start = (int64_t)s->start_clocks.clocks[0].ts_ns;
-      sh->clock_sync_from = start - tr_clocksync_offset_ns(sh->host->clock);
+      sh->clock_sync_from = start_ns(o) - tr_clocksync_offset_ns(sh->host->clock);
       if (sh->clock_sync_from < 0)
         sh->clock_sync_from = 0;
       sh->clock_sync_started = true;
@@ -268,15 +369,15 @@ static int add_clock_syncs(tr_session *s, tr_packet_list *out, bool final) {
           continue;
         if (tr_packet_list_reserve(out, 1) != 0) /* bound samples go in between */
           return TR_ERR_NOMEM;
-        rc = push(out, tr_trace_writer_remote_clock_sync(s->svc->uid, sh->host->machine_id, &pair,
+        rc = push(out, tr_trace_writer_remote_clock_sync(o->p.uid, sh->host->machine_id, &pair,
                                                          &p),
                   &p);
-        rc = rc ? rc : bound_edge_written(s, sh, out, &pair);
+        rc = rc ? rc : bound_edge_written(o, sh, out, &pair);
         if (rc != 0)
           return rc;
       }
     } while (n == SYNC_MAX_PER_PASS);
-    if ((rc = add_clock_anchor(s, sh, out, final)) != 0)
+    if ((rc = add_clock_anchor(o, sh, out, final)) != 0)
       return rc;
   }
   return 0;
@@ -284,18 +385,18 @@ static int add_clock_syncs(tr_session *s, tr_packet_list *out, bool final) {
 
 /* The hosts' link changes since the last pass, as instants on the service's track and on the
  * host's own track (its descriptors written again before them: cheap, and marks are rare). */
-static int add_host_marks(tr_session *s, tr_packet_list *out) {
+static int add_host_marks(tr_trace_output *o, tr_packet_list *out) {
   static const char *const what[] = {"disconnected", "reconnected", "agent restarted"};
   tr_trace_writer_buf p, host, bound;
-  int32_t uid = s->svc->uid;
+  int32_t uid = o->p.uid;
   int rc = 0;
-  if (s->num_host_marks == 0)
+  if (o->num_host_marks == 0)
     return 0;
-  if ((rc = tr_packet_list_reserve(out, 1 + 4 * s->num_host_marks)) != 0)
+  if ((rc = tr_packet_list_reserve(out, 1 + 4 * o->num_host_marks)) != 0)
     return rc;
   rc = push(out, tr_trace_writer_service_track(uid, &p), &p);
-  for (size_t i = 0; i < s->num_host_marks && rc == 0; i++) {
-    const tr_session_host_mark *m = &s->host_marks[i];
+  for (size_t i = 0; i < o->num_host_marks && rc == 0; i++) {
+    const out_host_mark *m = &o->host_marks[i];
     char name[sizeof m->host->name + 32];
     snprintf(name, sizeof name, "host %s %s", m->host->name, what[m->kind]);
     rc = push(out,
@@ -310,120 +411,132 @@ static int add_host_marks(tr_session *s, tr_packet_list *out) {
                 &p);
     }
   }
-  s->num_host_marks = 0;
+  o->num_host_marks = 0;
   return rc;
 }
 
-/* The clock packets up to the hosts' present (final: all of them). */
-static int add_clocks(tr_session *s, tr_packet_list *out, bool final) {
-  int rc = 0;
-  if (s->svc->timeline == TR_TIMELINE_MACHINES)
-    rc = add_clock_syncs(s, out, final);
-  rc = rc ? rc : add_bounds(s, out, final);
-  /* Host clock snapshots; in global-clocks the cross-host snapshots, before the host data. */
-  return rc ? rc : tr_timeline_head(s, out, final);
+/* In global-clocks the cross-host snapshots, then the host clock snapshots of each host's
+ * newest entry, once anchored; before the host data. */
+static int add_timeline(tr_trace_output *o, tr_packet_list *out, bool final) {
+  for (size_t h = 0; h < o->num_hosts; h++) {
+    const tr_host *host = o->hosts[h].host;
+    int rc;
+    if (!newest_entry(o, h))
+      continue;
+    if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS &&
+        (rc = tr_timeline_cross_host(o->timeline, h, host, out, final)) < 0)
+      return rc;
+    if (tr_trace_output_host_anchored(o, h) &&
+        (rc = tr_timeline_host_snapshots(o->timeline, h, host, out)) < 0)
+      return rc;
+  }
+  return 0;
 }
 
-int tr_trace_output_journal_clocks(tr_session *s) {
-  int rc = add_clocks(s, &s->clock_journal, false);
-  size_t cap = TR_CLOCK_JOURNAL_PER_HOST * (s->num_hosts ? s->num_hosts : 1);
-  if (s->clock_journal.n > cap) {
-    tr_packet_list_thin(&s->clock_journal);
-    if (!s->clock_journal_thinned++)
+/* The clock packets up to the hosts' present (final: all of them). */
+static int add_clocks(tr_trace_output *o, tr_packet_list *out, bool final) {
+  int rc = 0;
+  if (o->p.timeline == TR_TIMELINE_MACHINES)
+    rc = add_clock_syncs(o, out, final);
+  rc = rc ? rc : add_bounds(o, out, final);
+  return rc ? rc : add_timeline(o, out, final);
+}
+
+int tr_trace_output_journal_clocks(tr_trace_output *o) {
+  int rc = add_clocks(o, &o->clock_journal, false);
+  size_t cap = TR_CLOCK_JOURNAL_PER_HOST * (o->num_hosts ? o->num_hosts : 1);
+  if (o->clock_journal.n > cap) {
+    tr_packet_list_thin(&o->clock_journal);
+    if (!o->clock_journal_thinned++)
       TR_WARN(COMP, "session %llu: unread for long: the clock journal passed %zu packets, its "
               "older half is thinned (the timeline there is less exact)",
-              (unsigned long long)s->id, cap);
+              (unsigned long long)o->p.session_id, cap);
   }
   return rc;
 }
 
 /* The first pass's head: clocks, marker, config, uuid, system infos; then pending events, the
  * clock journal and the clocks since. */
-static int build_head(tr_session *s) {
-  tr_session_reader *r = &s->reader;
-  const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = s->cfg->builtin_data_sources;
-  int32_t uid = s->svc->uid;
+static int build_head(tr_trace_output *o) {
+  out_reader *r = &o->reader;
+  const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = o->p.cfg->builtin_data_sources;
+  int32_t uid = o->p.uid;
   tr_trace_writer_buf p;
-  int rc = tr_packet_list_reserve(&r->svc, 8 + s->num_hosts);
+  int rc = tr_packet_list_reserve(&r->svc, 8 + o->num_hosts);
 
-  if (rc == 0 && !s->first_read_done) {
+  if (rc == 0 && !o->first_read_done) {
     struct tr_clock_snapshot now;
     if (!(b && b->disable_clock_snapshotting)) {
-      rc = rc ? rc : push(&r->svc, tr_trace_writer_clock_snapshot(uid, &s->start_clocks, &p), &p);
+      rc = rc ? rc : push(&r->svc, tr_trace_writer_clock_snapshot(uid, &o->start_clocks, &p), &p);
       if (tr_clock_snapshot(&now) == 0)
         rc = rc ? rc : push(&r->svc, tr_trace_writer_clock_snapshot(uid, &now, &p), &p);
     }
-    rc = rc ? rc : push(&r->svc, tr_trace_writer_sync_marker(uid, tr_session_now(), &p), &p);
+    rc = rc ? rc : push(&r->svc, tr_trace_writer_sync_marker(uid, now_ns(), &p), &p);
     if (!(b && b->disable_trace_config))
-      rc = rc ? rc : push(&r->svc, tr_trace_writer_trace_config(uid, s->cfg, &p), &p);
+      rc = rc ? rc : push(&r->svc, tr_trace_writer_trace_config(uid, o->p.cfg, &p), &p);
     rc = rc ? rc
-            : push(&r->svc, tr_trace_writer_trace_uuid(uid, s->uuid_msb, s->uuid_lsb, &p), &p);
+            : push(&r->svc, tr_trace_writer_trace_uuid(uid, o->uuid_msb, o->uuid_lsb, &p), &p);
     if (!(b && b->disable_system_info)) {
-      rc = rc ? rc : push(&r->svc, tr_trace_writer_system_info(uid, s->svc->system_info, 0, &p), &p);
-      for (size_t h = 0; h < s->num_hosts && rc == 0; h++) {
-        const tr_host *host = s->hosts[h].host;
-        uint32_t mid = s->svc->timeline == TR_TIMELINE_MACHINES ? host->machine_id : 0;
-        if (!host->system_info || host_listed_before(s, h))
+      rc = rc ? rc : push(&r->svc, tr_trace_writer_system_info(uid, o->p.system_info, 0, &p), &p);
+      for (size_t h = 0; h < o->num_hosts && rc == 0; h++) {
+        const tr_host *host = o->hosts[h].host;
+        uint32_t mid = o->p.timeline == TR_TIMELINE_MACHINES ? host->machine_id : 0;
+        if (!host->system_info || host_listed_before(o, h))
           continue;
         rc = push(&r->svc, tr_trace_writer_system_info(uid, host->system_info, mid, &p), &p);
       }
     }
-    s->first_read_done = true;
+    o->first_read_done = true;
   }
   /* traced's order: lifecycle events, then remote_clock_sync. */
   if (rc == 0)
-    rc = add_events(s, &r->svc);
+    rc = add_events(o, &r->svc);
   if (rc == 0)
-    rc = add_host_marks(s, &r->svc);
-  if (rc == 0 && (rc = tr_packet_list_reserve(&r->svc, s->clock_journal.n)) == 0) {
-    for (size_t i = 0; i < s->clock_journal.n; i++)
-      tr_packet_list_push(&r->svc, s->clock_journal.items[i]);
-    s->clock_journal.n = 0; /* the bytes moved to the pass */
+    rc = add_host_marks(o, &r->svc);
+  if (rc == 0 && (rc = tr_packet_list_reserve(&r->svc, o->clock_journal.n)) == 0) {
+    for (size_t i = 0; i < o->clock_journal.n; i++)
+      tr_packet_list_push(&r->svc, o->clock_journal.items[i]);
+    o->clock_journal.n = 0; /* the bytes moved to the pass */
   }
-  return rc ? rc : add_clocks(s, &r->svc, r->final);
+  return rc ? rc : add_clocks(o, &r->svc, r->final);
 }
 
-static int build_tail(tr_session *s) {
-  tr_session_reader *r = &s->reader;
-  Perfetto__Protos__TraceStats *stats = NULL;
-  uint8_t *ext = NULL;
-  size_t ext_len = 0;
+static int build_tail(tr_trace_output *o) {
+  out_reader *r = &o->reader;
   tr_trace_writer_buf p;
   int rc;
 
   free_svc(r);
-  tr_session_add_event(s, TR_TW_READ_TRACING_BUFFERS_COMPLETED);
-  if ((rc = add_events(s, &r->svc)) != 0 || (rc = tr_packet_list_reserve(&r->svc, 1)) != 0)
+  tr_trace_output_add_event(o, TR_TW_READ_TRACING_BUFFERS_COMPLETED);
+  if ((rc = add_events(o, &r->svc)) != 0 || (rc = tr_packet_list_reserve(&r->svc, 1)) != 0)
     return rc;
-  if ((rc = tr_trace_output_stats(s, &stats, &ext, &ext_len)) != 0)
+  if ((rc = o->p.trace_stats(o->p.ud, now_ns(), &p)) != 0)
     return rc;
-  rc = tr_trace_writer_trace_stats(s->svc->uid, tr_session_now(), stats, ext, ext_len, &p);
-  tr_trace_output_free_stats(stats);
-  free(ext);
-  return push(&r->svc, rc, &p);
+  tr_packet_list_push(&r->svc, p);
+  return 0;
 }
 
-int tr_trace_output_begin(tr_session *s) {
+int tr_trace_output_begin(tr_trace_output *o) {
   int rc;
-  tr_trace_output_reset(s);
-  s->reader.active = true;
-  s->reader.final = s->state == TR_SESSION_STOPPED;
-  s->reader.phase = PHASE_HEAD;
-  if ((rc = build_head(s)) != 0)
-    tr_trace_output_reset(s);
+  tr_trace_output_reset(o);
+  o->reader.active = true;
+  o->reader.final = o->stopped;
+  o->reader.phase = PHASE_HEAD;
+  if ((rc = build_head(o)) != 0)
+    tr_trace_output_reset(o);
   return rc;
 }
 
-static int next_buffer_packet(tr_session *s, tr_output_packet *out) {
-  tr_session_reader *r = &s->reader;
-  for (; r->buffer < s->num_buffers; r->buffer++, r->host = 0) {
-    for (; r->host < s->num_hosts; r->host++) {
-      tr_session_host *sh = &s->hosts[r->host];
+static int next_buffer_packet(tr_trace_output *o, tr_output_packet *out) {
+  out_reader *r = &o->reader;
+  for (; r->buffer < o->num_buffers; r->buffer++, r->host = 0) {
+    for (; r->host < o->num_hosts; r->host++) {
+      out_host *sh = &o->hosts[r->host];
       tr_tbuf *b = sh->tbufs[r->buffer];
       tr_tbuf_packet pkt;
       tr_tbuf_trusted t;
       int rc;
-      if (!b || (!r->final && !tr_trace_output_host_anchored(s, r->host)))
+      if (!b || (!r->final && !tr_trace_output_host_anchored(o, r->host)))
         continue;
       rc = tr_tbuf_read_packet(b, r->final, &pkt);
       if (rc < 0)
@@ -434,13 +547,13 @@ static int next_buffer_packet(tr_session *s, tr_output_packet *out) {
       t.uid = pkt.uid;
       t.pid = pkt.pid;
       t.previous_packet_dropped = pkt.previous_packet_dropped;
-      t.machine_id = s->svc->timeline == TR_TIMELINE_MACHINES ? sh->host->machine_id : 0;
-      rc = tr_tbuf_seqids_get(s->seqids, (uint32_t)r->host, pkt.producer_id, pkt.writer_id,
+      t.machine_id = o->p.timeline == TR_TIMELINE_MACHINES ? sh->host->machine_id : 0;
+      rc = tr_tbuf_seqids_get(o->seqids, (uint32_t)r->host, pkt.producer_id, pkt.writer_id,
                               &t.sequence_id);
       if (rc < 0)
         return rc;
-      if (s->svc->timeline == TR_TIMELINE_GLOBAL_CLOCKS) {
-        rc = tr_timeline_packet(s, r->host, pkt.data, pkt.len, &t, out);
+      if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS) {
+        rc = tr_timeline_packet(o->timeline, r->host, sh->host, pkt.data, pkt.len, &t, out);
         return rc == 0 ? 2 : rc; /* 2: malformed, dropped and counted; read on */
       }
       out->data = pkt.data;
@@ -455,8 +568,8 @@ static int next_buffer_packet(tr_session *s, tr_output_packet *out) {
   return 0;
 }
 
-int tr_trace_output_next(tr_session *s, tr_output_packet *out) {
-  tr_session_reader *r = &s->reader;
+int tr_trace_output_next(tr_trace_output *o, tr_output_packet *out) {
+  out_reader *r = &o->reader;
   int rc;
   if (!r->active)
     return 0;
@@ -478,14 +591,14 @@ int tr_trace_output_next(tr_session *s, tr_output_packet *out) {
       r->phase = PHASE_BUFFERS;
       break;
     case PHASE_BUFFERS:
-      if (tr_timeline_pending(s, out))
+      if (tr_timeline_pending(o->timeline, out))
         return 1; /* a rewritten packet behind its ftrace anchor */
       do
-        rc = next_buffer_packet(s, out);
+        rc = next_buffer_packet(o, out);
       while (rc == 2);
       if (rc != 0)
         return rc;
-      if ((rc = build_tail(s)) != 0)
+      if ((rc = build_tail(o)) != 0)
         return rc;
       r->phase = PHASE_TAIL;
       break;
@@ -494,211 +607,6 @@ int tr_trace_output_next(tr_session *s, tr_output_packet *out) {
       return 0;
     }
   }
-}
-
-/* ---- stats ---- */
-
-void tr_trace_output_free_stats(Perfetto__Protos__TraceStats *stats) {
-  if (!stats)
-    return;
-  if (stats->n_buffer_stats)
-    free(stats->buffer_stats[0]);
-  free(stats->buffer_stats);
-  free(stats);
-}
-
-static void fill_buffer_stats(Perfetto__Protos__TraceStats__BufferStats *o,
-                              const tr_tbuf_stats *t) {
-  perfetto__protos__trace_stats__buffer_stats__init(o);
-#define SET(f)                                                                                    \
-  o->has_##f = 1;                                                                                 \
-  o->f = t->f
-  SET(buffer_size);
-  SET(bytes_written);
-  SET(bytes_overwritten);
-  SET(bytes_read);
-  SET(chunks_written);
-  SET(chunks_rewritten);
-  SET(chunks_overwritten);
-  SET(chunks_discarded);
-  SET(chunks_read);
-  SET(write_wrap_count);
-  SET(patches_succeeded);
-  SET(patches_failed);
-  SET(abi_violations);
-  SET(trace_writer_packet_loss);
-#undef SET
-}
-
-static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) {
-  const tr_session_host *sh = &s->hosts[hi];
-  const tr_host_stats *st = &sh->host->stats;
-  tr_service_fill_host_stats(h, sh->host, !sh->gone && !sh->retired);
-  /* The packets in the dropped chunks: for the accounting check, not in the live status. */
-  h->has_agent_queue_dropped_packets = h->has_agent_spill_dropped_packets = 1;
-  h->agent_queue_dropped_packets = st->agent_queue_dropped_packets;
-  h->agent_spill_dropped_packets = st->agent_spill_dropped_packets;
-  h->has_session_chunks_refused = 1;
-  h->session_chunks_refused = sh->chunks_refused;
-  h->has_session_flushes_missed = 1;
-  h->session_flushes_missed = sh->flushes_missed;
-  h->has_session_disconnects = 1;
-  h->session_disconnects = sh->disconnects;
-  h->has_session_agent_exits_unclean = 1;
-  h->session_agent_exits_unclean = sh->agent_exits_unclean;
-  h->has_session_stops_timed_out = 1;
-  h->session_stops_timed_out = sh->stops_timed_out;
-  h->has_session_smb_full = 1;
-  h->session_smb_full = st->agent_smb_full > sh->smb_full_at_start
-                            ? st->agent_smb_full - sh->smb_full_at_start
-                            : 0;
-  h->has_session_smb_full_ms = 1;
-  h->session_smb_full_ms = st->agent_smb_full_ns > sh->smb_full_ns_at_start
-                               ? (st->agent_smb_full_ns - sh->smb_full_ns_at_start + 999999u) /
-                                     1000000u /* rounded up: still an upper bound */
-                               : 0;
-  h->has_session_instances_not_started = 1;
-  for (size_t i = 0; i < s->num_instances; i++) {
-    const tr_ds_instance *in = &s->instances[i];
-    h->session_instances_not_started +=
-        in->host_index == hi && in->state != TR_DS_SETUP && !in->was_started;
-  }
-  h->n_session_disconnected_at_ns = sh->num_disconnected_at;
-  h->session_disconnected_at_ns = (uint64_t *)sh->disconnected_at;
-}
-
-static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {
-  Tracerelay__TraceStatsExtension x = TRACERELAY__TRACE_STATS_EXTENSION__INIT;
-  size_t nh = s->num_hosts;
-  Tracerelay__HostStats *hosts = calloc(nh + 1, sizeof *hosts);
-  Tracerelay__HostStats **ptrs = calloc(nh + 1, sizeof *ptrs);
-  uint32_t *idx = calloc(nh * s->num_buffers * 2 + 1, sizeof *idx);
-  int rc = TR_ERR_NOMEM;
-  uint32_t bs_index = 0;
-
-  if (!hosts || !ptrs || !idx)
-    goto out;
-  for (size_t h = 0; h < nh; h++) {
-    tracerelay__host_stats__init(&hosts[h]);
-    fill_host(&hosts[h], s, h);
-    hosts[h].has_session_packets_lost_in_gaps = 1;
-    for (size_t b = 0; b < s->num_buffers; b++) {
-      tr_tbuf_stats t;
-      if (s->hosts[h].tbufs[b]) {
-        tr_tbuf_get_stats(s->hosts[h].tbufs[b], &t);
-        hosts[h].session_packets_lost_in_gaps += t.packets_lost_in_gaps;
-      }
-    }
-    hosts[h].buffer_stats_index = idx + h * s->num_buffers * 2;
-    hosts[h].buffer_index = hosts[h].buffer_stats_index + s->num_buffers;
-    ptrs[h] = &hosts[h];
-  }
-  /* buffer_stats are buffer-major: walk them in that order to number them. */
-  for (size_t b = 0; b < s->num_buffers; b++)
-    for (size_t h = 0; h < nh; h++) {
-      if (!s->hosts[h].tbufs[b])
-        continue;
-      hosts[h].buffer_stats_index[hosts[h].n_buffer_stats_index++] = bs_index++;
-      hosts[h].buffer_index[hosts[h].n_buffer_index++] = (uint32_t)b;
-    }
-  x.n_tracerelay_hosts = nh;
-  x.tracerelay_hosts = ptrs;
-  x.has_tracerelay_chunks_unknown_buffer = 1;
-  x.tracerelay_chunks_unknown_buffer = s->svc->chunks_unknown_buffer;
-  const char *unmatched[TR_SESSION_MAX_UNMATCHED], *absent[TR_SESSION_MAX_UNMATCHED];
-  x.n_tracerelay_unmatched_data_sources =
-      tr_session_unmatched_data_sources(s, unmatched, TR_SESSION_MAX_UNMATCHED);
-  x.tracerelay_unmatched_data_sources = (char **)unmatched;
-  x.n_tracerelay_machines_not_connected =
-      tr_session_machines_not_connected(s, absent, TR_SESSION_MAX_UNMATCHED);
-  x.tracerelay_machines_not_connected = (char **)absent;
-  *ext_len = tracerelay__trace_stats_extension__get_packed_size(&x);
-  *ext = malloc(*ext_len + 1);
-  if (!*ext)
-    goto out;
-  tracerelay__trace_stats_extension__pack(&x, *ext);
-  rc = 0;
-out:
-  free(idx);
-  free(ptrs);
-  free(hosts);
-  return rc;
-}
-
-int tr_trace_output_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uint8_t **ext,
-                          size_t *ext_len) {
-  Perfetto__Protos__TraceStats *st = calloc(1, sizeof *st);
-  Perfetto__Protos__TraceStats__BufferStats *bs = NULL;
-  size_t n = 0, producers = 0, sources = 0;
-  uint64_t discarded = 0, patches_failed = 0, invalid = 0;
-
-  *out = NULL;
-  *ext = NULL;
-  if (!st)
-    return TR_ERR_NOMEM;
-  perfetto__protos__trace_stats__init(st);
-  bs = calloc(s->num_buffers * s->num_hosts + 1, sizeof *bs);
-  st->buffer_stats = calloc(s->num_buffers * s->num_hosts + 1, sizeof *st->buffer_stats);
-  if (!bs || !st->buffer_stats)
-    goto fail;
-  for (size_t b = 0; b < s->num_buffers; b++)
-    for (size_t h = 0; h < s->num_hosts; h++) {
-      tr_tbuf_stats t;
-      if (!s->hosts[h].tbufs[b])
-        continue;
-      tr_tbuf_get_stats(s->hosts[h].tbufs[b], &t);
-      fill_buffer_stats(&bs[n], &t);
-      st->buffer_stats[n] = &bs[n];
-      discarded += t.chunks_discarded;
-      patches_failed += t.patches_failed;
-      invalid += t.invalid_packets;
-      n++;
-    }
-  st->n_buffer_stats = n;
-  invalid += tr_timeline_invalid(s);
-  if (n == 0)
-    free(bs); /* free_stats frees buffer_stats[0] only when there is one */
-  bs = NULL;
-  for (size_t i = 0; i < s->svc->num_hosts; i++) {
-    const tr_host *host = s->svc->hosts[i];
-    for (size_t p = 0; p < host->num_producers; p++)
-      if (host->producers[p].connected) {
-        producers++;
-        sources += host->producers[p].num_data_sources;
-      }
-  }
-  st->has_producers_connected = 1;
-  st->producers_connected = (uint32_t)producers;
-  st->has_data_sources_registered = 1;
-  st->data_sources_registered = (uint32_t)sources;
-  st->has_tracing_sessions = 1;
-  st->tracing_sessions = (uint32_t)s->svc->num_sessions;
-  st->has_total_buffers = 1;
-  st->total_buffers = (uint32_t)n;
-  st->has_chunks_discarded = 1;
-  st->chunks_discarded = discarded;
-  st->has_patches_discarded = 1;
-  st->patches_discarded = patches_failed;
-  st->has_invalid_packets = 1;
-  st->invalid_packets = invalid;
-  st->has_flushes_requested = 1;
-  st->flushes_requested = s->flushes_requested;
-  st->has_flushes_succeeded = 1;
-  st->flushes_succeeded = s->flushes_succeeded;
-  st->has_flushes_failed = 1;
-  st->flushes_failed = s->flushes_failed;
-  if (s->final_flush_outcome) {
-    st->has_final_flush_outcome = 1;
-    st->final_flush_outcome = (Perfetto__Protos__TraceStats__FinalFlushOutcome)s->final_flush_outcome;
-  }
-  if (pack_extension(s, ext, ext_len) != 0)
-    goto fail;
-  *out = st;
-  return 0;
-fail:
-  free(bs);
-  tr_trace_output_free_stats(st);
-  return TR_ERR_NOMEM;
 }
 
 /* ---- write_into_file ---- */
@@ -717,40 +625,43 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
   return 0;
 }
 
-int tr_trace_output_write_file(tr_session *s) {
-  uint64_t max = s->cfg->max_file_size_bytes;
+/* One pass (final once stopped) into the file as `0x0A varint(len) packet` records. Returns
+ * 0, TR_ERR_FULL once max_file_size_bytes is reached (the session should stop), or
+ * TR_ERR_SYS(errno) if writing failed (logged). */
+static int write_file(tr_trace_output *o) {
+  uint64_t max = o->p.cfg->max_file_size_bytes;
   uint8_t *buf;
   size_t used = 0;
   tr_output_packet pkt;
   int rc;
 
-  if (s->out_fd < 0 || s->file_full)
-    return s->file_full ? TR_ERR_FULL : 0;
+  if (o->out_fd < 0 || o->file_full)
+    return o->file_full ? TR_ERR_FULL : 0;
   buf = malloc(FILE_CHUNK);
   if (!buf)
     return TR_ERR_NOMEM;
-  if ((rc = tr_trace_output_begin(s)) != 0)
+  if ((rc = tr_trace_output_begin(o)) != 0)
     goto out;
-  while ((rc = tr_trace_output_next(s, &pkt)) == 1) {
+  while ((rc = tr_trace_output_next(o, &pkt)) == 1) {
     uint8_t head[TR_TRACE_WRITER_RECORD_HEADER_MAX];
     size_t hl = tr_trace_writer_record_header(pkt.len + pkt.trusted_len, head);
     size_t rec = hl + pkt.len + pkt.trusted_len;
-    if (max && s->file_bytes + rec > max) {
+    if (max && o->file_bytes + rec > max) {
       TR_WARN(COMP, "session %llu: max_file_size_bytes %llu reached, stopping the session",
-              (unsigned long long)s->id, (unsigned long long)max);
-      s->file_full = true;
+              (unsigned long long)o->p.session_id, (unsigned long long)max);
+      o->file_full = true;
       rc = TR_ERR_FULL;
       break;
     }
     if (used + rec > FILE_CHUNK) {
-      if ((rc = write_all(s->out_fd, buf, used)) != 0)
+      if ((rc = write_all(o->out_fd, buf, used)) != 0)
         break;
       used = 0;
     }
     if (rec > FILE_CHUNK) {
-      if ((rc = write_all(s->out_fd, head, hl)) != 0 ||
-          (rc = write_all(s->out_fd, pkt.data, pkt.len)) != 0 ||
-          (rc = write_all(s->out_fd, pkt.trusted, pkt.trusted_len)) != 0)
+      if ((rc = write_all(o->out_fd, head, hl)) != 0 ||
+          (rc = write_all(o->out_fd, pkt.data, pkt.len)) != 0 ||
+          (rc = write_all(o->out_fd, pkt.trusted, pkt.trusted_len)) != 0)
         break;
     } else {
       memcpy(buf + used, head, hl);
@@ -758,18 +669,172 @@ int tr_trace_output_write_file(tr_session *s) {
       memcpy(buf + used + hl + pkt.len, pkt.trusted, pkt.trusted_len);
       used += rec;
     }
-    s->file_bytes += rec;
+    o->file_bytes += rec;
   }
   if (rc >= 0 || rc == TR_ERR_FULL) {
-    int wrc = write_all(s->out_fd, buf, used);
+    int wrc = write_all(o->out_fd, buf, used);
     if (wrc != 0)
       rc = wrc;
   }
   if (rc < 0 && rc != TR_ERR_FULL)
-    TR_ERROR(COMP, "session %llu: writing the trace file failed: %s", (unsigned long long)s->id,
-             tr_strerror(rc));
-  tr_trace_output_reset(s);
+    TR_ERROR(COMP, "session %llu: writing the trace file failed: %s",
+             (unsigned long long)o->p.session_id, tr_strerror(rc));
+  tr_trace_output_reset(o);
 out:
   free(buf);
   return rc < 0 ? rc : 0;
+}
+
+/* ---- lifecycle ---- */
+
+static int open_file(const Perfetto__Protos__TraceConfig *cfg, int output_fd, int *out,
+                     char *err, size_t err_len) {
+  *out = -1;
+  if (!cfg->write_into_file)
+    return 0;
+  if (cfg->output_path && cfg->output_path[0]) {
+    /* As traced: the service creates (or truncates) the file, readable by its owner only. */
+    int fd = open(cfg->output_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      int e = errno;
+      snprintf(err, err_len, "cannot open output_path %s: %s", cfg->output_path, strerror(e));
+      return TR_ERR_SYS(e);
+    }
+    *out = fd;
+    return 0;
+  }
+  if (output_fd < 0) {
+    snprintf(err, err_len, "write_into_file needs an output file: pass an fd with EnableTracing "
+                           "or set output_path");
+    return TR_ERR_CONFIG;
+  }
+  *out = output_fd;
+  return 0;
+}
+
+static void random_uuid(tr_trace_output *o) {
+  uint64_t r[2] = {0, 0};
+  if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+    r[0] = now_ns() ^ (uint64_t)getpid() << 32;
+    r[1] = o->p.session_id * 0x9e3779b97f4a7c15ull;
+  }
+  o->uuid_msb = (int64_t)r[0];
+  o->uuid_lsb = (int64_t)r[1];
+}
+
+static void on_timer_closed(uv_handle_t *h) {
+  tr_trace_output *o = h->data;
+  if (--o->timers_open == 0)
+    free(o);
+}
+
+static void init_timer(tr_trace_output *o, uv_timer_t *t) {
+  uv_timer_init(o->p.loop, t);
+  t->data = o;
+  o->timers_open++;
+}
+
+static void close_file(tr_trace_output *o) {
+  if (o->out_fd >= 0)
+    close(o->out_fd);
+  o->out_fd = -1;
+}
+
+int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace_output **out,
+                        char *err, size_t err_len) {
+  tr_trace_output *o = calloc(1, sizeof *o);
+  int rc = TR_ERR_NOMEM;
+
+  *out = NULL;
+  if (!o)
+    goto fail_fd;
+  o->p = *p;
+  o->num_buffers = p->cfg->n_buffers;
+  if ((rc = open_file(p->cfg, output_fd, &o->out_fd, err, err_len)) != 0)
+    goto fail; /* output_fd was not taken: closed below */
+  if (o->out_fd != output_fd && output_fd >= 0)
+    close(output_fd); /* output_path wins over a passed fd */
+  output_fd = -1;
+  if ((rc = tr_tbuf_seqids_new(TR_TRACE_OUTPUT_MAX_SEQUENCES, &o->seqids)) != 0)
+    goto fail;
+  random_uuid(o);
+  tr_clock_snapshot(&o->start_clocks);
+  o->timeline = tr_timeline_new(p->timeline, p->uid, o->seqids, start_ns(o));
+  if (!o->timeline) {
+    rc = TR_ERR_NOMEM;
+    goto fail;
+  }
+  init_timer(o, &o->write_timer);
+  init_timer(o, &o->clock_timer);
+  *out = o;
+  return 0;
+fail:
+  close_file(o);
+  tr_tbuf_seqids_free(o->seqids);
+  free(o);
+fail_fd:
+  if (output_fd >= 0)
+    close(output_fd);
+  return rc;
+}
+
+void tr_trace_output_free(tr_trace_output *o) {
+  close_file(o);
+  tr_trace_output_reset(o);
+  tr_packet_list_free(&o->clock_journal);
+  tr_timeline_free(o->timeline);
+  tr_tbuf_seqids_free(o->seqids);
+  free(o->hosts);
+  uv_close((uv_handle_t *)&o->write_timer, on_timer_closed);
+  uv_close((uv_handle_t *)&o->clock_timer, on_timer_closed);
+}
+
+int tr_trace_output_add_host(tr_trace_output *o, const tr_host *host, tr_tbuf *const *tbufs) {
+  out_host *n = realloc(o->hosts, (o->num_hosts + 1) * sizeof *n);
+  if (!n)
+    return TR_ERR_NOMEM;
+  o->hosts = n;
+  n = &o->hosts[o->num_hosts++];
+  memset(n, 0, sizeof *n);
+  n->host = host;
+  n->tbufs = tbufs;
+  return 0;
+}
+
+static void on_clock_journal(uv_timer_t *t) {
+  tr_trace_output *o = t->data;
+  if (tr_trace_output_journal_clocks(o) != 0)
+    TR_WARN(COMP, "session %llu: out of memory for the clock journal: the next read pass "
+            "exports the clocks instead", (unsigned long long)o->p.session_id);
+}
+
+static void on_write_period(uv_timer_t *t) {
+  tr_trace_output *o = t->data;
+  if (write_file(o) == TR_ERR_FULL)
+    o->p.on_file_full(o->p.ud);
+}
+
+void tr_trace_output_start_journal(tr_trace_output *o) {
+  uv_timer_start(&o->clock_timer, on_clock_journal, TR_CLOCK_JOURNAL_MS, TR_CLOCK_JOURNAL_MS);
+}
+
+void tr_trace_output_start_writes(tr_trace_output *o) {
+  uint64_t period = o->p.cfg->file_write_period_ms ? o->p.cfg->file_write_period_ms
+                                                   : DEFAULT_WRITE_PERIOD_MS;
+  if (o->out_fd >= 0)
+    uv_timer_start(&o->write_timer, on_write_period, period, period);
+}
+
+void tr_trace_output_stop(tr_trace_output *o) {
+  o->stopped = true;
+  uv_timer_stop(&o->write_timer);
+  uv_timer_stop(&o->clock_timer);
+  if (o->out_fd >= 0) {
+    write_file(o);
+    close_file(o);
+  }
+}
+
+uint64_t tr_trace_output_invalid_packets(const tr_trace_output *o) {
+  return tr_timeline_invalid(o->timeline);
 }

@@ -1,67 +1,123 @@
-/* trace_output.h: a session read out as trace packets (service/trace_output.c).
+/* trace_output.h: a session's read side (service/trace_output.c): what it turns into trace
+ * packets, and all it keeps to do so, behind one opaque tr_trace_output the session holds.
  *
  * One read pass yields, in order: the service's packets (on the first pass: clock snapshot,
  * sync marker, trace_config, trace_uuid, SystemInfo of the service machine then of each remote
  * host; on every pass: the service events since the last one, the hosts' link marks, the clock
- * journal and the clock packets since), then for each buffer and each
- * host the packets of that (buffer, host) central buffer with the trusted slice to append, then
- * read_tracing_buffers_completed and TraceStats. A pass is final once the session is stopped:
- * nothing stalls then and the buffers end empty. */
+ * journal and the clock packets since), then for each buffer and each host the packets of that
+ * (buffer, host) central buffer with the trusted slice to append, then
+ * read_tracing_buffers_completed and TraceStats. A pass is final once the session stopped
+ * (tr_trace_output_stop): nothing stalls then and the buffers end empty.
+ *
+ * The read side owns: the pass in progress, the service events and link marks not yet written,
+ * the clock journal, each host entry's clock bookkeeping (remote_clock_sync written so far, its
+ * clock anchor, its error bound track), the timeline state (service/timeline_output.h), the
+ * session's sequence ids, uuid and start clocks, and write_into_file: the file, its byte count
+ * and the timers of the clock journal and the periodic writes. It knows the session only through
+ * tr_trace_output_params: the session tells it of its host entries (tr_trace_output_add_host),
+ * its start and its stop; it asks the session for TraceStats through a callback. Everything
+ * runs on the service's loop. */
 #ifndef TR_TRACE_OUTPUT_H
 #define TR_TRACE_OUTPUT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
-#include "perfetto/common/trace_stats.pb-c.h"
-#include "relay/packet_trusted.h"
-#include "service/session.h"
+#include "perfetto/config/trace_config.pb-c.h"
+#include "relay/trace_buffer.h"
+#include "relay/trace_writer.h"
+#include "service/packet_list.h"
+#include "service/service.h"
+#include "service/timeline_output.h"
 
-typedef struct tr_output_packet {
-  const uint8_t *data; /* valid until the next tr_trace_output_next on this session */
-  size_t len;
-  uint8_t trusted[TR_TBUF_TRUSTED_MAX]; /* appended after data; empty for service packets */
-  size_t trusted_len;
-} tr_output_packet;
-
+#define TR_TRACE_OUTPUT_MAX_SEQUENCES (1u << 20)
+#define TR_TRACE_OUTPUT_MAX_EVENTS 64u
+#define TR_TRACE_OUTPUT_MAX_HOST_MARKS 64u /* pending between two read passes */
 
 /* The session's clock journal, run every TR_CLOCK_JOURNAL_MS while it runs: what a read pass
  * would write of the clocks (remote_clock_sync in `machines`, cross-host snapshots in
- * `global-clocks`, host clock snapshots in both) up to each host's present, into
- * s->clock_journal, which the next pass writes first. So the mapping of a session read only at
- * its end comes from the estimators as they were during it, not from what their bounded
- * histories still hold at the end. 0 or TR_ERR_NOMEM. */
+ * `global-clocks`, host clock snapshots in both) up to each host's present, kept for the next
+ * pass, which writes it first. So the mapping of a session read only at its end comes from the
+ * estimators as they were during it, not from what their bounded histories still hold at the
+ * end. */
 #define TR_CLOCK_JOURNAL_MS 1000
 /* Its bound: past this many packets per host of the session (about 55 min of a host at 20
  * edges a second, 5.5 min at 200 a second, 6 MB), every other packet of its older half is
  * dropped, and logged once. */
 #define TR_CLOCK_JOURNAL_PER_HOST 65536u
-int tr_trace_output_journal_clocks(tr_session *s);
 
-/* `machines`: whether the clock anchor of the session's host entry `index` (its machine's) is
- * written, after which trace_processor may see the host's ClockSnapshots and data; until then
- * a non-final pass leaves them for a later one (docs/timeline.md, `machines`). Always true in
- * `global-clocks`. */
-bool tr_trace_output_host_anchored(const tr_session *s, size_t index);
+typedef struct tr_trace_output tr_trace_output;
+
+/* A host's link going down or coming back during the session, written as an instant on the
+ * service's track ("host web-2 disconnected") at the next read pass. */
+enum tr_host_mark_kind { TR_MARK_DISCONNECTED, TR_MARK_RECONNECTED, TR_MARK_AGENT_RESTARTED };
+
+/* What the read side knows of its session. cfg, system_info and ud outlive the read side. */
+typedef struct tr_trace_output_params {
+  uv_loop_t *loop;
+  uint64_t session_id; /* for the log, and the uuid when the kernel gives no random bytes */
+  int32_t uid;         /* trusted_uid of the service's packets */
+  enum tr_timeline timeline;
+  const Perfetto__Protos__SystemInfo *system_info; /* the service machine's */
+  const Perfetto__Protos__TraceConfig *cfg;
+  /* The session's TraceStats at service BOOTTIME ts as a packet, for the tail of each pass:
+   * 0 or TR_ERR_NOMEM. */
+  int (*trace_stats)(void *ud, uint64_t ts, tr_trace_writer_buf *out);
+  /* A periodic write reached max_file_size_bytes: the session should stop. */
+  void (*on_file_full)(void *ud);
+  void *ud;
+} tr_trace_output_params;
+
+/* Makes the read side of a session (its uuid and start clocks taken now), with the session's
+ * output file when cfg asks for write_into_file: output_path created (or truncated) if set,
+ * else output_fd. output_fd is taken in every case (closed unless it is the file written).
+ * TR_ERR_CONFIG (err filled: write_into_file without a file), TR_ERR_SYS(errno) for
+ * output_path (err filled), TR_ERR_NOMEM. */
+int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace_output **out,
+                        char *err, size_t err_len);
+/* Drops every state and closes the file and the timers; the memory goes once they closed. */
+void tr_trace_output_free(tr_trace_output *o);
+
+/* The session's host entry `index` (entries are numbered in the order given, from 0): its
+ * host and its central buffers by buffer index, an array the session keeps (NULL entries:
+ * not made yet). 0 or TR_ERR_NOMEM. */
+int tr_trace_output_add_host(tr_trace_output *o, const tr_host *host, tr_tbuf *const *tbufs);
+
+/* The session started: the clock journal runs every TR_CLOCK_JOURNAL_MS. */
+void tr_trace_output_start_journal(tr_trace_output *o);
+/* Likewise the periodic writes into the file every file_write_period_ms (5 s if unset), when
+ * there is one. A write that reaches max_file_size_bytes calls on_file_full. */
+void tr_trace_output_start_writes(tr_trace_output *o);
+/* The session stopped: timers stopped, one final pass into the file (if any), which is then
+ * closed. Passes read afterwards are final. */
+void tr_trace_output_stop(tr_trace_output *o);
+
+/* A service event (tracing started, flush...) at the current time, written at the next pass.
+ * Periodic flushes get half the room between two passes, so the lifecycle events always fit. */
+void tr_trace_output_add_event(tr_trace_output *o, enum tr_trace_writer_event ev);
+/* A host's link change at the current time, written at the next pass. host outlives it. */
+void tr_trace_output_add_host_mark(tr_trace_output *o, const tr_host *host,
+                                   enum tr_host_mark_kind kind);
+
+/* The clock journal's run (normally from its timer): what a non-final pass would write of the
+ * clocks now. 0 or TR_ERR_NOMEM. */
+int tr_trace_output_journal_clocks(tr_trace_output *o);
+
+/* `machines`: whether the clock anchor of host entry `index` (its machine's) is written, after
+ * which trace_processor may see the host's ClockSnapshots and data; until then a non-final pass
+ * leaves them for a later one (docs/timeline.md, `machines`). Always true in `global-clocks`. */
+bool tr_trace_output_host_anchored(const tr_trace_output *o, size_t index);
 
 /* Starts a read pass (ends any unfinished one). 0, TR_ERR_NOMEM. */
-int tr_trace_output_begin(tr_session *s);
+int tr_trace_output_begin(tr_trace_output *o);
 /* The next packet of the pass: 1, 0 at its end, TR_ERR_NOMEM. */
-int tr_trace_output_next(tr_session *s, tr_output_packet *out);
+int tr_trace_output_next(tr_trace_output *o, tr_output_packet *out);
 /* Drops the pass state. */
-void tr_trace_output_reset(tr_session *s);
+void tr_trace_output_reset(tr_trace_output *o);
 
-/* TraceStats of the session (free with tr_trace_output_free_stats) and the bytes of our
- * per-host extension to append to its encoding (protos/tracerelay/tracerelay_stats.proto;
- * free with free()). */
-int tr_trace_output_stats(tr_session *s, Perfetto__Protos__TraceStats **stats, uint8_t **ext,
-                          size_t *ext_len);
-void tr_trace_output_free_stats(Perfetto__Protos__TraceStats *stats);
-
-/* write_into_file: one pass (final once the session stopped) into the session's file as
- * `0x0A varint(len) packet` records.
- * Returns 0, TR_ERR_FULL once max_file_size_bytes is reached (the session should stop), or
- * TR_ERR_SYS(errno) if writing failed (logged). */
-int tr_trace_output_write_file(tr_session *s);
+/* Host packets the `global-clocks` rewrite dropped as malformed (TraceStats.invalid_packets). */
+uint64_t tr_trace_output_invalid_packets(const tr_trace_output *o);
 
 #endif

@@ -1,0 +1,263 @@
+/* session_stats.c: a session's TraceStats (see session.h), which the tail of every read pass
+ * carries and GetTraceStats returns: per (buffer, host entry) central buffer stats, the
+ * session's flush counts, and our per-host extension (links, agents, the session's losses on
+ * each host, what the config matched nowhere).
+ *
+ * Layout (protos/tracerelay/tracerelay_stats.proto): TraceStats.buffer_stats has one entry
+ * per (buffer, host entry that received data), buffer-major; the extension field 1000 lists
+ * every host entry with its link/agent counters and which buffer_stats entries are its.
+ * Cost O(buffers x host entries + instances x host entries) per call. */
+#include <stdlib.h>
+
+#include "relay/tr_error.h"
+#include "service/session.h"
+#include "tracerelay/tracerelay_stats.pb-c.h"
+
+void tr_session_stats_fill_host(Tracerelay__HostStats *h, const tr_host *host, bool connected) {
+  const tr_host_stats *st = &host->stats;
+  h->machine_name = (char *)host->name;
+  h->has_machine_id = 1;
+  h->machine_id = host->machine_id;
+  h->has_connected = 1;
+  h->connected = connected;
+#define SET(f)                                                                                    \
+  h->has_##f = 1;                                                                                 \
+  h->f = st->f
+  SET(batches_received);
+  SET(batches_duplicate);
+  SET(chunks_received);
+  SET(bytes_received);
+  SET(link_lost_batches);
+  SET(link_lost_chunks);
+  SET(link_lost_bytes);
+  SET(agent_queue_dropped_chunks);
+  SET(agent_queue_dropped_bytes);
+  SET(agent_spill_dropped_chunks);
+  SET(agent_spill_dropped_bytes);
+  SET(agent_smb_full);
+  SET(agent_abi_violations);
+  SET(disconnects);
+  SET(flushes_missed);
+  SET(agent_exits_unclean);
+#undef SET
+  h->has_agent_smb_full_ms = 1;
+  h->agent_smb_full_ms = (st->agent_smb_full_ns + 999999u) / 1000000u; /* still an upper bound */
+}
+
+void tr_session_stats_free(Perfetto__Protos__TraceStats *stats) {
+  if (!stats)
+    return;
+  if (stats->n_buffer_stats)
+    free(stats->buffer_stats[0]);
+  free(stats->buffer_stats);
+  free(stats);
+}
+
+static void fill_buffer_stats(Perfetto__Protos__TraceStats__BufferStats *o,
+                              const tr_tbuf_stats *t) {
+  perfetto__protos__trace_stats__buffer_stats__init(o);
+#define SET(f)                                                                                    \
+  o->has_##f = 1;                                                                                 \
+  o->f = t->f
+  SET(buffer_size);
+  SET(bytes_written);
+  SET(bytes_overwritten);
+  SET(bytes_read);
+  SET(chunks_written);
+  SET(chunks_rewritten);
+  SET(chunks_overwritten);
+  SET(chunks_discarded);
+  SET(chunks_read);
+  SET(write_wrap_count);
+  SET(patches_succeeded);
+  SET(patches_failed);
+  SET(abi_violations);
+  SET(trace_writer_packet_loss);
+#undef SET
+}
+
+static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) {
+  const tr_session_host *sh = &s->hosts[hi];
+  const tr_host_stats *st = &sh->host->stats;
+  tr_session_stats_fill_host(h, sh->host, !sh->gone && !sh->retired);
+  /* The packets in the dropped chunks: for the accounting check, not in the live status. */
+  h->has_agent_queue_dropped_packets = h->has_agent_spill_dropped_packets = 1;
+  h->agent_queue_dropped_packets = st->agent_queue_dropped_packets;
+  h->agent_spill_dropped_packets = st->agent_spill_dropped_packets;
+  h->has_session_chunks_refused = 1;
+  h->session_chunks_refused = sh->chunks_refused;
+  h->has_session_flushes_missed = 1;
+  h->session_flushes_missed = tr_session_flush_missed(s, hi);
+  h->has_session_disconnects = 1;
+  h->session_disconnects = sh->disconnects;
+  h->has_session_agent_exits_unclean = 1;
+  h->session_agent_exits_unclean = sh->agent_exits_unclean;
+  h->has_session_stops_timed_out = 1;
+  h->session_stops_timed_out = sh->stops_timed_out;
+  h->has_session_smb_full = 1;
+  h->session_smb_full = st->agent_smb_full > sh->smb_full_at_start
+                            ? st->agent_smb_full - sh->smb_full_at_start
+                            : 0;
+  h->has_session_smb_full_ms = 1;
+  h->session_smb_full_ms = st->agent_smb_full_ns > sh->smb_full_ns_at_start
+                               ? (st->agent_smb_full_ns - sh->smb_full_ns_at_start + 999999u) /
+                                     1000000u /* rounded up: still an upper bound */
+                               : 0;
+  h->has_session_instances_not_started = 1;
+  for (size_t i = 0; i < s->num_instances; i++) {
+    const tr_ds_instance *in = &s->instances[i];
+    h->session_instances_not_started +=
+        in->host_index == hi && in->state != TR_DS_SETUP && !in->was_started;
+  }
+  h->n_session_disconnected_at_ns = sh->num_disconnected_at;
+  h->session_disconnected_at_ns = (uint64_t *)sh->disconnected_at;
+}
+
+static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {
+  Tracerelay__TraceStatsExtension x = TRACERELAY__TRACE_STATS_EXTENSION__INIT;
+  size_t nh = s->num_hosts;
+  Tracerelay__HostStats *hosts = calloc(nh + 1, sizeof *hosts);
+  Tracerelay__HostStats **ptrs = calloc(nh + 1, sizeof *ptrs);
+  uint32_t *idx = calloc(nh * s->num_buffers * 2 + 1, sizeof *idx);
+  int rc = TR_ERR_NOMEM;
+  uint32_t bs_index = 0;
+
+  if (!hosts || !ptrs || !idx)
+    goto out;
+  for (size_t h = 0; h < nh; h++) {
+    tracerelay__host_stats__init(&hosts[h]);
+    fill_host(&hosts[h], s, h);
+    hosts[h].has_session_packets_lost_in_gaps = 1;
+    for (size_t b = 0; b < s->num_buffers; b++) {
+      tr_tbuf_stats t;
+      if (s->hosts[h].tbufs[b]) {
+        tr_tbuf_get_stats(s->hosts[h].tbufs[b], &t);
+        hosts[h].session_packets_lost_in_gaps += t.packets_lost_in_gaps;
+      }
+    }
+    hosts[h].buffer_stats_index = idx + h * s->num_buffers * 2;
+    hosts[h].buffer_index = hosts[h].buffer_stats_index + s->num_buffers;
+    ptrs[h] = &hosts[h];
+  }
+  /* buffer_stats are buffer-major: walk them in that order to number them. */
+  for (size_t b = 0; b < s->num_buffers; b++)
+    for (size_t h = 0; h < nh; h++) {
+      if (!s->hosts[h].tbufs[b])
+        continue;
+      hosts[h].buffer_stats_index[hosts[h].n_buffer_stats_index++] = bs_index++;
+      hosts[h].buffer_index[hosts[h].n_buffer_index++] = (uint32_t)b;
+    }
+  x.n_tracerelay_hosts = nh;
+  x.tracerelay_hosts = ptrs;
+  x.has_tracerelay_chunks_unknown_buffer = 1;
+  x.tracerelay_chunks_unknown_buffer = s->svc->chunks_unknown_buffer;
+  const char *unmatched[TR_SESSION_MAX_UNMATCHED], *absent[TR_SESSION_MAX_UNMATCHED];
+  x.n_tracerelay_unmatched_data_sources =
+      tr_session_unmatched_data_sources(s, unmatched, TR_SESSION_MAX_UNMATCHED);
+  x.tracerelay_unmatched_data_sources = (char **)unmatched;
+  x.n_tracerelay_machines_not_connected =
+      tr_session_machines_not_connected(s, absent, TR_SESSION_MAX_UNMATCHED);
+  x.tracerelay_machines_not_connected = (char **)absent;
+  *ext_len = tracerelay__trace_stats_extension__get_packed_size(&x);
+  *ext = malloc(*ext_len + 1);
+  if (!*ext)
+    goto out;
+  tracerelay__trace_stats_extension__pack(&x, *ext);
+  rc = 0;
+out:
+  free(idx);
+  free(ptrs);
+  free(hosts);
+  return rc;
+}
+
+int tr_session_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uint8_t **ext,
+                     size_t *ext_len) {
+  Perfetto__Protos__TraceStats *st = calloc(1, sizeof *st);
+  Perfetto__Protos__TraceStats__BufferStats *bs = NULL;
+  size_t n = 0, producers = 0, sources = 0;
+  uint64_t discarded = 0, patches_failed = 0, invalid = 0;
+  struct tr_session_flush_counts flushes;
+
+  *out = NULL;
+  *ext = NULL;
+  if (!st)
+    return TR_ERR_NOMEM;
+  perfetto__protos__trace_stats__init(st);
+  bs = calloc(s->num_buffers * s->num_hosts + 1, sizeof *bs);
+  st->buffer_stats = calloc(s->num_buffers * s->num_hosts + 1, sizeof *st->buffer_stats);
+  if (!bs || !st->buffer_stats)
+    goto fail;
+  for (size_t b = 0; b < s->num_buffers; b++)
+    for (size_t h = 0; h < s->num_hosts; h++) {
+      tr_tbuf_stats t;
+      if (!s->hosts[h].tbufs[b])
+        continue;
+      tr_tbuf_get_stats(s->hosts[h].tbufs[b], &t);
+      fill_buffer_stats(&bs[n], &t);
+      st->buffer_stats[n] = &bs[n];
+      discarded += t.chunks_discarded;
+      patches_failed += t.patches_failed;
+      invalid += t.invalid_packets;
+      n++;
+    }
+  st->n_buffer_stats = n;
+  invalid += tr_trace_output_invalid_packets(s->output);
+  if (n == 0)
+    free(bs); /* free_stats frees buffer_stats[0] only when there is one */
+  bs = NULL;
+  for (size_t i = 0; i < s->svc->num_hosts; i++) {
+    const tr_host *host = s->svc->hosts[i];
+    for (size_t p = 0; p < host->num_producers; p++)
+      if (host->producers[p].connected) {
+        producers++;
+        sources += host->producers[p].num_data_sources;
+      }
+  }
+  st->has_producers_connected = 1;
+  st->producers_connected = (uint32_t)producers;
+  st->has_data_sources_registered = 1;
+  st->data_sources_registered = (uint32_t)sources;
+  st->has_tracing_sessions = 1;
+  st->tracing_sessions = (uint32_t)s->svc->num_sessions;
+  st->has_total_buffers = 1;
+  st->total_buffers = (uint32_t)n;
+  st->has_chunks_discarded = 1;
+  st->chunks_discarded = discarded;
+  st->has_patches_discarded = 1;
+  st->patches_discarded = patches_failed;
+  st->has_invalid_packets = 1;
+  st->invalid_packets = invalid;
+  tr_session_flush_counts(s, &flushes);
+  st->has_flushes_requested = 1;
+  st->flushes_requested = flushes.requested;
+  st->has_flushes_succeeded = 1;
+  st->flushes_succeeded = flushes.succeeded;
+  st->has_flushes_failed = 1;
+  st->flushes_failed = flushes.failed;
+  if (flushes.final_outcome) {
+    st->has_final_flush_outcome = 1;
+    st->final_flush_outcome = (Perfetto__Protos__TraceStats__FinalFlushOutcome)flushes.final_outcome;
+  }
+  if (pack_extension(s, ext, ext_len) != 0)
+    goto fail;
+  *out = st;
+  return 0;
+fail:
+  free(bs);
+  tr_session_stats_free(st);
+  return TR_ERR_NOMEM;
+}
+
+int tr_session_stats_packet(tr_session *s, uint64_t ts, tr_trace_writer_buf *out) {
+  Perfetto__Protos__TraceStats *stats = NULL;
+  uint8_t *ext = NULL;
+  size_t ext_len = 0;
+  int rc = tr_session_stats(s, &stats, &ext, &ext_len);
+  if (rc != 0)
+    return rc;
+  rc = tr_trace_writer_trace_stats(s->svc->uid, ts, stats, ext, ext_len, out);
+  tr_session_stats_free(stats);
+  free(ext);
+  return rc;
+}

@@ -1,0 +1,297 @@
+/* test_trace_output.c: a session's read side (service/trace_output.h) driven by fake inputs,
+ * without processes or a network: host entries with central buffers filled by hand, a fake
+ * TraceStats. Checks the order of a pass (head, then buffer-major and host-major host data,
+ * then the read-complete event and TraceStats), that a `machines` host without a clock anchor
+ * waits for one in a non-final pass and gets the session's start in the final one, and that
+ * the clock journal's thinning keeps it bounded and keeps the anchor. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay/tr_error.h"
+#include "service/trace_output.h"
+
+#define NUM_BUFFERS 2
+#define STATS_MARK 0x77 /* the fake TraceStats packet's one byte */
+
+/* One fake session: its config, host entries and central buffers, and what the read side
+ * asked of it. */
+struct fixture {
+  uv_loop_t loop;
+  Perfetto__Protos__TraceConfig cfg;
+  Perfetto__Protos__TraceConfig__BufferConfig buf_cfg[NUM_BUFFERS];
+  Perfetto__Protos__TraceConfig__BufferConfig *buf_ptrs[NUM_BUFFERS];
+  Perfetto__Protos__SystemInfo *system_info;
+  tr_host hosts[2];
+  tr_tbuf *tbufs[2][NUM_BUFFERS];
+  tr_trace_output *out;
+  int stats_calls;
+};
+
+/* One packet of a pass: its first bytes (trusted slice included) and lengths. */
+struct got {
+  uint8_t data[64];
+  size_t len;
+  size_t trusted_len;
+};
+
+static int fake_stats(void *ud, uint64_t ts, tr_trace_writer_buf *out) {
+  struct fixture *f = ud;
+  (void)ts;
+  f->stats_calls++;
+  out->data = malloc(1);
+  if (!out->data)
+    return TR_ERR_NOMEM;
+  out->data[0] = STATS_MARK;
+  out->len = 1;
+  return 0;
+}
+
+static void fake_file_full(void *ud) {
+  (void)ud;
+  fail_msg("no file is written in these tests");
+}
+
+static void setup(struct fixture *f, enum tr_timeline timeline) {
+  memset(f, 0, sizeof *f);
+  assert_int_equal(uv_loop_init(&f->loop), 0);
+  perfetto__protos__trace_config__init(&f->cfg);
+  for (size_t b = 0; b < NUM_BUFFERS; b++) {
+    perfetto__protos__trace_config__buffer_config__init(&f->buf_cfg[b]);
+    f->buf_ptrs[b] = &f->buf_cfg[b];
+  }
+  f->cfg.n_buffers = NUM_BUFFERS;
+  f->cfg.buffers = f->buf_ptrs;
+  assert_int_equal(tr_trace_writer_local_system_info(NULL, &f->system_info), 0);
+  tr_trace_output_params p = {.loop = &f->loop,
+                              .session_id = 1,
+                              .uid = 0,
+                              .timeline = timeline,
+                              .system_info = f->system_info,
+                              .cfg = &f->cfg,
+                              .trace_stats = fake_stats,
+                              .on_file_full = fake_file_full,
+                              .ud = f};
+  char err[128];
+  assert_int_equal(tr_trace_output_new(&p, -1, &f->out, err, sizeof err), 0);
+  for (size_t h = 0; h < 2; h++) {
+    snprintf(f->hosts[h].name, sizeof f->hosts[h].name, "host-%zu", h);
+    f->hosts[h].machine_id = 100 + (uint32_t)h;
+    for (size_t b = 0; b < NUM_BUFFERS; b++)
+      assert_int_equal(tr_tbuf_new(64 * 1024, TR_TBUF_RING_BUFFER, &f->tbufs[h][b]), 0);
+    assert_int_equal(tr_trace_output_add_host(f->out, &f->hosts[h], f->tbufs[h]), 0);
+  }
+}
+
+static void teardown(struct fixture *f) {
+  tr_trace_output_free(f->out);
+  assert_int_equal(uv_run(&f->loop, UV_RUN_DEFAULT), 0); /* its timers close */
+  assert_int_equal(uv_loop_close(&f->loop), 0);
+  for (size_t h = 0; h < 2; h++) {
+    for (size_t b = 0; b < NUM_BUFFERS; b++)
+      tr_tbuf_free(f->tbufs[h][b]);
+    tr_clocksync_free(f->hosts[h].clock);
+  }
+  perfetto__protos__system_info__free_unpacked(f->system_info, NULL);
+}
+
+/* One complete chunk holding one packet: timestamp = marker (field 8). */
+static void put_packet(tr_tbuf *b, uint32_t chunk_id, uint8_t marker) {
+  const uint8_t payload[] = {2, 0x40, marker}; /* one fragment of 2 bytes */
+  tr_tbuf_chunk c = {.producer_id = 1,
+                     .writer_id = 1,
+                     .chunk_id = chunk_id,
+                     .fragments = 1,
+                     .uid = 1000,
+                     .pid = 42,
+                     .payload = payload,
+                     .payload_len = sizeof payload};
+  assert_int_equal(tr_tbuf_write_chunk(b, &c), 0);
+}
+
+/* Reads one pass into got (at most cap packets); returns how many. */
+static size_t read_pass(struct fixture *f, struct got *got, size_t cap) {
+  tr_output_packet p;
+  size_t n = 0;
+  int rc;
+  assert_int_equal(tr_trace_output_begin(f->out), 0);
+  while ((rc = tr_trace_output_next(f->out, &p)) == 1) {
+    size_t head = p.len < sizeof got[n].data ? p.len : sizeof got[n].data;
+    size_t tail = p.trusted_len < sizeof got[n].data - head ? p.trusted_len
+                                                            : sizeof got[n].data - head;
+    assert_true(n < cap);
+    memset(got[n].data, 0, sizeof got[n].data);
+    memcpy(got[n].data, p.data, head);
+    memcpy(got[n].data + head, p.trusted, tail);
+    got[n].len = p.len;
+    got[n].trusted_len = p.trusted_len;
+    n++;
+  }
+  assert_int_equal(rc, 0);
+  tr_trace_output_reset(f->out);
+  return n;
+}
+
+static bool is_host_packet(const struct got *g) {
+  return g->trusted_len > 0;
+}
+
+/* The marker of a host packet written by put_packet. */
+static uint8_t marker_of(const struct got *g) {
+  assert_true(g->len >= 2 && g->data[0] == 0x40);
+  return g->data[1];
+}
+
+static void test_pass_order(void **state) {
+  static struct got got[64];
+  struct fixture f;
+  size_t n, first_host = 0, last_host = 0, host_packets = 0;
+  (void)state;
+  setup(&f, TR_TIMELINE_MACHINES);
+  /* Written out of order on purpose: the pass is buffer-major, then host by entry. */
+  put_packet(f.tbufs[1][0], 1, 2);
+  put_packet(f.tbufs[0][1], 1, 3);
+  put_packet(f.tbufs[0][0], 1, 1);
+  tr_trace_output_add_event(f.out, TR_TW_TRACING_STARTED);
+  tr_trace_output_add_host_mark(f.out, &f.hosts[1], TR_MARK_DISCONNECTED);
+
+  n = read_pass(&f, got, 64);
+  for (size_t i = 0; i < n; i++) {
+    if (!is_host_packet(&got[i]))
+      continue;
+    if (host_packets++ == 0)
+      first_host = i;
+    last_host = i;
+    assert_int_equal(marker_of(&got[i]), host_packets); /* 1, 2, 3 */
+  }
+  assert_int_equal(host_packets, 3);
+  assert_int_equal(last_host - first_host, 2); /* nothing between them */
+  /* Head: clock snapshots, sync marker, config, uuid, SystemInfo, the event, the host mark
+   * (service track, instant, host tracks, instant: 5), the anchors of both hosts. */
+  assert_true(first_host >= 12);
+  /* Tail: the read-complete event, then TraceStats last. */
+  assert_int_equal(n, last_host + 3);
+  assert_false(is_host_packet(&got[n - 2]));
+  assert_int_equal(got[n - 1].len, 1);
+  assert_int_equal(got[n - 1].data[0], STATS_MARK);
+  assert_int_equal(f.stats_calls, 1);
+
+  /* The next pass: no head again, no data left, the same tail. */
+  n = read_pass(&f, got, 64);
+  assert_int_equal(n, 2);
+  assert_int_equal(got[1].data[0], STATS_MARK);
+  assert_int_equal(f.stats_calls, 2);
+  teardown(&f);
+}
+
+static void test_unanchored_host_waits(void **state) {
+  static struct got got[64];
+  struct tr_clocksync_config cc;
+  struct fixture f;
+  size_t n, markers = 0;
+  (void)state;
+  setup(&f, TR_TIMELINE_MACHINES);
+  /* host-0 has an estimator that never had a probe: no exchange to anchor it yet. host-1 has
+   * none at all: it is anchored at the session's start at once. */
+  tr_clocksync_config_default(&cc);
+  assert_int_equal(tr_clocksync_init(&f.hosts[0].clock, &cc), 0);
+  put_packet(f.tbufs[0][0], 1, 1);
+  put_packet(f.tbufs[1][0], 1, 2);
+
+  n = read_pass(&f, got, 64);
+  for (size_t i = 0; i < n; i++)
+    if (is_host_packet(&got[i]))
+      assert_int_equal(marker_of(&got[i]), 2);
+  assert_false(tr_trace_output_host_anchored(f.out, 0));
+  assert_true(tr_trace_output_host_anchored(f.out, 1));
+
+  /* Stopped: the final pass anchors host-0 at the session's start and writes its data. */
+  tr_trace_output_stop(f.out);
+  n = read_pass(&f, got, 64);
+  for (size_t i = 0; i < n; i++)
+    if (is_host_packet(&got[i]))
+      assert_int_equal(marker_of(&got[i]), ++markers);
+  assert_int_equal(markers, 1);
+  assert_true(tr_trace_output_host_anchored(f.out, 0));
+  teardown(&f);
+}
+
+static void test_global_clocks_always_anchored(void **state) {
+  struct fixture f;
+  (void)state;
+  setup(&f, TR_TIMELINE_GLOBAL_CLOCKS);
+  assert_true(tr_trace_output_host_anchored(f.out, 0));
+  assert_true(tr_trace_output_host_anchored(f.out, 1));
+  teardown(&f);
+}
+
+/* Makes host h report TR_HOST_CLOCK_SNAPSHOTS new (identical) clock snapshots. */
+static void add_host_snapshots(tr_host *h) {
+  uint64_t now = 0;
+  tr_clock_read(TR_CLOCK_BOOTTIME, &now);
+  for (int i = 0; i < TR_HOST_CLOCK_SNAPSHOTS; i++) {
+    struct tr_host_clock_snapshot *e =
+        &h->clock_snapshots[h->clock_snapshots_taken++ % TR_HOST_CLOCK_SNAPSHOTS];
+    e->snap.n = 1;
+    e->snap.clocks[0] = (struct tr_clock_reading){TR_CLOCK_BOOTTIME, 12345};
+    e->received_ns = (int64_t)now;
+  }
+}
+
+static bool same(const struct got *a, const struct got *b) {
+  return a->len == b->len && a->trusted_len == b->trusted_len &&
+         memcmp(a->data, b->data, sizeof a->data) == 0;
+}
+
+static void test_journal_thinning_keeps_anchor(void **state) {
+  /* One host's snapshots past the journal's bound: thinned once, the anchor kept. */
+  const size_t runs = TR_CLOCK_JOURNAL_PER_HOST * 2 / TR_HOST_CLOCK_SNAPSHOTS + 2;
+  const size_t cap = TR_CLOCK_JOURNAL_PER_HOST * 2 + 256;
+  struct got *got = calloc(cap, sizeof *got);
+  struct fixture f;
+  size_t n, snapshots = 0, other = 0, first_snapshot = 0;
+  (void)state;
+  assert_non_null(got);
+  setup(&f, TR_TIMELINE_MACHINES);
+  for (size_t r = 0; r < runs; r++) {
+    add_host_snapshots(&f.hosts[0]);
+    assert_int_equal(tr_trace_output_journal_clocks(f.out), 0);
+  }
+  n = read_pass(&f, got, cap);
+  /* The host snapshots are all alike; find them by the first one, after the anchors. */
+  for (size_t i = 0; i + 1 < n && !first_snapshot; i++)
+    if (same(&got[i], &got[i + 1]))
+      first_snapshot = i;
+  assert_true(first_snapshot > 0);
+  for (size_t i = first_snapshot; i < n; i++) {
+    if (same(&got[i], &got[first_snapshot]))
+      snapshots++;
+    else
+      other++;
+  }
+  /* Written: runs x 64 snapshots; bounded at TR_CLOCK_JOURNAL_PER_HOST per host (2 here). */
+  assert_true(snapshots < runs * TR_HOST_CLOCK_SNAPSHOTS);
+  assert_true(snapshots <= TR_CLOCK_JOURNAL_PER_HOST * 2);
+  assert_true(snapshots > TR_CLOCK_JOURNAL_PER_HOST);
+  assert_int_equal(other, 2); /* the tail: read-complete event, TraceStats */
+  /* Both anchors are pinned: still there, just before the snapshots. */
+  assert_true(tr_trace_output_host_anchored(f.out, 0));
+  assert_true(tr_trace_output_host_anchored(f.out, 1));
+  teardown(&f);
+  free(got);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_pass_order),
+      cmocka_unit_test(test_unanchored_host_waits),
+      cmocka_unit_test(test_global_clocks_always_anchored),
+      cmocka_unit_test(test_journal_thinning_keeps_anchor),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,31 @@
+#!/bin/sh
+# service-deps.sh: the include graph between the modules of service/, as docs/architecture.md
+# describes it, and a check that it has no circle.
+#
+# A module is a header and the .c files that implement it: x.h is module x, and a .c file
+# belongs to the module of the first service/ header it includes (session_flush.c and
+# session_stats.c are the session's; service.c and main.c are the daemon's). Every other
+# service/ header a file includes is an edge from its module to that one.
+#
+# Usage: tools/service-deps.sh [SERVICE_DIR]
+# Prints the modules, those the others build on first; exits 1 and names the modules of a
+# circle (tsort's message) if there is one.
+set -eu
+dir=${1:-$(dirname "$0")/../service}
+edges=$(mktemp)
+trap 'rm -f "$edges"' EXIT
+included() {
+  grep -o '^#include "service/[a-z_]*\.h"' "$1" | sed 's|.*service/||; s|\.h"||'
+}
+for f in "$dir"/*.c "$dir"/*.h; do
+  case $f in
+  *.h) mod=$(basename "$f" .h) ;;
+  *) mod=$(included "$f" | head -n 1) ;;
+  esac
+  for dep in $(included "$f"); do
+    [ "$dep" = "$mod" ] || echo "$mod $dep"
+  done
+done | sort -u >"$edges"
+# tsort lists a module before those it includes; reversed, the base comes first.
+order=$(tsort "$edges") || exit 1
+echo "$order" | tac
