@@ -24,6 +24,7 @@ struct fixture {
   uv_loop_t loop;
   tr_chunkq queue;
   tr_batch_builder *builder;
+  tr_relay_codec codec; /* the receiving side's, to decode what was built */
   struct tr_built_batch built[16];
   size_t n_built;
 };
@@ -40,6 +41,7 @@ static int setup(void **state) {
   assert_int_equal(uv_loop_init(&f->loop), 0);
   tr_chunkq_init(&f->queue, 64u << 20);
   assert_int_equal(tr_batch_builder_new(&f->loop, &f->queue, on_built, f, &f->builder), 0);
+  assert_int_equal(tr_relay_codec_init(&f->codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, 0), 0);
   *state = f;
   return 0;
 }
@@ -51,6 +53,7 @@ static int teardown(void **state) {
     free(f->built[i].tally);
   }
   tr_batch_builder_free(f->builder);
+  tr_relay_codec_free(&f->codec);
   tr_chunkq_free(&f->queue);
   assert_int_equal(uv_loop_close(&f->loop), 0);
   free(f);
@@ -87,8 +90,8 @@ static struct tr_built_batch *build(struct fixture *f, uint64_t seq, bool compre
   return b;
 }
 
-/* The batch's items (decoded with a codec of our own); free with free_items. */
-static Tracerelay__RelayFrame *decode(const struct tr_built_batch *b, tr_relay_codec *codec,
+/* The batch's frame, and its items in *items (from *owned when it was compressed). */
+static Tracerelay__RelayFrame *decode(struct fixture *f, const struct tr_built_batch *b,
                                       Tracerelay__ChunkItems **owned,
                                       Tracerelay__ChunkItem ***items, size_t *n) {
   assert_true(b->len > TR_FRAME_HEADER);
@@ -97,7 +100,7 @@ static Tracerelay__RelayFrame *decode(const struct tr_built_batch *b, tr_relay_c
   assert_non_null(frame);
   assert_int_equal(frame->msg_case, TRACERELAY__RELAY_FRAME__MSG_CHUNK_BATCH);
   assert_int_equal(frame->chunk_batch->seq, b->seq);
-  assert_int_equal(tr_relay_batch_items(codec, frame->chunk_batch, owned, items, n), 0);
+  assert_int_equal(tr_relay_batch_items(&f->codec, frame->chunk_batch, owned, items, n), 0);
   return frame;
 }
 
@@ -119,12 +122,10 @@ static void test_every_kind_maps_to_its_item(void **state) {
   assert_int_equal(b->tally[0].chunks, 1);
   assert_int_equal(b->tally[0].bytes, PAYLOAD);
 
-  tr_relay_codec codec;
-  assert_int_equal(tr_relay_codec_init(&codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, 0), 0);
   Tracerelay__ChunkItems *owned;
   Tracerelay__ChunkItem **items;
   size_t n;
-  Tracerelay__RelayFrame *frame = decode(b, &codec, &owned, &items, &n);
+  Tracerelay__RelayFrame *frame = decode(f, b, &owned, &items, &n);
   assert_null(owned); /* raw: the frame lends its items */
   assert_int_equal(n, 3);
   const Tracerelay__Chunk *c = items[0]->chunk;
@@ -152,7 +153,6 @@ static void test_every_kind_maps_to_its_item(void **state) {
   assert_int_equal(items[2]->flush_ack->flush_request_id, 77);
   assert_int_equal(items[2]->flush_ack->producer_id, 5);
   tr_relay_frame_free(frame);
-  tr_relay_codec_free(&codec);
 }
 
 static void test_limit_cuts_batches_in_queue_order(void **state) {
@@ -164,8 +164,6 @@ static void test_limit_cuts_batches_in_queue_order(void **state) {
   size_t limit = 3 * tr_chunkq_entry_cost(PAYLOAD);
   uint32_t next_id = 1;
   uint64_t prev_qseq = 0;
-  tr_relay_codec codec;
-  assert_int_equal(tr_relay_codec_init(&codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, 0), 0);
   for (uint64_t seq = 1; tr_chunkq_peek(&f->queue) != NULL; seq++) {
     struct tr_built_batch *b = build(f, seq, seq % 2 == 0, limit);
     assert_true(b->entries >= 2 || tr_chunkq_peek(&f->queue) == NULL);
@@ -175,7 +173,7 @@ static void test_limit_cuts_batches_in_queue_order(void **state) {
     Tracerelay__ChunkItems *owned;
     Tracerelay__ChunkItem **items;
     size_t n;
-    Tracerelay__RelayFrame *frame = decode(b, &codec, &owned, &items, &n);
+    Tracerelay__RelayFrame *frame = decode(f, b, &owned, &items, &n);
     assert_int_equal(n, b->entries);
     for (size_t i = 0; i < n; i++)
       assert_int_equal(items[i]->chunk->chunk_id, next_id++);
@@ -187,7 +185,6 @@ static void test_limit_cuts_batches_in_queue_order(void **state) {
   /* A limit below one entry still takes one. */
   push_chunk(f, 1, 11, 1);
   assert_int_equal(build(f, 99, false, 1)->entries, 1);
-  tr_relay_codec_free(&codec);
 }
 
 static void test_compressed_batch_is_smaller_and_decodes(void **state) {
@@ -197,19 +194,16 @@ static void test_compressed_batch_is_smaller_and_decodes(void **state) {
   struct tr_built_batch *b = build(f, 1, true, 1u << 20);
   assert_int_equal(b->entries, 8);
   assert_true(b->len < 8 * PAYLOAD / 4); /* runs of one byte shrink a lot */
-  tr_relay_codec codec;
-  assert_int_equal(tr_relay_codec_init(&codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, 0), 0);
   Tracerelay__ChunkItems *owned;
   Tracerelay__ChunkItem **items;
   size_t n;
-  Tracerelay__RelayFrame *frame = decode(b, &codec, &owned, &items, &n);
+  Tracerelay__RelayFrame *frame = decode(f, b, &owned, &items, &n);
   assert_non_null(owned);
   assert_int_equal(n, 8);
   assert_int_equal(items[7]->chunk->payload.len, PAYLOAD);
   assert_int_equal(items[7]->chunk->payload.data[PAYLOAD / 2], 8);
   tr_relay_items_free(owned);
   tr_relay_frame_free(frame);
-  tr_relay_codec_free(&codec);
 }
 
 static void test_empty_queue_starts_nothing(void **state) {
