@@ -526,6 +526,8 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
   tr_producer_port_config pc = {
       .queue = &a->queue,
       .smb_size = opts->smb_bytes ? opts->smb_bytes : TR_AGENT_DEFAULT_SMB_BYTES,
+      .max_producers = opts->max_producers ? opts->max_producers : TR_AGENT_DEFAULT_MAX_PRODUCERS,
+      .max_producers_flag = "--max-producers",
       .cb = {.data = a,
              .producer_connected = on_producer_connected,
              .data_sources_changed = on_data_sources_changed,

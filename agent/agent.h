@@ -25,6 +25,10 @@
  * for the measurements behind it. */
 #define TR_AGENT_DEFAULT_SMB_KB 1024
 #define TR_AGENT_DEFAULT_SMB_BYTES ((uint32_t)TR_AGENT_DEFAULT_SMB_KB << 10)
+/* Producers connected at once, and the most --max-producers may set: what the service keeps
+ * per host (TR_HOSTS_MAX_PRODUCERS). */
+#define TR_AGENT_DEFAULT_MAX_PRODUCERS 1024
+#define TR_AGENT_MAX_PRODUCERS 4096
 
 typedef struct tr_agent tr_agent;
 
@@ -40,6 +44,7 @@ struct tr_agent_opts {
   size_t queue_bytes; /* chunk queue bound; 0: TR_AGENT_DEFAULT_QUEUE_BYTES */
   size_t spill_bytes; /* spill queue bound; 0: TR_RELAY_SPILL_DEFAULT */
   uint32_t smb_bytes; /* SMB of a producer without a size hint; 0: TR_AGENT_DEFAULT_SMB_BYTES */
+  size_t max_producers; /* producers connected at once; 0: TR_AGENT_DEFAULT_MAX_PRODUCERS */
   const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
   bool compress;
 };

@@ -20,6 +20,8 @@
 #define STRINGIFY_VALUE(x) STRINGIFY(x)
 #define STRINGIFY(x) #x
 #define SMB_DEFAULT_TEXT STRINGIFY_VALUE(TR_AGENT_DEFAULT_SMB_KB)
+#define MAX_PRODUCERS_DEFAULT_TEXT STRINGIFY_VALUE(TR_AGENT_DEFAULT_MAX_PRODUCERS)
+#define MAX_PRODUCERS_TEXT STRINGIFY_VALUE(TR_AGENT_MAX_PRODUCERS)
 
 static const char kHelp[] =
     "Usage: tracerelay-agent --service HOST:PORT --ca FILE --cert FILE --key FILE [options]\n"
@@ -56,6 +58,8 @@ static const char kHelp[] =
     "                         KiB (default " SMB_DEFAULT_TEXT "; a multiple of 32, at most 32768): what a\n"
     "                         producer can write while its chunks wait to be copied out. A\n"
     "                         producer's own size hint wins (up to 32 MiB).\n"
+    "  --max-producers N      producers connected at once (default " MAX_PRODUCERS_DEFAULT_TEXT ", at most\n"
+    "                         " MAX_PRODUCERS_TEXT "); one more is refused and logged, naming this flag.\n"
     "  --compress             compress batches with zstd when the service agrees (default).\n"
     "  --no-compress          send batches uncompressed (incompressible data, or scarce CPU).\n"
     "  --metrics-listen IPADDR:PORT\n"
@@ -89,7 +93,7 @@ static const char kHelp[] =
 
 enum { OPT_SERVICE = 256, OPT_SERVICE_NAME, OPT_CA, OPT_CERT, OPT_KEY, OPT_PRODUCER_SOCKET,
        OPT_QUEUE_MB, OPT_SPILL_MB, OPT_COMPRESS, OPT_NO_COMPRESS, OPT_FAKE_CLOCK,
-       OPT_MACHINE_NAME, OPT_SMB_KB, OPT_METRICS_LISTEN };
+       OPT_MACHINE_NAME, OPT_SMB_KB, OPT_METRICS_LISTEN, OPT_MAX_PRODUCERS };
 
 static int bad(const char *flag, const char *value) {
   return tr_daemon_bad_value(PROG, flag, value, NULL);
@@ -126,6 +130,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       {"queue-mb", required_argument, NULL, OPT_QUEUE_MB},
       {"spill-mb", required_argument, NULL, OPT_SPILL_MB},
       {"smb-kb", required_argument, NULL, OPT_SMB_KB},
+      {"max-producers", required_argument, NULL, OPT_MAX_PRODUCERS},
       {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
       {"compress", no_argument, NULL, OPT_COMPRESS},
       {"no-compress", no_argument, NULL, OPT_NO_COMPRESS},
@@ -177,6 +182,15 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
         return tr_daemon_bad_value(PROG, "--smb-kb", optarg,
                                    "give KiB, a multiple of 32 up to 32768, e.g. 1024");
       o->smb_bytes = (uint32_t)kb << 10;
+      break;
+    }
+    case OPT_MAX_PRODUCERS: {
+      char *end;
+      unsigned long n = strtoul(optarg, &end, 10);
+      if (*optarg == '\0' || *end != '\0' || n == 0 || n > TR_AGENT_MAX_PRODUCERS)
+        return tr_daemon_bad_value(PROG, "--max-producers", optarg,
+                                   "give a count from 1 to " MAX_PRODUCERS_TEXT);
+      o->max_producers = n;
       break;
     }
     case OPT_COMPRESS: o->compress = true; break;

@@ -555,16 +555,19 @@ static void on_backlog_idle(uv_idle_t *idle) {
 /* ---- accepting -------------------------------------------------------------------- */
 
 static void add_conn(tr_ipc_host *host, int fd) {
-  if (host->num_conns >= host->cfg.max_conns) {
-    TR_WARN(LOG_COMP, "%s: refused a connection: already %zu open", host->cfg.name,
-            host->num_conns);
-    goto fail_fd;
-  }
   struct ucred cred;
   socklen_t cred_len = sizeof cred;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
     TR_WARN(LOG_COMP, "%s: refused a connection: SO_PEERCRED: %s", host->cfg.name,
             strerror(errno));
+    goto fail_fd;
+  }
+  if (host->num_conns >= host->cfg.max_conns) {
+    TR_WARN(LOG_COMP, "%s: refused a connection from pid %d (uid %u): it serves at most %zu "
+            "connections at once%s%s%s", host->cfg.name, (int)cred.pid, (unsigned)cred.uid,
+            host->cfg.max_conns, host->cfg.max_conns_flag ? " (" : "",
+            host->cfg.max_conns_flag ? host->cfg.max_conns_flag : "",
+            host->cfg.max_conns_flag ? ")" : "");
     goto fail_fd;
   }
   tr_ipc_conn *conn = calloc(1, sizeof *conn);

@@ -75,6 +75,7 @@ typedef struct tr_ipc_host_config {
   tr_ipc_conn_cb on_disconnect;    /* optional */
   size_t max_out_bytes;            /* 0: TR_IPC_DEFAULT_MAX_OUT */
   size_t max_conns;                /* 0: TR_IPC_DEFAULT_MAX_CONNS; more are refused */
+  const char *max_conns_flag;      /* optional: the option that sets it, for the refusal's log */
   /* 0: the TR_IPC_DEFAULT_* values. A request awaits its final reply (has_more false) unless
    * it was sent with drop_reply. */
   unsigned bind_timeout_ms;        /* no BindService by then: closed */

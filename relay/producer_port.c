@@ -229,7 +229,7 @@ static const char *check_new_data_source(const pp_producer *p,
   if (pp_find_data_source(p, d->name) >= 0)
     return "data source already registered";
   if (p->num_data_sources >= TR_PRODUCER_PORT_MAX_DATA_SOURCES)
-    return "too many data sources";
+    return "too many data sources: at most 256 per producer";
   return NULL;
 }
 
@@ -605,7 +605,8 @@ int tr_producer_port_new(uv_loop_t *loop, const tr_producer_port_config *cfg,
                            .num_services = 1,
                            .on_connect = on_connect,
                            .on_disconnect = on_disconnect,
-                           .max_conns = cfg->max_producers};
+                           .max_conns = cfg->max_producers,
+                           .max_conns_flag = cfg->max_producers_flag};
   rc = tr_ipc_host_init(&port->host, loop, &hc);
   if (rc < 0)
     goto fail_timer;

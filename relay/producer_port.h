@@ -43,7 +43,7 @@
 #define TR_PRODUCER_PORT_DEFAULT_MODE 0666
 #define TR_PRODUCER_PORT_DEFAULT_STOP_TIMEOUT_MS 5000u /* traced's data_source_stop_timeout_ms */
 #define TR_PRODUCER_PORT_MAX_VIOLATIONS 64u
-#define TR_PRODUCER_PORT_MAX_DATA_SOURCES 256u /* per producer */
+#define TR_PRODUCER_PORT_MAX_DATA_SOURCES 256u /* per producer (its refusal names 256) */
 
 typedef struct tr_producer_port tr_producer_port;
 
@@ -94,6 +94,7 @@ typedef struct tr_producer_port_config {
   tr_chunkq *queue; /* owned by the caller; must outlive the port */
   tr_producer_port_callbacks cb;
   size_t max_producers; /* 0: TR_IPC_DEFAULT_MAX_CONNS */
+  const char *max_producers_flag; /* named when one more is refused (e.g. "--max-producers") */
   /* The SMB of a producer that gives no size hint (a producer's hint wins, within
    * tr_smb_choose_geometry's bounds); 0: TR_SMB_DEFAULT_SIZE, traced's. */
   uint32_t smb_size;

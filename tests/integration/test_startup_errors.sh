@@ -4,8 +4,9 @@
 # connection: the service given an agent's certificate (clientAuth only); a certificate file
 # that does not exist; a bad value in a config file (its file and line); an out-of-range port
 # (exit 2, as any bad flag); a warning for an agent certificate that is not valid yet; an
-# open-file limit too low for --max-agents (issue 14); and an agent past --max-agents refused
-# with a Goodbye that names the limit.
+# open-file limit too low for --max-agents (issue 14); an agent past --max-agents refused
+# with a Goodbye that names the limit; and a producer past the agent's --max-producers refused
+# with a log line that names it.
 # Usage: test_startup_errors.sh BIN_DIR
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -65,4 +66,23 @@ grep -q "already serves 1 agents, its --max-agents; host web-2 refused" "$W/agen
 grep -q "host web-2 refused: 1 agents are connected" "$W/svc.log" ||
   fail "the service did not log the refusal: $(cat "$W/svc.log")"
 echo "ok: --max-agents 1 refuses the second agent by name"
+# --max-producers 1: the agent refuses a second producer and its log names the flag (no
+# service needed: producers connect to the agent whether its link is up or not).
+"$BIN/tracerelay-agent" --service "127.0.0.1:9" --service-name svc --ca "$P/ca.crt" \
+  --producer-socket "$W/mp.sock" --cert "$P/agent-web-1.crt" --key "$P/agent-web-1.key" \
+  --max-producers 1 >"$W/agent-mp.log" 2>&1 &
+AGENT=$!
+trap 'kill $AGENT 2>/dev/null || true; rm -rf "$W"' EXIT
+for _ in $(seq 50); do [ -S "$W/mp.sock" ] && break; sleep 0.1; done
+"$BIN/tracerelay-loadgen" --socket "$W/mp.sock" --name first >"$W/lg1.log" 2>&1 &
+LG1=$!
+sleep 0.5
+rc=0
+timeout 5 "$BIN/tracerelay-loadgen" --socket "$W/mp.sock" --name second >"$W/lg2.log" 2>&1 || rc=$?
+kill $LG1 $AGENT 2>/dev/null || true
+wait 2>/dev/null || true
+[ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "the second producer was not refused (rc $rc)"
+grep -q "refused a connection from pid [0-9]* (uid [0-9]*): it serves at most 1 connections at once (--max-producers)" \
+  "$W/agent-mp.log" || fail "the agent did not log the refusal by name: $(cat "$W/agent-mp.log")"
+echo "ok: --max-producers 1 refuses the second producer, naming the flag"
 echo "PASS: test_startup_errors"
