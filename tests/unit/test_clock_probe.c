@@ -101,12 +101,18 @@ static void answer_all(unsigned n) {
       assert_int_equal(answer(&peers[i]), 1);
 }
 
+/* One peer, its first probe out (id 1). */
+static fake *first_probe(bool follow_up) {
+  fake *f = &peers[0];
+  add(f, follow_up);
+  tr_clock_probe_tick(&sched, now_ms, false);
+  return f;
+}
+
 static void test_exchange(void **state) {
   (void)state;
-  fake *f = &peers[0];
-  add(f, false);
-  f->kernel_t1 = (int64_t)START_MS * 1000000 + 7; /* the kernel's stamp came after the write */
-  tr_clock_probe_tick(&sched, now_ms, false);
+  peers[0].kernel_t1 = (int64_t)START_MS * 1000000 + 7; /* the stamp came after the write */
+  fake *f = first_probe(false);
   assert_int_equal(f->sends, 1);
   assert_int_equal(f->probe_id, 1);
   assert_int_equal(f->probe.state, TR_CLOCK_PROBE_SENT);
@@ -130,9 +136,7 @@ static void test_exchange(void **state) {
 
 static void test_follow_up(void **state) {
   (void)state;
-  fake *f = &peers[0];
-  add(f, true);
-  tr_clock_probe_tick(&sched, now_ms, false);
+  fake *f = first_probe(true);
   assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 1, 500, 600, 9000, now_ms), 1);
   assert_int_equal(f->probe.state, TR_CLOCK_PROBE_ANSWERED);
   assert_int_equal(f->done, 0);
@@ -199,9 +203,7 @@ static void test_stale_and_mismatched(void **state) {
 
 static void test_timeout(void **state) {
   (void)state;
-  fake *f = &peers[0];
-  add(f, true);
-  tr_clock_probe_tick(&sched, now_ms, false);
+  fake *f = first_probe(true);
   /* Still awaited one tick before the timeout: nothing new goes. */
   now_ms = START_MS + TR_CLOCK_PROBE_TIMEOUT_MS - 1;
   tr_clock_probe_tick(&sched, now_ms, false);
