@@ -31,7 +31,7 @@
  *   arrive on sockets of their own, stamped by the kernel, so they need no spacing).
  * - Fairness: when the budget runs out, the next tick starts at the first peer left waiting
  *   (round robin over the peers in a fixed cyclic order), so with more peers than the budget
- *   covers every peer's period stretches alike and none waits more than
+ *   covers every peer's period stretches alike: when all are due, each gets its probe within
  *   ceil(peers / budget) ticks.
  * - On demand (tr_clock_probe_request, before a flush or a start): a probe unless the peer's
  *   last one is younger than its session period (as fresh as the schedule keeps any).
@@ -74,7 +74,8 @@ struct tr_clock_probe_ops {
   int64_t (*sent_time)(void *data, int64_t t1);
   /* The peer's clock drift in ppm (its sign does not matter; 0 when unknown). */
   double (*drift_ppm)(void *data);
-  /* A completed exchange, t1/t4 on the service's clock, t2/t3 on the peer's. */
+  /* A completed exchange, t1/t4 on the service's clock, t2/t3 on the peer's; called before a
+   * wanted probe is sent. */
   void (*done)(void *data, uint64_t probe_id, const struct tr_clocksync_probe *ex);
 };
 
