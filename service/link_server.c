@@ -159,7 +159,9 @@ static void send_heartbeat(tr_link_peer *p, bool at_once) {
  * measure the queue. */
 static int probe_send(void *data, uint64_t probe_id, int64_t *t1) {
   tr_link_peer *p = data;
-  if (p->paused || p->closing || tr_tls_uv_queued(p->conn) > 0)
+  if (p->closing)
+    return TR_ERR_CLOSED;
+  if (p->paused || tr_tls_uv_queued(p->conn) > 0)
     return TR_ERR_AGAIN;
   /* A heartbeat right before the probe warms the kernel's sending path to the host, idle for
    * milliseconds between probes: a cold send took 7-17 us from the write to the driver against
