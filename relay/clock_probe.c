@@ -13,7 +13,8 @@
 
 #define TS_LIMIT (1ull << 62)
 
-void tr_clock_probe_sched_init(struct tr_clock_probe_sched *s, const struct tr_clock_probe_ops *ops) {
+void tr_clock_probe_sched_init(struct tr_clock_probe_sched *s,
+                               const struct tr_clock_probe_ops *ops) {
   *s = (struct tr_clock_probe_sched){.ops = ops};
 }
 

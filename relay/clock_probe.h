@@ -102,7 +102,8 @@ struct tr_clock_probe_sched {
   uint64_t last_tick_ms; /* when the budget was last refilled */
 };
 
-void tr_clock_probe_sched_init(struct tr_clock_probe_sched *s, const struct tr_clock_probe_ops *ops);
+void tr_clock_probe_sched_init(struct tr_clock_probe_sched *s,
+                               const struct tr_clock_probe_ops *ops);
 /* Starts probing a peer (after Welcome), its first probe due now, ahead of the others in the
  * walk. follow_up: its answers are completed by a ClockFollowUp. */
 void tr_clock_probe_add(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p, void *data,

@@ -86,7 +86,9 @@ static int setup(void **state) {
   return 0;
 }
 
-static void add(fake *f, bool follow_up) { tr_clock_probe_add(&sched, &f->probe, f, follow_up, now_ms); }
+static void add(fake *f, bool follow_up) {
+  tr_clock_probe_add(&sched, &f->probe, f, follow_up, now_ms);
+}
 
 /* The agent's answer to the probe in flight: t2/t3 a little after t1. */
 static int answer(fake *f) {
