@@ -5,11 +5,11 @@
  * or by the transport. What must outlive a connection (the batch sequence, held replies,
  * producers, the clock estimate) lives in the host table (hosts.c). One timer per server
  * drives heartbeats and clock probes for every peer: O(peers) every TICK_MS (TICK_SESSION_MS
- * while a session runs). */
+ * while a session runs). Who is probed when, and what an answer means, is relay/clock_probe.c;
+ * this file sends the probes and feeds the completed exchanges to the host's estimator. */
 #include "service/link_server.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +17,7 @@
 #include <sys/random.h>
 
 #include "relay/clock.h"
+#include "relay/clock_probe.h"
 #include "relay/clocksync.h"
 #include "relay/hostport.h"
 #include "relay/log.h"
@@ -27,16 +28,7 @@
 #include "relay/tr_error.h"
 
 #define TICK_MS 50
-#define TICK_SESSION_MS 5       /* while a session runs: the shortest probe period */
-#define PROBES_DENSE 10         /* after Welcome, this many probes... */
-#define PROBE_DENSE_MS 50       /* ...this far apart, */
-#define PROBE_PERIOD_MS 1000    /* then one a second; while a session runs, as often as it takes */
-#define PROBE_DRIFT_NS 1000.0   /* for the drift to move the clock at most this much between */
-#define PROBE_SESSION_MIN_MS 5  /* two probes, but this often at most */
-#define PROBE_SESSION_MAX_MS 1000 /* and at least (as between sessions) */
-#define PROBES_PER_MS 8         /* the probe budget over all agents: this many a millisecond, */
-#define PROBE_BUDGET_MAX 400    /* sent in a tick's burst, at most this many (50 ms worth) */
-#define PROBE_TIMEOUT_MS 2000   /* an unanswered probe is forgotten after this */
+#define TICK_SESSION_MS TR_CLOCK_PROBE_SESSION_MIN_MS /* while a session runs */
 
 struct tr_link_peer {
   tr_link_server *ls;
@@ -56,12 +48,7 @@ struct tr_link_peer {
   uint8_t *stash;
   size_t stash_len, stash_cap;
   int64_t t4;         /* BOOTTIME when the socket read being processed returned */
-  bool probe_out, probe_wanted;
-  bool probe_answered; /* the answer is here, its ClockFollowUp not yet */
-  uint64_t probe_id;
-  int64_t probe_t1, probe_t2, probe_t3, probe_t4;
-  uint64_t probe_sent_ms, next_probe_ms;
-  unsigned probes_sent;
+  struct tr_clock_probe_peer probe; /* scheduled from Welcome (with the feature) to closing */
 };
 
 struct tr_link_server {
@@ -76,9 +63,8 @@ struct tr_link_server {
   uint64_t hb_interval_ns, hb_timeout_ns;
   unsigned hello_timeout_ms;
   unsigned max_agents, connected; /* agents Welcomed now, and their bound */
-  uint64_t next_probe_id;
+  struct tr_clock_probe_sched probes;
   tr_relay_codec codec; /* decompresses every peer's batches */
-  uint64_t last_tick_ms; /* when the probe budget was last refilled */
   bool stopping;
   bool tick_closed;
 };
@@ -137,6 +123,7 @@ static void peer_close(tr_link_peer *p, Tracerelay__Goodbye__Reason reason, cons
 
 static void hang_up(tr_link_peer *p) {
   p->closing = true;
+  tr_clock_probe_remove(&p->ls->probes, &p->probe);
   tr_tls_uv_close(p->conn);
 }
 
@@ -166,56 +153,63 @@ static void send_heartbeat(tr_link_peer *p, bool at_once) {
   send_frame_stamped(p, &f, at_once ? &sent : NULL);
 }
 
-/* Sends a probe unless one is out or our output is not idle (a probe queued behind other
- * frames would only measure the queue); then it is wanted, and sent once the answer is in or
- * at a later tick. Returns whether it was sent. */
-static bool send_probe(tr_link_peer *p) {
-  if (p->probe_out || p->paused || p->closing || tr_tls_uv_queued(p->conn) > 0) {
-    p->probe_wanted = true;
-    return false;
-  }
-  p->probe_wanted = false;
+/* ---- clock probes: the transport's side of relay/clock_probe.h ---- */
+
+/* A probe goes only when our output is idle: one queued behind other frames would only
+ * measure the queue. */
+static int probe_send(void *data, uint64_t probe_id, int64_t *t1) {
+  tr_link_peer *p = data;
+  if (p->closing)
+    return TR_ERR_CLOSED;
+  if (p->paused || tr_tls_uv_queued(p->conn) > 0)
+    return TR_ERR_AGAIN;
   /* A heartbeat right before the probe warms the kernel's sending path to the host, idle for
    * milliseconds between probes: a cold send took 7-17 us from the write to the driver against
    * 3-5 us for the next one, and the probe's leg is then as short as the way back
    * (docs/timeline.md, Measured accuracy). */
   send_heartbeat(p, true);
   if (p->closing)
-    return false;
+    return TR_ERR_CLOSED;
   Tracerelay__ClockProbe probe = TRACERELAY__CLOCK_PROBE__INIT;
   probe.has_probe_id = probe.has_t1 = 1;
-  probe.probe_id = ++p->ls->next_probe_id;
+  probe.probe_id = probe_id;
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE;
   f.clock_probe = &probe;
   /* The exact t1 is taken once the frame is encrypted, right before the kernel takes it; this
    * earlier reading stands in when the bytes had to be queued (still a valid bound). */
-  p->probe_t1 = boottime();
-  probe.t1 = (uint64_t)p->probe_t1;
+  *t1 = boottime();
+  probe.t1 = (uint64_t)*t1;
   int64_t sent = 0;
-  if (send_frame_stamped(p, &f, &sent) < 0)
-    return false;
+  int rc = send_frame_stamped(p, &f, &sent);
+  if (rc < 0)
+    return rc;
   if (sent > 0)
-    p->probe_t1 = sent;
-  p->probe_out = true;
-  p->probe_answered = false;
-  p->probe_id = probe.probe_id;
-  p->probe_sent_ms = uv_now(p->ls->loop);
-  p->probes_sent++;
-  return true;
+    *t1 = sent;
+  return 0;
 }
 
-/* While a session runs: often enough that the host's drift moves its clock by at most
- * PROBE_DRIFT_NS between probes (5 ms at 200 ppm, 50 ms at 20 ppm, 1 s at 1 ppm or less), so
- * that in `machines` an edge is never older than 1 us of drift. Hosts whose clocks keep time
- * cost a probe a second, as between sessions: what lets one service probe a thousand. */
-static uint64_t session_probe_ms(const tr_host *host) {
-  double drift = host->clock ? fabs(tr_clocksync_drift_ppm(host->clock)) * 1e-6 : 0;
-  double ms = drift > 0 ? PROBE_DRIFT_NS / drift / 1e6 : PROBE_SESSION_MAX_MS;
-  return ms < PROBE_SESSION_MIN_MS   ? PROBE_SESSION_MIN_MS
-         : ms > PROBE_SESSION_MAX_MS ? PROBE_SESSION_MAX_MS
-                                     : (uint64_t)ms;
+static int64_t probe_sent_time(void *data, int64_t t1) {
+  tr_link_peer *p = data;
+  return tr_tls_uv_sent_time(p->conn, t1);
 }
+
+static double probe_drift_ppm(void *data) {
+  tr_link_peer *p = data;
+  return p->host->clock ? tr_clocksync_drift_ppm(p->host->clock) : 0;
+}
+
+static void probe_done(void *data, uint64_t probe_id, const struct tr_clocksync_probe *ex) {
+  tr_link_peer *p = data;
+  int rc = tr_clocksync_add_probe(p->host->clock, ex->t1, ex->t2, ex->t3, ex->t4);
+  TR_DEBUG("link", "host %s: clock probe %llu t1 %lld t2 %lld t3 %lld t4 %lld: %s",
+           p->host->name, (unsigned long long)probe_id, (long long)ex->t1, (long long)ex->t2,
+           (long long)ex->t3, (long long)ex->t4, rc < 0 ? tr_strerror(rc) : "used");
+}
+
+static const struct tr_clock_probe_ops probe_ops = {
+    .send = probe_send, .sent_time = probe_sent_time, .drift_ppm = probe_drift_ppm,
+    .done = probe_done};
 
 /* ---- frames from the agent ---- */
 
@@ -281,7 +275,9 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
     return;
   p->acked = tr_hosts_peer(host)->stored_seq;
   p->resyncing = tr_hosts_resync_begin(ls->hosts, host) == 0;
-  p->next_probe_ms = uv_now(ls->loop);
+  if (p->features & TR_RELAY_FEATURE_CLOCK_PROBES)
+    tr_clock_probe_add(&ls->probes, &p->probe, p, p->features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP,
+                       uv_now(ls->loop));
   TR_INFO("link", "host %s connected from %s (agent %016llx, features %#llx, resuming after "
           "batch %llu, %s)", host->name, tr_tls_uv_peer_address(p->conn),
           (unsigned long long)host->agent_instance_id, (unsigned long long)p->features,
@@ -344,47 +340,17 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
   tr_hosts_release_ordered(p->ls->hosts, host);
 }
 
-static void finish_probe(tr_link_peer *p) {
-  p->probe_out = p->probe_answered = false;
-  int rc = tr_clocksync_add_probe(p->host->clock, p->probe_t1, p->probe_t2, p->probe_t3,
-                                  p->probe_t4);
-  TR_DEBUG("link", "host %s: clock probe %llu t1 %lld t2 %lld t3 %lld t4 %lld: %s",
-           p->host->name, (unsigned long long)p->probe_id, (long long)p->probe_t1,
-           (long long)p->probe_t2, (long long)p->probe_t3, (long long)p->probe_t4,
-           rc < 0 ? tr_strerror(rc) : "used");
-  if (p->probe_wanted)
-    send_probe(p);
-}
-
 static void on_probe_answer(tr_link_peer *p, const Tracerelay__ClockProbe *a) {
-  if (!p->probe_out || p->probe_answered || a->probe_id != p->probe_id)
-    return; /* answered after we gave up on it */
-  if (a->t2 >= (1ull << 62) || a->t3 >= (1ull << 62)) {
+  if (tr_clock_probe_answer(&p->ls->probes, &p->probe, a->probe_id, a->t2, a->t3, p->t4,
+                            uv_now(p->ls->loop)) < 0)
     PROTO_ERROR(p, "clock probe answer with t2/t3 out of range");
-    return;
-  }
-  p->probe_t1 = tr_tls_uv_sent_time(p->conn, p->probe_t1); /* the kernel's, once there */
-  p->probe_t2 = (int64_t)a->t2;
-  p->probe_t3 = (int64_t)a->t3;
-  p->probe_t4 = p->t4;
-  if (p->features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)
-    p->probe_answered = true; /* the exact t3 follows */
-  else
-    finish_probe(p);
 }
 
 /* Two-step probes: the exact send time of the answer, when the agent had one. */
 static void on_probe_follow_up(tr_link_peer *p, const Tracerelay__ClockFollowUp *fu) {
-  if (!p->probe_out || !p->probe_answered || fu->probe_id != p->probe_id)
-    return;
-  if (fu->has_t3 && fu->t3 >= (1ull << 62)) {
+  if (tr_clock_probe_follow_up(&p->ls->probes, &p->probe, fu->probe_id, fu->has_t3, fu->t3,
+                               uv_now(p->ls->loop)) < 0)
     PROTO_ERROR(p, "clock follow-up with t3 out of range");
-    return;
-  }
-  /* The answer's t3 was read before encoding: the exact one can only be later. */
-  if (fu->has_t3 && (int64_t)fu->t3 >= p->probe_t3)
-    p->probe_t3 = (int64_t)fu->t3;
-  finish_probe(p);
 }
 
 static bool is_reannouncement(const Tracerelay__RelayFrame *f) {
@@ -611,6 +577,7 @@ static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
   if (p == NULL)
     return;
   tr_link_server *ls = p->ls;
+  tr_clock_probe_remove(&ls->probes, &p->probe); /* when the transport ended it */
   if (p->prev != NULL)
     p->prev->next = p->next;
   else
@@ -633,9 +600,8 @@ static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
 
 /* ---- timers: heartbeats and clock probes ---- */
 
-/* Returns true when a probe was due but the budget was spent. */
-static bool tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms, unsigned *budget) {
-  bool starved = false;
+/* Closes a peer whose agent went silent, or that never said Hello. */
+static void check_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
   if (tr_relay_heartbeat_dead(&p->hb, now_ns)) {
     if (p->paused) /* we stopped reading because the agent stopped reading */
       peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
@@ -644,67 +610,29 @@ static bool tick_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms, unsigne
     else
       peer_close(p, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED, "nothing received for %llu ms",
                  (unsigned long long)(p->hb.timeout_ns / 1000000));
-    return false;
-  }
-  if (p->host == NULL) {
-    /* Bytes that never make a Hello (a client that stalls after the handshake, or trickles
-     * a frame) must not hold a connection: heartbeats alone would let them. */
-    if (now_ms - p->connected_ms >= p->ls->hello_timeout_ms)
-      PROTO_ERROR(p, "no Hello within %u ms of the TLS handshake", p->ls->hello_timeout_ms);
-    return false; /* nothing may precede Welcome */
-  }
-  if (p->features & TR_RELAY_FEATURE_CLOCK_PROBES) {
-    if (p->probe_out && now_ms - p->probe_sent_ms >= PROBE_TIMEOUT_MS)
-      p->probe_out = p->probe_answered = false;
-    /* The period as of now: a session that just began shortens the wait at once. */
-    uint64_t period = p->probes_sent < PROBES_DENSE         ? PROBE_DENSE_MS
-                      : tr_service_has_sessions(p->ls->svc) ? session_probe_ms(p->host)
-                                                            : PROBE_PERIOD_MS;
-    bool due = now_ms >= p->next_probe_ms ||
-               (p->probes_sent > 0 && now_ms >= p->probe_sent_ms + period);
-    if (due && !p->probe_out && *budget == 0)
-      starved = true;
-    else if (due && !p->probe_out && send_probe(p)) {
-      --*budget;
-      p->next_probe_ms = now_ms + period;
-    }
-  }
-  if (!p->closing && tr_relay_heartbeat_due(&p->hb, now_ns))
-    send_heartbeat(p, false);
-  return starved;
-}
-
-/* Makes p the head of the peer list, keeping the cyclic order (tail is the last peer). */
-static void rotate_peers_to(tr_link_server *ls, tr_link_peer *p, tr_link_peer *tail) {
-  if (p == ls->peers)
     return;
-  p->prev->next = NULL;
-  tail->next = ls->peers;
-  ls->peers->prev = tail;
-  p->prev = NULL;
-  ls->peers = p;
+  }
+  /* Bytes that never make a Hello (a client that stalls after the handshake, or trickles a
+   * frame) must not hold a connection: heartbeats alone would let them. */
+  if (p->host == NULL && now_ms - p->connected_ms >= p->ls->hello_timeout_ms)
+    PROTO_ERROR(p, "no Hello within %u ms of the TLS handshake", p->ls->hello_timeout_ms);
 }
 
 static void on_tick(uv_timer_t *t) {
   tr_link_server *ls = t->data;
   uint64_t now_ns = uv_hrtime(), now_ms = uv_now(ls->loop);
-  uv_timer_set_repeat(&ls->tick, tr_service_has_sessions(ls->svc) ? TICK_SESSION_MS : TICK_MS);
-  /* The probes of the time since the last tick, sent in one burst. Their answers arrive on
-   * sockets of their own, each stamped by the kernel on arrival, so they need no spacing;
-   * the budget bounds what probing costs the service and the agents' links. When it runs
-   * out, the walk starts next time at the first peer it left waiting (round robin). */
-  uint64_t budget = (now_ms - ls->last_tick_ms) * PROBES_PER_MS;
-  unsigned left = budget > PROBE_BUDGET_MAX ? PROBE_BUDGET_MAX : (unsigned)budget;
-  ls->last_tick_ms = now_ms;
-  tr_link_peer *first_starved = NULL, *tail = NULL;
-  /* Closing a peer frees it later (on_close), so the list stays walkable. */
-  for (tr_link_peer *p = ls->peers; p != NULL; p = p->next) {
-    if (!p->closing && tick_peer(p, now_ns, now_ms, &left) && first_starved == NULL)
-      first_starved = p;
-    tail = p;
-  }
-  if (first_starved != NULL)
-    rotate_peers_to(ls, first_starved, tail);
+  bool session = tr_service_has_sessions(ls->svc);
+  uv_timer_set_repeat(&ls->tick, session ? TICK_SESSION_MS : TICK_MS);
+  /* Closing a peer frees it later (on_close), so the list stays walkable. The dead are closed
+   * before the probes go; heartbeats go after them, as a probe brings one of its own and one
+   * queued before it would hold it back. Nothing may precede Welcome. */
+  for (tr_link_peer *p = ls->peers; p != NULL; p = p->next)
+    if (!p->closing)
+      check_peer(p, now_ns, now_ms);
+  tr_clock_probe_tick(&ls->probes, now_ms, session);
+  for (tr_link_peer *p = ls->peers; p != NULL; p = p->next)
+    if (!p->closing && p->host != NULL && tr_relay_heartbeat_due(&p->hb, now_ns))
+      send_heartbeat(p, false);
 }
 
 /* ---- the public side ---- */
@@ -722,14 +650,8 @@ int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd) {
 
 void tr_host_probe_clock(tr_host *host) {
   tr_link_peer *p = host->link;
-  if (p == NULL || p->closing || !(p->features & TR_RELAY_FEATURE_CLOCK_PROBES))
-    return;
-  /* A probe younger than the host's session period is as fresh as the schedule keeps any:
-   * the drift moved its clock by at most 1 us since (flushes every 250 ms through 1,000 hosts
-   * sent 4,000 probes a second more, whatever the hosts' drift). */
-  if (p->probes_sent > 0 && uv_now(p->ls->loop) - p->probe_sent_ms < session_probe_ms(host))
-    return;
-  send_probe(p);
+  if (p != NULL)
+    tr_clock_probe_request(&p->ls->probes, &p->probe, uv_now(p->ls->loop));
 }
 
 void tr_link_server_disconnect(tr_host *host, const char *why) {
@@ -769,6 +691,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
     goto fail_hosts;
   ls->loop = loop;
   ls->svc = svc;
+  tr_clock_probe_sched_init(&ls->probes, &probe_ops);
   ls->features = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
   ls->max_agents = opts->max_agents ? opts->max_agents : TR_LINK_DEFAULT_MAX_AGENTS;
   ls->hb_interval_ns = opts->heartbeat_interval_ms * 1000000ull;
