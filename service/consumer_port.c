@@ -418,10 +418,9 @@ static void detach(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t 
     reply_fail(c, req);
     return;
   }
-  free(c->session->detach_key);
-  c->session->detach_key = strdup(r->key);
+  int rc = tr_session_set_detach_key(c->session, r->key);
   perfetto__protos__detach_request__free_unpacked(r, NULL);
-  if (!c->session->detach_key) {
+  if (rc != 0) {
     reply_fail(c, req);
     return;
   }
@@ -456,8 +455,7 @@ static void attach(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t 
     reply_fail(c, req);
     return;
   }
-  free(s->detach_key);
-  s->detach_key = NULL;
+  tr_session_set_detach_key(s, NULL);
   c->session = s;
   tr_session_set_observer(s, &observer, c);
   resp.trace_config = s->cfg;

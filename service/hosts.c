@@ -299,6 +299,29 @@ void tr_hosts_agent_stats(tr_host *h, const Tracerelay__AgentStats *s) {
   publish_counters(h);
 }
 
+void tr_hosts_count_flush_missed(tr_host *h) { h->stats.flushes_missed++; }
+
+/* ---- clock snapshots ---- */
+
+int tr_hosts_add_clock_snapshot(tr_host *h, const Tracerelay__HostClockSnapshot *m,
+                                int64_t received_ns) {
+  if (m->n_clocks == 0 || m->n_clocks > TR_CLOCK_SNAPSHOT_MAX)
+    return TR_ERR_PROTO;
+  struct tr_host_clock_snapshot *e =
+      &h->clock_snapshots[h->clock_snapshots_taken % TR_HOST_CLOCK_SNAPSHOTS];
+  struct tr_host_clock_snapshot n = {.received_ns = received_ns};
+  for (size_t i = 0; i < m->n_clocks; i++) {
+    const Tracerelay__HostClockSnapshot__Clock *c = m->clocks[i];
+    if (!c->has_clock_id || c->clock_id == 0 || c->clock_id >= 64 || !c->has_timestamp)
+      return TR_ERR_PROTO;
+    n.snap.clocks[i] = (struct tr_clock_reading){c->clock_id, c->timestamp};
+  }
+  n.snap.n = (uint32_t)m->n_clocks;
+  *e = n;
+  h->clock_snapshots_taken++;
+  return 0;
+}
+
 /* ---- frames held for their batches ---- */
 
 int tr_hosts_hold_ordered(tr_host *h, Tracerelay__RelayFrame *frame) {

@@ -1,9 +1,12 @@
 /* hosts.h: the service's host table: one tr_host per machine name, kept for the service's
  * whole life so that a host's stats, producers and clock estimate survive reconnects.
  *
- * Besides the public tr_host (service.h), each entry holds what only the link needs across
- * connections: the batch sequence bookkeeping of its agent instance (tr_relay_peer), the
- * AgentStats of earlier agent instances, and CommandReplies waiting for their batches.
+ * The fields of the public tr_host (service.h) are written here and read elsewhere; only the
+ * link server sets a host's link, connected_since_ns, agent_said_goodbye and its batch, chunk
+ * and disconnect counters itself. Besides the tr_host, each entry holds what only the link
+ * needs across connections: the batch sequence bookkeeping of its agent instance
+ * (tr_relay_peer), the AgentStats of earlier agent instances, and CommandReplies waiting for
+ * their batches.
  *
  * Producers: host->producers holds the producers the agent says are connected. A
  * ProducerUpdate is applied, then tr_service_on_producers_changed is called; a producer that
@@ -63,6 +66,15 @@ int tr_hosts_producer_update(tr_hosts *hs, tr_host *host, const Tracerelay__Prod
 /* AgentStats: the latest counters of the current agent instance, added to those of its
  * earlier instances in host->stats. */
 void tr_hosts_agent_stats(tr_host *host, const Tracerelay__AgentStats *stats);
+
+/* A flush the host did not answer in time (stats.flushes_missed). */
+void tr_hosts_count_flush_missed(tr_host *host);
+
+/* Keeps a HostClockSnapshot of the host's agent, received at service BOOTTIME received_ns, in
+ * host->clock_snapshots. TR_ERR_PROTO for an empty snapshot, more than TR_CLOCK_SNAPSHOT_MAX
+ * clocks, or ids outside 1..63 (service/timeline_output.c). */
+int tr_hosts_add_clock_snapshot(tr_host *host, const Tracerelay__HostClockSnapshot *snap,
+                                int64_t received_ns);
 
 /* Keeps a frame the agent ordered after its batches (ownership taken, freed with
  * tr_relay_frame_free) until the host's stored_seq reaches its after_seq: a CommandReply, or a

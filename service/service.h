@@ -118,9 +118,8 @@ void tr_service_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__F
 void tr_service_on_command_reply(tr_service *svc, tr_host *host,
                                  const Tracerelay__CommandReply *reply);
 
-/* A HostClockSnapshot from the host's agent: kept in host->clock_snapshots. TR_ERR_PROTO for
- * an empty snapshot, more than TR_CLOCK_SNAPSHOT_MAX clocks, or ids outside 1..63 (service/
- * timeline_output.c). */
+/* A HostClockSnapshot from the host's agent: kept in host->clock_snapshots
+ * (tr_hosts_add_clock_snapshot, whose errors it returns). */
 int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *snap);
 

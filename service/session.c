@@ -16,6 +16,7 @@
 #include "relay/log.h"
 #include "relay/pb_valid.h"
 #include "relay/tr_error.h"
+#include "service/hosts.h"
 
 #define COMP "session"
 #define FLUSH_FLAGS_PERIODIC 0x11u   /* reason periodic | initiator traced << 4 */
@@ -29,13 +30,18 @@ uint64_t tr_session_now(void) {
 
 /* ---- service state ---- */
 
+/* Upper bounds of the flush duration histogram, in seconds. */
+static const double kFlushBounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+                                      0.1,   0.2,   0.5,   1,    2,    5};
+
 int tr_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline) {
   memset(svc, 0, sizeof *svc);
   svc->loop = loop;
   svc->uid = (int32_t)getuid();
   svc->timeline = timeline;
   svc->next_buffer_id = 1;
-  tr_session_flush_histogram_init(&svc->flush_durations);
+  svc->flush_durations = (tr_prom_histogram){
+      .le = kFlushBounds, .n = sizeof kFlushBounds / sizeof kFlushBounds[0]};
   return tr_trace_writer_local_system_info(NULL, &svc->system_info);
 }
 
@@ -49,6 +55,12 @@ void tr_service_free(tr_service *svc) {
   if (svc->system_info)
     perfetto__protos__system_info__free_unpacked(svc->system_info, NULL);
   svc->system_info = NULL;
+}
+
+uint64_t tr_session_next_flush_id(tr_session *s) { return ++s->svc->next_flush_id; }
+
+void tr_session_observe_flush(tr_session *s, double seconds) {
+  tr_prom_histogram_observe(&s->svc->flush_durations, seconds);
 }
 
 /* ---- config ---- */
@@ -510,7 +522,7 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
     goto fail;
   rc = new_output(s, output_fd, err, err_len);
   output_fd = -1; /* taken */
-  if (rc != 0 || (rc = tr_session_flush_init(s)) != 0)
+  if (rc != 0 || (rc = tr_session_flush_new(&s->flushes)) != 0)
     goto fail;
   s->num_buffers = cfg->n_buffers;
   s->buffers = calloc(s->num_buffers, sizeof *s->buffers);
@@ -564,7 +576,7 @@ fail:
   if (s) {
     if (s->output)
       tr_trace_output_free(s->output);
-    tr_session_flush_free_all(s);
+    tr_session_flush_free(s->flushes);
     free(s->buffers);
     if (s->cfg)
       perfetto__protos__trace_config__free_unpacked(s->cfg, NULL);
@@ -663,6 +675,15 @@ void tr_session_set_observer(tr_session *s, const tr_session_observer *obs, void
   s->obs_ud = ud;
 }
 
+int tr_session_set_detach_key(tr_session *s, const char *key) {
+  char *copy = NULL;
+  if (key && !(copy = strdup(key)))
+    return TR_ERR_NOMEM;
+  free(s->detach_key);
+  s->detach_key = copy;
+  return 0;
+}
+
 void tr_session_forget(tr_session *s, void *ud) {
   if (s->obs_ud == ud) {
     memset(&s->obs, 0, sizeof s->obs);
@@ -679,7 +700,8 @@ void tr_session_free(tr_session *s) {
   for (size_t i = 0; i < s->num_instances; i++)
     stop_instance(s, &s->instances[i]);
   tr_session_end(s, NULL);
-  tr_session_flush_free_all(s);
+  tr_session_flush_free(s->flushes);
+  s->flushes = NULL;
   tr_trace_output_free(s->output);
   for (tr_session **p = &svc->sessions; *p; p = &(*p)->next)
     if (*p == s) {
@@ -816,21 +838,7 @@ void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t pr
 int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *m) {
   (void)svc;
-  if (m->n_clocks == 0 || m->n_clocks > TR_CLOCK_SNAPSHOT_MAX)
-    return TR_ERR_PROTO;
-  struct tr_host_clock_snapshot *e =
-      &host->clock_snapshots[host->clock_snapshots_taken % TR_HOST_CLOCK_SNAPSHOTS];
-  struct tr_host_clock_snapshot n = {.received_ns = (int64_t)tr_session_now()};
-  for (size_t i = 0; i < m->n_clocks; i++) {
-    const Tracerelay__HostClockSnapshot__Clock *c = m->clocks[i];
-    if (!c->has_clock_id || c->clock_id == 0 || c->clock_id >= 64 || !c->has_timestamp)
-      return TR_ERR_PROTO;
-    n.snap.clocks[i] = (struct tr_clock_reading){c->clock_id, c->timestamp};
-  }
-  n.snap.n = (uint32_t)m->n_clocks;
-  *e = n;
-  host->clock_snapshots_taken++;
-  return 0;
+  return tr_hosts_add_clock_snapshot(host, m, (int64_t)tr_session_now());
 }
 
 /* The session buffer with this global id, and its index. */

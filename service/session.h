@@ -37,6 +37,7 @@
 #define TR_SESSION_MIN_FILE_PERIOD_MS 100u
 #define TR_SESSION_MAX_DURATION_MS (7u * 24 * 3600 * 1000)
 
+/* Written by session.c alone (it makes it: tr_service_init); the other files read it. */
 struct tr_service {
   uv_loop_t *loop;
   int32_t uid;                             /* trusted_uid of the service's own packets */
@@ -53,7 +54,8 @@ struct tr_service {
   uint32_t next_buffer_id;
   uint64_t chunks_unknown_buffer;
   /* Flushes that waited for at least one producer: seconds from the request to the last ack
-   * or the timeout (session_flush.c; the metrics endpoint's tracerelay_flush_duration_seconds). */
+   * or the timeout (tr_session_observe_flush; the metrics endpoint's
+   * tracerelay_flush_duration_seconds). */
   tr_prom_histogram flush_durations;
 };
 
@@ -177,12 +179,13 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
  * answer in time. */
 void tr_session_flush_counts(const tr_session *s, struct tr_session_flush_counts *out);
 uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index);
-/* Empty, with the flush duration buckets (1 ms to 5 s). */
-void tr_session_flush_histogram_init(tr_prom_histogram *h);
 /* Drops the observer if it is ud's: the consumer is gone or detached. Pending flush
  * callbacks still run (with ok = false when the session is freed first). */
 void tr_session_forget(tr_session *s, void *ud);
 void tr_session_set_observer(tr_session *s, const tr_session_observer *obs, void *ud);
+/* DetachRequest's key (copied), under which an Attach finds the session; NULL clears it.
+ * 0 or TR_ERR_NOMEM (the key is then unchanged). */
+int tr_session_set_detach_key(tr_session *s, const char *key);
 /* Stops what still runs (without waiting) and frees the session once its timers closed. */
 void tr_session_free(tr_session *s);
 /* The session host entry for a host; NULL if the host never joined it. */
@@ -223,9 +226,14 @@ void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay_
 void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
 /* The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM), grown with each host
  * entry (likewise), and freed with it, after every flush still pending was told ok = false. */
-int tr_session_flush_init(tr_session *s);
+int tr_session_flush_new(tr_session_flushes **out);
 int tr_session_flush_add_host(tr_session *s);
-void tr_session_flush_free_all(tr_session *s);
+void tr_session_flush_free(tr_session_flushes *fl);
+/* The service-wide parts of a flush (session.c's): its id, unique over the service's life so
+ * that an ack names one flush, and its duration, from the request to the last ack or the
+ * timeout, for the service's flush duration histogram. */
+uint64_t tr_session_next_flush_id(tr_session *s);
+void tr_session_observe_flush(tr_session *s, double seconds);
 void tr_session_end(tr_session *s, const char *error);
 uint64_t tr_session_now(void);
 

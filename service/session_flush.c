@@ -10,12 +10,14 @@
  *
  * This file alone keeps the session's flush bookkeeping (tr_session.flushes): the flushes in
  * flight, the counts for TraceStats and each host entry's missed flushes. */
+#include "service/session.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "relay/log.h"
 #include "relay/tr_error.h"
-#include "service/session.h"
+#include "service/hosts.h"
 
 #define COMP "session"
 
@@ -48,14 +50,6 @@ struct tr_flush_op {
   uint64_t started_ns; /* uv_hrtime() when it was sent */
 };
 
-/* Upper bounds of the flush duration histogram, in seconds. */
-static const double kFlushBounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
-                                      0.1,   0.2,   0.5,   1,    2,    5};
-
-void tr_session_flush_histogram_init(tr_prom_histogram *h) {
-  *h = (tr_prom_histogram){.le = kFlushBounds, .n = sizeof kFlushBounds / sizeof kFlushBounds[0]};
-}
-
 static void on_flush_closed(uv_handle_t *h) {
   tr_flush_op *f = h->data;
   free(f->acks);
@@ -79,8 +73,7 @@ static void complete(tr_flush_op *f, bool ok) {
     return;
   f->done = true;
   if (f->num_acks > 0)
-    tr_prom_histogram_observe(&s->svc->flush_durations,
-                              (double)(uv_hrtime() - f->started_ns) / 1e9);
+    tr_session_observe_flush(s, (double)(uv_hrtime() - f->started_ns) / 1e9);
   ok = ok && !f->missed;
   uv_timer_stop(&f->timer);
   if (ok) {
@@ -120,7 +113,7 @@ static void count_missed(tr_flush_op *f, size_t only_host, bool all_hosts) {
       continue;
     f->missed = true;
     s->flushes->missed[hi]++;
-    s->hosts[hi].host->stats.flushes_missed++;
+    tr_hosts_count_flush_missed(s->hosts[hi].host);
     TR_WARN(COMP, "session %llu: flush %llu: host %s did not answer%s", (unsigned long long)s->id,
             (unsigned long long)f->id, s->hosts[hi].host->name,
             s->hosts[hi].gone ? " (disconnected)" : " within the timeout");
@@ -182,7 +175,7 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
     return TR_ERR_NOMEM;
   }
   f->s = s;
-  f->id = ++s->svc->next_flush_id;
+  f->id = tr_session_next_flush_id(s);
   f->cb = cb;
   f->ud = ud;
   f->started_ns = uv_hrtime();
@@ -248,9 +241,9 @@ void tr_session_flush_on_host_gone(tr_session *s, size_t host_index) {
   }
 }
 
-int tr_session_flush_init(tr_session *s) {
-  s->flushes = calloc(1, sizeof *s->flushes);
-  return s->flushes ? 0 : TR_ERR_NOMEM;
+int tr_session_flush_new(tr_session_flushes **out) {
+  *out = calloc(1, sizeof **out);
+  return *out ? 0 : TR_ERR_NOMEM;
 }
 
 /* Room for one more host entry; a failed call leaves the room as it was. */
@@ -277,18 +270,17 @@ uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index) {
   return s->flushes->missed[host_index];
 }
 
-void tr_session_flush_free_all(tr_session *s) {
-  if (!s->flushes)
+void tr_session_flush_free(tr_session_flushes *fl) {
+  if (!fl)
     return;
-  while (s->flushes->ops) {
-    tr_flush_op *f = s->flushes->ops;
+  while (fl->ops) {
+    tr_flush_op *f = fl->ops;
     f->done = true;
     uv_timer_stop(&f->timer);
     unlink_flush(f);
     if (f->cb)
       f->cb(f->ud, false); /* the caller learns its flush will never complete */
   }
-  free(s->flushes->missed);
-  free(s->flushes);
-  s->flushes = NULL;
+  free(fl->missed);
+  free(fl);
 }
