@@ -1,5 +1,5 @@
 /* fuzz_consumer_port.c: libFuzzer over every ConsumerPort request decoder and the EnableTracing
- * config validation (service/consumer_port.c, tr_consumer_check_request). Input: one byte
+ * config validation (service/consumer_port.c, tr_consumer_port_check_request). Input: one byte
  * choosing the method (1..15, taken modulo 15), then the serialised request (args_proto).
  * Seeds in fuzz/corpus/consumer_port/ are the requests of the real perfetto CLI and SDK. */
 #include <stddef.h>
@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
   unsigned method = 1u + data[0] % 15u;
-  if (tr_consumer_check_request(method, data + 1, size - 1) != 0 || method != 1)
+  if (tr_consumer_port_check_request(method, data + 1, size - 1) != 0 || method != 1)
     return 0;
   /* An accepted config is copied by re-encoding (session.c) and its data source configs are
    * forwarded to the agents: it must re-encode into bytes that decode again. */

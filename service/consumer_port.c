@@ -9,6 +9,7 @@
 #include "perfetto/ipc/consumer_port.pb-c.h"
 #include "relay/log.h"
 #include "relay/tr_error.h"
+#include "service/hosts.h"
 #include "service/status.h"
 #include "service/trace_output.h"
 
@@ -612,7 +613,7 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
       Perfetto__Protos__TracingServiceState__Producer pr =
           PERFETTO__PROTOS__TRACING_SERVICE_STATE__PRODUCER__INIT;
       Perfetto__Protos__TracingServiceState__Producer *prp = &pr;
-      if (!tr_host_producer_reachable(host, p))
+      if (!tr_hosts_producer_reachable(host, p))
         continue;
       producer_num++;
       perfetto__protos__tracing_service_state__init(&one);
@@ -648,7 +649,7 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
   for (size_t h = 0; h < svc->num_hosts && !sessions_only; h++) {
     uint8_t *bytes;
     size_t n;
-    if (tr_service_host_status(svc, svc->hosts[h], c->peer.uid, &bytes, &n) == 0)
+    if (tr_status_host(svc, svc->hosts[h], c->peer.uid, &bytes, &n) == 0)
       state_add_raw(&o, bytes, n);
     free(bytes);
   }
@@ -876,7 +877,7 @@ void tr_consumer_port_close(tr_consumer_port *port, tr_consumer_port_close_cb cb
 
 /* ---- request checks for the fuzz target ---- */
 
-int tr_consumer_check_request(unsigned method_id, const uint8_t *args, size_t len) {
+int tr_consumer_port_check_request(unsigned method_id, const uint8_t *args, size_t len) {
   static const ProtobufCMessageDescriptor *const descs[] = {
       &perfetto__protos__enable_tracing_request__descriptor,
       &perfetto__protos__disable_tracing_request__descriptor,

@@ -57,6 +57,6 @@ void tr_consumer_port_close(tr_consumer_port *port, tr_consumer_port_close_cb cb
 
 /* The request decoders, exposed for the fuzz target: decode args as method `method_id`
  * (1..15) and validate what the handler would. 0 or TR_ERR_DECODE / TR_ERR_CONFIG. */
-int tr_consumer_check_request(unsigned method_id, const uint8_t *args, size_t len);
+int tr_consumer_port_check_request(unsigned method_id, const uint8_t *args, size_t len);
 
 #endif

@@ -43,6 +43,13 @@ tr_host *tr_hosts_find(const tr_hosts *hs, const char *name);
  * machine name (tr_tls_valid_machine_name). TR_ERR_INVAL or TR_ERR_NOMEM. */
 int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out);
 
+/* Whether host's producer i can be reached now: connected to its agent, and the agent's link
+ * up. What status and QueryServiceState list; a link that drops keeps the producers for the
+ * sessions (they carry on when it comes back) but shows none while it is down. */
+static inline bool tr_hosts_producer_reachable(const tr_host *host, size_t i) {
+  return host->link != NULL && host->producers[i].connected;
+}
+
 /* The host's batch sequence bookkeeping, over all its agent instances. */
 tr_relay_peer *tr_hosts_peer(tr_host *host);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "relay/clock.h"
+#include "service/hosts.h"
 #include "service/status.h"
 
 /* One host's figures for one scrape. */
@@ -167,7 +168,7 @@ static void service_gauge(tr_prom_text *t, const char *name, const char *type, c
   tr_prom_sample(t, name, NULL, v);
 }
 
-void tr_service_metrics(const tr_service *svc, tr_prom_text *t) {
+void tr_metrics_write(const tr_service *svc, tr_prom_text *t) {
   struct host_figures *figs = calloc(svc->num_hosts + 1, sizeof *figs);
   if (!figs) {
     t->failed = true;
@@ -181,10 +182,10 @@ void tr_service_metrics(const tr_service *svc, tr_prom_text *t) {
     f->host = svc->hosts[i];
     up += f->host->link != NULL;
     for (size_t p = 0; p < f->host->num_producers; p++)
-      f->producers += tr_host_producer_reachable(f->host, p);
-    f->clock_synced = tr_service_host_clock(f->host, boot_now, &f->clock);
+      f->producers += tr_hosts_producer_reachable(f->host, p);
+    f->clock_synced = tr_status_host_clock(f->host, boot_now, &f->clock);
     for (const tr_session *s = svc->sessions; s; s = s->next)
-      tr_service_add_buffer_losses(s, f->host, &f->buffers);
+      tr_status_add_buffer_losses(s, f->host, &f->buffers);
   }
   service_gauge(t, "tracerelay_service_hosts_connected", "gauge", "agents connected now",
                 (double)up);

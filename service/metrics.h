@@ -6,6 +6,6 @@
 #include "service/service.h"
 
 /* Writes every metric of svc (docs/operations.md, "Metrics") into t. */
-void tr_service_metrics(const tr_service *svc, tr_prom_text *t);
+void tr_metrics_write(const tr_service *svc, tr_prom_text *t);
 
 #endif

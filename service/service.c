@@ -99,7 +99,7 @@ static int make_parent_dir(const char *path) {
 static void close_all(tr_service_daemon *d);
 
 static void render_metrics(void *data, tr_prom_text *t) {
-  tr_service_metrics(&((tr_service_daemon *)data)->svc, t);
+  tr_metrics_write(&((tr_service_daemon *)data)->svc, t);
 }
 
 /* Ready once both listeners are open (start succeeded), until the shutdown. */
@@ -109,7 +109,7 @@ static const char *not_ready(void *data) {
 
 static void finish(tr_service_daemon *d) {
   if (d->svc_ready) {
-    tr_service_free(&d->svc);
+    tr_session_service_free(&d->svc);
     d->svc_ready = false;
   }
   if (d->link) {
@@ -158,7 +158,7 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   if (!d)
     return TR_ERR_NOMEM;
   d->loop = loop;
-  if ((rc = tr_service_init(&d->svc, loop, o->timeline)) != 0) {
+  if ((rc = tr_session_service_init(&d->svc, loop, o->timeline)) != 0) {
     TR_ERROR(COMP, "cannot read this machine's system info: %s", tr_strerror(rc));
     free(d);
     return rc;

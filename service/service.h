@@ -99,13 +99,6 @@ struct tr_host {
   tr_host *next;
 };
 
-/* Whether host's producer i can be reached now: connected to its agent, and the agent's link
- * up. What status and QueryServiceState list; a link that drops keeps the producers for the
- * sessions (they carry on when it comes back) but shows none while it is down. */
-static inline bool tr_host_producer_reachable(const tr_host *host, size_t i) {
-  return host->link != NULL && host->producers[i].connected;
-}
-
 /* Upward calls, made by link_server.c, implemented in session.c. Each is safe to call
  * at any time; a call for a host or producer no session uses is a no-op. */
 void tr_service_on_host_connected(tr_service *svc, tr_host *host);

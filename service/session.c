@@ -34,7 +34,7 @@ uint64_t tr_session_now(void) {
 static const double kFlushBounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
                                       0.1,   0.2,   0.5,   1,    2,    5};
 
-int tr_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline) {
+int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline) {
   memset(svc, 0, sizeof *svc);
   svc->loop = loop;
   svc->uid = (int32_t)getuid();
@@ -45,7 +45,7 @@ int tr_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline)
   return tr_trace_writer_local_system_info(NULL, &svc->system_info);
 }
 
-void tr_service_free(tr_service *svc) {
+void tr_session_service_free(tr_service *svc) {
   while (svc->sessions) {
     tr_session *s = svc->sessions;
     tr_session_free(s);
@@ -564,7 +564,7 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
     }
     match_host(s, hi);
   }
-  tr_session_log_unmatched(s);
+  tr_session_unmatched_log(s);
   if (s->state == TR_SESSION_STARTED) {
     tr_session_add_event(s, TR_TW_TRACING_STARTED);
     start_timers(s);

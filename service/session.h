@@ -37,7 +37,7 @@
 #define TR_SESSION_MIN_FILE_PERIOD_MS 100u
 #define TR_SESSION_MAX_DURATION_MS (7u * 24 * 3600 * 1000)
 
-/* Written by session.c alone (it makes it: tr_service_init); the other files read it. */
+/* Written by session.c alone (it makes it: tr_session_service_init); the other files read it. */
 struct tr_service {
   uv_loop_t *loop;
   int32_t uid;                             /* trusted_uid of the service's own packets */
@@ -150,9 +150,9 @@ struct tr_session {
   bool freeing;
 };
 
-/* Service state: loop, own uid and SystemInfo. tr_service_free frees sessions too. */
-int tr_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline);
-void tr_service_free(tr_service *svc);
+/* Service state: loop, own uid and SystemInfo. tr_session_service_free frees sessions too. */
+int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline);
+void tr_session_service_free(tr_service *svc);
 
 /* Checks a TraceConfig: 1..128 buffers with sizes the central buffer takes, at least one data
  * source with a name, target_buffer in range, filters that compile, periods in range. On error
@@ -196,9 +196,9 @@ tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t
  * machine_name_filter that no host of the session has. */
 #define TR_SESSION_MAX_UNMATCHED 64
 size_t tr_session_unmatched_data_sources(const tr_session *s, const char **out, size_t cap);
-size_t tr_session_machines_not_connected(const tr_session *s, const char **out, size_t cap);
+size_t tr_session_unmatched_machines(const tr_session *s, const char **out, size_t cap);
 /* Logs both as warnings (at the session's start). */
-void tr_session_log_unmatched(const tr_session *s);
+void tr_session_unmatched_log(const tr_session *s);
 
 /* The session's TraceStats (session_stats.c; free with tr_session_stats_free) and the bytes of
  * our per-host extension to append to its encoding (protos/tracerelay/tracerelay_stats.proto;

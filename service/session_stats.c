@@ -156,7 +156,7 @@ static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {
       tr_session_unmatched_data_sources(s, unmatched, TR_SESSION_MAX_UNMATCHED);
   x.tracerelay_unmatched_data_sources = (char **)unmatched;
   x.n_tracerelay_machines_not_connected =
-      tr_session_machines_not_connected(s, absent, TR_SESSION_MAX_UNMATCHED);
+      tr_session_unmatched_machines(s, absent, TR_SESSION_MAX_UNMATCHED);
   x.tracerelay_machines_not_connected = (char **)absent;
   *ext_len = tracerelay__trace_stats_extension__get_packed_size(&x);
   *ext = malloc(*ext_len + 1);

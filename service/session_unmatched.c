@@ -28,7 +28,7 @@ size_t tr_session_unmatched_data_sources(const tr_session *s, const char **out, 
   return n;
 }
 
-size_t tr_session_machines_not_connected(const tr_session *s, const char **out, size_t cap) {
+size_t tr_session_unmatched_machines(const tr_session *s, const char **out, size_t cap) {
   size_t n = 0;
   for (size_t c = 0; c < s->cfg->n_data_sources; c++) {
     const Perfetto__Protos__TraceConfig__DataSource *ds = s->cfg->data_sources[c];
@@ -44,14 +44,14 @@ size_t tr_session_machines_not_connected(const tr_session *s, const char **out, 
   return n;
 }
 
-void tr_session_log_unmatched(const tr_session *s) {
+void tr_session_unmatched_log(const tr_session *s) {
   const char *names[TR_SESSION_MAX_UNMATCHED];
   size_t n = tr_session_unmatched_data_sources(s, names, TR_SESSION_MAX_UNMATCHED);
   for (size_t i = 0; i < n; i++)
     TR_WARN("session", "session %llu: data source '%.128s' matched no producer on any connected "
             "host: nothing will be recorded from it unless such a producer connects",
             (unsigned long long)s->id, names[i]);
-  n = tr_session_machines_not_connected(s, names, TR_SESSION_MAX_UNMATCHED);
+  n = tr_session_unmatched_machines(s, names, TR_SESSION_MAX_UNMATCHED);
   for (size_t i = 0; i < n; i++)
     TR_WARN("session", "session %llu: machine '%.128s' of machine_name_filter is not connected",
             (unsigned long long)s->id, names[i]);

@@ -6,13 +6,14 @@
 #include "relay/clock.h"
 #include "relay/clocksync.h"
 #include "relay/tr_error.h"
+#include "service/hosts.h"
 #include "tracerelay/tracerelay_status.pb-c.h"
 
 static char *const kStates[] = {"CONFIGURED", "STARTED", "DISABLING_WAITING_STOP_ACKS",
                                 "DISABLED"};
 
-void tr_service_add_buffer_losses(const tr_session *s, const tr_host *host,
-                                  struct tr_host_buffer_losses *out) {
+void tr_status_add_buffer_losses(const tr_session *s, const tr_host *host,
+                                 struct tr_host_buffer_losses *out) {
   for (size_t h = 0; h < s->num_hosts; h++) {
     const tr_session_host *sh = &s->hosts[h];
     for (size_t b = 0; sh->host == host && sh->tbufs && b < s->num_buffers; b++) {
@@ -42,7 +43,7 @@ static void fill_session(Tracerelay__HostSessionStatus *ss, tr_session *s, const
   ss->session_id = s->id;
   ss->state = kStates[s->state];
   ss->has_instances = ss->has_instances_started = 1;
-  tr_service_add_buffer_losses(s, host, &l);
+  tr_status_add_buffer_losses(s, host, &l);
   ss->has_chunks_overwritten = ss->has_bytes_overwritten = ss->has_chunks_discarded = 1;
   ss->has_packets_lost_in_gaps = 1;
   ss->chunks_overwritten = l.chunks_overwritten;
@@ -66,7 +67,7 @@ static void fill_session(Tracerelay__HostSessionStatus *ss, tr_session *s, const
   ss->gone = num_entries > 0 && !any_live;
 }
 
-bool tr_service_host_clock(const tr_host *host, uint64_t boot_now, struct tr_host_clock *out) {
+bool tr_status_host_clock(const tr_host *host, uint64_t boot_now, struct tr_host_clock *out) {
   struct tr_clocksync_stats cs;
   if (!host->clock)
     return false;
@@ -87,7 +88,7 @@ bool tr_service_host_clock(const tr_host *host, uint64_t boot_now, struct tr_hos
 
 static void fill_clock(Tracerelay__HostStatus *hs, const tr_host *host, uint64_t boot_now) {
   struct tr_host_clock c;
-  if (!tr_service_host_clock(host, boot_now, &c))
+  if (!tr_status_host_clock(host, boot_now, &c))
     return;
   hs->has_clock_synced = hs->clock_synced = 1;
   hs->has_clock_offset_ns = 1;
@@ -105,8 +106,8 @@ static void fill_clock(Tracerelay__HostStatus *hs, const tr_host *host, uint64_t
   hs->clock_outliers = c.outliers;
 }
 
-int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
-                           size_t *out_len) {
+int tr_status_host(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
+                   size_t *out_len) {
   Tracerelay__TracingServiceStateExtension x = TRACERELAY__TRACING_SERVICE_STATE_EXTENSION__INIT;
   Tracerelay__HostStatus hs = TRACERELAY__HOST_STATUS__INIT;
   Tracerelay__HostStatus *hsp = &hs;
@@ -134,7 +135,7 @@ int tr_service_host_status(tr_service *svc, tr_host *host, uid_t viewer, uint8_t
   }
   hs.has_producers = hs.has_data_sources = 1;
   for (size_t p = 0; p < host->num_producers; p++) {
-    if (!tr_host_producer_reachable(host, p))
+    if (!tr_hosts_producer_reachable(host, p))
       continue;
     hs.producers++;
     hs.data_sources += (uint32_t)host->producers[p].num_data_sources;

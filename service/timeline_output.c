@@ -3,7 +3,7 @@
  *
  * Host clock snapshots. Each agent sends HostClockSnapshot when a data source starts or stops
  * and periodically while one runs; the service keeps the last TR_HOST_CLOCK_SNAPSHOTS per host
- * (tr_host.clock_snapshots, filled by session.c). Each call (the clock journal's, a read pass's) takes those
+ * (tr_host.clock_snapshots, filled by hosts.c). Each call (the clock journal's, a read pass's) takes those
  * received since the session started and not yet written, as packets of that host: `machines`, on sequence 1 with the host's
  * machine_id (TP scopes them to the machine); `global-clocks`, rewritten to the host's global
  * ids (relay/packet_rewrite.h) on a sequence of their own (the (host entry, producer 0) key of
@@ -68,8 +68,8 @@ struct tr_timeline_out {
   size_t pending_trusted_len;
 };
 
-tr_timeline_out *tr_timeline_new(enum tr_timeline timeline, int32_t uid, tr_tbuf_seqids *seqids,
-                                 int64_t start_ns) {
+tr_timeline_out *tr_timeline_output_new(enum tr_timeline timeline, int32_t uid,
+                                        tr_tbuf_seqids *seqids, int64_t start_ns) {
   tr_timeline_out *tl = calloc(1, sizeof *tl);
   if (!tl)
     return NULL;
@@ -80,7 +80,7 @@ tr_timeline_out *tr_timeline_new(enum tr_timeline timeline, int32_t uid, tr_tbuf
   return tl;
 }
 
-void tr_timeline_free(tr_timeline_out *tl) {
+void tr_timeline_output_free(tr_timeline_out *tl) {
   if (!tl)
     return;
   free(tl->hosts);
@@ -175,8 +175,8 @@ static int host_snapshot_packet(tr_timeline_out *tl, tr_packet_list *dst, size_t
   return push_bytes(dst, bytes, len, trusted, (size_t)rc);
 }
 
-int tr_timeline_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,
-                               tr_packet_list *out) {
+int tr_timeline_output_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,
+                                      tr_packet_list *out) {
   tl_host *th = host_state(tl, index);
   uint64_t taken = host->clock_snapshots_taken;
   uint64_t g;
@@ -227,8 +227,8 @@ static int push_breakpoint(const tr_timeline_out *tl, tr_packet_list *out, tl_ho
   return 0;
 }
 
-int tr_timeline_cross_host(tr_timeline_out *tl, size_t index, const tr_host *host,
-                           tr_packet_list *out, bool final) {
+int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_host *host,
+                                  tr_packet_list *out, bool final) {
   tl_host *th = host_state(tl, index);
   const struct tr_clocksync *est = host->clock;
   const tr_rewrite_host *rw;
@@ -280,9 +280,9 @@ int tr_timeline_cross_host(tr_timeline_out *tl, size_t index, const tr_host *hos
 
 /* ---- host packets ---- */
 
-int tr_timeline_packet(tr_timeline_out *tl, size_t index, const tr_host *host,
-                       const uint8_t *data, size_t len, const tr_tbuf_trusted *t,
-                       tr_output_packet *out) {
+int tr_timeline_output_packet(tr_timeline_out *tl, size_t index, const tr_host *host,
+                              const uint8_t *data, size_t len, const tr_tbuf_trusted *t,
+                              tr_output_packet *out) {
   tl_host *th = host_state(tl, index);
   const tr_rewrite_host *rw;
   size_t need = TR_REWRITE_OUT_MAX(len), alen = 0;
@@ -339,7 +339,7 @@ int tr_timeline_packet(tr_timeline_out *tl, size_t index, const tr_host *host,
   return 1;
 }
 
-int tr_timeline_pending(tr_timeline_out *tl, tr_output_packet *out) {
+int tr_timeline_output_pending(tr_timeline_out *tl, tr_output_packet *out) {
   if (!tl->pending)
     return 0;
   tl->pending = false;
@@ -350,7 +350,7 @@ int tr_timeline_pending(tr_timeline_out *tl, tr_output_packet *out) {
   return 1;
 }
 
-uint64_t tr_timeline_invalid(const tr_timeline_out *tl) {
+uint64_t tr_timeline_output_invalid(const tr_timeline_out *tl) {
   uint64_t n = 0;
   for (size_t i = 0; i < tl->n_hosts; i++)
     n += tl->hosts[i].invalid;

@@ -29,31 +29,31 @@ typedef struct tr_timeline_out tr_timeline_out;
 /* For a session of that encoding, started at service BOOTTIME start_ns, whose packets get
  * trusted_uid uid and sequence ids from seqids (the read side's, which outlives it). NULL when
  * out of memory. */
-tr_timeline_out *tr_timeline_new(enum tr_timeline timeline, int32_t uid, tr_tbuf_seqids *seqids,
-                                 int64_t start_ns);
-void tr_timeline_free(tr_timeline_out *tl);
+tr_timeline_out *tr_timeline_output_new(enum tr_timeline timeline, int32_t uid,
+                                        tr_tbuf_seqids *seqids, int64_t start_ns);
+void tr_timeline_output_free(tr_timeline_out *tl);
 
 /* Appends to out, for host entry index (the newest entry of its host), in `global-clocks` the
  * cross-host snapshots covering its BOOTTIME from where the last call stopped up to a little
  * past the host's present (final: past the estimator's frontier too). Called for each read pass
  * and for the clock journal. 0 or TR_ERR_NOMEM. */
-int tr_timeline_cross_host(tr_timeline_out *tl, size_t index, const tr_host *host,
-                           tr_packet_list *out, bool final);
+int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_host *host,
+                                  tr_packet_list *out, bool final);
 /* Appends the HostClockSnapshots host sent since the session started and since the last call,
  * as packets of host entry index. 0 or TR_ERR_NOMEM. */
-int tr_timeline_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,
-                               tr_packet_list *out);
+int tr_timeline_output_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,
+                                      tr_packet_list *out);
 
 /* `global-clocks`: rewrites one packet of host entry index with its trusted slice t. Returns 1
  * with *out set (possibly an ftrace anchor first, the packet then following from
- * tr_timeline_pending), 0 when the packet was malformed (dropped and counted), or
+ * tr_timeline_output_pending), 0 when the packet was malformed (dropped and counted), or
  * TR_ERR_NOMEM. */
-int tr_timeline_packet(tr_timeline_out *tl, size_t index, const tr_host *host,
-                       const uint8_t *data, size_t len, const tr_tbuf_trusted *t,
-                       tr_output_packet *out);
+int tr_timeline_output_packet(tr_timeline_out *tl, size_t index, const tr_host *host,
+                              const uint8_t *data, size_t len, const tr_tbuf_trusted *t,
+                              tr_output_packet *out);
 /* 1 and *out set when a rewritten packet waits behind its anchor, else 0. */
-int tr_timeline_pending(tr_timeline_out *tl, tr_output_packet *out);
+int tr_timeline_output_pending(tr_timeline_out *tl, tr_output_packet *out);
 /* Host packets dropped as malformed by the rewrite, for TraceStats.invalid_packets. */
-uint64_t tr_timeline_invalid(const tr_timeline_out *tl);
+uint64_t tr_timeline_output_invalid(const tr_timeline_out *tl);
 
 #endif

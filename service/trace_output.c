@@ -424,10 +424,10 @@ static int add_timeline(tr_trace_output *o, tr_packet_list *out, bool final) {
     if (!newest_entry(o, h))
       continue;
     if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS &&
-        (rc = tr_timeline_cross_host(o->timeline, h, host, out, final)) < 0)
+        (rc = tr_timeline_output_cross_host(o->timeline, h, host, out, final)) < 0)
       return rc;
     if (tr_trace_output_host_anchored(o, h) &&
-        (rc = tr_timeline_host_snapshots(o->timeline, h, host, out)) < 0)
+        (rc = tr_timeline_output_host_snapshots(o->timeline, h, host, out)) < 0)
       return rc;
   }
   return 0;
@@ -553,7 +553,7 @@ static int next_buffer_packet(tr_trace_output *o, tr_output_packet *out) {
       if (rc < 0)
         return rc;
       if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS) {
-        rc = tr_timeline_packet(o->timeline, r->host, sh->host, pkt.data, pkt.len, &t, out);
+        rc = tr_timeline_output_packet(o->timeline, r->host, sh->host, pkt.data, pkt.len, &t, out);
         return rc == 0 ? 2 : rc; /* 2: malformed, dropped and counted; read on */
       }
       out->data = pkt.data;
@@ -591,7 +591,7 @@ int tr_trace_output_next(tr_trace_output *o, tr_output_packet *out) {
       r->phase = PHASE_BUFFERS;
       break;
     case PHASE_BUFFERS:
-      if (tr_timeline_pending(o->timeline, out))
+      if (tr_timeline_output_pending(o->timeline, out))
         return 1; /* a rewritten packet behind its ftrace anchor */
       do
         rc = next_buffer_packet(o, out);
@@ -759,7 +759,7 @@ int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace
     goto fail;
   random_uuid(o);
   tr_clock_snapshot(&o->start_clocks);
-  o->timeline = tr_timeline_new(p->timeline, p->uid, o->seqids, start_ns(o));
+  o->timeline = tr_timeline_output_new(p->timeline, p->uid, o->seqids, start_ns(o));
   if (!o->timeline) {
     rc = TR_ERR_NOMEM;
     goto fail;
@@ -782,7 +782,7 @@ void tr_trace_output_free(tr_trace_output *o) {
   close_file(o);
   tr_trace_output_reset(o);
   tr_packet_list_free(&o->clock_journal);
-  tr_timeline_free(o->timeline);
+  tr_timeline_output_free(o->timeline);
   tr_tbuf_seqids_free(o->seqids);
   free(o->hosts);
   uv_close((uv_handle_t *)&o->write_timer, on_timer_closed);
@@ -836,5 +836,5 @@ void tr_trace_output_stop(tr_trace_output *o) {
 }
 
 uint64_t tr_trace_output_invalid_packets(const tr_trace_output *o) {
-  return tr_timeline_invalid(o->timeline);
+  return tr_timeline_output_invalid(o->timeline);
 }

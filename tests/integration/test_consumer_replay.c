@@ -499,7 +499,7 @@ static void replay(const char *capture) {
   uv_loop_t loop;
   pthread_t th;
   uv_loop_init(&loop);
-  assert_int_equal(tr_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  assert_int_equal(tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
   uv_idle_init(&loop, &pump);
   uv_async_init(&loop, &done_async, on_done);
   desc.name = "track_event";
@@ -515,7 +515,7 @@ static void replay(const char *capture) {
   assert_int_equal(pthread_create(&th, NULL, client_main, NULL), 0);
   uv_run(&loop, UV_RUN_DEFAULT);
   pthread_join(th, NULL);
-  tr_service_free(&svc);
+  tr_session_service_free(&svc);
   uv_run(&loop, UV_RUN_DEFAULT); /* session timers close */
   assert_int_equal(uv_loop_close(&loop), 0);
   for (size_t i = 0; i < 2; i++)
@@ -647,7 +647,7 @@ static void test_query_methods(void **state) {
   pthread_t th;
   (void)state;
   uv_loop_init(&loop);
-  assert_int_equal(tr_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  assert_int_equal(tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
   uv_idle_init(&loop, &pump);
   uv_async_init(&loop, &done_async, on_done);
   desc.name = "track_event";
@@ -658,7 +658,7 @@ static void test_query_methods(void **state) {
   assert_int_equal(pthread_create(&th, NULL, query_client, NULL), 0);
   uv_run(&loop, UV_RUN_DEFAULT);
   pthread_join(th, NULL);
-  tr_service_free(&svc);
+  tr_session_service_free(&svc);
   assert_int_equal(uv_loop_close(&loop), 0);
   for (size_t i = 0; i < 2; i++)
     perfetto__protos__system_info__free_unpacked(hosts[i].system_info, NULL);
@@ -692,7 +692,7 @@ static void test_flush_timeout_and_host_loss(void **state) {
   char err[256] = "";
   (void)state;
   uv_loop_init(&loop);
-  assert_int_equal(tr_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  assert_int_equal(tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
   uv_idle_init(&loop, &pump);
   desc.name = "track_event";
   make_host(0, "web-1");
@@ -771,7 +771,7 @@ static void test_flush_timeout_and_host_loss(void **state) {
   assert_int_equal(s->state, TR_SESSION_STOPPED);
 
   silent_host[1] = false;
-  tr_service_free(&svc);
+  tr_session_service_free(&svc);
   uv_close((uv_handle_t *)&pump, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
   assert_int_equal(uv_loop_close(&loop), 0);
