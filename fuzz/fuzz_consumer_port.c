@@ -10,13 +10,13 @@
 #include "service/consumer_port.h"
 
 /* The decoders never reach the agents; the link server's downward calls are not linked in. */
-int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   (void)host;
   (void)cmd;
   return 0;
 }
 
-void tr_host_probe_clock(tr_host *host) {
+void tr_link_server_probe_clock(tr_host *host) {
   (void)host;
 }
 

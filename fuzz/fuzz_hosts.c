@@ -3,7 +3,7 @@
  * (relay/relay_session.c), dispatched as link_server.c's on_frame does: Hello (agent
  * instances, acked_seq, system info copies), ProducerUpdate (producers and their descriptor
  * copies, resync), ChunkBatch (seq bookkeeping and items), CommandReply (held until their
- * batch, released in order), AgentStats. The sessions' side of tr_service_on_* is a stub that
+ * batch, released in order), AgentStats. The sessions' side of the upward calls is a stub that
  * checks what hosts.h promises: the producer a call names is findable during the call.
  *
  * Input: a stream of relay frames (uint32 LE length + RelayFrame), as on the link; the first
@@ -31,7 +31,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 /* ---- the sessions' side, stubbed (session.c is not linked) ---- */
 
-void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id) {
+static void on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id) {
   (void)svc;
   bool found = false;
   for (size_t i = 0; i < host->num_producers; i++) {
@@ -46,12 +46,16 @@ void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t pr
 
 static bool in_hello; /* a Hello from a restarted agent releases every held reply */
 
-void tr_service_on_command_reply(tr_service *svc, tr_host *host,
-                                 const Tracerelay__CommandReply *reply) {
+static void on_command_reply(tr_service *svc, tr_host *host,
+                             const Tracerelay__CommandReply *reply) {
   (void)svc;
   if (!in_hello && reply->after_seq > tr_hosts_peer(host)->stored_seq)
     abort(); /* released before the batch it waits for was stored */
 }
+
+/* hosts.c makes only these two of the link's upward calls. */
+static const struct tr_link_events events = {.producers_changed = on_producers_changed,
+                                             .command_reply = on_command_reply};
 
 /* ---- one connection ---- */
 
@@ -153,7 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
   tr_hosts *hs;
-  if (tr_hosts_new(NULL, &hs) < 0)
+  if (tr_hosts_new(NULL, &events, &hs) < 0)
     abort();
   struct conn c = {.hs = hs};
   if (tr_hosts_get(hs, names[data[0] & 1], &c.host) < 0)

@@ -43,6 +43,7 @@ typedef struct host_rec {
 
 struct tr_hosts {
   tr_service *svc;
+  const struct tr_link_events *ev; /* called with svc */
   tr_host *head, *tail;
 };
 
@@ -90,7 +91,7 @@ static void producer_end(tr_hosts *hs, tr_host *h, uint32_t id) {
   if (p == NULL)
     return;
   p->connected = false;
-  tr_service_on_producers_changed(hs->svc, h, id);
+  hs->ev->producers_changed(hs->svc, h, id);
   p = producer_find(h, id); /* found again rather than trusted across the call */
   if (p == NULL)
     return;
@@ -235,7 +236,7 @@ int tr_hosts_producer_update(tr_hosts *hs, tr_host *h, const Tracerelay__Produce
   }
   if (rc < 0)
     return rc;
-  tr_service_on_producers_changed(hs->svc, h, u->producer_id);
+  hs->ev->producers_changed(hs->svc, h, u->producer_id);
   return 0;
 }
 
@@ -359,7 +360,7 @@ static void release(tr_hosts *hs, tr_host *h, bool force) {
       r->held_tail = NULL;
     r->n_held--;
     if (e->frame->msg_case == TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY)
-      tr_service_on_command_reply(hs->svc, h, e->frame->command_reply);
+      hs->ev->command_reply(hs->svc, h, e->frame->command_reply);
     else /* a PRODUCER_DISCONNECTED with a producer id, checked before it was held */
       tr_hosts_producer_update(hs, h, e->frame->producer_update);
     tr_relay_frame_free(e->frame);
@@ -433,11 +434,12 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
 
 /* ---- the table ---- */
 
-int tr_hosts_new(tr_service *svc, tr_hosts **out) {
+int tr_hosts_new(tr_service *svc, const struct tr_link_events *ev, tr_hosts **out) {
   tr_hosts *hs = calloc(1, sizeof *hs);
   if (hs == NULL)
     return TR_ERR_NOMEM;
   hs->svc = svc;
+  hs->ev = ev;
   *out = hs;
   return 0;
 }

@@ -9,7 +9,7 @@
  * their batches.
  *
  * Producers: host->producers holds the producers the agent says are connected. A
- * ProducerUpdate is applied, then tr_service_on_producers_changed is called; a producer that
+ * ProducerUpdate is applied, then the producers_changed event is called; a producer that
  * is gone is shown with connected = false during that call and removed right after it.
  * A new agent instance (restart) or a resync that does not re-announce a producer ends it the
  * same way.
@@ -30,8 +30,8 @@
 
 typedef struct tr_hosts tr_hosts;
 
-/* svc receives the tr_service_on_* calls made from here. */
-int tr_hosts_new(tr_service *svc, tr_hosts **out);
+/* ev's calls made from here (producers_changed, command_reply) go to svc. */
+int tr_hosts_new(tr_service *svc, const struct tr_link_events *ev, tr_hosts **out);
 /* Frees every host. Nobody may hold a tr_host pointer afterwards. */
 void tr_hosts_free(tr_hosts *hs);
 
@@ -90,7 +90,7 @@ int tr_hosts_add_clock_snapshot(tr_host *host, const Tracerelay__HostClockSnapsh
  * TR_HOSTS_MAX_HELD_FRAMES are already held (the frame is freed). */
 int tr_hosts_hold_ordered(tr_host *host, Tracerelay__RelayFrame *frame);
 /* Applies, in arrival order, the held frames whose after_seq the host's stored_seq has
- * reached: replies through tr_service_on_command_reply, producer ends through
+ * reached: replies through the command_reply event, producer ends through
  * tr_hosts_producer_update. */
 void tr_hosts_release_ordered(tr_hosts *hs, tr_host *host);
 

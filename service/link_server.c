@@ -54,6 +54,7 @@ struct tr_link_peer {
 struct tr_link_server {
   uv_loop_t *loop;
   tr_service *svc;
+  const struct tr_link_events *ev; /* the upward calls, made with svc */
   tr_hosts *hosts;
   tr_tls_uv_server *tls;
   uv_timer_t tick;
@@ -282,7 +283,7 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
           "batch %llu, %s)", host->name, tr_tls_uv_peer_address(p->conn),
           (unsigned long long)host->agent_instance_id, (unsigned long long)p->features,
           (unsigned long long)welcome_seq, tr_tls_uv_ciphersuite(p->conn));
-  tr_service_on_host_connected(ls->svc, host);
+  ls->ev->host_connected(ls->svc, host);
 }
 
 /* Every item kind is checked before any is delivered, so a batch is applied whole or not. */
@@ -317,19 +318,20 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
     return;
   }
   tr_service *svc = p->ls->svc;
+  const struct tr_link_events *ev = p->ls->ev;
   for (size_t i = 0; i < n; i++) {
     const Tracerelay__ChunkItem *it = items[i];
     switch (it->item_case) {
     case TRACERELAY__CHUNK_ITEM__ITEM_CHUNK:
       host->stats.chunks_received++;
       host->stats.bytes_received += it->chunk->payload.len;
-      tr_service_on_chunk(svc, host, it->chunk);
+      ev->chunk(svc, host, it->chunk);
       break;
     case TRACERELAY__CHUNK_ITEM__ITEM_PATCH:
-      tr_service_on_patch(svc, host, it->patch);
+      ev->patch(svc, host, it->patch);
       break;
     case TRACERELAY__CHUNK_ITEM__ITEM_FLUSH_ACK:
-      tr_service_on_flush_ack(svc, host, it->flush_ack);
+      ev->flush_ack(svc, host, it->flush_ack);
       break;
     default:
       break;
@@ -437,7 +439,7 @@ static void on_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
   case TRACERELAY__RELAY_FRAME__MSG_HOST_CLOCK_SNAPSHOT:
     if (!(p->features & TR_RELAY_FEATURE_HOST_CLOCKS))
       PROTO_ERROR(p, "host clock snapshot without the feature");
-    else if (tr_service_on_host_clock_snapshot(ls->svc, p->host, f->host_clock_snapshot) < 0)
+    else if (ls->ev->host_clock_snapshot(ls->svc, p->host, f->host_clock_snapshot) < 0)
       PROTO_ERROR(p, "malformed host clock snapshot");
     break;
   default:
@@ -590,7 +592,7 @@ static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
     ls->connected--;
     host->stats.disconnects++;
     TR_INFO("link", "host %s disconnected: %s", host->name, reason ? why : "closed by us");
-    tr_service_on_host_disconnected(ls->svc, host, why);
+    ls->ev->host_disconnected(ls->svc, host, why);
   }
   tr_frame_reader_free(&p->reader);
   free(p->stash);
@@ -621,7 +623,7 @@ static void check_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
 static void on_tick(uv_timer_t *t) {
   tr_link_server *ls = t->data;
   uint64_t now_ns = uv_hrtime(), now_ms = uv_now(ls->loop);
-  bool session = tr_service_has_sessions(ls->svc);
+  bool session = ls->ev->any_session(ls->svc);
   uv_timer_set_repeat(&ls->tick, session ? TICK_SESSION_MS : TICK_MS);
   /* Closing a peer frees it later (on_close), so the list stays walkable. The dead are closed
    * before the probes go; heartbeats go after them, as a probe brings one of its own and one
@@ -637,7 +639,7 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- the public side ---- */
 
-int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   tr_link_peer *p = host->link;
   if (p == NULL || p->closing)
     return TR_ERR_CLOSED;
@@ -648,7 +650,7 @@ int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   return p->closing ? TR_ERR_CLOSED : rc;
 }
 
-void tr_host_probe_clock(tr_host *host) {
+void tr_link_server_probe_clock(tr_host *host) {
   tr_link_peer *p = host->link;
   if (p != NULL)
     tr_clock_probe_request(&p->ls->probes, &p->probe, uv_now(p->ls->loop));
@@ -670,8 +672,8 @@ static int parse_listen(const char *s, struct sockaddr_storage *out) {
   return TR_ERR_CONFIG;
 }
 
-int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_server_opts *opts,
-                         tr_link_server **out) {
+int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_events *ev,
+                         const struct tr_link_server_opts *opts, tr_link_server **out) {
   struct sockaddr_storage addr;
   if (opts->listen == NULL || parse_listen(opts->listen, &addr) < 0) {
     TR_ERROR("link", "cannot listen on '%s': give ADDR:PORT, e.g. 0.0.0.0:%d or [::]:%d",
@@ -681,7 +683,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
   tr_link_server *ls = calloc(1, sizeof *ls);
   if (ls == NULL)
     return TR_ERR_NOMEM;
-  int rc = tr_hosts_new(svc, &ls->hosts);
+  int rc = tr_hosts_new(svc, ev, &ls->hosts);
   if (rc < 0)
     goto fail_free;
   /* One decompression context for every peer: batches are taken apart on this loop, one at a
@@ -691,6 +693,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
     goto fail_hosts;
   ls->loop = loop;
   ls->svc = svc;
+  ls->ev = ev;
   tr_clock_probe_sched_init(&ls->probes, &probe_ops);
   ls->features = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
   ls->max_agents = opts->max_agents ? opts->max_agents : TR_LINK_DEFAULT_MAX_AGENTS;

@@ -1,5 +1,6 @@
 /* link_server.h: the service's end of the relay link (docs/relay-protocol.md): accepts agents
- * over mutually-authenticated TLS and turns their frames into tr_service_on_* calls.
+ * over mutually-authenticated TLS and turns their frames into the upward calls of struct
+ * tr_link_events (service.h).
  *
  * Per agent connection:
  * - identity: the machine name is the one in the agent's certificate (tr_tls_uv_peer_name),
@@ -8,13 +9,13 @@
  * - Hello -> Welcome {accepted features, machine name, service instance id, stored_seq};
  *   the agent's re-announced producers, then batches in seq order. Batches at or below
  *   stored_seq are duplicates (ignored, counted); gaps are counted as link loss. Items go to
- *   tr_service_on_chunk / on_patch / on_flush_ack in batch order; one BatchAck per read burst.
+ *   the chunk / patch / flush_ack events in batch order; one BatchAck per read burst.
  * - CommandReply is held until its after_seq batch was processed (across reconnects of the
  *   same agent instance), so a reply never overtakes the data before it.
  * - ClockProbe (the exchange and the schedule: relay/clock_probe.h): one probe in flight per
  *   host, 10 at 50 ms after Welcome, then one a second (while a session runs, every 5 ms to
  *   1 s: as often as the host's drift needs to move its clock by at most 1 us between probes),
- *   plus tr_host_probe_clock on demand; at most 8 a millisecond over all hosts, round robin
+ *   plus tr_link_server_probe_clock on demand; at most 8 a millisecond over all hosts, round robin
  *   past that, and only when nothing of ours waits to be sent. t1 is
  *   when the encrypted probe left (the kernel's send stamp, tr_tls_uv_sent_time), t4 when
  *   the answer reached the socket (its receive stamp, before decryption); with FEATURE_CLOCK_FOLLOW_UP the answer is
@@ -27,7 +28,7 @@
  *   TR_LINK_STASH_MAX as a safety net). Once the queue drains, the held frames are processed
  *   and reading resumes. An agent that reads nothing for the heartbeat timeout is closed as
  *   overloaded.
- * - Disconnect: host->link = NULL, stats.disconnects++, tr_service_on_host_disconnected.
+ * - Disconnect: host->link = NULL, stats.disconnects++, the host_disconnected event.
  * Every connection ends through one path (tls_uv's on_close). */
 #ifndef TR_LINK_SERVER_H
 #define TR_LINK_SERVER_H
@@ -61,11 +62,12 @@ struct tr_link_server_opts {
 
 #define TR_LINK_DEFAULT_MAX_AGENTS 4096u
 
-/* Listens and returns the server. svc receives the upward calls. TR_ERR_CONFIG for an
+/* Listens and returns the server. ev's upward calls (service.h) are made with svc; both must
+ * outlive the server. TR_ERR_CONFIG for an
  * unparsable address, else the tr_tls_uv_listen error (e.g. address in use); a message naming
  * the address is logged. */
-int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_server_opts *opts,
-                         tr_link_server **out);
+int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_events *ev,
+                         const struct tr_link_server_opts *opts, tr_link_server **out);
 /* The port listened on (useful with port 0), or a negative code. */
 int tr_link_server_port(const tr_link_server *ls);
 /* The host table: every host that ever connected, for the service's life. */
@@ -76,7 +78,7 @@ void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg);
  * For dropping a misbehaving agent, and for the link-loss tests. */
 void tr_link_server_disconnect(tr_host *host, const char *why);
 /* Stops listening, says Goodbye (REASON_SHUTDOWN) to every agent and closes them; each gets
- * its tr_service_on_host_disconnected. The server and its host table are freed once the loop
+ * its host_disconnected event. The server and its host table are freed once the loop
  * has closed everything: host pointers are invalid after the loop runs again. */
 void tr_link_server_stop(tr_link_server *ls);
 

@@ -203,7 +203,8 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   link_opts.tls = d->tls;
   link_opts.handshake_timeout_ms = o->handshake_timeout_ms;
   link_opts.max_agents = o->max_agents;
-  if ((rc = tr_link_server_start(loop, &d->svc, &link_opts, &d->link)) != 0)
+  if ((rc = tr_link_server_start(loop, &d->svc, &tr_session_link_events, &link_opts,
+                                 &d->link)) != 0)
     goto fail; /* the link server logged the address and the reason */
   TR_INFO(COMP, "listening for agents on %s, consumers on %s (mode %04o)", o->listen,
           o->consumer_socket, (unsigned)o->consumer_mode);

@@ -9,8 +9,8 @@
  *   trace_output.c   turns a session into trace packets (service packets + buffers + stats)
  *
  * Everything runs on one libuv loop; nothing here is thread-safe. Upward calls (link ->
- * sessions) go through the tr_service_on_* functions below, implemented in session.c;
- * downward calls (sessions -> an agent) through tr_host_send_command in link_server.c. */
+ * sessions) go through the struct tr_link_events table below, which session.c fills;
+ * downward calls (sessions -> an agent) through tr_link_server_send_command in link_server.c. */
 #ifndef TR_SERVICE_H
 #define TR_SERVICE_H
 
@@ -99,31 +99,32 @@ struct tr_host {
   tr_host *next;
 };
 
-/* Upward calls, made by link_server.c, implemented in session.c. Each is safe to call
- * at any time; a call for a host or producer no session uses is a no-op. */
-void tr_service_on_host_connected(tr_service *svc, tr_host *host);
-void tr_service_on_host_disconnected(tr_service *svc, tr_host *host, const char *reason);
-/* After hosts.c applied the update to host->producers. */
-void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id);
-void tr_service_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk);
-void tr_service_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch);
-void tr_service_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack);
-void tr_service_on_command_reply(tr_service *svc, tr_host *host,
-                                 const Tracerelay__CommandReply *reply);
+/* Upward calls: what the link (link_server.c, and hosts.c for producers and held replies)
+ * tells the sessions, each with the tr_service it was given. session.c implements them
+ * (tr_session_link_events); tests and fuzzers give their own. Each is safe to call at any
+ * time; a call for a host or producer no session uses is a no-op. */
+struct tr_link_events {
+  void (*host_connected)(tr_service *svc, tr_host *host);
+  void (*host_disconnected)(tr_service *svc, tr_host *host, const char *reason);
+  /* After hosts.c applied the update to host->producers. */
+  void (*producers_changed)(tr_service *svc, tr_host *host, uint32_t producer_id);
+  void (*chunk)(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk);
+  void (*patch)(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch);
+  void (*flush_ack)(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack);
+  void (*command_reply)(tr_service *svc, tr_host *host, const Tracerelay__CommandReply *reply);
+  /* A HostClockSnapshot from the host's agent: kept in host->clock_snapshots
+   * (tr_hosts_add_clock_snapshot, whose errors it returns). */
+  int (*host_clock_snapshot)(tr_service *svc, tr_host *host,
+                             const Tracerelay__HostClockSnapshot *snap);
+  /* Whether any tracing session exists (the link probes clocks densely then). */
+  bool (*any_session)(const tr_service *svc);
+};
 
-/* A HostClockSnapshot from the host's agent: kept in host->clock_snapshots
- * (tr_hosts_add_clock_snapshot, whose errors it returns). */
-int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
-                                      const Tracerelay__HostClockSnapshot *snap);
-
-/* Whether any tracing session exists (the link probes clocks densely then). */
-bool tr_service_has_sessions(const tr_service *svc);
-
-/* Downward: queue a command for the host's agent. The caller keeps ownership of cmd.
+/* Downward, defined in link_server.c: queue a command for the host's agent. The caller keeps ownership of cmd.
  * Returns TR_ERR_CLOSED if the host is not connected. */
-int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd);
+int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd);
 /* Asks the host's agent to answer a clock probe now (before a flush or a start), if connected
  * and its last probe is older than its session probe period (younger is fresh enough). */
-void tr_host_probe_clock(tr_host *host);
+void tr_link_server_probe_clock(tr_host *host);
 
 #endif

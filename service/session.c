@@ -1,6 +1,6 @@
 /* session.c: tracing sessions (see session.h): config checks, fan-out of data sources to every
  * matching producer of every host, chunks into the per-(buffer, host) central buffers, stop,
- * and the tr_service_on_* calls the link server makes (service.h).
+ * and the link's upward calls (tr_session_link_events, service.h).
  *
  * Costs: a chunk finds its session buffer by a walk over sessions and their buffers
  * (O(sessions * buffers), both small) and its host entry by a walk over the session's hosts;
@@ -183,7 +183,7 @@ int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd) 
     return TR_ERR_CLOSED;
   cmd->has_request_id = 1;
   cmd->request_id = ++s->svc->next_request_id;
-  return tr_host_send_command(sh->host, cmd);
+  return tr_link_server_send_command(sh->host, cmd);
 }
 
 static void notify_instance(tr_session *s, const tr_ds_instance *in, bool started) {
@@ -205,7 +205,7 @@ static void start_instance(tr_session *s, tr_ds_instance *in) {
   cmd.producer_id = in->producer_id;
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_START_DATA_SOURCE;
   cmd.start_data_source = &start;
-  tr_host_probe_clock(s->hosts[in->host_index].host);
+  tr_link_server_probe_clock(s->hosts[in->host_index].host);
   if (tr_session_send(s, in->host_index, &cmd) != 0) {
     TR_WARN(COMP, "session %llu: cannot start %s on %s (host not connected)",
             (unsigned long long)s->id, in->ds_name, s->hosts[in->host_index].host->name);
@@ -732,9 +732,9 @@ void tr_session_free(tr_session *s) {
 
 /* ---- calls from the link server (service.h) ---- */
 
-bool tr_service_has_sessions(const tr_service *svc) { return svc->num_sessions > 0; }
+bool tr_session_any(const tr_service *svc) { return svc->num_sessions > 0; }
 
-void tr_service_on_host_connected(tr_service *svc, tr_host *host) {
+void tr_session_on_host_connected(tr_service *svc, tr_host *host) {
   bool known = false;
   for (size_t i = 0; i < svc->num_hosts; i++)
     known |= svc->hosts[i] == host;
@@ -780,7 +780,7 @@ void tr_service_on_host_connected(tr_service *svc, tr_host *host) {
   }
 }
 
-void tr_service_on_host_disconnected(tr_service *svc, tr_host *host, const char *reason) {
+void tr_session_on_host_disconnected(tr_service *svc, tr_host *host, const char *reason) {
   for (tr_session *s = svc->sessions; s; s = s->next) {
     size_t hi;
     tr_session_host *sh = tr_session_find_host(s, host, &hi);
@@ -811,7 +811,7 @@ static const tr_remote_producer *find_producer(const tr_host *host, uint32_t id)
   return NULL;
 }
 
-void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id) {
+void tr_session_on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id) {
   const tr_remote_producer *p = find_producer(host, producer_id);
   for (tr_session *s = svc->sessions; s; s = s->next) {
     size_t hi;
@@ -835,7 +835,7 @@ void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t pr
   }
 }
 
-int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
+int tr_session_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *m) {
   (void)svc;
   return tr_hosts_add_clock_snapshot(host, m, (int64_t)tr_session_now());
@@ -882,7 +882,7 @@ static tr_tbuf *host_buffer(tr_service *svc, tr_host *host, uint32_t target_buff
   return sh->tbufs[b];
 }
 
-void tr_service_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk) {
+void tr_session_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk) {
   tr_session *s = NULL;
   tr_tbuf *b = host_buffer(svc, host, chunk->target_buffer, &s);
   tr_tbuf_chunk c;
@@ -903,7 +903,7 @@ void tr_service_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk
   tr_tbuf_write_chunk(b, &c);
 }
 
-void tr_service_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch) {
+void tr_session_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch) {
   tr_session *s = NULL;
   tr_tbuf *b = host_buffer(svc, host, patch->target_buffer, &s);
   tr_tbuf_patch *p;
@@ -925,7 +925,7 @@ void tr_service_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch
   free(p);
 }
 
-void tr_service_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack) {
+void tr_session_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack) {
   for (tr_session *s = svc->sessions; s; s = s->next) {
     size_t hi;
     if (tr_session_find_host(s, host, &hi))
@@ -933,7 +933,7 @@ void tr_service_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__F
   }
 }
 
-void tr_service_on_command_reply(tr_service *svc, tr_host *host,
+void tr_session_on_command_reply(tr_service *svc, tr_host *host,
                                  const Tracerelay__CommandReply *reply) {
   for (tr_session *s = svc->sessions; s; s = s->next) {
     for (size_t i = 0; i < s->num_instances; i++) {
@@ -960,3 +960,15 @@ void tr_service_on_command_reply(tr_service *svc, tr_host *host,
     }
   }
 }
+
+const struct tr_link_events tr_session_link_events = {
+    .host_connected = tr_session_on_host_connected,
+    .host_disconnected = tr_session_on_host_disconnected,
+    .producers_changed = tr_session_on_producers_changed,
+    .chunk = tr_session_on_chunk,
+    .patch = tr_session_on_patch,
+    .flush_ack = tr_session_on_flush_ack,
+    .command_reply = tr_session_on_command_reply,
+    .host_clock_snapshot = tr_session_on_host_clock_snapshot,
+    .any_session = tr_session_any,
+};

@@ -151,6 +151,22 @@ struct tr_session {
 };
 
 /* Service state: loop, own uid and SystemInfo. tr_session_service_free frees sessions too. */
+/* The sessions' side of the link's upward calls (service.h), for tr_link_server_start. */
+extern const struct tr_link_events tr_session_link_events;
+
+/* Those calls, also made directly by tests that stand in for the link. */
+void tr_session_on_host_connected(tr_service *svc, tr_host *host);
+void tr_session_on_host_disconnected(tr_service *svc, tr_host *host, const char *reason);
+void tr_session_on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id);
+void tr_session_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk);
+void tr_session_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch);
+void tr_session_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack);
+void tr_session_on_command_reply(tr_service *svc, tr_host *host,
+                                 const Tracerelay__CommandReply *reply);
+int tr_session_on_host_clock_snapshot(tr_service *svc, tr_host *host,
+                                      const Tracerelay__HostClockSnapshot *snap);
+bool tr_session_any(const tr_service *svc);
+
 int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline);
 void tr_session_service_free(tr_service *svc);
 

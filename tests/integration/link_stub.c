@@ -29,25 +29,25 @@ size_t link_stub_count(enum link_event_kind kind, const char *host) {
   return n;
 }
 
-void tr_service_on_host_connected(tr_service *svc, tr_host *host) {
+static void on_host_connected(tr_service *svc, tr_host *host) {
   (void)svc;
   add(EV_CONNECTED, host);
 }
 
-void tr_service_on_host_disconnected(tr_service *svc, tr_host *host, const char *reason) {
+static void on_host_disconnected(tr_service *svc, tr_host *host, const char *reason) {
   (void)svc;
   (void)reason;
   add(EV_DISCONNECTED, host);
 }
 
-void tr_service_on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id) {
+static void on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id) {
   (void)svc;
   struct link_event *e = add(EV_PRODUCERS, host);
   if (e)
     e->producer_id = producer_id;
 }
 
-void tr_service_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk) {
+static void on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk) {
   (void)svc;
   struct link_event *e = add(EV_CHUNK, host);
   if (e) {
@@ -57,7 +57,7 @@ void tr_service_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk
   }
 }
 
-void tr_service_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch) {
+static void on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch) {
   (void)svc;
   struct link_event *e = add(EV_PATCH, host);
   if (e) {
@@ -70,7 +70,7 @@ void tr_service_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch
   }
 }
 
-void tr_service_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack) {
+static void on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack) {
   (void)svc;
   struct link_event *e = add(EV_FLUSH_ACK, host);
   if (e) {
@@ -79,22 +79,34 @@ void tr_service_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__F
   }
 }
 
-void tr_service_on_command_reply(tr_service *svc, tr_host *host,
-                                 const Tracerelay__CommandReply *reply) {
+static void on_command_reply(tr_service *svc, tr_host *host,
+                             const Tracerelay__CommandReply *reply) {
   (void)svc;
   struct link_event *e = add(EV_REPLY, host);
   if (e)
     e->id = reply->request_id;
 }
 
-int tr_service_on_host_clock_snapshot(tr_service *svc, tr_host *host,
-                                      const Tracerelay__HostClockSnapshot *snap) {
+static int on_host_clock_snapshot(tr_service *svc, tr_host *host,
+                                  const Tracerelay__HostClockSnapshot *snap) {
   (void)svc;
   (void)host;
   return snap->n_clocks > 0 ? 0 : TR_ERR_PROTO;
 }
 
-bool tr_service_has_sessions(const tr_service *svc) {
+static bool any_session(const tr_service *svc) {
   (void)svc;
   return false;
 }
+
+const struct tr_link_events link_stub_events = {
+    .host_connected = on_host_connected,
+    .host_disconnected = on_host_disconnected,
+    .producers_changed = on_producers_changed,
+    .chunk = on_chunk,
+    .patch = on_patch,
+    .flush_ack = on_flush_ack,
+    .command_reply = on_command_reply,
+    .host_clock_snapshot = on_host_clock_snapshot,
+    .any_session = any_session,
+};

@@ -1,6 +1,6 @@
-/* link_stub.h: a recording stand-in for session.c's tr_service_on_* functions, so the relay
- * link can be tested without sessions. Every upward call is appended, in order, to one event
- * log that the test reads. */
+/* link_stub.h: a recording stand-in for the sessions' side of the link's upward calls
+ * (link_stub_events, for tr_link_server_start), so the relay link can be tested without
+ * sessions. Every upward call is appended, in order, to one event log that the test reads. */
 #ifndef TR_TEST_LINK_STUB_H
 #define TR_TEST_LINK_STUB_H
 
@@ -33,6 +33,8 @@ struct link_event {
 
 extern struct link_event link_events[LINK_STUB_MAX_EVENTS];
 extern size_t link_n_events;
+
+extern const struct tr_link_events link_stub_events;
 
 void link_stub_reset(void);
 /* Events of one kind for one host. */

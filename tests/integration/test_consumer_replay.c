@@ -3,9 +3,9 @@
  * byte for byte over a real UNIX socket, with sessions fed by two in-process fake hosts.
  *
  * The fake hosts ("web-1", "web-2") each have one producer with a track_event data source;
- * tr_host_send_command answers their commands from the loop (setup/start/stop replies, flush
+ * tr_link_server_send_command answers their commands from the loop (setup/start/stop replies, flush
  * acks) and, on start, commits chunks of small packets into the session's buffer through
- * tr_service_on_chunk, exactly as the link server would. Checked: BindServiceReply bytes equal
+ * tr_session_on_chunk, exactly as the link server would. Checked: BindServiceReply bytes equal
  * traced's; EnableTracing's reply is held until the session ends (duration_ms or
  * DisableTracing) and is {disabled: true}; ObserveEvents streams instance changes and
  * all_data_sources_started; ReadBuffers streams has_more replies of <= ~32 KiB of packet data
@@ -63,7 +63,7 @@ static size_t queue_len;
 
 static void on_pump(uv_idle_t *h);
 
-int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   size_t n = tracerelay__command__get_packed_size(cmd);
   uint8_t *buf = malloc(n + 1);
   assert_non_null(buf);
@@ -77,7 +77,7 @@ int tr_host_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   return 0;
 }
 
-void tr_host_probe_clock(tr_host *host) {
+void tr_link_server_probe_clock(tr_host *host) {
   (void)host;
 }
 
@@ -119,7 +119,7 @@ static void commit_chunks(tr_host *host, uint32_t target_buffer) {
     ch.trusted_pid = 42;
     ch.payload.data = payload;
     ch.payload.len = len;
-    tr_service_on_chunk(&svc, host, &ch);
+    tr_session_on_chunk(&svc, host, &ch);
   }
 }
 
@@ -145,13 +145,13 @@ static void answer(tr_host *host, const Tracerelay__Command *cmd) {
     Tracerelay__FlushAck ack = TRACERELAY__FLUSH_ACK__INIT;
     ack.flush_request_id = cmd->flush->flush_request_id;
     ack.producer_id = cmd->producer_id;
-    tr_service_on_flush_ack(&svc, host, &ack);
+    tr_session_on_flush_ack(&svc, host, &ack);
     return;
   }
   default:
     break;
   }
-  tr_service_on_command_reply(&svc, host, &reply);
+  tr_session_on_command_reply(&svc, host, &reply);
 }
 
 static void on_pump(uv_idle_t *h) {
@@ -181,7 +181,7 @@ static void make_host(size_t i, const char *name) {
   producers[i].num_data_sources = 1;
   h->producers = &producers[i];
   h->num_producers = 1;
-  tr_service_on_host_connected(&svc, h);
+  tr_session_on_host_connected(&svc, h);
 }
 
 /* ---- the replaying client (its own thread; blocking I/O) ---- */
@@ -732,16 +732,16 @@ static void test_flush_timeout_and_host_loss(void **state) {
   /* A chunk for a buffer no session owns is counted and dropped. */
   Tracerelay__Chunk ch = TRACERELAY__CHUNK__INIT;
   ch.target_buffer = 999999;
-  tr_service_on_chunk(&svc, &hosts[0], &ch);
+  tr_session_on_chunk(&svc, &hosts[0], &ch);
   assert_int_equal(svc.chunks_unknown_buffer, 1);
 
   /* web-1 drops and comes back as the same agent: its instances are kept. */
   hosts[0].link = NULL;
-  tr_service_on_host_disconnected(&svc, &hosts[0], "test");
+  tr_session_on_host_disconnected(&svc, &hosts[0], "test");
   assert_true(s->hosts[0].gone);
   assert_int_equal(s->hosts[0].disconnects, 1);
   hosts[0].link = (tr_link_peer *)&fake_link;
-  tr_service_on_host_connected(&svc, &hosts[0]);
+  tr_session_on_host_connected(&svc, &hosts[0]);
   assert_int_equal(s->num_hosts, 2);
   assert_false(s->hosts[0].gone);
   uv_run(&loop, UV_RUN_NOWAIT);
@@ -749,7 +749,7 @@ static void test_flush_timeout_and_host_loss(void **state) {
 
   /* A restarted agent (new instance id) is set up again, on a fresh host entry. */
   hosts[0].agent_instance_id = 999;
-  tr_service_on_host_connected(&svc, &hosts[0]);
+  tr_session_on_host_connected(&svc, &hosts[0]);
   assert_int_equal(s->num_hosts, 3);
   assert_true(s->hosts[0].retired);
   uv_run(&loop, UV_RUN_NOWAIT);
@@ -757,7 +757,7 @@ static void test_flush_timeout_and_host_loss(void **state) {
 
   /* A flush while web-2 is disconnected fails at once, naming it. */
   hosts[1].link = NULL;
-  tr_service_on_host_disconnected(&svc, &hosts[1], "test");
+  tr_session_on_host_disconnected(&svc, &hosts[1], "test");
   flush_result = -1;
   assert_int_equal(tr_session_flush(s, 5000, 0, on_flush, NULL), 0);
   uv_run(&loop, UV_RUN_NOWAIT);
