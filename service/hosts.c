@@ -302,6 +302,38 @@ void tr_hosts_agent_stats(tr_host *h, const Tracerelay__AgentStats *s) {
 
 void tr_hosts_count_flush_missed(tr_host *h) { h->stats.flushes_missed++; }
 
+/* ---- the link's state and counters ---- */
+
+void tr_hosts_link_up(tr_host *h, tr_link_peer *link, uint64_t now_ns) {
+  h->link = link;
+  h->connected_since_ns = now_ns;
+}
+
+void tr_hosts_link_down(tr_host *h) {
+  h->link = NULL;
+  h->stats.disconnects++;
+}
+
+void tr_hosts_agent_goodbye(tr_host *h, bool orderly) { h->agent_said_goodbye = orderly; }
+
+void tr_hosts_batch_seen(tr_host *h) {
+  const tr_relay_peer *seqs = &rec_of(h)->peer;
+  h->stats.batches_duplicate = seqs->duplicate_batches;
+  h->stats.link_lost_batches = seqs->lost_batches;
+}
+
+void tr_hosts_batch_unusable(tr_host *h) {
+  rec_of(h)->peer.lost_batches++;
+  tr_hosts_batch_seen(h);
+}
+
+void tr_hosts_chunk_received(tr_host *h, size_t payload_len) {
+  h->stats.chunks_received++;
+  h->stats.bytes_received += payload_len;
+}
+
+void tr_hosts_batch_applied(tr_host *h) { h->stats.batches_received++; }
+
 /* ---- clock snapshots ---- */
 
 int tr_hosts_add_clock_snapshot(tr_host *h, const Tracerelay__HostClockSnapshot *m,

@@ -1,9 +1,9 @@
 /* hosts.h: the service's host table: one tr_host per machine name, kept for the service's
  * whole life so that a host's stats, producers and clock estimate survive reconnects.
  *
- * The fields of the public tr_host (service.h) are written here and read elsewhere; only the
- * link server sets a host's link, connected_since_ns, agent_said_goodbye and its batch, chunk
- * and disconnect counters itself. Besides the tr_host, each entry holds what only the link
+ * The fields of the public tr_host (service.h) are written here only and read elsewhere (the
+ * link server reports its connection and batches through the tr_hosts_link_* and
+ * tr_hosts_batch_* functions). Besides the tr_host, each entry holds what only the link
  * needs across connections: the batch sequence bookkeeping of its agent instance
  * (tr_relay_peer), the AgentStats of earlier agent instances, and CommandReplies waiting for
  * their batches.
@@ -76,6 +76,20 @@ void tr_hosts_agent_stats(tr_host *host, const Tracerelay__AgentStats *stats);
 
 /* A flush the host did not answer in time (stats.flushes_missed). */
 void tr_hosts_count_flush_missed(tr_host *host);
+
+/* The link server's news of the host's connection: its link came up (link, at service
+ * BOOTTIME now_ns) or went down (stats.disconnects), the agent said goodbye (orderly: with
+ * REASON_SHUTDOWN, which a restart then does not count as unclean). */
+void tr_hosts_link_up(tr_host *host, tr_link_peer *link, uint64_t now_ns);
+void tr_hosts_link_down(tr_host *host);
+void tr_hosts_agent_goodbye(tr_host *host, bool orderly);
+/* And of its batches: after tr_relay_peer_batch on tr_hosts_peer(host) (stats follow its
+ * duplicate and lost counts); a batch whose seq is spent but which could not be used (counted
+ * lost); each chunk delivered, of payload_len bytes; a batch applied whole. */
+void tr_hosts_batch_seen(tr_host *host);
+void tr_hosts_batch_unusable(tr_host *host);
+void tr_hosts_chunk_received(tr_host *host, size_t payload_len);
+void tr_hosts_batch_applied(tr_host *host);
 
 /* Keeps a HostClockSnapshot of the host's agent, received at service BOOTTIME received_ns, in
  * host->clock_snapshots. TR_ERR_PROTO for an empty snapshot, more than TR_CLOCK_SNAPSHOT_MAX

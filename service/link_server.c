@@ -258,9 +258,8 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   p->max_out = max_frame;
   p->features = tr_relay_features_negotiate(ls->features, hello->features);
   p->host = host;
-  host->link = p;
+  tr_hosts_link_up(host, p, (uint64_t)boottime());
   ls->connected++;
-  host->connected_since_ns = (uint64_t)boottime();
 
   Tracerelay__Welcome w = TRACERELAY__WELCOME__INIT;
   w.has_features = w.has_service_instance_id = w.has_stored_seq = w.has_max_frame_bytes = 1;
@@ -295,8 +294,7 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
     return;
   }
   int rc = tr_relay_peer_batch(seqs, batch->seq);
-  host->stats.batches_duplicate = seqs->duplicate_batches;
-  host->stats.link_lost_batches = seqs->lost_batches;
+  tr_hosts_batch_seen(host);
   if (rc <= 0) {
     if (rc < 0)
       PROTO_ERROR(p, "batch with seq 0");
@@ -311,7 +309,7 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
       rc = TR_ERR_PROTO;
   if (rc < 0) {
     /* Its seq is spent: count it, or nobody would. */
-    host->stats.link_lost_batches = ++seqs->lost_batches;
+    tr_hosts_batch_unusable(host);
     PROTO_ERROR(p, "batch %llu is unusable: %s", (unsigned long long)batch->seq,
                 tr_strerror(rc));
     tr_relay_items_free(owned);
@@ -323,8 +321,7 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
     const Tracerelay__ChunkItem *it = items[i];
     switch (it->item_case) {
     case TRACERELAY__CHUNK_ITEM__ITEM_CHUNK:
-      host->stats.chunks_received++;
-      host->stats.bytes_received += it->chunk->payload.len;
+      tr_hosts_chunk_received(host, it->chunk->payload.len);
       ev->chunk(svc, host, it->chunk);
       break;
     case TRACERELAY__CHUNK_ITEM__ITEM_PATCH:
@@ -338,7 +335,7 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
     }
   }
   tr_relay_items_free(owned);
-  host->stats.batches_received++;
+  tr_hosts_batch_applied(host);
   tr_hosts_release_ordered(p->ls->hosts, host);
 }
 
@@ -394,8 +391,9 @@ static void on_frame(tr_link_peer *p, Tracerelay__RelayFrame *f) {
   case TRACERELAY__RELAY_FRAME__MSG_GOODBYE:
     TR_INFO("link", "host %s says goodbye (reason %d): %s", p->host->name,
             (int)f->goodbye->reason, f->goodbye->text != NULL ? f->goodbye->text : "");
-    p->host->agent_said_goodbye =
-        f->goodbye->has_reason && f->goodbye->reason == TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN;
+    tr_hosts_agent_goodbye(p->host, f->goodbye->has_reason &&
+                                        f->goodbye->reason ==
+                                            TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN);
     hang_up(p);
     break;
   case TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT:
@@ -588,9 +586,8 @@ static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
     p->next->prev = p->prev;
   tr_host *host = p->host;
   if (host != NULL) {
-    host->link = NULL;
+    tr_hosts_link_down(host);
     ls->connected--;
-    host->stats.disconnects++;
     TR_INFO("link", "host %s disconnected: %s", host->name, reason ? why : "closed by us");
     ls->ev->host_disconnected(ls->svc, host, why);
   }
