@@ -1,87 +1,14 @@
 /* batch_builder.c: ChunkBatches packed and compressed on a worker thread (batch_builder.h): the
- * queue entries' wire mapping (fill_item) and the job that carries them to the worker. */
+ * job that carries queue entries to the worker, which maps them to items (relay/chunk_item.h)
+ * and encodes them. */
 #include "agent/batch_builder.h"
 
 #include <stdlib.h>
 
+#include "relay/chunk_item.h"
 #include "relay/tr_error.h"
 
 #define ITEM_OVERHEAD 64 /* protobuf envelope of one item, an upper estimate */
-
-/* One item and the message it points to, built in place for one encode. */
-typedef struct item_slot {
-  Tracerelay__ChunkItem item;
-  union {
-    Tracerelay__Chunk chunk;
-    struct {
-      Tracerelay__Patch patch;
-      Tracerelay__Patch__Entry entry;
-      Tracerelay__Patch__Entry *entries[1];
-    } p;
-    Tracerelay__FlushAck ack;
-  } u;
-} item_slot;
-
-static void fill_item(item_slot *s, const tr_chunkq_entry *e) {
-  s->item = (Tracerelay__ChunkItem)TRACERELAY__CHUNK_ITEM__INIT;
-  switch (e->kind) {
-  case TR_CHUNKQ_CHUNK: {
-    const tr_chunkq_chunk *c = &e->u.chunk;
-    Tracerelay__Chunk *m = &s->u.chunk;
-    *m = (Tracerelay__Chunk)TRACERELAY__CHUNK__INIT;
-    m->has_producer_id = m->has_writer_id = m->has_chunk_id = m->has_packet_count = 1;
-    m->has_flags = m->has_target_buffer = m->has_incomplete = m->has_trusted_uid = 1;
-    m->has_trusted_pid = m->has_payload = 1;
-    m->producer_id = c->producer_id;
-    m->writer_id = c->header.writer_id;
-    m->chunk_id = c->header.chunk_id;
-    m->packet_count = c->header.count;
-    m->flags = c->header.flags;
-    m->target_buffer = c->target_buffer;
-    m->incomplete = c->incomplete;
-    m->trusted_uid = c->trusted_uid;
-    m->trusted_pid = c->trusted_pid;
-    m->payload.data = (uint8_t *)e->data;
-    m->payload.len = e->len;
-    s->item.item_case = TRACERELAY__CHUNK_ITEM__ITEM_CHUNK;
-    s->item.chunk = m;
-    break;
-  }
-  case TR_CHUNKQ_PATCH: {
-    const tr_chunkq_patch *p = &e->u.patch;
-    Tracerelay__Patch *m = &s->u.p.patch;
-    *m = (Tracerelay__Patch)TRACERELAY__PATCH__INIT;
-    s->u.p.entry = (Tracerelay__Patch__Entry)TRACERELAY__PATCH__ENTRY__INIT;
-    s->u.p.entry.has_offset = s->u.p.entry.has_data = 1;
-    s->u.p.entry.offset = p->offset;
-    s->u.p.entry.data = (uint32_t)p->data[0] | (uint32_t)p->data[1] << 8 |
-                        (uint32_t)p->data[2] << 16 | (uint32_t)p->data[3] << 24;
-    s->u.p.entries[0] = &s->u.p.entry;
-    m->has_producer_id = m->has_target_buffer = m->has_writer_id = m->has_chunk_id = 1;
-    m->has_has_more = 1;
-    m->producer_id = p->producer_id;
-    m->target_buffer = p->target_buffer;
-    m->writer_id = p->writer_id;
-    m->chunk_id = p->chunk_id;
-    m->has_more = p->has_more;
-    m->n_entries = 1;
-    m->entries = s->u.p.entries;
-    s->item.item_case = TRACERELAY__CHUNK_ITEM__ITEM_PATCH;
-    s->item.patch = m;
-    break;
-  }
-  case TR_CHUNKQ_FLUSH_ACK: {
-    Tracerelay__FlushAck *m = &s->u.ack;
-    *m = (Tracerelay__FlushAck)TRACERELAY__FLUSH_ACK__INIT;
-    m->has_flush_request_id = m->has_producer_id = 1;
-    m->flush_request_id = e->u.flush_ack.request_id;
-    m->producer_id = e->u.flush_ack.producer_id;
-    s->item.item_case = TRACERELAY__CHUNK_ITEM__ITEM_FLUSH_ACK;
-    s->item.flush_ack = m;
-    break;
-  }
-  }
-}
 
 struct tr_batch_builder {
   uv_loop_t *loop;
@@ -121,11 +48,11 @@ int tr_batch_builder_new(uv_loop_t *loop, tr_chunkq *queue,
 static void build(uv_work_t *w) {
   tr_batch_builder *b = w->data;
   struct tr_built_batch *o = &b->out;
-  item_slot *slots = malloc(o->entries * sizeof *slots);
+  tr_chunk_item_slot *slots = malloc(o->entries * sizeof *slots);
   Tracerelay__ChunkItem **items = malloc(o->entries * sizeof *items);
   o->rc = slots && items ? 0 : TR_ERR_NOMEM;
   for (size_t i = 0; o->rc == 0 && i < o->entries; i++) {
-    fill_item(&slots[i], b->entries[i]);
+    tr_chunk_item_fill(&slots[i], b->entries[i]);
     items[i] = &slots[i].item;
   }
   if (o->rc == 0)

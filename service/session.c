@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "relay/chunk_item.h"
 #include "relay/log.h"
 #include "relay/pb_valid.h"
 #include "relay/tr_error.h"
@@ -888,17 +889,7 @@ void tr_session_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk
   tr_tbuf_chunk c;
   if (!b)
     return;
-  memset(&c, 0, sizeof c);
-  c.producer_id = chunk->producer_id;
-  c.writer_id = chunk->writer_id > 0xffff ? 0 : (uint16_t)chunk->writer_id; /* 0 is refused */
-  c.chunk_id = chunk->chunk_id;
-  c.fragments = chunk->packet_count > 0xffff ? 0xffff : (uint16_t)chunk->packet_count;
-  c.flags = (uint8_t)(chunk->flags & 0x3f);
-  c.incomplete = chunk->incomplete;
-  c.uid = (int32_t)chunk->trusted_uid;
-  c.pid = chunk->trusted_pid;
-  c.payload = chunk->payload.data;
-  c.payload_len = chunk->payload.len;
+  tr_chunk_item_to_tbuf(chunk, &c);
   /* Refusals (ABI violations, DISCARD full, oversize) are counted in the buffer's stats. */
   tr_tbuf_write_chunk(b, &c);
 }
@@ -913,12 +904,8 @@ void tr_session_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch
   if (!p)
     return;
   for (size_t i = 0; i < patch->n_entries; i++) {
-    uint32_t d = patch->entries[i]->data;
     p[i].offset = patch->entries[i]->offset;
-    p[i].data[0] = (uint8_t)d;
-    p[i].data[1] = (uint8_t)(d >> 8);
-    p[i].data[2] = (uint8_t)(d >> 16);
-    p[i].data[3] = (uint8_t)(d >> 24);
+    tr_chunk_item_patch_bytes(patch->entries[i]->data, p[i].data);
   }
   tr_tbuf_patch_chunk(b, patch->producer_id, (uint16_t)patch->writer_id, patch->chunk_id, p,
                       patch->n_entries, patch->has_more);
