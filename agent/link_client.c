@@ -118,12 +118,6 @@ struct tr_link_client {
 static void schedule_retry(tr_link_client *lc);
 static void check_shutdown(tr_link_client *lc);
 
-static int64_t boottime(void) {
-  uint64_t t = 0;
-  tr_clock_read(TR_CLOCK_BOOTTIME, &t);
-  return (int64_t)t;
-}
-
 /* ---- writing ---- */
 
 static void close_conn(tr_link_client *lc, Tracerelay__Goodbye__Reason reason, const char *fmt,
@@ -636,7 +630,7 @@ static void on_probe(tr_link_client *lc, const Tracerelay__ClockProbe *q) {
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE;
   f.clock_probe = &a;
-  a.t3 = (uint64_t)boottime();
+  a.t3 = tr_clock_boottime_ns();
   int64_t sent = 0;
   if (send_frame_stamped(lc, &f, &sent) < 0 || !(lc->features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP))
     return;
@@ -860,7 +854,7 @@ static void on_tick(uv_timer_t *t) {
     else if (lc->welcomed && tr_relay_heartbeat_due(&lc->hb, now_ns)) {
       Tracerelay__Heartbeat hb;
       Tracerelay__RelayFrame f;
-      tr_relay_frame_heartbeat(&f, &hb, (uint64_t)boottime());
+      tr_relay_frame_heartbeat(&f, &hb, tr_clock_boottime_ns());
       send_frame(lc, &f);
     }
   }

@@ -80,6 +80,12 @@ int tr_clock_read(uint32_t clock_id, uint64_t *ts_ns) {
   return tr_clock_fake_apply(fake_offset_ns, fake_drift_ppm, real, ts_ns);
 }
 
+uint64_t tr_clock_boottime_ns(void) {
+  uint64_t t = 0;
+  tr_clock_read(TR_CLOCK_BOOTTIME, &t);
+  return t;
+}
+
 int tr_clock_snapshot(struct tr_clock_snapshot *out) {
   for (uint32_t i = 0; i < TR_CLOCK_SNAPSHOT_MAX; i++) {
     out->clocks[i].clock_id = snapshot_order[i];

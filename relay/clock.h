@@ -48,6 +48,8 @@ struct tr_clock_snapshot {
 /* Reads one builtin clock. TR_ERR_INVAL for an id that is not one of the six above, or when a
  * negative fake offset would make the reading negative; TR_ERR_SYS(errno) if the kernel refuses. */
 int tr_clock_read(uint32_t clock_id, uint64_t *ts_ns);
+/* BOOTTIME now in ns (through tr_clock_read, so the fake clock applies); 0 if it cannot be read. */
+uint64_t tr_clock_boottime_ns(void);
 /* Reads all six, BOOTTIME first, in traced's order. 0 or the first tr_clock_read() error. */
 int tr_clock_snapshot(struct tr_clock_snapshot *out);
 /* "BOOTTIME", "REALTIME"...: the names global clock ids are hashed from; NULL for other ids. */

@@ -215,12 +215,6 @@ static int flush_cipher(tr_tls_uv_conn *c) {
   return submit(c, w);
 }
 
-static int64_t boottime(void) {
-  uint64_t t = 0;
-  tr_clock_read(TR_CLOCK_BOOTTIME, &t);
-  return (int64_t)t;
-}
-
 /* Nothing waits before new bytes: no write request in libuv, no unsent byte in the kernel. */
 static bool output_idle(tr_tls_uv_conn *c) {
   uv_os_fd_t fd;
@@ -237,7 +231,7 @@ static int submit_stamped(tr_tls_uv_conn *c, struct write_req *w, int64_t *sent_
   uv_os_fd_t fd;
   if (w->len == 0 || !output_idle(c) || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
     return submit(c, w);
-  int64_t t = boottime();
+  int64_t t = (int64_t)tr_clock_boottime_ns();
   ssize_t n = tr_sock_stamp_send(&c->stamps, fd, w->data, w->len);
   if (n == (ssize_t)w->len) {
     *sent_ns = c->marked_ns = t;
@@ -524,7 +518,7 @@ static void own_read(tr_tls_uv_conn *c) {
     return;
   }
   c->pre_len = (size_t)n;
-  c->pre_ns = arrival != 0 ? arrival : boottime();
+  c->pre_ns = arrival != 0 ? arrival : (int64_t)tr_clock_boottime_ns();
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -565,7 +559,7 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     return;
   }
   /* First, before any decryption: the arrival time of every message completed by this read. */
-  c->read_ns = stamp != 0 ? stamp : boottime();
+  c->read_ns = stamp != 0 ? stamp : (int64_t)tr_clock_boottime_ns();
   c->bytes_in += (uint64_t)nread;
   (void)buf; /* always read_buf (on_alloc) */
   feed_and_drive(c, read_buf, (size_t)nread);

@@ -70,12 +70,6 @@ struct tr_link_server {
   bool tick_closed;
 };
 
-static int64_t boottime(void) {
-  uint64_t t = 0;
-  tr_clock_read(TR_CLOCK_BOOTTIME, &t);
-  return (int64_t)t;
-}
-
 /* ---- writing ---- */
 
 static void peer_close(tr_link_peer *p, Tracerelay__Goodbye__Reason reason, const char *fmt, ...)
@@ -149,7 +143,7 @@ static void send_ack(tr_link_peer *p) {
 static void send_heartbeat(tr_link_peer *p, bool at_once) {
   Tracerelay__Heartbeat hb;
   Tracerelay__RelayFrame f;
-  tr_relay_frame_heartbeat(&f, &hb, (uint64_t)boottime());
+  tr_relay_frame_heartbeat(&f, &hb, tr_clock_boottime_ns());
   int64_t sent = 0;
   send_frame_stamped(p, &f, at_once ? &sent : NULL);
 }
@@ -179,7 +173,7 @@ static int probe_send(void *data, uint64_t probe_id, int64_t *t1) {
   f.clock_probe = &probe;
   /* The exact t1 is taken once the frame is encrypted, right before the kernel takes it; this
    * earlier reading stands in when the bytes had to be queued (still a valid bound). */
-  *t1 = boottime();
+  *t1 = (int64_t)tr_clock_boottime_ns();
   probe.t1 = (uint64_t)*t1;
   int64_t sent = 0;
   int rc = send_frame_stamped(p, &f, &sent);
@@ -258,7 +252,7 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   p->max_out = max_frame;
   p->features = tr_relay_features_negotiate(ls->features, hello->features);
   p->host = host;
-  tr_hosts_link_up(host, p, (uint64_t)boottime());
+  tr_hosts_link_up(host, p, tr_clock_boottime_ns());
   ls->connected++;
 
   Tracerelay__Welcome w = TRACERELAY__WELCOME__INIT;

@@ -23,11 +23,7 @@
 #define FLUSH_FLAGS_PERIODIC 0x11u   /* reason periodic | initiator traced << 4 */
 #define FLUSH_FLAGS_TRACE_STOP 0x12u /* reason trace-stop | initiator traced << 4 */
 
-uint64_t tr_session_now(void) {
-  uint64_t ts = 0;
-  tr_clock_read(TR_CLOCK_BOOTTIME, &ts);
-  return ts;
-}
+uint64_t tr_session_now(void) { return tr_clock_boottime_ns(); }
 
 /* ---- service state ---- */
 

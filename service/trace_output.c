@@ -102,12 +102,6 @@ struct tr_trace_output {
   unsigned timers_open;
 };
 
-static uint64_t now_ns(void) {
-  uint64_t ts = 0;
-  tr_clock_read(TR_CLOCK_BOOTTIME, &ts);
-  return ts;
-}
-
 static void free_svc(out_reader *r) {
   tr_packet_list_free(&r->svc);
   r->next_svc = 0;
@@ -196,7 +190,7 @@ void tr_trace_output_add_event(tr_trace_output *o, enum tr_trace_writer_event ev
   if (o->num_events == TR_TRACE_OUTPUT_MAX_EVENTS ||
       (repeats && o->num_events >= TR_TRACE_OUTPUT_MAX_EVENTS / 2))
     return;
-  o->events[o->num_events].ts = now_ns();
+  o->events[o->num_events].ts = tr_clock_boottime_ns();
   o->events[o->num_events].event = ev;
   o->num_events++;
 }
@@ -209,7 +203,7 @@ void tr_trace_output_add_host_mark(tr_trace_output *o, const tr_host *host,
     return;
   }
   o->host_marks[o->num_host_marks++] =
-      (out_host_mark){.ts = now_ns(), .host = host, .kind = kind};
+      (out_host_mark){.ts = tr_clock_boottime_ns(), .host = host, .kind = kind};
 }
 
 /* ---- the clock error bound tracks (docs/querying.md) ----
@@ -315,7 +309,7 @@ static int add_bounds(tr_trace_output *o, tr_packet_list *out, bool final) {
     if (o->p.timeline == TR_TIMELINE_MACHINES && sh->bound_edges == 0)
       continue;
     if (final) {
-      int64_t now = (int64_t)now_ns() - tr_clocksync_offset_ns(sh->host->clock);
+      int64_t now = (int64_t)tr_clock_boottime_ns() - tr_clocksync_offset_ns(sh->host->clock);
       frontier = now > frontier ? now : frontier;
     }
     if ((rc = add_bound_samples(o, sh, out, frontier + 1)) != 0)
@@ -471,7 +465,7 @@ static int build_head(tr_trace_output *o) {
       if (tr_clock_snapshot(&now) == 0)
         rc = rc ? rc : push(&r->svc, tr_trace_writer_clock_snapshot(uid, &now, &p), &p);
     }
-    rc = rc ? rc : push(&r->svc, tr_trace_writer_sync_marker(uid, now_ns(), &p), &p);
+    rc = rc ? rc : push(&r->svc, tr_trace_writer_sync_marker(uid, tr_clock_boottime_ns(), &p), &p);
     if (!(b && b->disable_trace_config))
       rc = rc ? rc : push(&r->svc, tr_trace_writer_trace_config(uid, o->p.cfg, &p), &p);
     rc = rc ? rc
@@ -510,7 +504,7 @@ static int build_tail(tr_trace_output *o) {
   tr_trace_output_add_event(o, TR_TW_READ_TRACING_BUFFERS_COMPLETED);
   if ((rc = add_events(o, &r->svc)) != 0 || (rc = tr_packet_list_reserve(&r->svc, 1)) != 0)
     return rc;
-  if ((rc = o->p.trace_stats(o->p.ud, now_ns(), &p)) != 0)
+  if ((rc = o->p.trace_stats(o->p.ud, tr_clock_boottime_ns(), &p)) != 0)
     return rc;
   tr_packet_list_push(&r->svc, p);
   return 0;
@@ -715,7 +709,7 @@ static int open_file(const Perfetto__Protos__TraceConfig *cfg, int output_fd, in
 static void random_uuid(tr_trace_output *o) {
   uint64_t r[2] = {0, 0};
   if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
-    r[0] = now_ns() ^ (uint64_t)getpid() << 32;
+    r[0] = tr_clock_boottime_ns() ^ (uint64_t)getpid() << 32;
     r[1] = o->p.session_id * 0x9e3779b97f4a7c15ull;
   }
   o->uuid_msb = (int64_t)r[0];
