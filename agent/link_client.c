@@ -91,6 +91,9 @@ struct tr_link_client {
   uv_timer_t batch_timer, retry_timer, tick;
   uv_timer_t follow_up_timer; /* sends the ClockFollowUp of the last answer, a little later */
   Tracerelay__ClockFollowUp follow_up;
+  int64_t follow_up_sent_ns;   /* names the answer for tr_tls_uv_sent_time */
+  uint64_t follow_up_wait_ms;  /* the timer's last delay: doubles while the stamp is pending */
+  uint64_t follow_up_since_ms; /* when the answer was written */
   int handles_open;
 
   pending_frame *pending_head, *pending_tail;
@@ -607,12 +610,23 @@ void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t in
   lc->snap_next_ms = uv_now(lc->loop) + snap_period(lc);
 }
 
+/* Sends the ClockFollowUp once the answer's kernel send stamp is there: on a saturated link
+ * the answer waits behind queued data first (tr_tls_uv_write_stamped), so this asks again, at
+ * doubling intervals, for up to TR_LINK_FOLLOW_UP_MAX_WAIT_MS. */
 static void on_follow_up_timer(uv_timer_t *t) {
   tr_link_client *lc = t->data;
   if (lc->conn == NULL || lc->closing_conn)
     return;
+  uint64_t now = uv_now(lc->loop);
+  if (tr_tls_uv_sent_time_pending(lc->conn, lc->follow_up_sent_ns) &&
+      now - lc->follow_up_since_ms < TR_LINK_FOLLOW_UP_MAX_WAIT_MS) {
+    if (lc->follow_up_wait_ms < TR_LINK_FOLLOW_UP_MAX_STEP_MS)
+      lc->follow_up_wait_ms *= 2;
+    uv_timer_start(&lc->follow_up_timer, on_follow_up_timer, lc->follow_up_wait_ms, 0);
+    return;
+  }
   if (lc->follow_up.has_t3) /* the kernel's own send stamp of the answer, once there */
-    lc->follow_up.t3 = (uint64_t)tr_tls_uv_sent_time(lc->conn, (int64_t)lc->follow_up.t3);
+    lc->follow_up.t3 = (uint64_t)tr_tls_uv_sent_time(lc->conn, lc->follow_up_sent_ns);
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_FOLLOW_UP;
   f.clock_follow_up = &lc->follow_up;
@@ -640,6 +654,9 @@ static void on_probe(tr_link_client *lc, const Tracerelay__ClockProbe *q) {
   fu.has_t3 = sent > 0;
   fu.t3 = (uint64_t)sent;
   lc->follow_up = fu;
+  lc->follow_up_sent_ns = sent;
+  lc->follow_up_wait_ms = TR_LINK_FOLLOW_UP_DELAY_MS;
+  lc->follow_up_since_ms = uv_now(lc->loop);
   uv_timer_start(&lc->follow_up_timer, on_follow_up_timer, TR_LINK_FOLLOW_UP_DELAY_MS, 0);
 }
 
@@ -692,7 +709,9 @@ static void on_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
 
 static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
   tr_link_client *lc = tr_tls_uv_get_data(conn);
-  lc->t2 = tr_tls_uv_read_time(conn); /* a probe's receive time, taken before decryption */
+  /* A probe's receive time, taken before decryption (the service's side of the link carries
+   * little, so checking every read for reordering costs little). */
+  lc->t2 = tr_tls_uv_read_time_checked(conn);
   tr_relay_heartbeat_heard(&lc->hb, uv_hrtime());
   const uint8_t *p = data;
   char why[96];

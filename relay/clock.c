@@ -80,6 +80,14 @@ int tr_clock_read(uint32_t clock_id, uint64_t *ts_ns) {
   return tr_clock_fake_apply(fake_offset_ns, fake_drift_ppm, real, ts_ns);
 }
 
+int tr_clock_boottime_at(uint64_t real_ns, uint64_t *ts_ns) {
+  if (!fake_on) {
+    *ts_ns = real_ns;
+    return 0;
+  }
+  return tr_clock_fake_apply(fake_offset_ns, fake_drift_ppm, real_ns, ts_ns);
+}
+
 uint64_t tr_clock_boottime_ns(void) {
   uint64_t t = 0;
   tr_clock_read(TR_CLOCK_BOOTTIME, &t);

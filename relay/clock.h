@@ -50,6 +50,10 @@ struct tr_clock_snapshot {
 int tr_clock_read(uint32_t clock_id, uint64_t *ts_ns);
 /* BOOTTIME now in ns (through tr_clock_read, so the fake clock applies); 0 if it cannot be read. */
 uint64_t tr_clock_boottime_ns(void);
+/* BOOTTIME as tr_clock_read gives it (the simulated clock included) at the instant the real
+ * BOOTTIME read real_ns: for kernel stamps converted on the real clock (relay/sock_stamp.c), so
+ * that a stamp's age does not run at the simulated drift. Errors as tr_clock_read. */
+int tr_clock_boottime_at(uint64_t real_ns, uint64_t *ts_ns);
 /* Reads all six, BOOTTIME first, in traced's order. 0 or the first tr_clock_read() error. */
 int tr_clock_snapshot(struct tr_clock_snapshot *out);
 /* "BOOTTIME", "REALTIME"...: the names global clock ids are hashed from; NULL for other ids. */

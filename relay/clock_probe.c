@@ -96,6 +96,10 @@ static void finish(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p
     send_probe(s, p, now_ms);
 }
 
+bool tr_clock_probe_awaiting_answer(const struct tr_clock_probe_peer *p) {
+  return p->state == TR_CLOCK_PROBE_SENT;
+}
+
 int tr_clock_probe_answer(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p,
                           uint64_t probe_id, uint64_t t2, uint64_t t3, int64_t t4,
                           uint64_t now_ms) {
@@ -107,8 +111,10 @@ int tr_clock_probe_answer(struct tr_clock_probe_sched *s, struct tr_clock_probe_
   p->ex.t2 = (int64_t)t2;
   p->ex.t3 = (int64_t)t3;
   p->ex.t4 = t4;
-  if (p->follow_up)
+  if (p->follow_up) {
     p->state = TR_CLOCK_PROBE_ANSWERED; /* the exact t3 follows */
+    p->answered_ms = now_ms;
+  }
   else
     finish(s, p, now_ms);
   return 1;
@@ -142,8 +148,11 @@ void tr_clock_probe_request(struct tr_clock_probe_sched *s, struct tr_clock_prob
 /* Returns true when a probe was due but the budget was spent. */
 static bool tick_peer(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p,
                       uint64_t now_ms, bool session, unsigned *budget) {
-  if (p->state != TR_CLOCK_PROBE_IDLE && now_ms - p->sent_ms >= TR_CLOCK_PROBE_TIMEOUT_MS)
+  if (p->state == TR_CLOCK_PROBE_SENT && now_ms - p->sent_ms >= TR_CLOCK_PROBE_TIMEOUT_MS)
     p->state = TR_CLOCK_PROBE_IDLE;
+  else if (p->state == TR_CLOCK_PROBE_ANSWERED &&
+           now_ms - p->answered_ms >= TR_CLOCK_PROBE_FOLLOW_UP_MS)
+    finish(s, p, now_ms); /* with the answer's own t3 */
   uint64_t every = period(s, p, session);
   bool due = now_ms >= p->next_ms || (p->sent > 0 && now_ms >= p->sent_ms + every);
   if (!due || p->state != TR_CLOCK_PROBE_IDLE)

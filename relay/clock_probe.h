@@ -13,8 +13,11 @@
  * - An answer or follow-up that does not match the probe in flight (another id, a repeat, a
  *   follow-up before its answer, anything after the timeout) is ignored; one that matches but
  *   carries a time outside [0, 2^62) is a protocol error, and the exchange stays as it was.
- * - A probe unanswered (or not followed up) for TR_CLOCK_PROBE_TIMEOUT_MS is forgotten at the
- *   next tick; its late answer is then ignored.
+ * - A probe unanswered for TR_CLOCK_PROBE_TIMEOUT_MS is forgotten at the next tick; its late
+ *   answer is then ignored. An answer whose follow-up has not come TR_CLOCK_PROBE_FOLLOW_UP_MS
+ *   after it is delivered at the next tick with its own t3 (a valid, looser bound: behind a
+ *   saturated link's queue the follow-up waits for the answer's send stamp, then for the data
+ *   queued meanwhile, and a probe lost there would leave the host without exchanges).
  * - t1 is what ops->send gave, improved once by ops->sent_time when the answer arrives (the
  *   kernel's send stamp may come after the write). A follow-up's t3 replaces the answer's
  *   only when it is not earlier (the answer's was read before encoding: the exact one is later).
@@ -54,7 +57,8 @@
 #define TR_CLOCK_PROBE_SESSION_MAX_MS 1000 /* and at least (as between sessions) */
 #define TR_CLOCK_PROBES_PER_MS 8          /* the budget over all peers: this many a ms, */
 #define TR_CLOCK_PROBE_BUDGET_MAX 400     /* at most this many in a tick's burst (50 ms worth) */
-#define TR_CLOCK_PROBE_TIMEOUT_MS 2000    /* an unanswered probe is forgotten after this */
+#define TR_CLOCK_PROBE_TIMEOUT_MS 5000    /* an unanswered probe is forgotten after this */
+#define TR_CLOCK_PROBE_FOLLOW_UP_MS 3000  /* an answer's follow-up is awaited this long */
 
 enum tr_clock_probe_state {
   TR_CLOCK_PROBE_IDLE = 0,
@@ -88,6 +92,7 @@ struct tr_clock_probe_peer {
   uint64_t id;    /* of the probe in flight, or of the last one */
   struct tr_clocksync_probe ex; /* its times so far */
   uint64_t sent_ms;  /* when the last probe left */
+  uint64_t answered_ms; /* when its answer came (state ANSWERED) */
   uint64_t next_ms;  /* when the schedule's next probe is due */
   unsigned sent;     /* probes sent to this peer */
   struct tr_clock_probe_peer *prev, *next; /* the schedule's cyclic order */
@@ -118,6 +123,8 @@ void tr_clock_probe_tick(struct tr_clock_probe_sched *s, uint64_t now_ms, bool s
  * go yet. Nothing for a peer not scheduled. */
 void tr_clock_probe_request(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p,
                             uint64_t now_ms);
+/* True while p's probe is out and its answer is awaited (its arrival time will be needed). */
+bool tr_clock_probe_awaiting_answer(const struct tr_clock_probe_peer *p);
 /* The answer to probe_id: t2, t3 as the peer sent them, t4 when it arrived (BOOTTIME ns).
  * Returns 1 when taken (without the follow-up feature the exchange is delivered to ops->done,
  * and a wanted probe sent), 0 when ignored (not the probe in flight), TR_ERR_PROTO for t2 or t3

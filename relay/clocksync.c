@@ -25,6 +25,14 @@
  * were: then a plausible one will do. */
 #define EDGE_MAX_SKIPPED 10
 #define CONGESTED_RTT_SLACK_NS 50000 /* beyond 2 * the best rtt: queued, not just a slow leg */
+/* An exchange whose answer waited longer than this at the host (behind queued data) is written
+ * as M's point: trace_processor would apply its offset, measured at the midpoint, from t4 on. */
+#define EDGE_MAX_HOLD_NS 1000000
+/* A round trip this far below zero cannot be: one of the four stamps is wrong (seen behind a
+ * saturated link: an answer's send stamp a TCP segment late). Such a probe is refused. */
+#define IMPOSSIBLE_RTT_NS 2000
+#define GAP_DRIFT_NS 1000.0 /* M's points fill gaps between edges this far apart by drift, */
+#define GAP_MAX_NS 1000000000LL /* and at least this often */
 
 struct sample { /* the best probe of one window */
   struct tr_clocksync_probe p;
@@ -455,6 +463,21 @@ static void place_knot(struct tr_clocksync *est, const struct tr_clocksync_probe
   push_knot(est, p->t3, s);
 }
 
+/* The round trip of a probe whose answer left `hold` ns of host time after the probe came in:
+ * the hold converted to service time with the fitted drift, plus what the drift's uncertainty
+ * could hide in it (max_drift_ppm before a fit). On an idle link the hold is microseconds and
+ * this is the plain NTP difference; behind a saturated link's queue it is up to seconds, and a
+ * host clock 200 ppm fast would otherwise make a 1 s hold look 200 us longer than it was and the
+ * round trip negative. Never below 0. */
+static int64_t rtt_of(const struct tr_clocksync *est, int64_t service_span, int64_t hold) {
+  double drift = est->fit.valid ? est->fit.drift : 0.0;
+  double drift_err = est->fit.valid ? est->fit.drift_err : est->cfg.max_drift_ppm * 1e-6;
+  double rtt = (double)service_span - (double)hold * (1.0 + drift) + (double)hold * drift_err;
+  if (rtt < -(double)IMPOSSIBLE_RTT_NS)
+    return -1;
+  return rtt > 0 ? (int64_t)ceil(rtt) : 0;
+}
+
 int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int64_t t3,
                            int64_t t4) {
   if (t1 < 0 || t2 < 0 || t3 < 0 || t4 < 0 || t1 >= TS_LIMIT || t2 >= TS_LIMIT ||
@@ -464,9 +487,11 @@ int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int
     return TR_ERR_INVAL;
   struct sample s = {.p = {t1, t2, t3, t4}, .h = t2 + (t3 - t2) / 2};
   s.theta2 = (t1 - t2) + (t4 - t3);
-  s.rtt = (t4 - t1) - (t3 - t2);
-  if (s.rtt < 0) /* a host clock running fast over a very short exchange */
-    s.rtt = 0;
+  s.rtt = rtt_of(est, t4 - t1, t3 - t2);
+  if (s.rtt < 0) {
+    est->stats.impossible++;
+    return TR_ERR_INVAL;
+  }
 
   if (est->window_open && s.h - est->window_start >= est->cfg.window_ns)
     close_window(est);
@@ -601,6 +626,36 @@ void tr_clocksync_pair_from_breakpoint(const struct tr_clocksync_breakpoint *bp,
                                          .update_service = bp->service_ts};
 }
 
+/* Appends M's own points (mapped_exchange) every `spacing` of host time after *last's host time
+ * (when that is an edge at or right before `from`)
+ * while `to` is more than `spacing` ahead, no further than the frontier (so no gap between edges
+ * exceeds 2 x spacing): where probes are sparse (a saturated link holds each
+ * answer behind its queue), trace_processor's constant offset from one edge to the next would
+ * otherwise collect drift x the gap. */
+static size_t fill_gap(const struct tr_clocksync *est, int64_t from, int64_t to, int64_t spacing,
+                       struct tr_clocksync_sync_pair *last, struct tr_clocksync_probe *out,
+                       size_t *n, size_t cap) {
+  size_t added = 0;
+  if (est->knots.n == 0 || last->update_remote < from - 1)
+    return 0; /* only after an edge of this range (or the one the range begins right after) */
+  int64_t frontier = knot_at(est, est->knots.n - 1)->h;
+  if (to > frontier)
+    to = frontier;
+  for (int64_t h = last->update_remote + 1 + spacing; h + spacing <= to && *n < cap;
+       h += spacing) {
+    struct tr_clocksync_probe edge;
+    struct tr_clocksync_sync_pair pair;
+    if (!mapped_exchange(est, h, &edge) || tr_clocksync_pair_from_exchange(&edge, &pair) != 0)
+      break;
+    if (pair.ping_remote > last->update_remote && pair.ping_service > last->update_service) {
+      out[(*n)++] = edge;
+      *last = pair;
+      added++;
+    }
+  }
+  return added;
+}
+
 int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_from,
                                 int64_t host_to, int64_t period_ns,
                                 struct tr_clocksync_sync_pair *after,
@@ -613,7 +668,10 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
     last = *after;
   const struct sample *best = NULL;
   int64_t best_bucket = -1;
-  uint32_t skipped = 0; /* candidates since host_from, or since the last one taken */
+  /* Candidates skipped since host_from, or since the last edge written (the next pass begins
+   * there), and the host times of the last few, to recount after a gap was filled. */
+  uint32_t skipped = 0;
+  int64_t skipped_h[EDGE_MAX_SKIPPED];
   int64_t floor = est->fit.valid ? est->fit.rtt_min : INT64_MAX;
   /* Candidates, oldest first: the window bests older than the exchange ring, the ring, then
    * the open exchange period's best (judged now, as it will be when its period closes). */
@@ -627,6 +685,11 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
     open.outlier = !plausible(est, &open, floor);
     open.edge_ok = edge_worthy(est, &open, floor);
   }
+  double drift = est->fit.valid ? fabs(est->fit.drift) : 0.0;
+  int64_t spacing = drift * (double)GAP_MAX_NS > GAP_DRIFT_NS ? (int64_t)(GAP_DRIFT_NS / drift)
+                                                               : GAP_MAX_NS;
+  if (spacing < period_ns)
+    spacing = period_ns;
   for (uint32_t i = 0; i <= total && n < cap; i++) {
     const struct sample *s = i == total ? NULL
                              : i < n_old ? hist_at(est, i)
@@ -639,14 +702,23 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
     if (best && bucket != best_bucket) {
       struct tr_clocksync_sync_pair pair = {0};
       struct tr_clocksync_probe edge = best->p;
-      bool take = !best->outlier && (best->edge_ok || skipped >= EDGE_MAX_SKIPPED);
-      if ((best->outlier || (!best->edge_ok && congested(est, best, floor))) &&
-          mapped_exchange(est, best->h, &edge))
-        take = true; /* M's point instead of a queued exchange */
+      bool held = best->p.t3 - best->p.t2 > EDGE_MAX_HOLD_NS;
+      /* M's point instead of a queued exchange */
+      bool mapped = (best->outlier || held || (!best->edge_ok && congested(est, best, floor))) &&
+                    mapped_exchange(est, best->h, &edge);
+      if (fill_gap(est, host_from, edge.t2 - (edge.t4 - edge.t1), spacing, &last, out, &n, cap) > 0) {
+        uint32_t kept = skipped < EDGE_MAX_SKIPPED ? skipped : EDGE_MAX_SKIPPED;
+        skipped = 0;
+        for (uint32_t k = 0; k < kept; k++)
+          skipped += skipped_h[k] > last.update_remote;
+      }
+      bool take = mapped || (!best->outlier && (best->edge_ok || skipped >= EDGE_MAX_SKIPPED));
       tr_clocksync_pair_from_exchange(&edge, &pair);
       if (!take) {
-        skipped += !best->outlier;
-      } else if (pair.ping_remote > last.update_remote && pair.ping_service > last.update_service) {
+        if (!best->outlier)
+          skipped_h[skipped++ % EDGE_MAX_SKIPPED] = best->h;
+      } else if (n < cap && pair.ping_remote > last.update_remote &&
+                 pair.ping_service > last.update_service) {
         out[n++] = edge;
         last = pair;
         skipped = 0;
@@ -658,6 +730,7 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
       best_bucket = bucket;
     }
   }
+  fill_gap(est, host_from, host_to, spacing, &last, out, &n, cap);
   if (after)
     *after = last;
   return (int)n;

@@ -6,7 +6,11 @@
  * taken and keep one probe in flight at a time (t2 of a probe after t3 of the previous one).
  *
  * Estimate. Each probe gives a sample at host time h = (t2+t3)/2: offset
- * theta = ((t1-t2) + (t4-t3))/2 (service minus host) and rtt = (t4-t1) - (t3-t2). Probes are
+ * theta = ((t1-t2) + (t4-t3))/2 (service minus host) and rtt = (t4-t1) - (t3-t2)*(1+drift)
+ * + (t3-t2)*D, at least 0 (the hold t3-t2 in service time by the current fit's drift, and what
+ * its uncertainty D could hide: a hold of a second behind a saturated link's queue, on a clock
+ * 200 ppm fast, would otherwise shorten the rtt by 200 us; before a fit, drift 0 and D =
+ * max_drift_ppm). Probes are
  * grouped into windows of window_ns of host time and only the minimum-RTT probe of each window
  * is kept. A window's best is rejected as an outlier when its rtt exceeds 2 * (the smallest rtt
  * among the kept samples) + outlier_slack_ns, unless the last 4 windows were all rejected:
@@ -93,6 +97,7 @@ struct tr_clocksync_stats {
   uint64_t windows;   /* closed windows */
   uint64_t outliers;  /* window bests rejected */
   uint64_t conflicts; /* knots where order had to win over causality (should stay 0) */
+  uint64_t impossible; /* probes refused: their round trip came out below zero */
 };
 
 void tr_clocksync_config_default(struct tr_clocksync_config *cfg);
@@ -102,7 +107,8 @@ void tr_clocksync_free(struct tr_clocksync *est);
 /* Bytes the estimator holds now (its struct and its rings' arrays). */
 size_t tr_clocksync_memory_bytes(const struct tr_clocksync *est);
 
-/* TR_ERR_INVAL for t4 < t1, t3 < t2, values outside [0, 2^62), or t3 not after the previous
+/* TR_ERR_INVAL for t4 < t1, t3 < t2, values outside [0, 2^62), a round trip (above) more than
+ * 2 us below zero (a wrong stamp: stats.impossible), or t3 not after the previous
  * probe's t3; the estimator is unchanged then. */
 int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int64_t t3,
                            int64_t t4);
@@ -154,7 +160,14 @@ int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64
  * (rtt beyond 2 * that smallest rtt + 50 us: a saturated link), gets instead the exchange
  * t1 = M(h) - 1, t2 = t3 = h, t4 = M(h) + 1 at its midpoint h: the mapping's own point, which
  * rests on the fit's best probes, where a real exchange would put the queue's asymmetry into
- * the edge (without it a congested link left the trace with no edge for seconds). Called in passes, each from just after the last
+ * the edge (without it a congested link left the trace with no edge for seconds). So does a
+ * best whose answer was held at the host more than 1 ms (t3 - t2: behind a saturated link's
+ * queue; its offset is right at its midpoint, but trace_processor would apply it from t4 on).
+ * And where consecutive edges would lie more than twice the fill spacing apart (probes held
+ * behind a queue come a second or more apart), M's points fill the gap, every 1 us / |fitted
+ * drift| of host time (at least period_ns, at most 1 s), up to the frontier, once this range
+ * has an edge; skipped candidates before a filled point no longer count. Called in passes,
+ * each from just after the last
  * exchange written, the count comes out as in one call. So a period_ns of exchange_period_ns
  * gives about one exchange per exchange period while the ring covers the range, one per window
  * before. Returns the count (<= cap), TR_ERR_INVAL for an empty range or period < 1. */

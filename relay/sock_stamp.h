@@ -12,8 +12,10 @@
  *   usually there when the write returns; a write the kernel held back (congestion window, a
  *   queueing discipline) gets its stamp when it really leaves.
  * The kernel stamps on REALTIME; each is converted as "BOOTTIME now minus the stamp's age",
- * BOOTTIME read (relay/clock.h, the simulated clock included) between two REALTIME readings at
- * most TR_SOCK_STAMP_PAIR_NS apart, so that a preemption between the clocks cannot move it;
+ * the real BOOTTIME read between two REALTIME readings at most TR_SOCK_STAMP_PAIR_NS apart, so
+ * that a preemption between the clocks cannot move it, and the instant found then put on the
+ * simulated clock if one is on (relay/clock.h, tr_clock_boottime_at: a stamp collected late
+ * keeps its place instead of drifting with its age);
  * the age is taken from the later reading for a send stamp and from the earlier one for a
  * receive stamp, so that each errs on its safe side (a departure never late, an arrival never
  * early) and a send always converts to no later than its receipt.
@@ -39,6 +41,7 @@ typedef struct tr_sock_stamp {
   uint32_t tx_key;   /* the count at the last byte of the marked write */
   bool tx_waiting;   /* the marked write's stamp has not arrived yet */
   int64_t tx_ns;     /* its send stamp (BOOTTIME) once arrived, else 0 */
+  uint32_t ooo_seen; /* TCP's count of segments received out of order, at the last look */
 } tr_sock_stamp;
 
 /* Turns stamps on for a connected TCP socket with nothing written yet. */
@@ -55,6 +58,11 @@ ssize_t tr_sock_stamp_send(tr_sock_stamp *s, int fd, const void *buf, size_t len
 /* The send stamp of the marked write, once arrived (collected from the error queue now if
  * need be), else 0. */
 int64_t tr_sock_stamp_sent_time(tr_sock_stamp *s, int fd);
+/* True if TCP received segments out of order since the last call (or since enable): then
+ * the receive stamp of a read may be that of bytes that came early, ahead of a lost segment,
+ * not of the retransmission that completed the read (seen behind a saturated link: a stamp
+ * milliseconds early). One getsockopt(TCP_INFO); false where the kernel does not count. */
+bool tr_sock_stamp_reordered(tr_sock_stamp *s, int fd);
 /* Empties the error queue (the stamps of writes no longer marked), keeping the marked one's. */
 void tr_sock_stamp_drain(tr_sock_stamp *s, int fd);
 

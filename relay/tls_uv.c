@@ -18,9 +18,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <linux/sockios.h>
 #include <sys/socket.h>
-#include <sys/ioctl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -59,14 +57,21 @@ struct tr_tls_uv_conn {
   size_t queued;
   unsigned writes_pending;
   uint64_t bytes_in;
-  int64_t read_ns; /* BOOTTIME when the bytes now being delivered reached the socket */
+  int64_t read_ns;       /* BOOTTIME when the bytes now being delivered reached the socket */
+  int64_t read_clock_ns; /* BOOTTIME when the read that brought them returned */
   /* Kernel send and receive stamps (relay/sock_stamp.h). With stamps.rx, on_alloc reads the
    * socket itself with recvmsg, leaving pre_* for on_tcp_read. */
   tr_sock_stamp stamps;
-  int64_t marked_ns; /* *sent_ns of the last stamped write, whose kernel stamp stamps holds */
+  int64_t marked_ns;      /* *sent_ns of the last stamped write, whose kernel stamp stamps holds */
+  int64_t marked_sent_ns; /* BOOTTIME right before it went to the kernel; 0 while held */
+  /* A stamped write held until the writes before it have reached the kernel (only a write of
+   * its own can ask for a send stamp), and the writes encrypted after it, which wait behind it
+   * in order. Both are counted in queued. */
+  struct write_req *stamp_held;
+  struct write_req *behind_head, *behind_tail;
   size_t pre_len;
   int pre_err; /* 0, UV_EOF or a libuv error code */
-  int64_t pre_ns;
+  int64_t pre_ns, pre_clock_ns;
   int handles_open;
   bool app_owned; /* on_close is owed: client connections, server ones after on_connect */
   bool want_drain;
@@ -92,6 +97,7 @@ static _Thread_local unsigned char *read_buf;
 struct write_req {
   uv_write_t req;
   tr_tls_uv_conn *conn;
+  struct write_req *next; /* in the behind list */
   size_t len, cap;
   unsigned char data[];
 };
@@ -99,6 +105,7 @@ struct write_req {
 static void close_conn(tr_tls_uv_conn *c, int reason, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void close_handles(tr_tls_uv_conn *c);
+static int release_held(tr_tls_uv_conn *c, bool stamped);
 
 static void apply_defaults(struct tr_tls_uv_options *o, const struct tr_tls_uv_options *in) {
   if (in != NULL)
@@ -136,6 +143,7 @@ static struct write_req *write_req_new(tr_tls_uv_conn *c, size_t cap) {
   if (w == NULL)
     return NULL;
   w->conn = c;
+  w->next = NULL;
   w->len = 0;
   w->cap = cap;
   return w;
@@ -174,6 +182,13 @@ static void on_write(uv_write_t *req, int status) {
       close_handles(c);
     return;
   }
+  if (c->writes_pending == 0 && c->stamp_held != NULL) {
+    int rc = release_held(c, true);
+    if (rc < 0) {
+      close_conn(c, rc, "sending failed: %s", uv_strerror(rc));
+      return;
+    }
+  }
   if (c->want_drain && c->queued <= c->max_queued / 2) {
     c->want_drain = false;
     if (c->cbs.on_drain != NULL)
@@ -182,7 +197,7 @@ static void on_write(uv_write_t *req, int status) {
 }
 
 /* Hands w to libuv (or frees it if it is empty). */
-static int submit(tr_tls_uv_conn *c, struct write_req *w) {
+static int hand_to_libuv(tr_tls_uv_conn *c, struct write_req *w) {
   if (w->len == 0) {
     free(w);
     return 0;
@@ -196,6 +211,19 @@ static int submit(tr_tls_uv_conn *c, struct write_req *w) {
   c->queued += w->len;
   c->writes_pending++;
   tr_sock_stamp_count(&c->stamps, w->len); /* all of it reaches the socket, in this order */
+  return 0;
+}
+
+/* Queues w after everything written before it: behind a held stamped write, or in libuv. */
+static int submit(tr_tls_uv_conn *c, struct write_req *w) {
+  if (c->stamp_held == NULL || w->len == 0)
+    return hand_to_libuv(c, w);
+  if (c->behind_tail != NULL)
+    c->behind_tail->next = w;
+  else
+    c->behind_head = w;
+  c->behind_tail = w;
+  c->queued += w->len;
   return 0;
 }
 
@@ -215,26 +243,15 @@ static int flush_cipher(tr_tls_uv_conn *c) {
   return submit(c, w);
 }
 
-/* Nothing waits before new bytes: no write request in libuv, no unsent byte in the kernel. */
-static bool output_idle(tr_tls_uv_conn *c) {
+/* Hands the marked write w to the kernel with a send stamp asked for, marked_sent_ns = the
+ * BOOTTIME right before; what the kernel did not take is queued in libuv (no stamp then). */
+static int send_marked(tr_tls_uv_conn *c, struct write_req *w) {
   uv_os_fd_t fd;
-  int unsent = 0;
-  return c->writes_pending == 0 && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
-         ioctl(fd, SIOCOUTQNSD, &unsent) == 0 && unsent == 0;
-}
-
-/* Hands w's ciphertext to the kernel at once if nothing waits before it, with *sent_ns = the
- * BOOTTIME right before and a kernel send stamp asked for; otherwise (or for what the kernel
- * did not take) queues it as submit() does, *sent_ns = 0. */
-static int submit_stamped(tr_tls_uv_conn *c, struct write_req *w, int64_t *sent_ns) {
-  *sent_ns = 0;
-  uv_os_fd_t fd;
-  if (w->len == 0 || !output_idle(c) || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
-    return submit(c, w);
-  int64_t t = (int64_t)tr_clock_boottime_ns();
+  c->marked_sent_ns = (int64_t)tr_clock_boottime_ns();
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+    return hand_to_libuv(c, w);
   ssize_t n = tr_sock_stamp_send(&c->stamps, fd, w->data, w->len);
   if (n == (ssize_t)w->len) {
-    *sent_ns = c->marked_ns = t;
     free(w);
     return 0;
   }
@@ -246,7 +263,42 @@ static int submit_stamped(tr_tls_uv_conn *c, struct write_req *w, int64_t *sent_
     memmove(w->data, w->data + n, w->len - (size_t)n);
     w->len -= (size_t)n;
   }
-  return submit(c, w);
+  return hand_to_libuv(c, w);
+}
+
+/* The writes before the held one have reached the kernel: sends it (stamped, or plainly when
+ * stamped is false), then hands libuv what waited behind it. */
+static int release_held(tr_tls_uv_conn *c, bool stamped) {
+  struct write_req *w = c->stamp_held;
+  c->stamp_held = NULL;
+  c->queued -= w->len;
+  int rc = stamped ? send_marked(c, w) : hand_to_libuv(c, w);
+  while ((w = c->behind_head) != NULL) {
+    c->behind_head = w->next;
+    c->queued -= w->len;
+    if (rc < 0)
+      free(w);
+    else
+      rc = hand_to_libuv(c, w);
+  }
+  c->behind_tail = NULL;
+  return rc;
+}
+
+/* A stamped write: sent at once with a send stamp asked for if libuv holds nothing before it,
+ * else held until it does (tls_uv.h); *sent_ns names it. While another one is held, it is an
+ * ordinary write and *sent_ns = 0. */
+static int submit_stamped(tr_tls_uv_conn *c, struct write_req *w, int64_t *sent_ns) {
+  *sent_ns = 0;
+  if (w->len == 0 || c->stamp_held != NULL)
+    return submit(c, w);
+  *sent_ns = c->marked_ns = (int64_t)tr_clock_boottime_ns();
+  c->marked_sent_ns = 0;
+  if (c->writes_pending == 0)
+    return send_marked(c, w);
+  c->stamp_held = w;
+  c->queued += w->len;
+  return 0;
 }
 
 static int write_impl(tr_tls_uv_conn *c, const void *data, size_t len, int64_t *sent_ns) {
@@ -306,13 +358,31 @@ int tr_tls_uv_write_stamped(tr_tls_uv_conn *c, const void *data, size_t len, int
 
 int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *c) { return c->read_ns; }
 
+int64_t tr_tls_uv_read_time_checked(tr_tls_uv_conn *c) {
+  uv_os_fd_t fd;
+  if (c->read_ns == c->read_clock_ns || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+    return c->read_ns;
+  return tr_sock_stamp_reordered(&c->stamps, fd) ? c->read_clock_ns : c->read_ns;
+}
+
 int64_t tr_tls_uv_sent_time(tr_tls_uv_conn *c, int64_t sent_ns) {
   uv_os_fd_t fd;
-  if (sent_ns == 0 || sent_ns != c->marked_ns || c->closing ||
+  if (sent_ns == 0 || sent_ns != c->marked_ns || c->marked_sent_ns == 0 || c->closing ||
       uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
     return sent_ns;
   int64_t kernel = tr_sock_stamp_sent_time(&c->stamps, fd);
-  return kernel >= sent_ns ? kernel : sent_ns;
+  return kernel >= c->marked_sent_ns ? kernel : c->marked_sent_ns;
+}
+
+bool tr_tls_uv_sent_time_pending(tr_tls_uv_conn *c, int64_t sent_ns) {
+  uv_os_fd_t fd;
+  if (sent_ns == 0 || sent_ns != c->marked_ns || c->closing)
+    return false;
+  if (c->marked_sent_ns == 0)
+    return true; /* still held */
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+    return false;
+  return tr_sock_stamp_sent_time(&c->stamps, fd) == 0 && c->stamps.tx_waiting;
 }
 
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *c) { return c->queued; }
@@ -390,6 +460,8 @@ static void close_conn(tr_tls_uv_conn *c, int reason, const char *fmt, ...) {
     TR_WARN("tls", "refused connection from %s: %s", c->peer_addr, c->close_why);
   }
   uv_read_stop((uv_stream_t *)&c->tcp);
+  if (c->stamp_held != NULL)
+    release_held(c, false); /* in order, before the alert; no stamp matters any more */
   /* Ship the alert or close_notify, unless the socket itself failed. */
   if (reason == TR_ERR_TLS || reason == TR_ERR_TIMEOUT || reason == 0 || reason == TR_ERR_CLOSED)
     flush_cipher(c);
@@ -518,7 +590,8 @@ static void own_read(tr_tls_uv_conn *c) {
     return;
   }
   c->pre_len = (size_t)n;
-  c->pre_ns = arrival != 0 ? arrival : (int64_t)tr_clock_boottime_ns();
+  c->pre_clock_ns = (int64_t)tr_clock_boottime_ns();
+  c->pre_ns = arrival != 0 ? arrival : c->pre_clock_ns;
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -542,10 +615,11 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   tr_tls_uv_conn *c = stream->data;
-  int64_t stamp = 0;
+  int64_t stamp = 0, clock = 0;
   if (nread == UV_ENOBUFS && c->stamps.rx) {
     nread = c->pre_err != 0 ? c->pre_err : (ssize_t)c->pre_len;
     stamp = c->pre_ns;
+    clock = c->pre_clock_ns;
   }
   if (nread == 0 || c->closing)
     return;
@@ -559,7 +633,8 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     return;
   }
   /* First, before any decryption: the arrival time of every message completed by this read. */
-  c->read_ns = stamp != 0 ? stamp : (int64_t)tr_clock_boottime_ns();
+  c->read_clock_ns = clock != 0 ? clock : (int64_t)tr_clock_boottime_ns();
+  c->read_ns = stamp != 0 ? stamp : c->read_clock_ns;
   c->bytes_in += (uint64_t)nread;
   (void)buf; /* always read_buf (on_alloc) */
   feed_and_drive(c, read_buf, (size_t)nread);

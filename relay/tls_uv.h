@@ -109,27 +109,37 @@ size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
 /* Clock-probe timestamps, on BOOTTIME as relay/clock.h reads it (the simulated clock included),
  * taken as close to the socket as the event loop allows and with the encryption outside:
  *
- * tr_tls_uv_write_stamped: tr_tls_uv_write for a small message whose send time matters. It
- * encrypts first; then, if nothing waits before it (no write queued here, no unsent byte in the
- * kernel's socket buffer), it reads the clock into *sent_ns and hands the ciphertext to the
- * kernel at once: *sent_ns is the moment right before the kernel took the bytes.
- * Otherwise (something queued, or the kernel did not take all of it) the bytes are queued as by
- * tr_tls_uv_write and *sent_ns = 0: there is no exact send time. Returns as tr_tls_uv_write.
+ * tr_tls_uv_write_stamped: tr_tls_uv_write for a small message whose send time matters; the
+ * kernel stamps the moment its last byte leaves for the device driver, after any queueing
+ * discipline (relay/sock_stamp.h), which only a write of its own can ask for. It encrypts
+ * first; then, if libuv holds no earlier write, it hands the ciphertext to the kernel at once,
+ * else it holds it until libuv's earlier writes have reached the kernel, and the writes that
+ * follow wait behind it (so a saturated link delays the message but not its stamp). *sent_ns
+ * names the message (the clock when it was written). While another stamped write is held, or
+ * for an empty one, it is an ordinary write and *sent_ns = 0. Returns as tr_tls_uv_write.
  *
  * tr_tls_uv_sent_time: for the sent_ns of the last write_stamped call, the kernel's own send
- * stamp of those bytes (relay/sock_stamp.h: when they left for the device driver) once it has
- * arrived, which is later and closer to the wire; sent_ns itself until then, without one, or
- * for any other value.
+ * stamp of those bytes once it has arrived; until then, or without one (the kernel took the
+ * bytes in parts), the clock read right before they went to the kernel; sent_ns itself while
+ * they are held, and for any other value.
+ * tr_tls_uv_sent_time_pending: true while the message named sent_ns is held or its kernel stamp
+ * may still come (ask again later for the exact time).
  *
  * tr_tls_uv_read_time: inside on_read, the time the newest bytes of the socket read that
  * completed the bytes being delivered reached the socket, before they were decrypted (for bytes
  * held over a pause, that of the read that brought them): the kernel's receive stamp
  * (SO_TIMESTAMPNS, converted from REALTIME to BOOTTIME at the read) when it has one, else the
  * clock read when the read returned. Either way never earlier than the bytes reached this host's
- * socket, and free of this process's wake-up latency when stamped. */
+ * socket, and free of this process's wake-up latency when stamped.
+ * tr_tls_uv_read_time_checked: the same, unless TCP received segments out of order since the
+ * last check (relay/sock_stamp.h, tr_sock_stamp_reordered): then the clock when that read
+ * returned, since the stamp may be early. One getsockopt per call: for reads that may carry a
+ * probe, not for every read of a busy link. */
 int tr_tls_uv_write_stamped(tr_tls_uv_conn *conn, const void *data, size_t len, int64_t *sent_ns);
 int64_t tr_tls_uv_sent_time(tr_tls_uv_conn *conn, int64_t sent_ns);
+bool tr_tls_uv_sent_time_pending(tr_tls_uv_conn *conn, int64_t sent_ns);
 int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *conn);
+int64_t tr_tls_uv_read_time_checked(tr_tls_uv_conn *conn);
 /* Closes gracefully: queued bytes and a close_notify are sent (for at most
  * TR_TLS_UV_CLOSE_LINGER_MS), then on_close(conn, 0, ...) runs. Safe to call from any
  * callback and more than once. */

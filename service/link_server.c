@@ -505,7 +505,10 @@ static void end_burst(tr_link_peer *p) {
 
 static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
   tr_link_peer *p = tr_tls_uv_get_data(conn);
-  p->t4 = tr_tls_uv_read_time(conn); /* before decryption: a probe answer's arrival */
+  /* Before decryption: a probe answer's arrival; checked for reordering while an answer is
+   * due (a saturated, lossy link), plain otherwise (a getsockopt per read would cost). */
+  p->t4 = tr_clock_probe_awaiting_answer(&p->probe) ? tr_tls_uv_read_time_checked(conn)
+                                                     : tr_tls_uv_read_time(conn);
   if (p->closing)
     return;
   /* Any bytes prove the agent alive, even part of a long frame on a slow link. */

@@ -141,7 +141,7 @@ scenario_load() {
 
 BASE=$(mktemp -d /tmp/tracerelay-timeline.XXXXXX)
 STATUS=0
-for enc in machines global-clocks; do
+for enc in ${TR_TIMELINE_ENCODINGS:-machines global-clocks}; do
   cluster_init "$BIN" "$BASE/$enc"
   cluster_hosts "${HOSTS[@]}"
   cluster_start_service --timeline "$enc"

@@ -364,7 +364,8 @@ static bool is_one_of(const struct tr_clocksync_probe *p, const struct tr_clocks
 }
 
 /* Probes every 5 ms: one real exchange per 10 ms exchange period, the best of its period;
- * before the exchange ring (made small here) the window bests stand in. */
+ * before the exchange ring (made small here) the window bests stand in, 2 s apart, and M's own
+ * points fill the gaps between them (at 200 ppm, 2 s of one constant offset would be 400 us). */
 static void test_dense_exchanges(void **state) {
   (void)state;
   enum { PROBES = 6000 }; /* 30 s */
@@ -378,34 +379,48 @@ static void test_dense_exchanges(void **state) {
   struct tr_clocksync *est;
   assert_int_equal(tr_clocksync_init(&est, &cfg), 0);
   rng_state = 11;
-  static struct tr_clocksync_probe all[PROBES], ex[2048];
+  static struct tr_clocksync_probe all[PROBES], ex[8192];
   for (int i = 0; i < PROBES; i++) {
     all[i] = probe_at(&h, &l, (int64_t)h.t0 + (int64_t)i * 5 * MS);
     assert_int_equal(tr_clocksync_add_probe(est, all[i].t1, all[i].t2, all[i].t3, all[i].t4), 0);
   }
   int64_t from = host_clock(&h, h.t0), to = tr_clocksync_frontier(est);
-  int n = tr_clocksync_best_exchanges(est, from, to, 10 * MS, NULL, ex, 2048);
-  /* 20 s of 2 s window bests (about 10), then 10 s at up to one per 10 ms (about 1000, less
-   * the periods whose best was not edge-worthy) */
-  assert_true(n >= 700 && n <= 1015);
-  int dense = 0;
+  int n = tr_clocksync_best_exchanges(est, from, to, 10 * MS, NULL, ex, 8192);
+  int dense = 0, measured = 0, sparse_gap_max = 0;
   for (int i = 0; i < n; i++) {
-    assert_true(is_one_of(&ex[i], all, PROBES)); /* as measured, never a mapped point */
+    bool real = is_one_of(&ex[i], all, PROBES);
+    measured += real;
+    if (!real) { /* a mapped point: M itself (t2 = t3, a 2 ns round trip) */
+      int64_t m;
+      assert_int_equal(ex[i].t2, ex[i].t3);
+      assert_int_equal(tr_clocksync_map(est, ex[i].t2, &m), 0);
+      assert_int_equal(ex[i].t1, m - 1);
+      assert_int_equal(ex[i].t4, m + 1);
+    }
     if (i > 0) {
       int64_t gap = ex[i].t2 - ex[i - 1].t2;
       assert_true(gap > 0);
+      /* no gap longer than twice the fill spacing (1 us of drift, 5 ms at 200 ppm, at least the
+       * 10 ms period) beside an edge's round trip */
+      assert_true(gap <= 21 * MS);
       if (ex[i].t2 > to - 9 * SEC) {
-        assert_true(gap <= 120 * MS); /* dense where the ring reaches: 10 periods skipped at most */
+        assert_true(real || gap <= 21 * MS);
         dense++;
+      } else if (gap > sparse_gap_max) {
+        sparse_gap_max = (int)(gap / US);
       }
     }
   }
+  /* 10 s at up to one real exchange per 10 ms (about 1000, less the periods whose best was
+   * not edge-worthy), and about 10 window bests before */
+  assert_true(measured >= 700 && measured <= 1015);
   assert_true(dense >= 600);
+  assert_true(n > measured + 1000); /* the 20 s before the ring, filled */
   tr_clocksync_free(est);
 }
 
 /* A period whose only probe had one slow leg is skipped (its offset would be off by half the
- * delay), unless ten periods in a row were: then the best of the next one is taken anyway. */
+ * delay); a run of them leaves a gap that M's own points fill. */
 static void test_exchanges_skip_slow_legs(void **state) {
   (void)state;
   enum { PROBES = 600 }; /* 7.2 s, 12 ms apart: each probe in a 10 ms period of its own */
@@ -436,9 +451,14 @@ static void test_exchanges_skip_slow_legs(void **state) {
     for (int j = 200; j < PROBES; j++)
       if (memcmp(&ex[i], &all[j], sizeof ex[i]) == 0 && slow[j])
         slow_taken++;
-  /* probe 300 is skipped, the run 450..461 gives one (after ten skipped candidates) */
-  assert_int_equal(slow_taken, 1);
-  assert_int_equal(n, PROBES - 200 - 12);
+  /* probe 300 is skipped, and so is the whole run 450..461: M's points fill the gap it leaves
+   * every 20 ms (1 us of drift at 50 ppm) before ten skipped candidates would force a slow one */
+  assert_int_equal(slow_taken, 0);
+  int measured = 0;
+  for (int i = 0; i < n; i++)
+    measured += is_one_of(&ex[i], all, PROBES);
+  assert_int_equal(measured, PROBES - 200 - 13);
+  assert_true(n >= measured + 4 && n <= measured + 8);
   /* The same in passes, as the service writes them (each from just after the last exchange
    * written, `after` carried): the same exchanges, also where a pass begins right before a
    * slow probe (300) or in the middle of a slow run. */
