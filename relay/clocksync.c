@@ -334,7 +334,15 @@ static void refit(struct tr_clocksync *est, int64_t newest, const struct sample 
     }
     double n_eff = w_sum * w_sum / w2_sum;
     double se = sqrt(res / w_sum / (sxx * fmax(n_eff - 2.0, 1.0)));
-    f.drift_err = fmax(3.0 * se, 2.0 * f.half_rtt / span);
+    /* The most the slope can be off if every sample is off by up to its rtt/2 (what an
+     * exchange guarantees whatever the path's asymmetry): sum w |x - xbar| rtt/2 / sxx. Noise
+     * alone (3 standard errors) can say less when the errors are systematic, as behind a
+     * saturated link, where a bound that rests on it was exceeded by up to 10%. */
+    double worst = 0;
+    for (uint32_t i = 0; i < m; i++)
+      worst += w[i] * fabs(x[i] - xbar) * (double)set[i]->rtt / 2.0;
+    worst = worst / w_sum / sxx;
+    f.drift_err = fmax(fmax(3.0 * se, worst), 2.0 * f.half_rtt / span);
   } else {
     f.drift_err = max_drift;
   }

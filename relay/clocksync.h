@@ -43,8 +43,9 @@
  * R/2: the fit-weighted mean of rtt/2 over the fit samples (the true offset at a sample lies
  * within +-rtt/2 of theta whatever the path asymmetry, and the line passes through the weighted
  * mean at hbar; the weights make it close to half the best RTT); D: the drift uncertainty,
- * max(3 standard errors of the fitted slope, 2*(R/2)/span of the samples), or max_drift_ppm while
- * fewer than two samples exist; hbar: the weighted mean host time of the samples; E: the current
+ * max(3 standard errors of the fitted slope, the most the slope can be off if every sample is
+ * off by its rtt/2 (sum w|x - hbar| rtt/2 / sum w (x - hbar)^2), 2*(R/2)/span of the samples),
+ * or max_drift_ppm while fewer than two samples exist; hbar: the weighted mean host time of the samples; E: the current
  * estimate, so the third term is what the slew has not caught up yet; 1 ns for rounding.
  *
  * Cost: tr_clocksync_add_probe O(fit_samples + 128), tr_clocksync_map O(log max_knots), memory
