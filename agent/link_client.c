@@ -11,7 +11,6 @@
 #include "agent/link_client.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +23,9 @@
 #include "relay/clock.h"
 #include "relay/hostport.h"
 #include "relay/log.h"
-#include "relay/relay_conn.h"
 #include "relay/relay_frame.h"
+#include "relay/relay_link.h"
 #include "relay/relay_session.h"
-#include "relay/tls_uv.h"
 #include "relay/tr_error.h"
 
 #define TICK_MS 100
@@ -63,23 +61,19 @@ struct tr_link_client {
   char host[256], port[8], server_name[256];
   tr_chunkq *queue;
   uint64_t offered;
-  struct tr_tls_uv_options tls_opts;
-  uint64_t hb_interval_ns, hb_timeout_ns;
+  struct tr_relay_link_opts link_opts;
+  char link_label[300];
   unsigned backoff_min_ms, backoff_max_ms, attempts;
 
   tr_relay_agent agent;
   tr_batch_builder *builder;
   bool drain_all;        /* batch everything queued, not only full batches */
   uint64_t batched_qseq; /* the last chunk queue entry taken into a batch */
-  tr_relay_reader reader;
-  tr_relay_heartbeat hb;
 
-  tr_tls_uv_conn *conn;
-  bool tls_up; /* the handshake is done: heartbeats count */
-  bool closing_conn;
+  tr_relay_link *link; /* the connection, from connect to on_closed */
   bool welcomed;
   uint64_t features; /* accepted by the last Welcome */
-  size_t max_out;    /* the service's max frame */
+  size_t max_out;    /* the service's max frame: the batches' bound */
   uint64_t service_instance_id;
   int64_t t2;        /* BOOTTIME when the socket read being processed returned */
   bool snap_active;  /* a data source runs: HostClockSnapshot every snap_interval_ms */
@@ -123,66 +117,31 @@ static void check_shutdown(tr_link_client *lc);
 
 /* ---- writing ---- */
 
-static void close_conn(tr_link_client *lc, Tracerelay__Goodbye__Reason reason, const char *fmt,
-                       ...) __attribute__((format(printf, 3, 4)));
-static void hang_up(tr_link_client *lc);
-
-/* After a write that returned rc: a full queue means the service stopped reading. 0 or rc. */
-static int wrote(tr_link_client *lc, int rc) {
-  if (rc == TR_ERR_FULL && !lc->closing_conn)
-    close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
-               "the service does not read what we send");
-  if (rc < 0)
-    return rc;
-  tr_relay_heartbeat_sent(&lc->hb, uv_hrtime());
-  return 0;
-}
-
-/* sent_ns: NULL, or where to put the exact send time (tr_tls_uv_write_stamped). */
+/* Sends f on the link; sent_ns: NULL, or where to put the exact send time
+ * (tr_relay_link_send_stamped). */
 static int send_frame_stamped(tr_link_client *lc, Tracerelay__RelayFrame *f, int64_t *sent_ns) {
-  if (lc->conn == NULL || lc->closing_conn)
+  if (lc->link == NULL)
     return TR_ERR_CLOSED;
-  return wrote(lc, tr_relay_conn_send(lc->conn, f, lc->max_out, sent_ns));
+  return tr_relay_link_send_stamped(lc->link, f, sent_ns);
 }
 
 static int send_frame(tr_link_client *lc, Tracerelay__RelayFrame *f) {
   return send_frame_stamped(lc, f, NULL);
 }
 
-/* Ends the connection (the rest happens in on_close). UNSPECIFIED: no Goodbye. */
-static void close_conn(tr_link_client *lc, Tracerelay__Goodbye__Reason reason, const char *fmt,
-                       ...) {
-  if (lc->conn == NULL || lc->closing_conn)
-    return;
-  char text[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
-  va_end(ap);
-  if (reason != TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED)
-    tr_relay_conn_goodbye(lc->conn, reason, text, lc->max_out);
-  if (reason != TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN)
-    TR_WARN("link", "closing the link to %s:%s: %s", lc->host, lc->port, text);
-  hang_up(lc);
+static bool link_up(const tr_link_client *lc) {
+  return lc->link != NULL && !tr_relay_link_closing(lc->link);
 }
-
-static void hang_up(tr_link_client *lc) {
-  lc->closing_conn = true;
-  tr_tls_uv_close(lc->conn);
-}
-
-#define PROTO_ERROR(lc, ...) close_conn((lc), TRACERELAY__GOODBYE__REASON__REASON_PROTOCOL_ERROR, \
-                                        "protocol error: " __VA_ARGS__)
 
 /* Writes held batches while the socket's queue is under the bound. */
 static void pump(tr_link_client *lc) {
-  while (lc->welcomed && !lc->closing_conn && tr_tls_uv_queued(lc->conn) < TR_LINK_WRITE_BOUND) {
+  while (lc->welcomed && link_up(lc) && tr_relay_link_queued(lc->link) < TR_LINK_WRITE_BOUND) {
     const uint8_t *frame;
     size_t len;
     uint64_t seq;
     if (tr_relay_agent_next(&lc->agent, &frame, &len, &seq) == 0)
       return;
-    if (wrote(lc, tr_tls_uv_write(lc->conn, frame, len)) < 0)
+    if (tr_relay_link_send_encoded(lc->link, frame, len) < 0)
       return;
   }
 }
@@ -450,8 +409,7 @@ static void resolve_pending(tr_link_client *lc) {
 
 /* Sends the waiting frames in order, up to the first still waiting for its batch. */
 static void send_pending_frames(tr_link_client *lc) {
-  while (lc->pending_head != NULL && lc->pending_head->resolved && lc->welcomed &&
-         !lc->closing_conn) {
+  while (lc->pending_head != NULL && lc->pending_head->resolved && lc->welcomed && link_up(lc)) {
     pending_frame *p = lc->pending_head;
     if (send_pending(lc, p, p->after_seq) < 0)
       return;
@@ -527,19 +485,20 @@ static void stop_stale_instances(tr_link_client *lc) {
 
 static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
   if (tr_relay_features_check(lc->offered, w->features) < 0) {
-    PROTO_ERROR(lc, "Welcome accepts features %#llx, we offered %#llx",
-                (unsigned long long)w->features, (unsigned long long)lc->offered);
+    tr_relay_link_protocol_error(lc->link, "Welcome accepts features %#llx, we offered %#llx",
+                                 (unsigned long long)w->features, (unsigned long long)lc->offered);
     return;
   }
   uint32_t max = w->max_frame_bytes ? w->max_frame_bytes : TR_RELAY_MAX_FRAME_DEFAULT;
   if (max < TR_RELAY_MIN_FRAME || max > TR_RELAY_MAX_FRAME_LIMIT) {
-    PROTO_ERROR(lc, "Welcome.max_frame_bytes %u out of range", max);
+    tr_relay_link_protocol_error(lc->link, "Welcome.max_frame_bytes %u out of range", max);
     return;
   }
   if (tr_relay_agent_resume(&lc->agent, w->stored_seq) < 0) {
-    PROTO_ERROR(lc, "Welcome.stored_seq %llu does not match what we sent (acked %llu, next %llu)",
-                (unsigned long long)w->stored_seq, (unsigned long long)lc->agent.acked_seq,
-                (unsigned long long)lc->agent.next_seq);
+    tr_relay_link_protocol_error(
+        lc->link, "Welcome.stored_seq %llu does not match what we sent (acked %llu, next %llu)",
+        (unsigned long long)w->stored_seq, (unsigned long long)lc->agent.acked_seq,
+        (unsigned long long)lc->agent.next_seq);
     return;
   }
   if (lc->service_instance_id != w->service_instance_id) {
@@ -552,13 +511,14 @@ static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
   lc->service_instance_id = w->service_instance_id;
   lc->features = w->features;
   lc->max_out = max;
+  tr_relay_link_established(lc->link, max);
   lc->welcomed = true;
   lc->welcomes++;
   lc->attempts = 0;
   TR_INFO("link", "connected to %s:%s as %s (features %#llx, service has batch %llu, %zu bytes "
           "held, %s)", lc->host, lc->port, w->machine_name ? w->machine_name : "?",
           (unsigned long long)w->features, (unsigned long long)w->stored_seq,
-          lc->agent.held_bytes, tr_tls_uv_ciphersuite(lc->conn));
+          lc->agent.held_bytes, tr_tls_uv_ciphersuite(tr_relay_link_conn(lc->link)));
   /* The order the protocol asks: producers, then the batch stream (replies wait on it). */
   if (lc->cbs.on_welcome != NULL)
     lc->cbs.on_welcome(lc);
@@ -615,10 +575,11 @@ void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t in
  * doubling intervals, for up to TR_LINK_FOLLOW_UP_MAX_WAIT_MS. */
 static void on_follow_up_timer(uv_timer_t *t) {
   tr_link_client *lc = t->data;
-  if (lc->conn == NULL || lc->closing_conn)
+  if (!link_up(lc))
     return;
+  tr_tls_uv_conn *conn = tr_relay_link_conn(lc->link);
   uint64_t now = uv_now(lc->loop);
-  if (tr_tls_uv_sent_time_pending(lc->conn, lc->follow_up_sent_ns) &&
+  if (tr_tls_uv_sent_time_pending(conn, lc->follow_up_sent_ns) &&
       now - lc->follow_up_since_ms < TR_LINK_FOLLOW_UP_MAX_WAIT_MS) {
     if (lc->follow_up_wait_ms < TR_LINK_FOLLOW_UP_MAX_STEP_MS)
       lc->follow_up_wait_ms *= 2;
@@ -626,7 +587,7 @@ static void on_follow_up_timer(uv_timer_t *t) {
     return;
   }
   if (lc->follow_up.has_t3) /* the kernel's own send stamp of the answer, once there */
-    lc->follow_up.t3 = (uint64_t)tr_tls_uv_sent_time(lc->conn, lc->follow_up_sent_ns);
+    lc->follow_up.t3 = (uint64_t)tr_tls_uv_sent_time(conn, lc->follow_up_sent_ns);
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_FOLLOW_UP;
   f.clock_follow_up = &lc->follow_up;
@@ -660,7 +621,7 @@ static void on_probe(tr_link_client *lc, const Tracerelay__ClockProbe *q) {
   uv_timer_start(&lc->follow_up_timer, on_follow_up_timer, TR_LINK_FOLLOW_UP_DELAY_MS, 0);
 }
 
-static void on_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
+static void handle_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
   if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_GOODBYE) {
     const Tracerelay__Goodbye *g = f->goodbye;
     const char *text = g->text != NULL ? g->text : "";
@@ -669,14 +630,15 @@ static void on_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
                "machine's certificate?)", text);
     else
       TR_WARN("link", "the service said goodbye (reason %d): %s", (int)g->reason, text);
-    hang_up(lc);
+    tr_relay_link_hang_up(lc->link);
     return;
   }
   if (!lc->welcomed) {
     if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_WELCOME)
       on_welcome(lc, f->welcome);
     else
-      PROTO_ERROR(lc, "expected Welcome, got frame type %d", (int)f->msg_case);
+      tr_relay_link_protocol_error(lc->link, "expected Welcome, got frame type %d",
+                                   (int)f->msg_case);
     return;
   }
   switch (f->msg_case) {
@@ -684,7 +646,8 @@ static void on_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
     break;
   case TRACERELAY__RELAY_FRAME__MSG_BATCH_ACK:
     if (tr_relay_agent_ack(&lc->agent, f->batch_ack->seq) < 0)
-      PROTO_ERROR(lc, "ack for batch %llu, never sent", (unsigned long long)f->batch_ack->seq);
+      tr_relay_link_protocol_error(lc->link, "ack for batch %llu, never sent",
+                                   (unsigned long long)f->batch_ack->seq);
     else if (lc->stopping)
       check_shutdown(lc);
     break;
@@ -697,57 +660,32 @@ static void on_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
     if (lc->features & TR_RELAY_FEATURE_CLOCK_PROBES)
       on_probe(lc, f->clock_probe);
     else
-      PROTO_ERROR(lc, "clock probe without the feature");
+      tr_relay_link_protocol_error(lc->link, "clock probe without the feature");
     break;
   default:
-    PROTO_ERROR(lc, "unexpected frame type %d", (int)f->msg_case);
+    tr_relay_link_protocol_error(lc->link, "unexpected frame type %d", (int)f->msg_case);
     break;
   }
 }
 
-/* ---- the connection ---- */
+/* ---- the connection: the events of its relay link ---- */
 
-static void on_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
-  tr_link_client *lc = tr_tls_uv_get_data(conn);
-  /* A probe's receive time, taken before decryption (the service's side of the link carries
-   * little, so checking every read for reordering costs little). */
-  lc->t2 = tr_tls_uv_read_time_checked(conn);
-  tr_relay_heartbeat_heard(&lc->hb, uv_hrtime());
-  const uint8_t *p = data;
-  char why[96];
-  while (!lc->closing_conn) {
-    Tracerelay__RelayFrame *f;
-    int rc = tr_relay_conn_next(&lc->reader, &f, why, sizeof why);
-    if (rc == 1) {
-      on_frame(lc, f);
-      tr_relay_frame_free(f);
-      continue;
-    }
-    if (rc == 0 && len == 0)
-      break;
-    if (rc == 0)
-      rc = tr_relay_conn_push(&lc->reader, p, len, why, sizeof why);
-    if (rc < 0) {
-      PROTO_ERROR(lc, "%s", why);
-      break;
-    }
-    p += rc;
-    len -= (size_t)rc;
-  }
-  pump(lc);
+static void on_frame(tr_relay_link *link, Tracerelay__RelayFrame *f) {
+  handle_frame(tr_relay_link_data(link), f);
+  tr_relay_frame_free(f);
 }
 
-static void on_drain(tr_tls_uv_conn *conn) { pump(tr_tls_uv_get_data(conn)); }
+static void on_read(tr_relay_link *link) {
+  tr_link_client *lc = tr_relay_link_data(link);
+  /* A probe's receive time, taken before decryption (the service's side of the link carries
+   * little, so checking every read for reordering costs little). */
+  lc->t2 = tr_tls_uv_read_time_checked(tr_relay_link_conn(link));
+}
 
-static void on_connect(tr_tls_uv_conn *conn) {
-  tr_link_client *lc = tr_tls_uv_get_data(conn);
-  lc->tls_up = true;
-  tr_frame_reader_free(&lc->reader);
-  if (tr_relay_reader_init(&lc->reader, 0) < 0) {
-    close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED, "out of memory");
-    return;
-  }
-  tr_relay_heartbeat_init(&lc->hb, lc->hb_interval_ns, lc->hb_timeout_ns, uv_hrtime());
+static void on_writable(tr_relay_link *link) { pump(tr_relay_link_data(link)); }
+
+static void on_open(tr_relay_link *link) {
+  tr_link_client *lc = tr_relay_link_data(link);
   lc->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
   Tracerelay__Hello h = TRACERELAY__HELLO__INIT;
   h.has_features = h.has_agent_instance_id = h.has_acked_seq = h.has_max_frame_bytes = 1;
@@ -755,7 +693,7 @@ static void on_connect(tr_tls_uv_conn *conn) {
   h.agent_instance_id = lc->agent.instance_id;
   h.system_info = &lc->sysinfo;
   h.acked_seq = lc->agent.acked_seq;
-  h.max_frame_bytes = (uint32_t)lc->reader.max_payload;
+  h.max_frame_bytes = (uint32_t)tr_relay_link_max_in(link);
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HELLO;
   f.hello = &h;
@@ -763,12 +701,11 @@ static void on_connect(tr_tls_uv_conn *conn) {
 }
 
 static void maybe_done(tr_link_client *lc) {
-  if (!lc->finishing || lc->conn != NULL || lc->resolving || lc->handles_open > 0 ||
+  if (!lc->finishing || lc->link != NULL || lc->resolving || lc->handles_open > 0 ||
       tr_batch_builder_busy(lc->builder))
     return;
   tr_relay_agent_free(&lc->agent);
   tr_batch_builder_free(lc->builder);
-  tr_frame_reader_free(&lc->reader);
   tr_tls_config_unref(lc->tls);
   while (lc->pending_head != NULL) {
     pending_frame *p = lc->pending_head;
@@ -786,13 +723,11 @@ static void maybe_done(tr_link_client *lc) {
     done(data);
 }
 
-static void on_close(tr_tls_uv_conn *conn, int reason, const char *why) {
-  tr_link_client *lc = tr_tls_uv_get_data(conn);
+static void on_closed(tr_relay_link *link, int reason, const char *why) {
+  tr_link_client *lc = tr_relay_link_data(link);
   bool was_up = lc->welcomed;
-  lc->conn = NULL;
+  lc->link = NULL;
   uv_timer_stop(&lc->follow_up_timer); /* its answer went with this connection */
-  lc->tls_up = false;
-  lc->closing_conn = false;
   lc->welcomed = false;
   tr_relay_agent_disconnected(&lc->agent);
   if (lc->finishing)
@@ -822,13 +757,14 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     schedule_retry(lc);
     return;
   }
-  static const struct tr_tls_uv_callbacks cbs = {
-      .on_connect = on_connect, .on_read = on_read, .on_drain = on_drain, .on_close = on_close};
-  int rc = tr_tls_uv_connect(lc->loop, lc->tls, lc->server_name, res->ai_addr, &lc->tls_opts,
-                             &cbs, lc, &lc->conn);
+  static const struct tr_relay_link_events events = {
+      .on_open = on_open, .on_read = on_read, .on_frame = on_frame, .on_read_done = on_writable,
+      .on_drain = on_writable, .on_closed = on_closed};
+  int rc = tr_relay_link_connect(lc->loop, lc->tls, lc->server_name, res->ai_addr, &lc->link_opts,
+                                 &events, lc, &lc->link);
   uv_freeaddrinfo(res);
   if (rc < 0) {
-    lc->conn = NULL;
+    lc->link = NULL;
     TR_WARN("link", "cannot connect to %s:%s: %s", lc->host, lc->port, tr_strerror(rc));
     schedule_retry(lc);
   }
@@ -866,17 +802,8 @@ static void schedule_retry(tr_link_client *lc) {
 static void on_tick(uv_timer_t *t) {
   tr_link_client *lc = t->data;
   uint64_t now_ns = uv_hrtime(), now_ms = uv_now(lc->loop);
-  if (lc->tls_up && !lc->closing_conn) {
-    if (tr_relay_heartbeat_dead(&lc->hb, now_ns))
-      close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
-                 "nothing received for %llu ms", (unsigned long long)(lc->hb.timeout_ns / 1000000));
-    else if (lc->welcomed && tr_relay_heartbeat_due(&lc->hb, now_ns)) {
-      Tracerelay__Heartbeat hb;
-      Tracerelay__RelayFrame f;
-      tr_relay_frame_heartbeat(&f, &hb, tr_clock_boottime_ns());
-      send_frame(lc, &f);
-    }
-  }
+  if (lc->link != NULL && tr_relay_link_check_alive(lc->link, now_ns))
+    tr_relay_link_keep_alive(lc->link, now_ns);
   if (lc->snap_active && now_ms >= lc->snap_next_ms) {
     lc->snap_next_ms = now_ms + snap_period(lc);
     tr_link_client_send_clock_snapshot(lc);
@@ -911,7 +838,9 @@ static void finish(tr_link_client *lc) {
             "they are lost", lc->agent.held_bytes);
   if (lc->resolving)
     uv_cancel((uv_req_t *)&lc->resolve);
-  close_conn(lc, TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN, "the agent is shutting down");
+  if (lc->link != NULL)
+    tr_relay_link_close(lc->link, TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN,
+                        "the agent is shutting down");
   uv_close((uv_handle_t *)&lc->batch_timer, on_handle_closed);
   uv_close((uv_handle_t *)&lc->retry_timer, on_handle_closed);
   uv_close((uv_handle_t *)&lc->tick, on_handle_closed);
@@ -1014,9 +943,6 @@ int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts
   rc = tr_batch_builder_new(loop, opts->queue, on_built, lc, &lc->builder);
   if (rc < 0)
     goto fail_agent;
-  rc = tr_relay_reader_init(&lc->reader, 0);
-  if (rc < 0)
-    goto fail_builder;
   lc->loop = loop;
   lc->cbs = *cbs;
   lc->tls = tr_tls_config_ref(opts->tls);
@@ -1024,9 +950,13 @@ int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts
   lc->offered = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
   if (!opts->compress)
     lc->offered &= ~TR_RELAY_FEATURE_ZSTD;
-  lc->tls_opts.max_queued = 2 * TR_LINK_WRITE_BOUND;
-  lc->hb_interval_ns = opts->heartbeat_interval_ms * 1000000ull;
-  lc->hb_timeout_ns = opts->heartbeat_timeout_ms * 1000000ull;
+  snprintf(lc->link_label, sizeof lc->link_label, "the link to %s:%s", lc->host, lc->port);
+  lc->link_opts = (struct tr_relay_link_opts){
+      .tls = {.max_queued = 2 * TR_LINK_WRITE_BOUND},
+      .heartbeat_interval_ms = opts->heartbeat_interval_ms,
+      .heartbeat_timeout_ms = opts->heartbeat_timeout_ms,
+      .peer_role = "service",
+      .label = lc->link_label};
   lc->backoff_min_ms = opts->backoff_min_ms ? opts->backoff_min_ms : TR_LINK_BACKOFF_MIN_MS;
   lc->backoff_max_ms = opts->backoff_max_ms ? opts->backoff_max_ms : TR_LINK_BACKOFF_MAX_MS;
   lc->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
@@ -1046,8 +976,6 @@ int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts
   *out = lc;
   return 0;
 
-fail_builder:
-  tr_batch_builder_free(lc->builder);
 fail_agent:
   tr_relay_agent_free(&lc->agent);
 fail_free:

@@ -25,11 +25,12 @@
  * - Backpressure: while more than half of max_queued bytes of our frames wait to be sent to an
  *   agent, reading its socket is paused (tr_tls_uv_pause_read), so TCP flow control holds the
  *   agent back; only the rest of the read being processed is held (in a stash, bounded by
- *   TR_LINK_STASH_MAX as a safety net). Once the queue drains, the held frames are processed
- *   and reading resumes. An agent that reads nothing for the heartbeat timeout is closed as
+ *   TR_RELAY_LINK_STASH_MAX as a safety net). Once the queue drains, the held frames are
+ *   processed and reading resumes. An agent that reads nothing for the heartbeat timeout is closed as
  *   overloaded.
  * - Disconnect: host->link = NULL, stats.disconnects++, the host_disconnected event.
- * Every connection ends through one path (tls_uv's on_close). */
+ * Every connection ends through one path (relay/relay_link.h, whose core this file uses as
+ * the agent's end does). */
 #ifndef TR_LINK_SERVER_H
 #define TR_LINK_SERVER_H
 
@@ -41,7 +42,6 @@
 #include "service/service.h"
 
 #define TR_LINK_DEFAULT_PORT 7393
-#define TR_LINK_STASH_MAX (8u << 20)
 #define TR_LINK_MAX_QUEUED (1u << 20)
 
 typedef struct tr_link_server tr_link_server;
