@@ -204,6 +204,8 @@ void tr_relay_link_keep_alive(tr_relay_link *l, uint64_t now_ns) {
 /* ---- reading ---- */
 
 static void stash(tr_relay_link *l, const uint8_t *data, size_t len) {
+  if (len == 0)
+    return;
   if (l->stash_len + len > TR_RELAY_LINK_STASH_MAX) {
     tr_relay_link_close(l, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
                         "the %s sent %zu bytes while it read nothing of ours",
