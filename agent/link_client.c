@@ -15,11 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/utsname.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "agent/batch_builder.h"
+#include "agent/link_stats.h"
+#include "agent/system_info.h"
 #include "relay/clock.h"
 #include "relay/hostport.h"
 #include "relay/log.h"
@@ -47,12 +46,6 @@ typedef struct set_up_instance { /* a data source instance the service set up an
   uint32_t producer_id;
   uint64_t instance_id;
 } set_up_instance;
-
-/* A producer's counters kept by the producer port, as last collected. */
-typedef struct producer_counts {
-  uint32_t producer_id;
-  struct tr_link_producer_counts c;
-} producer_counts;
 
 struct tr_link_client {
   uv_loop_t *loop;
@@ -92,19 +85,14 @@ struct tr_link_client {
 
   pending_frame *pending_head, *pending_tail;
   size_t n_pending;
-  producer_counts *counts;
-  size_t n_counts;
+  tr_link_stats stats; /* for AgentStats */
   uint64_t welcomes; /* Welcomes received: the link came up this many times */
   set_up_instance *instances; /* of service_instance_id, for on_stale_instance */
   size_t n_instances, cap_instances;
-  uint8_t *last_stats;
-  size_t last_stats_len;
   uint64_t next_stats_ms;
   uint64_t logged_lost_batches;
 
-  struct utsname uts;
-  Perfetto__Protos__Utsname uts_msg;
-  Perfetto__Protos__SystemInfo sysinfo;
+  struct tr_system_info sysinfo; /* for every Hello */
 
   bool stopping, finishing;
   uint64_t stop_deadline_ms;
@@ -223,109 +211,20 @@ void tr_link_client_send_queued(tr_link_client *lc) {
 
 /* ---- stats ---- */
 
-static void add_id(uint32_t *ids, size_t *n, uint32_t id) {
-  for (size_t i = 0; i < *n; i++)
-    if (ids[i] == id)
-      return;
-  ids[(*n)++] = id;
-}
+static int send_stats_frame(void *data, Tracerelay__RelayFrame *f) { return send_frame(data, f); }
 
-/* Builds AgentStats and sends it if it differs from the last one sent (or force). */
+/* Sends AgentStats if it differs from the last one sent (or force). */
 static void send_stats(tr_link_client *lc, bool force) {
   if (!lc->welcomed || !(lc->features & TR_RELAY_FEATURE_AGENT_STATS))
     return;
   if (lc->cbs.collect_stats != NULL)
     lc->cbs.collect_stats(lc);
-  const tr_relay_agent *a = &lc->agent;
-  size_t max = lc->queue->num_drops + a->n_lost + lc->n_counts;
-  uint32_t *ids = malloc((max ? max : 1) * sizeof *ids);
-  Tracerelay__AgentStats__Producer *ps = malloc((max ? max : 1) * sizeof *ps);
-  Tracerelay__AgentStats__Producer **pp = malloc((max ? max : 1) * sizeof *pp);
-  uint8_t *buf = NULL;
-  size_t n = 0;
-  if (ids == NULL || ps == NULL || pp == NULL)
-    goto out;
-  for (size_t i = 0; i < lc->queue->num_drops; i++)
-    add_id(ids, &n, lc->queue->drops[i].producer_id);
-  for (size_t i = 0; i < a->n_lost; i++)
-    add_id(ids, &n, a->lost[i].producer_id);
-  for (size_t i = 0; i < lc->n_counts; i++)
-    add_id(ids, &n, lc->counts[i].producer_id);
-  for (size_t i = 0; i < n; i++) {
-    Tracerelay__AgentStats__Producer *p = &ps[i];
-    *p = (Tracerelay__AgentStats__Producer)TRACERELAY__AGENT_STATS__PRODUCER__INIT;
-    p->has_producer_id = p->has_spill_dropped_chunks = p->has_spill_dropped_bytes = 1;
-    p->has_queue_dropped_chunks = p->has_queue_dropped_bytes = p->has_abi_violations = 1;
-    p->producer_id = ids[i];
-    tr_chunkq_drops d = tr_chunkq_drops_of(lc->queue, ids[i]);
-    p->queue_dropped_chunks = d.chunks;
-    p->queue_dropped_bytes = d.bytes;
-    p->has_queue_dropped_packets = p->has_spill_dropped_packets = 1;
-    p->queue_dropped_packets = d.packets;
-    for (size_t j = 0; j < a->n_lost; j++) {
-      if (a->lost[j].producer_id == ids[i]) {
-        p->spill_dropped_chunks = a->lost[j].chunks;
-        p->spill_dropped_bytes = a->lost[j].bytes;
-        p->spill_dropped_packets = a->lost[j].packets;
-      }
-    }
-    p->has_smb_full = p->has_smb_full_ns = 1;
-    for (size_t j = 0; j < lc->n_counts; j++) {
-      if (lc->counts[j].producer_id == ids[i]) {
-        p->abi_violations = lc->counts[j].c.abi_violations;
-        p->smb_full = lc->counts[j].c.smb_full;
-        p->smb_full_ns = lc->counts[j].c.smb_full_ns;
-      }
-    }
-    pp[i] = p;
-  }
-  Tracerelay__AgentStats s = TRACERELAY__AGENT_STATS__INIT;
-  s.n_producers = n;
-  s.producers = pp;
-  s.has_spill_dropped_batches = s.has_spill_dropped_frame_bytes = s.has_spill_held_bytes = 1;
-  s.spill_dropped_batches = a->lost_batches;
-  s.spill_dropped_frame_bytes = a->lost_frame_bytes;
-  s.spill_held_bytes = a->held_bytes;
-  size_t len = tracerelay__agent_stats__get_packed_size(&s);
-  buf = malloc(len ? len : 1);
-  if (buf == NULL)
-    goto out;
-  tracerelay__agent_stats__pack(&s, buf);
-  if (!force && len == lc->last_stats_len && memcmp(buf, lc->last_stats, len) == 0)
-    goto out;
-  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_AGENT_STATS;
-  f.agent_stats = &s;
-  if (send_frame(lc, &f) == 0) {
-    free(lc->last_stats);
-    lc->last_stats = buf;
-    lc->last_stats_len = len;
-    buf = NULL;
-  }
-out:
-  free(buf);
-  free(ids);
-  free(ps);
-  free(pp);
+  tr_link_stats_report(&lc->stats, lc->queue, &lc->agent, force, send_stats_frame, lc);
 }
 
 int tr_link_client_set_producer_counts(tr_link_client *lc, uint32_t producer_id,
                                        const struct tr_link_producer_counts *c) {
-  producer_counts counts = {producer_id, *c};
-  for (size_t i = 0; i < lc->n_counts; i++) {
-    if (lc->counts[i].producer_id == producer_id) {
-      lc->counts[i] = counts;
-      return 0;
-    }
-  }
-  if (c->abi_violations == 0 && c->smb_full == 0)
-    return 0;
-  producer_counts *grown = realloc(lc->counts, (lc->n_counts + 1) * sizeof *grown);
-  if (grown == NULL)
-    return TR_ERR_NOMEM;
-  lc->counts = grown;
-  lc->counts[lc->n_counts++] = counts;
-  return 0;
+  return tr_link_stats_set_producer(&lc->stats, producer_id, c);
 }
 
 /* ---- replies and producer ends, in order after the data before them ---- */
@@ -691,7 +590,7 @@ static void on_open(tr_relay_link *link) {
   h.has_features = h.has_agent_instance_id = h.has_acked_seq = h.has_max_frame_bytes = 1;
   h.features = lc->offered;
   h.agent_instance_id = lc->agent.instance_id;
-  h.system_info = &lc->sysinfo;
+  h.system_info = &lc->sysinfo.msg;
   h.acked_seq = lc->agent.acked_seq;
   h.max_frame_bytes = (uint32_t)tr_relay_link_max_in(link);
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
@@ -713,9 +612,8 @@ static void maybe_done(tr_link_client *lc) {
     free(p->error);
     free(p);
   }
-  free(lc->counts);
+  tr_link_stats_free(&lc->stats);
   free(lc->instances);
-  free(lc->last_stats);
   void (*done)(void *) = lc->done;
   void *data = lc->done_data;
   free(lc);
@@ -880,43 +778,6 @@ static int parse_service(tr_link_client *lc, const char *s) {
   return 0;
 }
 
-static void fill_system_info(tr_link_client *lc) {
-  Perfetto__Protos__SystemInfo *si = &lc->sysinfo;
-  perfetto__protos__system_info__init(si);
-  perfetto__protos__utsname__init(&lc->uts_msg);
-  if (uname(&lc->uts) == 0) {
-    lc->uts_msg.sysname = lc->uts.sysname;
-    lc->uts_msg.version = lc->uts.version;
-    lc->uts_msg.release = lc->uts.release;
-    lc->uts_msg.machine = lc->uts.machine;
-    si->utsname = &lc->uts_msg;
-  }
-  long cpus = sysconf(_SC_NPROCESSORS_CONF), page = sysconf(_SC_PAGESIZE);
-  long pages = sysconf(_SC_PHYS_PAGES), hz = sysconf(_SC_CLK_TCK);
-  if (cpus > 0) {
-    si->has_num_cpus = 1;
-    si->num_cpus = (uint32_t)cpus;
-  }
-  if (page > 0) {
-    si->has_page_size = 1;
-    si->page_size = (uint32_t)page;
-  }
-  if (page > 0 && pages > 0) {
-    si->has_system_ram_bytes = 1;
-    si->system_ram_bytes = (uint64_t)pages * (uint64_t)page;
-  }
-  if (hz > 0) {
-    si->has_hz = 1;
-    si->hz = hz;
-  }
-  time_t now = time(NULL);
-  struct tm tm;
-  if (localtime_r(&now, &tm) != NULL) {
-    si->has_timezone_off_mins = 1;
-    si->timezone_off_mins = (int32_t)(tm.tm_gmtoff / 60);
-  }
-}
-
 int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts,
                          const struct tr_link_client_callbacks *cbs, tr_link_client **out) {
   tr_link_client *lc = calloc(1, sizeof *lc);
@@ -962,7 +823,7 @@ int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts
   lc->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
   lc->snap_interval_ms = opts->clock_snapshot_interval_ms ? opts->clock_snapshot_interval_ms
                                                           : TR_LINK_CLOCK_SNAPSHOT_MS;
-  fill_system_info(lc);
+  tr_system_info_read(&lc->sysinfo);
   uv_timer_init(loop, &lc->batch_timer);
   uv_timer_init(loop, &lc->retry_timer);
   uv_timer_init(loop, &lc->tick);
@@ -1007,12 +868,11 @@ void tr_link_client_reload_tls(tr_link_client *lc, tr_tls_config *cfg) {
 bool tr_link_client_connected(const tr_link_client *lc) { return lc->welcomed; }
 
 void tr_link_client_totals(const tr_link_client *lc, struct tr_link_client_totals *t) {
-  *t = (struct tr_link_client_totals){.welcomes = lc->welcomes};
-  for (size_t i = 0; i < lc->n_counts; i++) {
-    t->abi_violations += lc->counts[i].c.abi_violations;
-    t->smb_full += lc->counts[i].c.smb_full;
-    t->smb_full_ns += lc->counts[i].c.smb_full_ns;
-  }
+  struct tr_link_producer_counts sum = tr_link_stats_sum(&lc->stats);
+  *t = (struct tr_link_client_totals){.welcomes = lc->welcomes,
+                                      .abi_violations = sum.abi_violations,
+                                      .smb_full = sum.smb_full,
+                                      .smb_full_ns = sum.smb_full_ns};
   for (size_t i = 0; i < lc->agent.n_lost; i++)
     t->spill_dropped_chunks += lc->agent.lost[i].chunks;
 }

@@ -41,6 +41,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "agent/link_stats.h"
 #include "relay/chunk_queue.h"
 #include "relay/relay_session.h"
 #include "relay/tls.h"
@@ -118,12 +119,8 @@ int tr_link_client_send_clock_snapshot(tr_link_client *lc);
  * snapshot_interval_ms, 0 if none; the shortest given since the host became active is used
  * (at least TR_LINK_CLOCK_SNAPSHOT_MIN_MS), else clock_snapshot_interval_ms. */
 void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t interval_ms);
-/* A producer's ABI violations and SMB-full findings so far (monotonic), for AgentStats. */
-struct tr_link_producer_counts {
-  uint64_t abi_violations;
-  uint64_t smb_full;    /* commits that found its SMB full */
-  uint64_t smb_full_ns; /* how long it was full, at most (tr_producer_stats.smb_full_ns) */
-};
+/* A producer's ABI violations and SMB-full findings so far (monotonic), for AgentStats
+ * (link_stats.h). */
 int tr_link_client_set_producer_counts(tr_link_client *lc, uint32_t producer_id,
                                        const struct tr_link_producer_counts *counts);
 /* Calls fn (if not NULL) for every data source instance the service set up here and has not

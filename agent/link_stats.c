@@ -1,0 +1,130 @@
+/* link_stats.c: the agent's losses as one AgentStats message (see link_stats.h). */
+#include "agent/link_stats.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay/tr_error.h"
+
+int tr_link_stats_set_producer(tr_link_stats *s, uint32_t producer_id,
+                               const struct tr_link_producer_counts *c) {
+  struct tr_link_stats_producer counts = {producer_id, *c};
+  for (size_t i = 0; i < s->n_producers; i++) {
+    if (s->producers[i].producer_id == producer_id) {
+      s->producers[i] = counts;
+      return 0;
+    }
+  }
+  if (c->abi_violations == 0 && c->smb_full == 0)
+    return 0;
+  struct tr_link_stats_producer *grown =
+      realloc(s->producers, (s->n_producers + 1) * sizeof *grown);
+  if (grown == NULL)
+    return TR_ERR_NOMEM;
+  s->producers = grown;
+  s->producers[s->n_producers++] = counts;
+  return 0;
+}
+
+static void add_id(uint32_t *ids, size_t *n, uint32_t id) {
+  for (size_t i = 0; i < *n; i++)
+    if (ids[i] == id)
+      return;
+  ids[(*n)++] = id;
+}
+
+/* One producer's entry: what each queue dropped of it and its own counts. */
+static void fill_producer(const tr_link_stats *s, const tr_chunkq *q, const tr_relay_agent *a,
+                          uint32_t id, Tracerelay__AgentStats__Producer *p) {
+  *p = (Tracerelay__AgentStats__Producer)TRACERELAY__AGENT_STATS__PRODUCER__INIT;
+  p->has_producer_id = p->has_spill_dropped_chunks = p->has_spill_dropped_bytes = 1;
+  p->has_queue_dropped_chunks = p->has_queue_dropped_bytes = p->has_abi_violations = 1;
+  p->producer_id = id;
+  tr_chunkq_drops d = tr_chunkq_drops_of(q, id);
+  p->queue_dropped_chunks = d.chunks;
+  p->queue_dropped_bytes = d.bytes;
+  p->has_queue_dropped_packets = p->has_spill_dropped_packets = 1;
+  p->queue_dropped_packets = d.packets;
+  for (size_t j = 0; j < a->n_lost; j++) {
+    if (a->lost[j].producer_id == id) {
+      p->spill_dropped_chunks = a->lost[j].chunks;
+      p->spill_dropped_bytes = a->lost[j].bytes;
+      p->spill_dropped_packets = a->lost[j].packets;
+    }
+  }
+  p->has_smb_full = p->has_smb_full_ns = 1;
+  for (size_t j = 0; j < s->n_producers; j++) {
+    if (s->producers[j].producer_id == id) {
+      p->abi_violations = s->producers[j].c.abi_violations;
+      p->smb_full = s->producers[j].c.smb_full;
+      p->smb_full_ns = s->producers[j].c.smb_full_ns;
+    }
+  }
+}
+
+void tr_link_stats_report(tr_link_stats *s, const tr_chunkq *q, const tr_relay_agent *a,
+                          bool force, int (*send)(void *data, Tracerelay__RelayFrame *f),
+                          void *data) {
+  size_t max = q->num_drops + a->n_lost + s->n_producers;
+  uint32_t *ids = malloc((max ? max : 1) * sizeof *ids);
+  Tracerelay__AgentStats__Producer *ps = malloc((max ? max : 1) * sizeof *ps);
+  Tracerelay__AgentStats__Producer **pp = malloc((max ? max : 1) * sizeof *pp);
+  uint8_t *buf = NULL;
+  size_t n = 0;
+  if (ids == NULL || ps == NULL || pp == NULL)
+    goto out;
+  for (size_t i = 0; i < q->num_drops; i++)
+    add_id(ids, &n, q->drops[i].producer_id);
+  for (size_t i = 0; i < a->n_lost; i++)
+    add_id(ids, &n, a->lost[i].producer_id);
+  for (size_t i = 0; i < s->n_producers; i++)
+    add_id(ids, &n, s->producers[i].producer_id);
+  for (size_t i = 0; i < n; i++) {
+    fill_producer(s, q, a, ids[i], &ps[i]);
+    pp[i] = &ps[i];
+  }
+  Tracerelay__AgentStats m = TRACERELAY__AGENT_STATS__INIT;
+  m.n_producers = n;
+  m.producers = pp;
+  m.has_spill_dropped_batches = m.has_spill_dropped_frame_bytes = m.has_spill_held_bytes = 1;
+  m.spill_dropped_batches = a->lost_batches;
+  m.spill_dropped_frame_bytes = a->lost_frame_bytes;
+  m.spill_held_bytes = a->held_bytes;
+  size_t len = tracerelay__agent_stats__get_packed_size(&m);
+  buf = malloc(len ? len : 1);
+  if (buf == NULL)
+    goto out;
+  tracerelay__agent_stats__pack(&m, buf);
+  if (!force && len == s->last_len && memcmp(buf, s->last, len) == 0)
+    goto out;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_AGENT_STATS;
+  f.agent_stats = &m;
+  if (send(data, &f) == 0) {
+    free(s->last);
+    s->last = buf;
+    s->last_len = len;
+    buf = NULL;
+  }
+out:
+  free(buf);
+  free(ids);
+  free(ps);
+  free(pp);
+}
+
+struct tr_link_producer_counts tr_link_stats_sum(const tr_link_stats *s) {
+  struct tr_link_producer_counts sum = {0};
+  for (size_t i = 0; i < s->n_producers; i++) {
+    sum.abi_violations += s->producers[i].c.abi_violations;
+    sum.smb_full += s->producers[i].c.smb_full;
+    sum.smb_full_ns += s->producers[i].c.smb_full_ns;
+  }
+  return sum;
+}
+
+void tr_link_stats_free(tr_link_stats *s) {
+  free(s->producers);
+  free(s->last);
+  *s = (tr_link_stats){0};
+}
