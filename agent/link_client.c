@@ -17,6 +17,7 @@
 #include <sys/random.h>
 
 #include "agent/batch_builder.h"
+#include "agent/link_instances.h"
 #include "agent/link_stats.h"
 #include "agent/system_info.h"
 #include "relay/clock.h"
@@ -41,11 +42,6 @@ typedef struct pending_frame {
   uint64_t request_id;
   char *error;
 } pending_frame;
-
-typedef struct set_up_instance { /* a data source instance the service set up and not stopped */
-  uint32_t producer_id;
-  uint64_t instance_id;
-} set_up_instance;
 
 struct tr_link_client {
   uv_loop_t *loop;
@@ -87,8 +83,7 @@ struct tr_link_client {
   size_t n_pending;
   tr_link_stats stats; /* for AgentStats */
   uint64_t welcomes; /* Welcomes received: the link came up this many times */
-  set_up_instance *instances; /* of service_instance_id, for on_stale_instance */
-  size_t n_instances, cap_instances;
+  tr_link_instances instances; /* of service_instance_id, for on_stale_instance */
   uint64_t next_stats_ms;
   uint64_t logged_lost_batches;
 
@@ -323,61 +318,26 @@ static void send_pending_frames(tr_link_client *lc) {
 
 /* ---- data source instances of this service instance ---- */
 
-static void forget_instances(tr_link_client *lc, uint32_t producer_id, bool all_of_producer,
-                             uint64_t instance_id) {
-  for (size_t i = 0; i < lc->n_instances;) {
-    set_up_instance *e = &lc->instances[i];
-    if (e->producer_id == producer_id && (all_of_producer || e->instance_id == instance_id))
-      *e = lc->instances[--lc->n_instances];
-    else
-      i++;
-  }
-}
-
-/* Records setups and stops as they pass to the agent. Bounded by TR_LINK_MAX_INSTANCES: past it
- * an instance is not remembered (logged), so it is left running if the service restarts. */
-static void track_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
-  if (cmd->cmd_case == TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE) {
-    forget_instances(lc, cmd->producer_id, false, cmd->stop_data_source->instance_id);
-    return;
-  }
-  if (cmd->cmd_case != TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE)
-    return;
-  if (lc->n_instances == lc->cap_instances) {
-    size_t cap = lc->cap_instances ? lc->cap_instances * 2 : 16;
-    set_up_instance *grown = NULL;
-    if (cap <= TR_LINK_MAX_INSTANCES)
-      grown = realloc(lc->instances, cap * sizeof(*grown));
-    if (grown == NULL) {
-      TR_WARN("link", "cannot track data source instance %llu of producer %u: if the service "
-              "restarts now it stays running", (unsigned long long)cmd->setup_data_source->instance_id,
-              cmd->producer_id);
-      return;
-    }
-    lc->instances = grown;
-    lc->cap_instances = cap;
-  }
-  lc->instances[lc->n_instances++] =
-      (set_up_instance){cmd->producer_id, cmd->setup_data_source->instance_id};
-}
-
 size_t tr_link_client_instances(const tr_link_client *lc,
                                 void (*fn)(void *data, uint32_t producer_id, uint64_t instance_id),
                                 void *data) {
-  size_t n = lc->n_instances;
-  for (size_t i = 0; i < n && fn != NULL; i++)
-    fn(data, lc->instances[i].producer_id, lc->instances[i].instance_id);
-  return n;
+  return tr_link_instances_each(&lc->instances, fn, data);
+}
+
+static void stop_stale(void *data, uint32_t producer_id, uint64_t instance_id) {
+  tr_link_client *lc = data;
+  lc->cbs.on_stale_instance(lc, producer_id, instance_id);
 }
 
 /* A new service instance: what the old one set up is stopped, then forgotten. */
 static void stop_stale_instances(tr_link_client *lc) {
-  if (lc->n_instances)
+  size_t n = tr_link_instances_each(&lc->instances, NULL, NULL);
+  if (n)
     TR_WARN("link", "the new service instance did not set up the %zu data source instance(s) "
-            "still running here: stopping them", lc->n_instances);
-  for (size_t i = 0; i < lc->n_instances && lc->cbs.on_stale_instance != NULL; i++)
-    lc->cbs.on_stale_instance(lc, lc->instances[i].producer_id, lc->instances[i].instance_id);
-  lc->n_instances = 0;
+            "still running here: stopping them", n);
+  if (lc->cbs.on_stale_instance != NULL)
+    tr_link_instances_each(&lc->instances, stop_stale, lc);
+  tr_link_instances_clear(&lc->instances);
 }
 
 /* ---- frames from the service ---- */
@@ -551,7 +511,7 @@ static void handle_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
       check_shutdown(lc);
     break;
   case TRACERELAY__RELAY_FRAME__MSG_COMMAND:
-    track_command(lc, f->command);
+    tr_link_instances_track(&lc->instances, f->command);
     if (lc->cbs.on_command != NULL)
       lc->cbs.on_command(lc, f->command);
     break;
@@ -613,7 +573,7 @@ static void maybe_done(tr_link_client *lc) {
     free(p);
   }
   tr_link_stats_free(&lc->stats);
-  free(lc->instances);
+  tr_link_instances_free(&lc->instances);
   void (*done)(void *) = lc->done;
   void *data = lc->done_data;
   free(lc);
@@ -846,7 +806,7 @@ fail_free:
 
 int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__ProducerUpdate *u) {
   if (u->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED)
-    forget_instances(lc, u->producer_id, true, 0);
+    tr_link_instances_forget_producer(&lc->instances, u->producer_id);
   if (!lc->welcomed)
     return TR_ERR_CLOSED; /* the next Welcome's re-announcement leaves it out */
   if (u->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED) {

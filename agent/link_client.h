@@ -56,7 +56,6 @@
 #define TR_LINK_FOLLOW_UP_MAX_WAIT_MS 1500 /* within the service's wait (3 s, clock_probe.h) */
 #define TR_LINK_WRITE_BOUND (1u << 20)
 #define TR_LINK_MAX_PENDING_FRAMES 1024
-#define TR_LINK_MAX_INSTANCES 65536 /* data source instances remembered for a service restart */
 #define TR_LINK_BACKOFF_MIN_MS 100
 #define TR_LINK_BACKOFF_MAX_MS 10000
 #define TR_LINK_CLOCK_SNAPSHOT_MS 10000 /* traced's default snapshot_interval_ms */

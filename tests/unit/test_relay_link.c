@@ -7,8 +7,8 @@
  * with REASON_PROTOCOL_ERROR and delivering nothing after them, a silent peer closed at the
  * heartbeat timeout while heartbeats keep a quiet established link up, backpressure (reading
  * paused while our answers back up, the rest of the read held and delivered in order once they
- * drain), and a connection that never comes up still ending in on_closed. Every test ends with uv_loop_close() succeeding,
- * so no handle outlives its link. */
+ * drain), and a connection that never comes up still ending in on_closed. Every test ends
+ * with uv_loop_close() succeeding, so no handle outlives its link. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
