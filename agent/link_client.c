@@ -1,8 +1,12 @@
 /* link_client.c: the agent's end of the relay link (see link_client.h for the contract).
  *
  * The client owns three timers (batching, reconnect, a 100 ms tick for heartbeats, stats and
- * the shutdown deadline), at most one name resolution and at most one connection. A
- * connection ends only through tls_uv's on_close, which schedules the next attempt. Batches
+ * the shutdown deadline), at most one name resolution and at most one connection: a relay link
+ * (relay/relay_link.h), which carries the frames, heartbeats and the one close path; this file
+ * gives the frames their meaning. A connection ends only in the link's on_closed, which
+ * schedules the next attempt. Beside it: link_clock.c answers clock probes and sends clock
+ * snapshots, link_stats.c builds AgentStats, link_instances.c remembers what the service set
+ * up, system_info.c fills the Hello's SystemInfo. Batches
  * are built from the chunk queue whether or not a connection is up: the spill queue
  * (tr_relay_agent) holds them, and the connection writes them out as the socket drains.
  * Batches are compressed when the last Welcome accepted zstd: a batch built before any
@@ -17,10 +21,10 @@
 #include <sys/random.h>
 
 #include "agent/batch_builder.h"
+#include "agent/link_clock.h"
 #include "agent/link_instances.h"
 #include "agent/link_stats.h"
 #include "agent/system_info.h"
-#include "relay/clock.h"
 #include "relay/hostport.h"
 #include "relay/log.h"
 #include "relay/relay_frame.h"
@@ -65,18 +69,11 @@ struct tr_link_client {
   size_t max_out;    /* the service's max frame: the batches' bound */
   uint64_t service_instance_id;
   int64_t t2;        /* BOOTTIME when the socket read being processed returned */
-  bool snap_active;  /* a data source runs: HostClockSnapshot every snap_interval_ms */
-  uint64_t snap_interval_ms, snap_next_ms;
-  uint64_t snap_session_ms; /* the sessions' snapshot_interval_ms while active, 0: none */
 
   uv_getaddrinfo_t resolve;
   bool resolving;
   uv_timer_t batch_timer, retry_timer, tick;
-  uv_timer_t follow_up_timer; /* sends the ClockFollowUp of the last answer, a little later */
-  Tracerelay__ClockFollowUp follow_up;
-  int64_t follow_up_sent_ns;   /* names the answer for tr_tls_uv_sent_time */
-  uint64_t follow_up_wait_ms;  /* the timer's last delay: doubles while the stamp is pending */
-  uint64_t follow_up_since_ms; /* when the answer was written */
+  tr_link_clock clock; /* probe answers and host clock snapshots */
   int handles_open;
 
   pending_frame *pending_head, *pending_tail;
@@ -386,98 +383,15 @@ static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
   pump(lc);
 }
 
-static uint64_t snap_period(const tr_link_client *lc) {
-  return lc->snap_session_ms ? lc->snap_session_ms : lc->snap_interval_ms;
-}
-
 int tr_link_client_send_clock_snapshot(tr_link_client *lc) {
-  struct tr_clock_snapshot snap;
-  Tracerelay__HostClockSnapshot__Clock clocks[TR_CLOCK_SNAPSHOT_MAX];
-  Tracerelay__HostClockSnapshot__Clock *ptrs[TR_CLOCK_SNAPSHOT_MAX];
-  Tracerelay__HostClockSnapshot m = TRACERELAY__HOST_CLOCK_SNAPSHOT__INIT;
-  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-  int rc;
   if (!lc->welcomed || !(lc->features & TR_RELAY_FEATURE_HOST_CLOCKS))
     return TR_ERR_CLOSED;
-  if ((rc = tr_clock_snapshot(&snap)) < 0)
-    return rc;
-  for (uint32_t i = 0; i < snap.n; i++) {
-    clocks[i] = (Tracerelay__HostClockSnapshot__Clock)TRACERELAY__HOST_CLOCK_SNAPSHOT__CLOCK__INIT;
-    clocks[i].has_clock_id = clocks[i].has_timestamp = 1;
-    clocks[i].clock_id = snap.clocks[i].clock_id;
-    clocks[i].timestamp = snap.clocks[i].ts_ns;
-    ptrs[i] = &clocks[i];
-  }
-  m.n_clocks = snap.n;
-  m.clocks = ptrs;
-  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HOST_CLOCK_SNAPSHOT;
-  f.host_clock_snapshot = &m;
-  return send_frame(lc, &f);
+  return tr_link_clock_send_snapshot(lc->link);
 }
 
 void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t interval_ms) {
   tr_link_client_send_clock_snapshot(lc);
-  if (!active || !lc->snap_active)
-    lc->snap_session_ms = 0;
-  if (active && interval_ms > 0) {
-    uint64_t ms = interval_ms < TR_LINK_CLOCK_SNAPSHOT_MIN_MS ? TR_LINK_CLOCK_SNAPSHOT_MIN_MS
-                                                              : interval_ms;
-    if (lc->snap_session_ms == 0 || ms < lc->snap_session_ms)
-      lc->snap_session_ms = ms;
-  }
-  lc->snap_active = active;
-  lc->snap_next_ms = uv_now(lc->loop) + snap_period(lc);
-}
-
-/* Sends the ClockFollowUp once the answer's kernel send stamp is there: on a saturated link
- * the answer waits behind queued data first (tr_tls_uv_write_stamped), so this asks again, at
- * doubling intervals, for up to TR_LINK_FOLLOW_UP_MAX_WAIT_MS. */
-static void on_follow_up_timer(uv_timer_t *t) {
-  tr_link_client *lc = t->data;
-  if (!link_up(lc))
-    return;
-  tr_tls_uv_conn *conn = tr_relay_link_conn(lc->link);
-  uint64_t now = uv_now(lc->loop);
-  if (tr_tls_uv_sent_time_pending(conn, lc->follow_up_sent_ns) &&
-      now - lc->follow_up_since_ms < TR_LINK_FOLLOW_UP_MAX_WAIT_MS) {
-    if (lc->follow_up_wait_ms < TR_LINK_FOLLOW_UP_MAX_STEP_MS)
-      lc->follow_up_wait_ms *= 2;
-    uv_timer_start(&lc->follow_up_timer, on_follow_up_timer, lc->follow_up_wait_ms, 0);
-    return;
-  }
-  if (lc->follow_up.has_t3) /* the kernel's own send stamp of the answer, once there */
-    lc->follow_up.t3 = (uint64_t)tr_tls_uv_sent_time(conn, lc->follow_up_sent_ns);
-  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_FOLLOW_UP;
-  f.clock_follow_up = &lc->follow_up;
-  send_frame(lc, &f);
-}
-
-/* Answers at once. With FEATURE_CLOCK_FOLLOW_UP the exact send time of the encrypted answer
- * follows in a ClockFollowUp (two-step: an encrypted message cannot carry its own). */
-static void on_probe(tr_link_client *lc, const Tracerelay__ClockProbe *q) {
-  Tracerelay__ClockProbe a = TRACERELAY__CLOCK_PROBE__INIT;
-  a.has_probe_id = a.has_t1 = a.has_t2 = a.has_t3 = 1;
-  a.probe_id = q->probe_id;
-  a.t1 = q->t1;
-  a.t2 = (uint64_t)lc->t2;
-  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE;
-  f.clock_probe = &a;
-  a.t3 = tr_clock_boottime_ns();
-  int64_t sent = 0;
-  if (send_frame_stamped(lc, &f, &sent) < 0 || !(lc->features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP))
-    return;
-  Tracerelay__ClockFollowUp fu = TRACERELAY__CLOCK_FOLLOW_UP__INIT;
-  fu.has_probe_id = 1;
-  fu.probe_id = q->probe_id;
-  fu.has_t3 = sent > 0;
-  fu.t3 = (uint64_t)sent;
-  lc->follow_up = fu;
-  lc->follow_up_sent_ns = sent;
-  lc->follow_up_wait_ms = TR_LINK_FOLLOW_UP_DELAY_MS;
-  lc->follow_up_since_ms = uv_now(lc->loop);
-  uv_timer_start(&lc->follow_up_timer, on_follow_up_timer, TR_LINK_FOLLOW_UP_DELAY_MS, 0);
+  tr_link_clock_schedule(&lc->clock, active, interval_ms);
 }
 
 static void handle_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
@@ -517,7 +431,8 @@ static void handle_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
     break;
   case TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE:
     if (lc->features & TR_RELAY_FEATURE_CLOCK_PROBES)
-      on_probe(lc, f->clock_probe);
+      tr_link_clock_answer(&lc->clock, lc->link, f->clock_probe, lc->t2,
+                           lc->features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP);
     else
       tr_relay_link_protocol_error(lc->link, "clock probe without the feature");
     break;
@@ -585,7 +500,7 @@ static void on_closed(tr_relay_link *link, int reason, const char *why) {
   tr_link_client *lc = tr_relay_link_data(link);
   bool was_up = lc->welcomed;
   lc->link = NULL;
-  uv_timer_stop(&lc->follow_up_timer); /* its answer went with this connection */
+  tr_link_clock_link_down(&lc->clock); /* a follow-up owed went with this connection */
   lc->welcomed = false;
   tr_relay_agent_disconnected(&lc->agent);
   if (lc->finishing)
@@ -662,10 +577,8 @@ static void on_tick(uv_timer_t *t) {
   uint64_t now_ns = uv_hrtime(), now_ms = uv_now(lc->loop);
   if (lc->link != NULL && tr_relay_link_check_alive(lc->link, now_ns))
     tr_relay_link_keep_alive(lc->link, now_ns);
-  if (lc->snap_active && now_ms >= lc->snap_next_ms) {
-    lc->snap_next_ms = now_ms + snap_period(lc);
+  if (tr_link_clock_snapshot_due(&lc->clock, now_ms))
     tr_link_client_send_clock_snapshot(lc);
-  }
   if (now_ms >= lc->next_stats_ms) {
     lc->next_stats_ms = now_ms + STATS_PERIOD_MS;
     send_stats(lc, false);
@@ -689,6 +602,12 @@ static void on_handle_closed(uv_handle_t *h) {
   maybe_done(lc);
 }
 
+static void on_clock_closed(void *data) {
+  tr_link_client *lc = data;
+  lc->handles_open--;
+  maybe_done(lc);
+}
+
 static void finish(tr_link_client *lc) {
   lc->finishing = true;
   if (lc->agent.head != NULL)
@@ -702,7 +621,7 @@ static void finish(tr_link_client *lc) {
   uv_close((uv_handle_t *)&lc->batch_timer, on_handle_closed);
   uv_close((uv_handle_t *)&lc->retry_timer, on_handle_closed);
   uv_close((uv_handle_t *)&lc->tick, on_handle_closed);
-  uv_close((uv_handle_t *)&lc->follow_up_timer, on_handle_closed);
+  tr_link_clock_close(&lc->clock, on_clock_closed, lc);
 }
 
 static void check_shutdown(tr_link_client *lc) {
@@ -781,14 +700,12 @@ int tr_link_client_start(uv_loop_t *loop, const struct tr_link_client_opts *opts
   lc->backoff_min_ms = opts->backoff_min_ms ? opts->backoff_min_ms : TR_LINK_BACKOFF_MIN_MS;
   lc->backoff_max_ms = opts->backoff_max_ms ? opts->backoff_max_ms : TR_LINK_BACKOFF_MAX_MS;
   lc->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
-  lc->snap_interval_ms = opts->clock_snapshot_interval_ms ? opts->clock_snapshot_interval_ms
-                                                          : TR_LINK_CLOCK_SNAPSHOT_MS;
   tr_system_info_read(&lc->sysinfo);
   uv_timer_init(loop, &lc->batch_timer);
   uv_timer_init(loop, &lc->retry_timer);
   uv_timer_init(loop, &lc->tick);
-  uv_timer_init(loop, &lc->follow_up_timer);
-  lc->batch_timer.data = lc->retry_timer.data = lc->tick.data = lc->follow_up_timer.data = lc;
+  tr_link_clock_init(&lc->clock, loop, opts->clock_snapshot_interval_ms);
+  lc->batch_timer.data = lc->retry_timer.data = lc->tick.data = lc;
   lc->handles_open = 4;
   uv_timer_start(&lc->tick, on_tick, TICK_MS, TICK_MS);
   TR_INFO("link", "agent instance %016llx: connecting to %s:%s (certificate name %s)",

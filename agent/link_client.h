@@ -22,14 +22,9 @@
  *   disconnected wait (up to TR_LINK_MAX_PENDING_FRAMES) for the next Welcome. A producer's
  *   PRODUCER_DISCONNECTED keeps the same order, so a session that waits for that producer's
  *   data sources to stop never ends before the producer's last chunks are in.
- * - Clock probes are answered at once: t2 is when the probe reached the socket (the
- *   kernel's receive stamp, tr_tls_uv_read_time, before decryption); the exact t3, when the encrypted answer left (the kernel's
- *   send stamp, tr_tls_uv_sent_time), follows in a ClockFollowUp (FEATURE_CLOCK_FOLLOW_UP)
- *   once the kernel has it: TR_LINK_FOLLOW_UP_DELAY_MS later on an idle link; on a saturated
- *   one the answer first waits for the data queued before it to reach the kernel, and the
- *   follow-up for its stamp (asked again at doubling intervals up to
- *   TR_LINK_FOLLOW_UP_MAX_STEP_MS, for at most TR_LINK_FOLLOW_UP_MAX_WAIT_MS; then the time
- *   it went to the kernel).
+ * - Clock probes are answered at once, with a ClockFollowUp (FEATURE_CLOCK_FOLLOW_UP) carrying
+ *   the exact time the answer left once the kernel has it; host clock snapshots go while data
+ *   sources run (link_clock.h).
  * - Reconnects: capped exponential backoff with +-20% jitter (100 ms doubling to 10 s by
  *   default), reset by each Welcome. The name is resolved again on each attempt.
  * Everything else runs on the loop's thread. */
@@ -41,6 +36,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "agent/link_clock.h"
 #include "agent/link_stats.h"
 #include "relay/chunk_queue.h"
 #include "relay/relay_session.h"
@@ -49,17 +45,10 @@
 
 #define TR_LINK_BATCH_BYTES (1u << 20)
 #define TR_LINK_BATCH_MS 20
-/* A probe's ClockFollowUp waits this long after the answer, so that the service reads the
- * answer's segment alone and its receive stamp is the answer's arrival, not the follow-up's. */
-#define TR_LINK_FOLLOW_UP_DELAY_MS 1
-#define TR_LINK_FOLLOW_UP_MAX_STEP_MS 32
-#define TR_LINK_FOLLOW_UP_MAX_WAIT_MS 1500 /* within the service's wait (3 s, clock_probe.h) */
 #define TR_LINK_WRITE_BOUND (1u << 20)
 #define TR_LINK_MAX_PENDING_FRAMES 1024
 #define TR_LINK_BACKOFF_MIN_MS 100
 #define TR_LINK_BACKOFF_MAX_MS 10000
-#define TR_LINK_CLOCK_SNAPSHOT_MS 10000 /* traced's default snapshot_interval_ms */
-#define TR_LINK_CLOCK_SNAPSHOT_MIN_MS 100 /* a session cannot ask for more than 10 a second */
 
 typedef struct tr_link_client tr_link_client;
 
