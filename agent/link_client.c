@@ -23,6 +23,7 @@
 #include "agent/batch_builder.h"
 #include "agent/link_clock.h"
 #include "agent/link_instances.h"
+#include "agent/link_ordered.h"
 #include "agent/link_stats.h"
 #include "agent/system_info.h"
 #include "relay/hostport.h"
@@ -34,18 +35,6 @@
 
 #define TICK_MS 100
 #define STATS_PERIOD_MS 1000
-
-/* A frame that must follow the data queued before it: a CommandReply, or the notice that a
- * producer is gone (its data source may be what a stopping session waits for). */
-typedef struct pending_frame {
-  struct pending_frame *next;
-  uint64_t wait_qseq; /* the last chunk queue entry pushed before the frame */
-  bool resolved;      /* that entry is in a batch: after_seq is known */
-  uint64_t after_seq;
-  uint32_t gone_producer_id; /* non-zero: PRODUCER_DISCONNECTED; else a reply: */
-  uint64_t request_id;
-  char *error;
-} pending_frame;
 
 struct tr_link_client {
   uv_loop_t *loop;
@@ -76,8 +65,7 @@ struct tr_link_client {
   tr_link_clock clock; /* probe answers and host clock snapshots */
   int handles_open;
 
-  pending_frame *pending_head, *pending_tail;
-  size_t n_pending;
+  tr_link_ordered ordered; /* replies and producer ends waiting for their batches */
   tr_link_stats stats; /* for AgentStats */
   uint64_t welcomes; /* Welcomes received: the link came up this many times */
   tr_link_instances instances; /* of service_instance_id, for on_stale_instance */
@@ -158,7 +146,6 @@ static void on_batch_timer(uv_timer_t *t) {
   drain_queue(t->data);
 }
 
-static void resolve_pending(tr_link_client *lc);
 static void send_pending_frames(tr_link_client *lc);
 static void maybe_done(tr_link_client *lc);
 
@@ -177,7 +164,8 @@ static void on_built(void *data, struct tr_built_batch *b) {
   else /* takes frame and tally; a batch it drops at once is counted there */
     tr_relay_agent_queue(&lc->agent, b->seq, b->frame, b->len, b->tally, b->n_tally);
   lc->batched_qseq = b->last_qseq;
-  resolve_pending(lc);
+  /* Frames whose preceding entries are now in batches come after the last batch queued. */
+  tr_link_ordered_resolve(&lc->ordered, lc->batched_qseq, lc->agent.next_seq - 1);
   next_batch(lc);
   if (!tr_batch_builder_busy(lc->builder) && tr_chunkq_peek(lc->queue) != NULL &&
       !uv_is_active((uv_handle_t *)&lc->batch_timer))
@@ -246,70 +234,40 @@ static int send_gone(tr_link_client *lc, uint32_t producer_id, uint64_t after_se
   return send_frame(lc, &f);
 }
 
-static int send_pending(tr_link_client *lc, const pending_frame *p, uint64_t after_seq) {
+static int send_pending(tr_link_client *lc, const struct tr_link_ordered_frame *p,
+                        uint64_t after_seq) {
   return p->gone_producer_id ? send_gone(lc, p->gone_producer_id, after_seq)
                              : send_reply(lc, p->request_id, p->error, after_seq);
 }
 
 /* Sends `what` at once when everything queued before it is in a batch and nothing waits
  * ahead of it; otherwise keeps a copy until then (a batch is started for it). */
-static int send_ordered(tr_link_client *lc, const pending_frame *what) {
+static int send_ordered(tr_link_client *lc, const struct tr_link_ordered_frame *what) {
   uint64_t wait_qseq = lc->queue->next_seq - 1;
   bool batched = lc->batched_qseq >= wait_qseq;
-  if (batched && lc->pending_head == NULL && lc->welcomed &&
+  if (batched && tr_link_ordered_empty(&lc->ordered) && lc->welcomed &&
       send_pending(lc, what, lc->agent.next_seq - 1) == 0) {
     pump(lc);
     return 0;
   }
-  if (lc->n_pending >= TR_LINK_MAX_PENDING_FRAMES)
-    return TR_ERR_FULL;
-  pending_frame *p = calloc(1, sizeof *p);
-  if (p == NULL || (what->error != NULL && (p->error = strdup(what->error)) == NULL)) {
-    free(p);
-    return TR_ERR_NOMEM;
-  }
-  p->gone_producer_id = what->gone_producer_id;
-  p->request_id = what->request_id;
-  p->wait_qseq = wait_qseq;
-  p->resolved = batched;
-  p->after_seq = lc->agent.next_seq - 1;
-  if (lc->pending_tail != NULL)
-    lc->pending_tail->next = p;
-  else
-    lc->pending_head = p;
-  lc->pending_tail = p;
-  lc->n_pending++;
-  if (!batched)
+  int rc = tr_link_ordered_push(&lc->ordered, what, wait_qseq, batched, lc->agent.next_seq - 1);
+  if (rc == 0 && !batched)
     drain_queue(lc);
-  return 0;
+  return rc;
 }
 
 int tr_link_client_reply(tr_link_client *lc, uint64_t request_id, const char *error) {
-  pending_frame reply = {.request_id = request_id, .error = (char *)error};
+  struct tr_link_ordered_frame reply = {.request_id = request_id, .error = (char *)error};
   return send_ordered(lc, &reply);
-}
-
-/* Frames whose preceding entries are now in batches come after the last batch queued. */
-static void resolve_pending(tr_link_client *lc) {
-  for (pending_frame *p = lc->pending_head; p != NULL; p = p->next)
-    if (!p->resolved && p->wait_qseq <= lc->batched_qseq) {
-      p->resolved = true;
-      p->after_seq = lc->agent.next_seq - 1;
-    }
 }
 
 /* Sends the waiting frames in order, up to the first still waiting for its batch. */
 static void send_pending_frames(tr_link_client *lc) {
-  while (lc->pending_head != NULL && lc->pending_head->resolved && lc->welcomed && link_up(lc)) {
-    pending_frame *p = lc->pending_head;
+  const struct tr_link_ordered_frame *p;
+  while (lc->welcomed && link_up(lc) && (p = tr_link_ordered_ready(&lc->ordered)) != NULL) {
     if (send_pending(lc, p, p->after_seq) < 0)
       return;
-    lc->pending_head = p->next;
-    if (lc->pending_head == NULL)
-      lc->pending_tail = NULL;
-    lc->n_pending--;
-    free(p->error);
-    free(p);
+    tr_link_ordered_pop(&lc->ordered);
   }
 }
 
@@ -481,12 +439,7 @@ static void maybe_done(tr_link_client *lc) {
   tr_relay_agent_free(&lc->agent);
   tr_batch_builder_free(lc->builder);
   tr_tls_config_unref(lc->tls);
-  while (lc->pending_head != NULL) {
-    pending_frame *p = lc->pending_head;
-    lc->pending_head = p->next;
-    free(p->error);
-    free(p);
-  }
+  tr_link_ordered_free(&lc->ordered);
   tr_link_stats_free(&lc->stats);
   tr_link_instances_free(&lc->instances);
   void (*done)(void *) = lc->done;
@@ -727,7 +680,7 @@ int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__Pr
   if (!lc->welcomed)
     return TR_ERR_CLOSED; /* the next Welcome's re-announcement leaves it out */
   if (u->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED) {
-    pending_frame gone = {.gone_producer_id = u->producer_id};
+    struct tr_link_ordered_frame gone = {.gone_producer_id = u->producer_id};
     return send_ordered(lc, &gone);
   }
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;

@@ -37,6 +37,7 @@
 #include <uv.h>
 
 #include "agent/link_clock.h"
+#include "agent/link_ordered.h"
 #include "agent/link_stats.h"
 #include "relay/chunk_queue.h"
 #include "relay/relay_session.h"
@@ -46,7 +47,6 @@
 #define TR_LINK_BATCH_BYTES (1u << 20)
 #define TR_LINK_BATCH_MS 20
 #define TR_LINK_WRITE_BOUND (1u << 20)
-#define TR_LINK_MAX_PENDING_FRAMES 1024
 #define TR_LINK_BACKOFF_MIN_MS 100
 #define TR_LINK_BACKOFF_MAX_MS 10000
 
