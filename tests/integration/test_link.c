@@ -26,41 +26,29 @@
 #include "relay/log.h"
 #include "relay/tr_error.h"
 #include "service/link_server.h"
+#include "tests/unit/test_certs.h"
 
 static char dir[256], other_dir[256];
 
 static int make_certs(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/test_link.XXXXXX");
-  snprintf(other_dir, sizeof other_dir, "/tmp/test_link_other.XXXXXX");
-  if (mkdtemp(dir) == NULL || mkdtemp(other_dir) == NULL)
-    return -1;
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "%s/certs/make-certs.sh %s --service-name relay.test --localhost "
-           "--agent web-1 --agent web-2 >/dev/null && %s/certs/make-certs.sh %s --ca-name "
-           "'other CA' --agent web-3 >/dev/null", TR_SOURCE_DIR, dir, TR_SOURCE_DIR, other_dir);
   tr_log_set_level(TR_LOG_ERROR);
-  return system(cmd) == 0 ? 0 : -1;
+  if (test_certs_make(dir, sizeof dir, "test_link",
+                      "--service-name relay.test --localhost --agent web-1 --agent web-2") < 0)
+    return -1;
+  return test_certs_make(other_dir, sizeof other_dir, "test_link_other",
+                         "--ca-name 'other CA' --agent web-3");
 }
 
 static int remove_certs(void **state) {
   (void)state;
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, other_dir);
-  return system(cmd) == 0 ? 0 : -1;
+  int rc = test_certs_remove(dir);
+  return test_certs_remove(other_dir) < 0 ? -1 : rc;
 }
 
 /* A config with the CA of the main directory and the certificate `name` of cert_dir. */
 static tr_tls_config *config(enum tr_tls_role role, const char *cert_dir, const char *name) {
-  char ca[512], crt[512], key[512], err[512];
-  snprintf(ca, sizeof ca, "%s/ca.crt", dir);
-  snprintf(crt, sizeof crt, "%s/%s.crt", cert_dir, name);
-  snprintf(key, sizeof key, "%s/%s.key", cert_dir, name);
-  struct tr_tls_config_opts opts = {.role = role, .ca_path = ca, .cert_path = crt, .key_path = key};
-  tr_tls_config *cfg = NULL;
-  if (tr_tls_config_new(&opts, &cfg, err, sizeof err) != 0)
-    fail_msg("config %s: %s", name, err);
-  return cfg;
+  return test_certs_config(dir, cert_dir, role, name);
 }
 
 /* ---- running the loop ---- */

@@ -15,6 +15,7 @@
 
 #include "relay/tls_uv.h"
 #include "relay/tr_error.h"
+#include "tests/unit/test_certs.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,32 +25,17 @@ static char dir[256];
 
 static int make_certs(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/test_tls_uv.XXXXXX");
-  if (mkdtemp(dir) == NULL)
-    return -1;
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "%s/certs/make-certs.sh %s --service-name relay.test --localhost "
-           "--agent web-1 --agent web-2 >/dev/null", TR_SOURCE_DIR, dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return test_certs_make(dir, sizeof dir, "test_tls_uv",
+                         "--service-name relay.test --localhost --agent web-1 --agent web-2");
 }
 
 static int remove_certs(void **state) {
   (void)state;
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return test_certs_remove(dir);
 }
 
 static tr_tls_config *config(enum tr_tls_role role, const char *name) {
-  char ca[512], crt[512], key[512], err[512];
-  snprintf(ca, sizeof ca, "%s/ca.crt", dir);
-  snprintf(crt, sizeof crt, "%s/%s.crt", dir, name);
-  snprintf(key, sizeof key, "%s/%s.key", dir, name);
-  struct tr_tls_config_opts opts = {.role = role, .ca_path = ca, .cert_path = crt, .key_path = key};
-  tr_tls_config *cfg = NULL;
-  if (tr_tls_config_new(&opts, &cfg, err, sizeof err) != 0)
-    fail_msg("config %s: %s", name, err);
-  return cfg;
+  return test_certs_config(dir, dir, role, name);
 }
 
 /* ---- a loop that gives up ---- */
