@@ -145,7 +145,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
   const char *env = getenv("PERFETTO_PRODUCER_SOCK_NAME");
   o->producer_socket = env != NULL && env[0] != '\0' ? env : TR_AGENT_DEFAULT_PRODUCER_SOCKET;
   o->compress = true;
-  int opt;
+  int opt, rc;
   while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     switch (opt) {
     case OPT_SERVICE: {
@@ -202,19 +202,14 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
         return bad("--fake-clock", optarg);
       break;
     }
-    default: {
-      int rc = tr_daemon_common_flag(PROG, opt, kHelp, argv);
-      if (rc != 0)
+    default:
+      if ((rc = tr_daemon_common_flag(PROG, opt, kHelp, argv)) != 0)
         return rc;
-      break;
-    }
     }
   }
-  const char *missing = o->service == NULL ? "--service HOST:PORT"
-                        : o->ca_path == NULL ? "--ca FILE"
-                        : o->cert_path == NULL ? "--cert FILE"
-                        : o->key_path == NULL ? "--key FILE"
-                                              : NULL;
+  const char *missing = o->service == NULL
+                            ? "--service HOST:PORT"
+                            : tr_daemon_missing_tls(o->ca_path, o->cert_path, o->key_path);
   return tr_daemon_flags_done(PROG, argc, argv, missing);
 }
 

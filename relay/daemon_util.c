@@ -60,6 +60,14 @@ int tr_daemon_flags_done(const char *prog, int argc, char *const *argv, const ch
   return 0;
 }
 
+const char *tr_daemon_missing_tls(const char *ca_path, const char *cert_path,
+                                  const char *key_path) {
+  return ca_path == NULL     ? "--ca FILE"
+         : cert_path == NULL ? "--cert FILE"
+         : key_path == NULL  ? "--key FILE"
+                             : NULL;
+}
+
 int tr_daemon_check_config(const char *prog, const tr_config_file *cf, int argc,
                            char *const *argv, const struct option *longopts) {
   const char *path;

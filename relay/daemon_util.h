@@ -29,6 +29,9 @@ int tr_daemon_bad_value(const char *prog, const char *flag, const char *value, c
 /* Once getopt_long is done: 2 when an argument is left over (optind < argc) or `missing` names
  * a required flag that was not given ("--ca FILE"), else 0. */
 int tr_daemon_flags_done(const char *prog, int argc, char *const *argv, const char *missing);
+/* The first of the TLS flags both daemons require that was not given ("--ca FILE"), or NULL. */
+const char *tr_daemon_missing_tls(const char *ca_path, const char *cert_path,
+                                  const char *key_path);
 /* The entries of the --config file cf (tr_config_file_args) checked against the daemon's
  * getopt_long table, before getopt sees them, so that an error names the file and its line
  * rather than an argument the user never typed. 0 (also when there is no file), or 2. */

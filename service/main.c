@@ -169,7 +169,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"max-agents", required_argument, NULL, OPT_MAX_AGENTS},
       {"config", required_argument, NULL, TR_DAEMON_OPT_CONFIG},
       {NULL, 0, NULL, 0}};
-  int opt;
+  int opt, rc;
   if (tr_daemon_check_config(PROG, &config, argc, argv, longopts) != 0)
     return 2;
   o->listen = TR_SERVICE_DEFAULT_LISTEN;
@@ -244,19 +244,13 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
         return bad("--timeline", optarg, "use machines or global-clocks");
       }
       break;
-    default: {
-      int rc = tr_daemon_common_flag(PROG, opt, kHelp, argv);
-      if (rc != 0)
+    default:
+      if ((rc = tr_daemon_common_flag(PROG, opt, kHelp, argv)) != 0)
         return rc;
-      break;
-    }
     }
   }
-  const char *missing = o->ca_path == NULL     ? "--ca FILE"
-                        : o->cert_path == NULL ? "--cert FILE"
-                        : o->key_path == NULL  ? "--key FILE"
-                                               : NULL;
-  return tr_daemon_flags_done(PROG, argc, argv, missing);
+  return tr_daemon_flags_done(PROG, argc, argv,
+                              tr_daemon_missing_tls(o->ca_path, o->cert_path, o->key_path));
 }
 
 static void on_done(void *ud) {
