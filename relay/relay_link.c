@@ -56,6 +56,8 @@ static tr_relay_link *link_new(const struct tr_relay_link_opts *opts,
   if (opts->label != NULL)
     snprintf(l->label, sizeof l->label, "%s", opts->label);
   l->opts.label = NULL;
+  if (l->opts.peer_role == NULL)
+    l->opts.peer_role = "peer";
   l->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
   return l;
 }

@@ -72,7 +72,7 @@ struct tr_relay_link_opts {
   uint64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0: the relay defaults */
   /* Bytes of ours queued above which the peer's socket is not read; 0: always read. */
   size_t pause_read_above;
-  /* Who the peer is, in messages: "agent" or "service". */
+  /* Who the peer is, in messages: "agent" or "service"; NULL: "peer". */
   const char *peer_role;
   /* How log lines name the link, e.g. "the link to relay.example:7393"; NULL: "the link of
    * NAME (ADDRESS)", from the peer's certificate name and address. Copied. */
