@@ -167,7 +167,7 @@ static void enable_tracing(tr_ipc_conn *conn, uint64_t req, const uint8_t *args,
     } else {
       c->enable_pending = true;
       c->enable_req = req;
-      if (c->session->state == TR_SESSION_STOPPED)
+      if (tr_session_get_state(c->session) == TR_SESSION_STOPPED)
         send_enable_reply(c, NULL);
     }
     goto out;
@@ -226,12 +226,12 @@ static void read_finish(tr_consumer *c) {
   c->have_pkt = false;
   tr_ipc_conn_on_drain(c->conn, NULL);
   if (c->session)
-    tr_trace_output_reset(c->session->output);
+    tr_trace_output_reset(tr_session_output(c->session));
 }
 
 static int take_packet(tr_consumer *c) {
   tr_output_packet p;
-  int rc = tr_trace_output_next(c->session->output, &p);
+  int rc = tr_trace_output_next(tr_session_output(c->session), &p);
   size_t n;
   if (rc <= 0)
     return rc;
@@ -317,8 +317,8 @@ static void read_buffers(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, s
   (void)args;
   (void)len;
   (void)drop;
-  if (!c->session || c->reading || c->session->cfg->write_into_file) {
-    if (c->session && c->session->cfg->write_into_file)
+  if (!c->session || c->reading || tr_session_config(c->session)->write_into_file) {
+    if (c->session && tr_session_config(c->session)->write_into_file)
       TR_WARN(COMP, "ReadBuffers on a write_into_file session refused (the trace goes to the "
                     "file)");
     reply_fail(c, req);
@@ -328,7 +328,7 @@ static void read_buffers(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, s
     reply_fail(c, req);
     return;
   }
-  if (tr_trace_output_begin(c->session->output) != 0) {
+  if (tr_trace_output_begin(tr_session_output(c->session)) != 0) {
     reply_fail(c, req);
     return;
   }
@@ -433,6 +433,11 @@ static void detach(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t 
   reply_empty(c, req);
 }
 
+static bool detached_under(const tr_session *s, const char *key) {
+  const char *k = tr_session_detach_key(s);
+  return k && strcmp(k, key) == 0;
+}
+
 static void attach(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len, bool drop) {
   tr_consumer *c = consumer_of(conn);
   Perfetto__Protos__AttachRequest *r = perfetto__protos__attach_request__unpack(NULL, len, args);
@@ -440,15 +445,14 @@ static void attach(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t 
   tr_session *s = NULL;
   (void)drop;
   if (r && r->key && !c->session) {
-    for (s = c->port->svc->sessions; s; s = s->next)
-      if (s->detach_key && strcmp(s->detach_key, r->key) == 0 &&
-          s->consumer_uid == c->peer.uid)
+    for (s = c->port->svc->sessions; s; s = tr_session_next(s))
+      if (detached_under(s, r->key) && tr_session_consumer_uid(s) == c->peer.uid)
         break;
-    for (tr_session *o = c->port->svc->sessions; !s && o; o = o->next)
-      if (o->detach_key && strcmp(o->detach_key, r->key) == 0)
+    for (tr_session *o = c->port->svc->sessions; !s && o; o = tr_session_next(o))
+      if (detached_under(o, r->key))
         TR_WARN(COMP, "Attach from uid %u pid %d refused: the session detached under that key "
                 "belongs to uid %u", (unsigned)c->peer.uid, (int)c->peer.pid,
-                (unsigned)o->consumer_uid);
+                (unsigned)tr_session_consumer_uid(o));
   }
   if (r)
     perfetto__protos__attach_request__free_unpacked(r, NULL);
@@ -459,7 +463,8 @@ static void attach(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t 
   tr_session_set_detach_key(s, NULL);
   c->session = s;
   tr_session_set_observer(s, &observer, c);
-  resp.trace_config = s->cfg;
+  /* Only packed into the reply: never written through. */
+  resp.trace_config = (Perfetto__Protos__TraceConfig *)tr_session_config(s);
   reply_msg(c, req, &resp.base, false);
 }
 
@@ -600,8 +605,8 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
   st.has_num_sessions_started = 1;
   st.has_supports_tracing_sessions = 1;
   st.supports_tracing_sessions = 1;
-  for (tr_session *s = svc->sessions; s; s = s->next)
-    st.num_sessions_started += s->state == TR_SESSION_STARTED;
+  for (const tr_session *s = svc->sessions; s; s = tr_session_next(s))
+    st.num_sessions_started += tr_session_get_state(s) == TR_SESSION_STARTED;
   state_add(&o, &st);
 
   /* Producers get ids numbered across hosts in this reply (agent ids repeat across hosts). */
@@ -653,7 +658,8 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
       state_add_raw(&o, bytes, n);
     free(bytes);
   }
-  for (tr_session *s = svc->sessions; s; s = s->next) {
+  for (const tr_session *s = svc->sessions; s; s = tr_session_next(s)) {
+    const Perfetto__Protos__TraceConfig *cfg = tr_session_config(s);
     if (!tr_session_visible_to(s, c->peer.uid))
       continue;
     Perfetto__Protos__TracingServiceState one;
@@ -665,21 +671,21 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
     uint32_t sizes[TR_SESSION_MAX_BUFFERS];
     perfetto__protos__tracing_service_state__init(&one);
     ts.has_id = 1;
-    ts.id = s->id;
+    ts.id = tr_session_id(s);
     ts.has_consumer_uid = 1;
-    ts.consumer_uid = (int32_t)s->consumer_uid;
-    ts.state = states[s->state];
-    ts.unique_session_name = s->cfg->unique_session_name;
-    for (size_t b = 0; b < s->num_buffers; b++)
-      sizes[b] = (uint32_t)(s->buffers[b].size / 1024u);
-    ts.n_buffer_size_kb = s->num_buffers;
+    ts.consumer_uid = (int32_t)tr_session_consumer_uid(s);
+    ts.state = states[tr_session_get_state(s)];
+    ts.unique_session_name = cfg->unique_session_name;
+    for (size_t b = 0; b < cfg->n_buffers; b++)
+      sizes[b] = cfg->buffers[b]->size_kb;
+    ts.n_buffer_size_kb = cfg->n_buffers;
     ts.buffer_size_kb = sizes;
     ts.has_duration_ms = 1;
-    ts.duration_ms = s->cfg->duration_ms;
+    ts.duration_ms = cfg->duration_ms;
     ts.has_num_data_sources = 1;
-    ts.num_data_sources = (uint32_t)s->num_instances;
+    ts.num_data_sources = (uint32_t)tr_session_num_instances(s);
     ts.has_is_started = 1;
-    ts.is_started = s->state == TR_SESSION_STARTED;
+    ts.is_started = tr_session_get_state(s) == TR_SESSION_STARTED;
     one.n_tracing_sessions = 1;
     one.tracing_sessions = &tsp;
     state_add(&o, &one);
@@ -854,7 +860,7 @@ void tr_consumer_port_allow(tr_consumer_port *port, const tr_consumer_access *ac
 }
 
 void tr_consumer_port_end_sessions(tr_consumer_port *port, const char *error) {
-  for (tr_session *s = port->svc->sessions; s; s = s->next)
+  for (tr_session *s = port->svc->sessions; s; s = tr_session_next(s))
     tr_session_end(s, error);
 }
 

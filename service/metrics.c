@@ -2,8 +2,8 @@
  * connected, sessions, and per host (label `host`, the machine name) its producers, traffic,
  * every loss counter of the trace's HostStats, disconnects, its clock mapping (offset, drift,
  * probe RTT, error bound now) and the losses of its central buffers in the sessions that exist
- * now. Each host's figures are read once per scrape, with status.c's readers, on the loop's
- * thread. */
+ * now. Each host's figures are read once per scrape, with status.c's and the sessions'
+ * readers, on the loop's thread. */
 #include "service/metrics.h"
 
 #include <stddef.h>
@@ -184,8 +184,8 @@ void tr_metrics_write(const tr_service *svc, tr_prom_text *t) {
     for (size_t p = 0; p < f->host->num_producers; p++)
       f->producers += tr_hosts_producer_reachable(f->host, p);
     f->clock_synced = tr_status_host_clock(f->host, boot_now, &f->clock);
-    for (const tr_session *s = svc->sessions; s; s = s->next)
-      tr_status_add_buffer_losses(s, f->host, &f->buffers);
+    for (const tr_session *s = svc->sessions; s; s = tr_session_next(s))
+      tr_session_stats_add_host_losses(s, f->host, &f->buffers);
   }
   service_gauge(t, "tracerelay_service_hosts_connected", "gauge", "agents connected now",
                 (double)up);

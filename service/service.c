@@ -262,15 +262,15 @@ void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), vo
   d->done = done;
   d->done_ud = ud;
   /* Counted before any flush starts: one may complete at once. */
-  for (tr_session *s = d->svc.sessions; s; s = s->next)
-    d->flushes_pending += s->state == TR_SESSION_STARTED;
+  for (tr_session *s = d->svc.sessions; s; s = tr_session_next(s))
+    d->flushes_pending += tr_session_get_state(s) == TR_SESSION_STARTED;
   if (d->flushes_pending == 0) {
     end_and_close(d);
     return;
   }
   d->flushes_pending++;
-  for (tr_session *s = d->svc.sessions; s; s = s->next)
-    if (s->state == TR_SESSION_STARTED &&
+  for (tr_session *s = d->svc.sessions; s; s = tr_session_next(s))
+    if (tr_session_get_state(s) == TR_SESSION_STARTED &&
         tr_session_flush(s, 0, SHUTDOWN_FLUSH_FLAGS, on_shutdown_flush, d) != 0)
       on_shutdown_flush(d, false);
   on_shutdown_flush(d, true);

@@ -5,7 +5,7 @@
  * Costs: a chunk finds its session buffer by a walk over sessions and their buffers
  * (O(sessions * buffers), both small) and its host entry by a walk over the session's hosts;
  * a hash from global buffer id would be the next step if either grew large. */
-#include "service/session.h"
+#include "service/session_priv.h"
 
 #include <regex.h>
 #include <stdio.h>
@@ -725,6 +725,35 @@ void tr_session_free(tr_session *s) {
   uv_close((uv_handle_t *)&s->flush_timer, on_timer_closed);
   uv_close((uv_handle_t *)&s->clear_timer, on_timer_closed);
   uv_close((uv_handle_t *)&s->stop_timer, on_timer_closed);
+}
+
+/* ---- what other files read (session.h) ---- */
+
+tr_session *tr_session_next(const tr_session *s) { return s->next; }
+
+uint64_t tr_session_id(const tr_session *s) { return s->id; }
+
+uid_t tr_session_consumer_uid(const tr_session *s) { return s->consumer_uid; }
+
+enum tr_session_state tr_session_get_state(const tr_session *s) { return s->state; }
+
+const Perfetto__Protos__TraceConfig *tr_session_config(const tr_session *s) { return s->cfg; }
+
+tr_trace_output *tr_session_output(tr_session *s) { return s->output; }
+
+size_t tr_session_num_instances(const tr_session *s) { return s->num_instances; }
+
+const char *tr_session_detach_key(const tr_session *s) { return s->detach_key; }
+
+bool tr_session_visible_to(const tr_session *s, uid_t viewer) {
+  return viewer == 0 || s->consumer_uid == viewer;
+}
+
+bool tr_session_has_host(const tr_session *s, const tr_host *host) {
+  for (size_t i = 0; i < s->num_hosts; i++)
+    if (s->hosts[i].host == host)
+      return true;
+  return false;
 }
 
 /* ---- calls from the link server (service.h) ---- */

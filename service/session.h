@@ -10,9 +10,14 @@
  * deferred_start) -> tr_session_start -> tr_session_disable (stop_data_source to every
  * instance, waits for the replies up to data_source_stop_timeout_ms) -> stopped: the observer's
  * on_end runs once -> tr_session_free. Reading is the read side's (trace_output.h), which the
- * session holds (tr_session.output), tells of its host entries, start and stop, and answers
+ * session holds (tr_session_output), tells of its host entries, start and stop, and answers
  * with the TraceStats (session_stats.c). Flushes are in session_flush.c. Everything runs on the
- * service's loop. */
+ * service's loop.
+ *
+ * tr_session is opaque here: its fields are in session_priv.h, for the session module's own
+ * files alone (session.c writes them; session_flush.c, session_stats.c and
+ * session_unmatched.c read them). Every other file reads a session through the functions
+ * below. */
 #ifndef TR_SESSION_H
 #define TR_SESSION_H
 
@@ -25,7 +30,6 @@
 #include "perfetto/common/trace_stats.pb-c.h"
 #include "perfetto/config/trace_config.pb-c.h"
 #include "relay/prom_text.h"
-#include "relay/trace_buffer.h"
 #include "relay/trace_writer.h"
 #include "service/service.h"
 #include "service/trace_output.h"
@@ -66,48 +70,6 @@ enum tr_session_state {
   TR_SESSION_STOPPED,
 };
 
-enum tr_ds_state { TR_DS_SETUP, TR_DS_STARTING, TR_DS_STARTED, TR_DS_STOPPING, TR_DS_STOPPED };
-
-typedef struct tr_ds_instance {
-  uint64_t id;
-  size_t host_index;
-  size_t cfg_index; /* which TraceConfig data source made it */
-  uint32_t producer_id;
-  char *producer_name;
-  char *ds_name;
-  bool handles_clear; /* descriptor: handles_incremental_state_clear */
-  bool no_flush;
-  enum tr_ds_state state;
-  bool was_started;          /* it reached TR_DS_STARTED once */
-  uint64_t pending_request; /* the start or stop awaiting its CommandReply; 0 none */
-} tr_ds_instance;
-
-#define TR_SESSION_MAX_DISCONNECT_MARKS 16
-
-/* One host in a session. A restarted agent (new agent_instance_id) gets a new entry, so its
- * producer ids, central buffers and sequences never mix with its previous life's. */
-typedef struct tr_session_host {
-  tr_host *host;
-  uint64_t agent_instance_id; /* the agent instance our instances live on */
-  bool gone;                  /* link down */
-  bool retired;               /* its agent restarted: a newer entry took over */
-  tr_tbuf **tbufs;            /* [num_buffers], made on the first chunk */
-  uint64_t chunks_refused;
-  uint64_t smb_full_at_start; /* the host's agent_smb_full when it joined the session */
-  uint64_t smb_full_ns_at_start; /* and its agent_smb_full_ns */
-  uint64_t disconnects;
-  uint64_t agent_exits_unclean; /* its agent instance was replaced without an orderly stop */
-  uint64_t stops_timed_out;     /* its instances still stopping when the stop timeout ran out */
-  uint64_t disconnected_at[TR_SESSION_MAX_DISCONNECT_MARKS]; /* tr_session_now() of the first */
-  size_t num_disconnected_at;
-} tr_session_host;
-
-typedef struct tr_session_buffer {
-  uint32_t global_id;
-  size_t size;
-  enum tr_tbuf_policy policy;
-} tr_session_buffer;
-
 /* Told to the session's consumer (EnableTracing's reply and ObserveEvents). */
 typedef struct tr_session_observer {
   void (*on_instance)(void *ud, const char *producer, const char *data_source, bool started);
@@ -117,40 +79,11 @@ typedef struct tr_session_observer {
 } tr_session_observer;
 
 typedef void (*tr_session_flush_cb)(void *ud, bool ok);
-/* The session's flushes in flight and what they came to: session_flush.c's alone. */
-typedef struct tr_session_flushes tr_session_flushes;
 struct tr_session_flush_counts {
   uint64_t requested, succeeded, failed;
   int final_outcome; /* of the flush that ended the session: 0 none, 1 ok, 2 failed */
 };
 
-struct tr_session {
-  tr_service *svc;
-  tr_session *next;
-  uint64_t id;
-  uid_t consumer_uid;
-  Perfetto__Protos__TraceConfig *cfg; /* owned */
-  enum tr_session_state state;
-  tr_session_buffer *buffers;
-  size_t num_buffers;
-  tr_session_host *hosts;
-  size_t num_hosts;
-  tr_ds_instance *instances;
-  size_t num_instances;
-  size_t cap_instances;
-  bool all_started;
-  tr_trace_output *output; /* the read side: owned, never NULL once enabled */
-  tr_session_flushes *flushes; /* owned; NULL only while tr_session_enable builds it */
-  uv_timer_t duration_timer, flush_timer, clear_timer, stop_timer;
-  unsigned timers_open;
-  bool duration_flushing;
-  tr_session_observer obs;
-  void *obs_ud;
-  char *detach_key;
-  bool freeing;
-};
-
-/* Service state: loop, own uid and SystemInfo. tr_session_service_free frees sessions too. */
 /* The sessions' side of the link's upward calls (service.h), for tr_link_server_start. */
 extern const struct tr_link_events tr_session_link_events;
 
@@ -167,6 +100,7 @@ int tr_session_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *snap);
 bool tr_session_any(const tr_service *svc);
 
+/* Service state: loop, own uid and SystemInfo. tr_session_service_free frees sessions too. */
 int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline);
 void tr_session_service_free(tr_service *svc);
 
@@ -187,14 +121,15 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
 int tr_session_start(tr_session *s);
 /* Stops every instance; on_end follows once they replied or the stop timeout passed. */
 void tr_session_disable(tr_session *s);
+/* Ends the session at once, without waiting for its instances to stop: the read side's final
+ * pass, then on_end(error) if not told yet. The session stays until tr_session_free. */
+void tr_session_end(tr_session *s, const char *error);
 /* Flush every host's producers; cb(ud, ok) once all acked or at the timeout (0 = the
  * session's flush_timeout_ms). Hosts that did not answer are logged and counted. */
 int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_session_flush_cb cb,
                      void *ud);
-/* What the session's flushes came to, and how many of them host entry host_index did not
- * answer in time. */
+/* What the session's flushes came to. */
 void tr_session_flush_counts(const tr_session *s, struct tr_session_flush_counts *out);
-uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index);
 /* Drops the observer if it is ud's: the consumer is gone or detached. Pending flush
  * callbacks still run (with ok = false when the session is freed first). */
 void tr_session_forget(tr_session *s, void *ud);
@@ -204,8 +139,26 @@ void tr_session_set_observer(tr_session *s, const tr_session_observer *obs, void
 int tr_session_set_detach_key(tr_session *s, const char *key);
 /* Stops what still runs (without waiting) and frees the session once its timers closed. */
 void tr_session_free(tr_session *s);
-/* The session host entry for a host; NULL if the host never joined it. */
-tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t *index);
+
+/* What the other files read of a session. The service's sessions are a list:
+ * for (tr_session *s = svc->sessions; s; s = tr_session_next(s)). */
+tr_session *tr_session_next(const tr_session *s);
+uint64_t tr_session_id(const tr_session *s);
+uid_t tr_session_consumer_uid(const tr_session *s);
+enum tr_session_state tr_session_get_state(const tr_session *s);
+/* The session's copy of its TraceConfig, as enabled. */
+const Perfetto__Protos__TraceConfig *tr_session_config(const tr_session *s);
+/* Its read side (trace_output.h): ReadBuffers reads the session through it. */
+tr_trace_output *tr_session_output(tr_session *s);
+/* Data source instances set up so far, on every host (stopped ones included). */
+size_t tr_session_num_instances(const tr_session *s);
+/* The key it was detached under (tr_session_set_detach_key); NULL when attached. */
+const char *tr_session_detach_key(const tr_session *s);
+/* Whether a consumer of uid `viewer` may see session s listed (QueryServiceState, status): its
+ * own uid's sessions, root all, as traced lists them. */
+bool tr_session_visible_to(const tr_session *s, uid_t viewer);
+/* Whether host ever joined the session (it has an entry, live or not). */
+bool tr_session_has_host(const tr_session *s, const tr_host *host);
 
 /* What the config asked for and found nowhere (session_unmatched.c), at most cap names each,
  * pointing into the config: data sources no producer has matched so far, and names of
@@ -228,29 +181,20 @@ int tr_session_stats_packet(tr_session *s, uint64_t ts, tr_trace_writer_buf *out
  * id, `connected`, and its link and agent counters over the service's life (HostStats fields
  * 1-3 and 10-24). */
 void tr_session_stats_fill_host(Tracerelay__HostStats *h, const tr_host *host, bool connected);
-
-/* Whether a consumer of uid `viewer` may see session s listed (QueryServiceState, status): its
- * own uid's sessions, root all, as traced lists them. */
-static inline bool tr_session_visible_to(const tr_session *s, uid_t viewer) {
-  return viewer == 0 || s->consumer_uid == viewer;
-}
-
-/* Internal to the session files. */
-void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev);
-int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd);
-void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack);
-void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
-/* The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM), grown with each host
- * entry (likewise), and freed with it, after every flush still pending was told ok = false. */
-int tr_session_flush_new(tr_session_flushes **out);
-int tr_session_flush_add_host(tr_session *s);
-void tr_session_flush_free(tr_session_flushes *fl);
-/* The service-wide parts of a flush (session.c's): its id, unique over the service's life so
- * that an ack names one flush, and its duration, from the request to the last ack or the
- * timeout, for the service's flush duration histogram. */
-uint64_t tr_session_next_flush_id(tr_session *s);
-void tr_session_observe_flush(tr_session *s, double seconds);
-void tr_session_end(tr_session *s, const char *error);
-uint64_t tr_session_now(void);
+/* What session s holds of host, summed over the host's entries (one per agent instance):
+ * the status's HostSessionStatus and the metrics' per-host losses (session_stats.c). */
+struct tr_host_buffer_losses {
+  uint64_t chunks_overwritten, bytes_overwritten, chunks_discarded, packets_lost_in_gaps;
+  uint64_t trace_writer_packet_loss, patches_failed, invalid_packets, abi_violations;
+};
+/* Adds the losses of host's central buffers in s to *out. */
+void tr_session_stats_add_host_losses(const tr_session *s, const tr_host *host,
+                                      struct tr_host_buffer_losses *out);
+struct tr_session_host_summary {
+  uint32_t instances, instances_started;
+  bool gone; /* it joined, and none of its entries is live (connected, current agent) */
+};
+void tr_session_stats_host_summary(const tr_session *s, const tr_host *host,
+                                   struct tr_session_host_summary *out);
 
 #endif

@@ -10,7 +10,7 @@
  *
  * This file alone keeps the session's flush bookkeeping (tr_session.flushes): the flushes in
  * flight, the counts for TraceStats and each host entry's missed flushes. */
-#include "service/session.h"
+#include "service/session_priv.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,11 +6,14 @@
  * Layout (protos/tracerelay/tracerelay_stats.proto): TraceStats.buffer_stats has one entry
  * per (buffer, host entry that received data), buffer-major; the extension field 1000 lists
  * every host entry with its link/agent counters and which buffer_stats entries are its.
- * Cost O(buffers x host entries + instances x host entries) per call. */
+ * Cost O(buffers x host entries + instances x host entries) per call.
+ *
+ * Also what the live status and the metrics show of a host in a session (its instances, its
+ * central buffers' losses), summed over the host's entries. */
 #include <stdlib.h>
 
 #include "relay/tr_error.h"
-#include "service/session.h"
+#include "service/session_priv.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"
 
 void tr_session_stats_fill_host(Tracerelay__HostStats *h, const tr_host *host, bool connected) {
@@ -260,4 +263,46 @@ int tr_session_stats_packet(tr_session *s, uint64_t ts, tr_trace_writer_buf *out
   tr_session_stats_free(stats);
   free(ext);
   return rc;
+}
+
+void tr_session_stats_add_host_losses(const tr_session *s, const tr_host *host,
+                                      struct tr_host_buffer_losses *out) {
+  for (size_t h = 0; h < s->num_hosts; h++) {
+    const tr_session_host *sh = &s->hosts[h];
+    for (size_t b = 0; sh->host == host && sh->tbufs && b < s->num_buffers; b++) {
+      tr_tbuf_stats st;
+      if (!sh->tbufs[b])
+        continue;
+      tr_tbuf_get_stats(sh->tbufs[b], &st);
+      out->chunks_overwritten += st.chunks_overwritten;
+      out->bytes_overwritten += st.bytes_overwritten;
+      out->chunks_discarded += st.chunks_discarded;
+      out->packets_lost_in_gaps += st.packets_lost_in_gaps;
+      out->trace_writer_packet_loss += st.trace_writer_packet_loss;
+      out->patches_failed += st.patches_failed;
+      out->invalid_packets += st.invalid_packets;
+      out->abi_violations += st.abi_violations;
+    }
+  }
+}
+
+void tr_session_stats_host_summary(const tr_session *s, const tr_host *host,
+                                   struct tr_session_host_summary *out) {
+  size_t num_entries = 0;
+  bool any_live = false;
+  out->instances = out->instances_started = 0;
+  for (size_t h = 0; h < s->num_hosts; h++) {
+    const tr_session_host *sh = &s->hosts[h];
+    if (sh->host != host)
+      continue;
+    num_entries++;
+    any_live |= !sh->gone && !sh->retired;
+    for (size_t i = 0; i < s->num_instances; i++) {
+      if (s->instances[i].host_index != h)
+        continue;
+      out->instances++;
+      out->instances_started += s->instances[i].state == TR_DS_STARTED;
+    }
+  }
+  out->gone = num_entries > 0 && !any_live;
 }

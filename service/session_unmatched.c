@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "relay/log.h"
-#include "service/session.h"
+#include "service/session_priv.h"
 #include "service/service.h"
 
 static bool listed(const char **names, size_t n, const char *name) {

@@ -12,59 +12,28 @@
 static char *const kStates[] = {"CONFIGURED", "STARTED", "DISABLING_WAITING_STOP_ACKS",
                                 "DISABLED"};
 
-void tr_status_add_buffer_losses(const tr_session *s, const tr_host *host,
-                                 struct tr_host_buffer_losses *out) {
-  for (size_t h = 0; h < s->num_hosts; h++) {
-    const tr_session_host *sh = &s->hosts[h];
-    for (size_t b = 0; sh->host == host && sh->tbufs && b < s->num_buffers; b++) {
-      tr_tbuf_stats st;
-      if (!sh->tbufs[b])
-        continue;
-      tr_tbuf_get_stats(sh->tbufs[b], &st);
-      out->chunks_overwritten += st.chunks_overwritten;
-      out->bytes_overwritten += st.bytes_overwritten;
-      out->chunks_discarded += st.chunks_discarded;
-      out->packets_lost_in_gaps += st.packets_lost_in_gaps;
-      out->trace_writer_packet_loss += st.trace_writer_packet_loss;
-      out->patches_failed += st.patches_failed;
-      out->invalid_packets += st.invalid_packets;
-      out->abi_violations += st.abi_violations;
-    }
-  }
-}
-
 /* The session's view of host: its instances there and its central buffers' losses. A session
  * may hold several entries for one host (one per agent instance); all are summed. */
-static void fill_session(Tracerelay__HostSessionStatus *ss, tr_session *s, const tr_host *host) {
-  size_t num_entries = 0;
-  bool any_live = false;
+static void fill_session(Tracerelay__HostSessionStatus *ss, const tr_session *s,
+                         const tr_host *host) {
   struct tr_host_buffer_losses l = {0};
+  struct tr_session_host_summary sum;
   ss->has_session_id = 1;
-  ss->session_id = s->id;
-  ss->state = kStates[s->state];
-  ss->has_instances = ss->has_instances_started = 1;
-  tr_status_add_buffer_losses(s, host, &l);
+  ss->session_id = tr_session_id(s);
+  ss->state = kStates[tr_session_get_state(s)];
+  tr_session_stats_add_host_losses(s, host, &l);
   ss->has_chunks_overwritten = ss->has_bytes_overwritten = ss->has_chunks_discarded = 1;
   ss->has_packets_lost_in_gaps = 1;
   ss->chunks_overwritten = l.chunks_overwritten;
   ss->bytes_overwritten = l.bytes_overwritten;
   ss->chunks_discarded = l.chunks_discarded;
   ss->packets_lost_in_gaps = l.packets_lost_in_gaps;
-  for (size_t h = 0; h < s->num_hosts; h++) {
-    const tr_session_host *sh = &s->hosts[h];
-    if (sh->host != host)
-      continue;
-    num_entries++;
-    any_live |= !sh->gone && !sh->retired;
-    for (size_t i = 0; i < s->num_instances; i++) {
-      if (s->instances[i].host_index != h)
-        continue;
-      ss->instances++;
-      ss->instances_started += s->instances[i].state == TR_DS_STARTED;
-    }
-  }
+  tr_session_stats_host_summary(s, host, &sum);
+  ss->has_instances = ss->has_instances_started = 1;
+  ss->instances = sum.instances;
+  ss->instances_started = sum.instances_started;
   ss->has_gone = 1;
-  ss->gone = num_entries > 0 && !any_live;
+  ss->gone = sum.gone;
 }
 
 bool tr_status_host_clock(const tr_host *host, uint64_t boot_now, struct tr_host_clock *out) {
@@ -144,8 +113,8 @@ int tr_status_host(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
   hs.stats = &stats;
   fill_clock(&hs, host, boot_now);
 
-  for (tr_session *s = svc->sessions; s; s = s->next)
-    n += tr_session_visible_to(s, viewer) && tr_session_find_host(s, host, NULL) != NULL;
+  for (const tr_session *s = svc->sessions; s; s = tr_session_next(s))
+    n += tr_session_visible_to(s, viewer) && tr_session_has_host(s, host);
   if (n > 0) {
     sessions = calloc(n, sizeof *sessions);
     session_ptrs = calloc(n, sizeof *session_ptrs);
@@ -154,8 +123,8 @@ int tr_status_host(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
       goto done;
     }
     n = 0;
-    for (tr_session *s = svc->sessions; s; s = s->next) {
-      if (!tr_session_visible_to(s, viewer) || tr_session_find_host(s, host, NULL) == NULL)
+    for (const tr_session *s = svc->sessions; s; s = tr_session_next(s)) {
+      if (!tr_session_visible_to(s, viewer) || !tr_session_has_host(s, host))
         continue;
       tracerelay__host_session_status__init(&sessions[n]);
       fill_session(&sessions[n], s, host);

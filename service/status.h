@@ -24,15 +24,6 @@ struct tr_host_clock {
 };
 bool tr_status_host_clock(const tr_host *host, uint64_t boot_now, struct tr_host_clock *out);
 
-/* Adds the losses of host's central buffers in session s (every entry of the host: one per
- * agent instance) to *out. */
-struct tr_host_buffer_losses {
-  uint64_t chunks_overwritten, bytes_overwritten, chunks_discarded, packets_lost_in_gaps;
-  uint64_t trace_writer_packet_loss, patches_failed, invalid_packets, abi_violations;
-};
-void tr_status_add_buffer_losses(const tr_session *s, const tr_host *host,
-                                 struct tr_host_buffer_losses *out);
-
 /* Encodes host's status, as the consumer of uid viewer may see it (only its own uid's sessions
  * unless it is root), into a new buffer (*out, freed by the caller with free()). TR_ERR_NOMEM. */
 int tr_status_host(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,

@@ -4,8 +4,9 @@
 #
 # A module is a header and the .c files that implement it: x.h is module x, and a .c file
 # belongs to the module of the first service/ header it includes (session_flush.c and
-# session_stats.c are the session's; service.c and main.c are the daemon's). Every other
-# service/ header a file includes is an edge from its module to that one.
+# session_stats.c are the session's; service.c and main.c are the daemon's), and x_priv.h, the
+# inside of module x for its own files, is module x too. Every other service/ header a file
+# includes is an edge from its module to that one.
 #
 # Usage: tools/service-deps.sh [SERVICE_DIR]
 # Prints the modules, those the others build on first; exits 1 and names the modules of a
@@ -15,11 +16,11 @@ dir=${1:-$(dirname "$0")/../service}
 edges=$(mktemp)
 trap 'rm -f "$edges"' EXIT
 included() {
-  grep -o '^#include "service/[a-z_]*\.h"' "$1" | sed 's|.*service/||; s|\.h"||'
+  grep -o '^#include "service/[a-z_]*\.h"' "$1" | sed 's|.*service/||; s|\.h"||; s|_priv$||'
 }
 for f in "$dir"/*.c "$dir"/*.h; do
   case $f in
-  *.h) mod=$(basename "$f" .h) ;;
+  *.h) mod=$(basename "$f" .h | sed 's|_priv$||') ;;
   *) mod=$(included "$f" | head -n 1) ;;
   esac
   for dep in $(included "$f"); do

@@ -680,6 +680,21 @@ static void on_session_end(void *ud, const char *error) {
   ended++;
 }
 
+/* The session's host entries (one per agent instance), as its TraceStats extension lists them;
+ * free with tracerelay__trace_stats_extension__free_unpacked. */
+static Tracerelay__TraceStatsExtension *host_entries(tr_session *s) {
+  Perfetto__Protos__TraceStats *st = NULL;
+  uint8_t *ext = NULL;
+  size_t ext_len = 0;
+  assert_int_equal(tr_session_stats(s, &st, &ext, &ext_len), 0);
+  Tracerelay__TraceStatsExtension *x =
+      tracerelay__trace_stats_extension__unpack(NULL, ext_len, ext);
+  assert_non_null(x);
+  tr_session_stats_free(st);
+  free(ext);
+  return x;
+}
+
 static void run_until(uv_loop_t *loop, const int *flag, int value) {
   for (int i = 0; i < 10000 && *flag != value; i++)
     uv_run(loop, UV_RUN_ONCE);
@@ -689,6 +704,7 @@ static void run_until(uv_loop_t *loop, const int *flag, int value) {
 static void test_flush_timeout_and_host_loss(void **state) {
   uv_loop_t loop;
   tr_session *s;
+  Tracerelay__TraceStatsExtension *x;
   char err[256] = "";
   (void)state;
   uv_loop_init(&loop);
@@ -738,20 +754,27 @@ static void test_flush_timeout_and_host_loss(void **state) {
   /* web-1 drops and comes back as the same agent: its instances are kept. */
   hosts[0].link = NULL;
   tr_session_on_host_disconnected(&svc, &hosts[0], "test");
-  assert_true(s->hosts[0].gone);
-  assert_int_equal(s->hosts[0].disconnects, 1);
+  x = host_entries(s);
+  assert_false(x->tracerelay_hosts[0]->connected);
+  assert_int_equal(x->tracerelay_hosts[0]->session_disconnects, 1);
+  tracerelay__trace_stats_extension__free_unpacked(x, NULL);
   hosts[0].link = (tr_link_peer *)&fake_link;
   tr_session_on_host_connected(&svc, &hosts[0]);
-  assert_int_equal(s->num_hosts, 2);
-  assert_false(s->hosts[0].gone);
+  x = host_entries(s);
+  assert_int_equal(x->n_tracerelay_hosts, 2);
+  assert_true(x->tracerelay_hosts[0]->connected);
+  tracerelay__trace_stats_extension__free_unpacked(x, NULL);
   uv_run(&loop, UV_RUN_NOWAIT);
   assert_int_equal(setups_seen, 2);
 
   /* A restarted agent (new instance id) is set up again, on a fresh host entry. */
   hosts[0].agent_instance_id = 999;
   tr_session_on_host_connected(&svc, &hosts[0]);
-  assert_int_equal(s->num_hosts, 3);
-  assert_true(s->hosts[0].retired);
+  x = host_entries(s);
+  assert_int_equal(x->n_tracerelay_hosts, 3);
+  assert_false(x->tracerelay_hosts[0]->connected); /* retired: the new entry took over */
+  assert_true(x->tracerelay_hosts[2]->connected);
+  tracerelay__trace_stats_extension__free_unpacked(x, NULL);
   uv_run(&loop, UV_RUN_NOWAIT);
   assert_int_equal(setups_seen, 3);
 
@@ -768,7 +791,7 @@ static void test_flush_timeout_and_host_loss(void **state) {
   ended = 0;
   tr_session_disable(s);
   run_until(&loop, &ended, 1);
-  assert_int_equal(s->state, TR_SESSION_STOPPED);
+  assert_int_equal(tr_session_get_state(s), TR_SESSION_STOPPED);
 
   silent_host[1] = false;
   tr_session_service_free(&svc);

@@ -1,0 +1,108 @@
+/* session_priv.h: the inside of a tracing session (session.h), for the session module's own
+ * files only: session.c, which alone writes these fields, and session_flush.c,
+ * session_stats.c and session_unmatched.c, which read them. Any other file goes through
+ * session.h's functions. */
+#ifndef TR_SESSION_PRIV_H
+#define TR_SESSION_PRIV_H
+
+#include "relay/trace_buffer.h"
+#include "service/session.h"
+
+enum tr_ds_state { TR_DS_SETUP, TR_DS_STARTING, TR_DS_STARTED, TR_DS_STOPPING, TR_DS_STOPPED };
+
+typedef struct tr_ds_instance {
+  uint64_t id;
+  size_t host_index;
+  size_t cfg_index; /* which TraceConfig data source made it */
+  uint32_t producer_id;
+  char *producer_name;
+  char *ds_name;
+  bool handles_clear; /* descriptor: handles_incremental_state_clear */
+  bool no_flush;
+  enum tr_ds_state state;
+  bool was_started;          /* it reached TR_DS_STARTED once */
+  uint64_t pending_request; /* the start or stop awaiting its CommandReply; 0 none */
+} tr_ds_instance;
+
+#define TR_SESSION_MAX_DISCONNECT_MARKS 16
+
+/* One host in a session. A restarted agent (new agent_instance_id) gets a new entry, so its
+ * producer ids, central buffers and sequences never mix with its previous life's. */
+typedef struct tr_session_host {
+  tr_host *host;
+  uint64_t agent_instance_id; /* the agent instance our instances live on */
+  bool gone;                  /* link down */
+  bool retired;               /* its agent restarted: a newer entry took over */
+  tr_tbuf **tbufs;            /* [num_buffers], made on the first chunk */
+  uint64_t chunks_refused;
+  uint64_t smb_full_at_start; /* the host's agent_smb_full when it joined the session */
+  uint64_t smb_full_ns_at_start; /* and its agent_smb_full_ns */
+  uint64_t disconnects;
+  uint64_t agent_exits_unclean; /* its agent instance was replaced without an orderly stop */
+  uint64_t stops_timed_out;     /* its instances still stopping when the stop timeout ran out */
+  uint64_t disconnected_at[TR_SESSION_MAX_DISCONNECT_MARKS]; /* tr_session_now() of the first */
+  size_t num_disconnected_at;
+} tr_session_host;
+
+typedef struct tr_session_buffer {
+  uint32_t global_id;
+  size_t size;
+  enum tr_tbuf_policy policy;
+} tr_session_buffer;
+
+/* The session's flushes in flight and what they came to: session_flush.c's alone. */
+typedef struct tr_session_flushes tr_session_flushes;
+
+/* One tracing session; every field written by session.c alone. */
+struct tr_session {
+  tr_service *svc;
+  tr_session *next;
+  uint64_t id;
+  uid_t consumer_uid;
+  Perfetto__Protos__TraceConfig *cfg; /* owned */
+  enum tr_session_state state;
+  tr_session_buffer *buffers;
+  size_t num_buffers;
+  tr_session_host *hosts;
+  size_t num_hosts;
+  tr_ds_instance *instances;
+  size_t num_instances;
+  size_t cap_instances;
+  bool all_started;
+  tr_trace_output *output; /* the read side: owned, never NULL once enabled */
+  tr_session_flushes *flushes; /* owned; NULL only while tr_session_enable builds it */
+  uv_timer_t duration_timer, flush_timer, clear_timer, stop_timer;
+  unsigned timers_open;
+  bool duration_flushing;
+  tr_session_observer obs;
+  void *obs_ud;
+  char *detach_key;
+  bool freeing;
+};
+
+/* The session host entry for a host (its newest, when its agent restarted); NULL if the host
+ * never joined the session. */
+tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t *index);
+void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev);
+/* Sends cmd to the agent of host entry host_index, with a new request id: TR_ERR_CLOSED when
+ * that entry is gone or retired. */
+int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd);
+uint64_t tr_session_now(void);
+/* The service-wide parts of a flush (session.c's): its id, unique over the service's life so
+ * that an ack names one flush, and its duration, from the request to the last ack or the
+ * timeout, for the service's flush duration histogram. */
+uint64_t tr_session_next_flush_id(tr_session *s);
+void tr_session_observe_flush(tr_session *s, double seconds);
+
+/* session_flush.c's side. The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM),
+ * grown with each host entry (likewise), and freed with it, after every flush still pending
+ * was told ok = false. */
+int tr_session_flush_new(tr_session_flushes **out);
+int tr_session_flush_add_host(tr_session *s);
+void tr_session_flush_free(tr_session_flushes *fl);
+void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack);
+void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
+/* How many of the session's flushes host entry host_index did not answer in time. */
+uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index);
+
+#endif
