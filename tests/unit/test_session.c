@@ -1,0 +1,237 @@
+/* test_session.c: a session's fan-out of its data sources to the producers of every host
+ * (service/session.c), driven through the link's callback table and a fake link
+ * (session_fixture.h), without processes. Checks that every matching producer of every
+ * connected host gets one setup and one start for each matching data source, in the
+ * session's one buffer, and nothing else (machine_name_filter honoured); that the consumer
+ * hears of each instance and of all started once the last start is answered; that a host
+ * connecting after the session started, or a producer appearing later, gets the data sources
+ * set up and started, and its chunks land in its own central buffer; and that a deferred start
+ * waits for tr_session_start. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "relay/tr_error.h"
+#include "session_fixture.h"
+
+#define SETUP TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE
+#define START TRACERELAY__COMMAND__CMD_START_DATA_SOURCE
+#define STOP TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE
+#define ANY_HOST FX_MAX_HOSTS
+
+static const char *const kTrackEvent[][3] = {{"track_event", NULL}};
+
+/* The setup sent for the start at fx_sent[k]: same instance id. */
+static const struct fx_sent *setup_of(const struct fx_sent *start) {
+  for (size_t k = 0; k < fx_num_sent; k++)
+    if (fx_sent[k].what == SETUP && fx_sent[k].instance_id == start->instance_id)
+      return &fx_sent[k];
+  fail_msg("start of instance %llu without its setup", (unsigned long long)start->instance_id);
+  return NULL;
+}
+
+/* Whether a setup of data source ds went to producer producer_id of host i. */
+static bool set_up_on(size_t i, uint32_t producer_id, const char *ds) {
+  for (size_t k = 0; k < fx_num_sent; k++)
+    if (fx_sent[k].what == SETUP && fx_sent[k].host == &fx_hosts[i] &&
+        fx_sent[k].producer_id == producer_id && strcmp(fx_sent[k].ds_name, ds) == 0)
+      return true;
+  return false;
+}
+
+static void test_fan_out_to_every_host(void **state) {
+  /* host-a: one producer with track_event; host-b: one with "other" only; host-c: two, one
+   * with track_event, one with track_event and "other". */
+  const char *const a[][3] = {{"track_event", NULL}};
+  const char *const b[][3] = {{"other", NULL}};
+  const char *const c[][3] = {{"track_event", NULL}, {"track_event", "other", NULL}};
+  const char *const names[] = {"track_event", "other@host-c", NULL};
+  struct fx_config cfg;
+  struct tr_session_host_summary sum;
+  tr_session *s;
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 1, a);
+  fx_make_host(1, "host-b", 1, b);
+  fx_make_host(2, "host-c", 2, c);
+  for (size_t i = 0; i < 3; i++)
+    fx_connect(i);
+  fx_config(&cfg, names);
+  s = fx_enable(&cfg);
+
+  /* track_event on a/1, c/1, c/2; "other" on c/2 only: host-b is not in its filter. */
+  assert_int_equal(fx_count(ANY_HOST, SETUP), 4);
+  assert_true(set_up_on(0, 1, "track_event"));
+  assert_true(set_up_on(2, 1, "track_event"));
+  assert_true(set_up_on(2, 2, "track_event"));
+  assert_true(set_up_on(2, 2, "other"));
+  assert_int_equal(fx_count(1, SETUP), 0);
+  assert_int_equal(tr_session_num_instances(s), 4);
+  assert_true(tr_session_has_host(s, &fx_hosts[1])); /* it joined, with nothing to run */
+
+  /* Each instance started once, in the one buffer of the session, with its own id. */
+  assert_int_equal(fx_count(ANY_HOST, START), 4);
+  for (size_t k = 0; k < fx_num_sent; k++) {
+    if (fx_sent[k].what != START)
+      continue;
+    const struct fx_sent *setup = setup_of(&fx_sent[k]);
+    assert_ptr_equal(setup->host, fx_sent[k].host);
+    assert_int_equal(setup->producer_id, fx_sent[k].producer_id);
+    assert_int_equal(setup->target_buffer, fx_sent[0].target_buffer);
+    for (size_t j = 0; j < k; j++)
+      assert_true(fx_sent[j].what != START || fx_sent[j].instance_id != fx_sent[k].instance_id);
+  }
+
+  /* The consumer hears of each instance, and of all started when the last start is answered. */
+  assert_int_equal(fx_observed.instances_set_up, 4);
+  fx_answer(0, START);
+  assert_int_equal(fx_observed.instances_started, 1);
+  assert_int_equal(fx_observed.all_started, 0);
+  fx_answer(2, START);
+  assert_int_equal(fx_observed.instances_started, 4);
+  assert_int_equal(fx_observed.all_started, 1);
+  tr_session_stats_host_summary(s, &fx_hosts[2], &sum);
+  assert_int_equal(sum.instances, 3);
+  assert_int_equal(sum.instances_started, 3);
+  assert_false(sum.gone);
+
+  /* Disable: one stop per instance, and the end once all answered. */
+  tr_session_disable(s);
+  assert_int_equal(fx_count(ANY_HOST, STOP), 4);
+  fx_answer(0, STOP);
+  assert_int_equal(fx_observed.ended, 0);
+  fx_answer(2, STOP);
+  assert_int_equal(fx_observed.ended, 1);
+  assert_int_equal(tr_session_get_state(s), TR_SESSION_STOPPED);
+  fx_teardown();
+}
+
+/* One chunk of one complete packet for producer 1, into the session buffer global_id. */
+static void send_chunk(size_t i, uint32_t global_id) {
+  uint8_t payload[] = {2, 0x40, 7}; /* one fragment: timestamp = 7 */
+  Tracerelay__Chunk ch = TRACERELAY__CHUNK__INIT;
+  ch.producer_id = 1;
+  ch.writer_id = 1;
+  ch.chunk_id = 1;
+  ch.packet_count = 1;
+  ch.target_buffer = global_id;
+  ch.trusted_uid = 1000;
+  ch.payload.data = payload;
+  ch.payload.len = sizeof payload;
+  tr_session_link_events.chunk(&fx_svc, &fx_hosts[i], &ch);
+}
+
+static void test_host_joining_late(void **state) {
+  /* The config names host-b, which is not connected yet when the session starts. */
+  const char *const names[] = {"track_event", "other@host-b", NULL};
+  const char *const b[][3] = {{"track_event", "other", NULL}};
+  const char *unmatched[TR_SESSION_MAX_UNMATCHED];
+  struct fx_config cfg;
+  struct fx_stats st;
+  tr_session *s;
+  uint32_t buffer;
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 1, kTrackEvent);
+  fx_make_host(1, "host-b", 1, b);
+  fx_connect(0);
+  fx_config(&cfg, names);
+  s = fx_enable(&cfg);
+  fx_answer(0, START);
+  assert_int_equal(fx_observed.all_started, 1);
+  assert_int_equal(tr_session_unmatched_machines(s, unmatched, TR_SESSION_MAX_UNMATCHED), 1);
+  assert_string_equal(unmatched[0], "host-b");
+  assert_int_equal(tr_session_unmatched_data_sources(s, unmatched, TR_SESSION_MAX_UNMATCHED), 1);
+  assert_string_equal(unmatched[0], "other");
+  assert_false(tr_session_has_host(s, &fx_hosts[1]));
+  buffer = fx_sent[0].target_buffer;
+
+  /* host-b connects: both data sources set up and started there at once, same buffer. */
+  fx_connect(1);
+  assert_true(tr_session_has_host(s, &fx_hosts[1]));
+  assert_int_equal(fx_count(1, SETUP), 2);
+  assert_int_equal(fx_count(1, START), 2);
+  assert_true(set_up_on(1, 1, "track_event"));
+  assert_true(set_up_on(1, 1, "other"));
+  for (size_t k = 0; k < fx_num_sent; k++)
+    if (fx_sent[k].what == SETUP)
+      assert_int_equal(fx_sent[k].target_buffer, buffer);
+  assert_int_equal(tr_session_unmatched_machines(s, unmatched, TR_SESSION_MAX_UNMATCHED), 0);
+  assert_int_equal(tr_session_unmatched_data_sources(s, unmatched, TR_SESSION_MAX_UNMATCHED), 0);
+  fx_answer(1, START);
+  assert_int_equal(fx_observed.instances_started, 3);
+
+  /* Its data lands in a central buffer of its own: one buffer_stats entry, host-b's. */
+  send_chunk(1, buffer);
+  fx_stats(s, &st);
+  assert_int_equal(st.stats->n_buffer_stats, 1);
+  assert_int_equal(st.stats->buffer_stats[0]->chunks_written, 1);
+  assert_int_equal(st.ext->n_tracerelay_hosts, 2);
+  assert_string_equal(st.ext->tracerelay_hosts[1]->machine_name, "host-b");
+  assert_int_equal(st.ext->tracerelay_hosts[1]->n_buffer_stats_index, 1);
+  assert_int_equal(st.ext->tracerelay_hosts[0]->n_buffer_stats_index, 0);
+  fx_stats_free(&st);
+  fx_teardown();
+}
+
+static void test_producer_joining_late(void **state) {
+  const char *const late[3] = {"track_event", NULL};
+  struct fx_config cfg;
+  const char *const names[] = {"track_event", NULL};
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 1, kTrackEvent);
+  fx_connect(0);
+  fx_config(&cfg, names);
+  fx_enable(&cfg);
+  assert_int_equal(fx_count(0, START), 1);
+
+  /* A second producer registers on host-a: it is set up and started; the first is not again. */
+  fx_add_producer(0, late);
+  assert_int_equal(fx_count(0, SETUP), 2);
+  assert_int_equal(fx_count(0, START), 2);
+  assert_true(set_up_on(0, 2, "track_event"));
+  fx_teardown();
+}
+
+static void test_deferred_start(void **state) {
+  struct fx_config cfg;
+  const char *const names[] = {"track_event", NULL};
+  tr_session *s;
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 1, kTrackEvent);
+  fx_make_host(1, "host-b", 1, kTrackEvent);
+  fx_connect(0);
+  fx_config(&cfg, names);
+  cfg.cfg.has_deferred_start = cfg.cfg.deferred_start = 1;
+  s = fx_enable(&cfg);
+  assert_int_equal(tr_session_get_state(s), TR_SESSION_CONFIGURED);
+  assert_int_equal(fx_count(0, SETUP), 1);
+  assert_int_equal(fx_count(ANY_HOST, START), 0);
+
+  /* A host joining before the start is set up, not started. */
+  fx_connect(1);
+  assert_int_equal(fx_count(1, SETUP), 1);
+  assert_int_equal(fx_count(ANY_HOST, START), 0);
+
+  assert_int_equal(tr_session_start(s), 0);
+  assert_int_equal(fx_count(0, START), 1);
+  assert_int_equal(fx_count(1, START), 1);
+  assert_int_equal(tr_session_start(s), TR_ERR_STATE);
+  fx_teardown();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fan_out_to_every_host),
+      cmocka_unit_test(test_host_joining_late),
+      cmocka_unit_test(test_producer_joining_late),
+      cmocka_unit_test(test_deferred_start),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,197 @@
+/* test_session_flush.c: flushes of a session across hosts (service/session_flush.c), driven
+ * through the link's callback table and a fake link (session_fixture.h), without processes.
+ * Checks that a flush asks every producer with a started instance once (probing each live
+ * host's clock first) and completes, ok, only when the last host acked; that at its timeout it
+ * fails and names, in the log and in the counters (the host's flushes_missed, the session's
+ * per-host count in TraceStats), exactly the hosts that did not answer; that a host whose
+ * link goes down during a flush is named at once, without waiting for the timeout, and counted
+ * again by each flush while it is away; and that a flush with nothing to wait for completes at
+ * once. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "session_fixture.h"
+
+#define START TRACERELAY__COMMAND__CMD_START_DATA_SOURCE
+#define FLUSH TRACERELAY__COMMAND__CMD_FLUSH
+#define ANY_HOST FX_MAX_HOSTS
+#define NUM_HOSTS 3
+
+static const char *const kNames[] = {"host-a", "host-b", "host-c"};
+static const char *const kTrackEvent[][3] = {{"track_event", NULL}};
+
+static int flush_result; /* -1 until the flush callback: then its ok */
+
+static void on_flush(void *ud, bool ok) {
+  assert_ptr_equal(ud, &flush_result);
+  assert_int_equal(flush_result, -1); /* once */
+  flush_result = ok;
+}
+
+/* NUM_HOSTS hosts of one track_event producer each, in one started session. */
+static tr_session *started_session(struct fx_config *cfg) {
+  const char *const names[] = {"track_event", NULL};
+  tr_session *s;
+  fx_setup();
+  for (size_t i = 0; i < NUM_HOSTS; i++) {
+    fx_make_host(i, kNames[i], 1, kTrackEvent);
+    fx_connect(i);
+  }
+  fx_config(cfg, names);
+  s = fx_enable(cfg);
+  for (size_t i = 0; i < NUM_HOSTS; i++)
+    fx_answer(i, START);
+  assert_int_equal(fx_observed.all_started, 1);
+  fx_probes = 0;
+  flush_result = -1;
+  return s;
+}
+
+/* The session's count of flushes host entry i did not answer, from its TraceStats. */
+static uint64_t session_missed(tr_session *s, size_t i) {
+  struct fx_stats st;
+  uint64_t n;
+  fx_stats(s, &st);
+  assert_true(i < st.ext->n_tracerelay_hosts);
+  assert_string_equal(st.ext->tracerelay_hosts[i]->machine_name, kNames[i]);
+  n = st.ext->tracerelay_hosts[i]->session_flushes_missed;
+  fx_stats_free(&st);
+  return n;
+}
+
+static void test_flush_completes_when_every_host_acked(void **state) {
+  struct fx_config cfg;
+  struct tr_session_flush_counts counts;
+  tr_session *s = started_session(&cfg);
+  (void)state;
+  assert_int_equal(tr_session_flush(s, 5000, 0, on_flush, &flush_result), 0);
+  assert_int_equal(fx_probes, NUM_HOSTS);
+  assert_int_equal(fx_count(ANY_HOST, FLUSH), NUM_HOSTS);
+  for (size_t i = 0; i < NUM_HOSTS; i++)
+    assert_int_equal(fx_count(i, FLUSH), 1);
+  for (size_t k = 0; k < fx_num_sent; k++)
+    if (fx_sent[k].what == FLUSH)
+      assert_int_equal(fx_sent[k].num_flushed, 1); /* the producer's one instance */
+
+  fx_answer(0, FLUSH);
+  fx_answer(2, FLUSH);
+  uv_run(&fx_loop, UV_RUN_NOWAIT);
+  assert_int_equal(flush_result, -1); /* host-b still owes its ack */
+  fx_answer(1, FLUSH);
+  assert_int_equal(flush_result, 1);
+
+  tr_session_flush_counts(s, &counts);
+  assert_int_equal(counts.requested, 1);
+  assert_int_equal(counts.succeeded, 1);
+  assert_int_equal(counts.failed, 0);
+  for (size_t i = 0; i < NUM_HOSTS; i++) {
+    assert_int_equal(fx_hosts[i].stats.flushes_missed, 0);
+    assert_int_equal(session_missed(s, i), 0);
+  }
+  fx_teardown();
+}
+
+static void wait_for_flush(void *ud) {
+  (void)ud;
+  fx_run_until_set(&flush_result);
+}
+
+static void test_flush_timeout_names_silent_hosts(void **state) {
+  struct fx_config cfg;
+  struct tr_session_flush_counts counts;
+  char log[4096];
+  tr_session *s = started_session(&cfg);
+  (void)state;
+  assert_int_equal(tr_session_flush(s, 20, 0, on_flush, &flush_result), 0);
+  fx_answer(0, FLUSH); /* host-b and host-c stay silent */
+  assert_int_equal(flush_result, -1);
+  fx_capture_log(wait_for_flush, NULL, log, sizeof log);
+  assert_int_equal(flush_result, 0);
+
+  assert_null(strstr(log, "host host-a did not answer"));
+  assert_non_null(strstr(log, "host host-b did not answer within the timeout"));
+  assert_non_null(strstr(log, "host host-c did not answer within the timeout"));
+  assert_int_equal(fx_hosts[0].stats.flushes_missed, 0);
+  assert_int_equal(fx_hosts[1].stats.flushes_missed, 1);
+  assert_int_equal(fx_hosts[2].stats.flushes_missed, 1);
+  assert_int_equal(session_missed(s, 0), 0);
+  assert_int_equal(session_missed(s, 1), 1);
+  assert_int_equal(session_missed(s, 2), 1);
+  tr_session_flush_counts(s, &counts);
+  assert_int_equal(counts.failed, 1);
+  assert_int_equal(counts.succeeded, 0);
+
+  /* A late ack changes nothing. */
+  fx_answer(1, FLUSH);
+  tr_session_flush_counts(s, &counts);
+  assert_int_equal(counts.failed, 1);
+  assert_int_equal(counts.succeeded, 0);
+  fx_teardown();
+}
+
+static void disconnect_host_b(void *ud) {
+  (void)ud;
+  fx_disconnect(1);
+}
+
+static void test_host_lost_during_flush_is_named_at_once(void **state) {
+  struct fx_config cfg;
+  char log[4096];
+  tr_session *s = started_session(&cfg);
+  (void)state;
+  assert_int_equal(tr_session_flush(s, 60000, 0, on_flush, &flush_result), 0);
+  fx_answer(0, FLUSH);
+  fx_answer(2, FLUSH);
+  assert_int_equal(flush_result, -1);
+  /* Its link goes down: the flush fails now, not in a minute. */
+  fx_capture_log(disconnect_host_b, NULL, log, sizeof log);
+  assert_int_equal(flush_result, 0);
+  assert_non_null(strstr(log, "host host-b did not answer (disconnected)"));
+  assert_int_equal(fx_hosts[1].stats.flushes_missed, 1);
+  assert_int_equal(session_missed(s, 1), 1);
+
+  /* While it is away, each flush counts it at once, asks only the others and waits for them. */
+  flush_result = -1;
+  fx_probes = 0;
+  assert_int_equal(tr_session_flush(s, 60000, 0, on_flush, &flush_result), 0);
+  assert_int_equal(fx_probes, 2); /* the live hosts' clocks */
+  assert_int_equal(fx_count(1, FLUSH), 1); /* the first flush's only */
+  assert_int_equal(fx_hosts[1].stats.flushes_missed, 2);
+  fx_answer(0, FLUSH);
+  assert_int_equal(flush_result, -1);
+  fx_answer(2, FLUSH);
+  assert_int_equal(flush_result, 0);
+  fx_teardown();
+}
+
+static void test_flush_with_nothing_to_wait_for(void **state) {
+  struct fx_config cfg;
+  const char *const names[] = {"track_event", NULL};
+  tr_session *s;
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 1, kTrackEvent);
+  fx_connect(0);
+  fx_config(&cfg, names);
+  s = fx_enable(&cfg); /* its start is never answered: no instance is started */
+  flush_result = -1;
+  assert_int_equal(tr_session_flush(s, 5000, 0, on_flush, &flush_result), 0);
+  assert_int_equal(flush_result, 1);
+  assert_int_equal(fx_count(0, FLUSH), 0);
+  fx_teardown();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_flush_completes_when_every_host_acked),
+      cmocka_unit_test(test_flush_timeout_names_silent_hosts),
+      cmocka_unit_test(test_host_lost_during_flush_is_named_at_once),
+      cmocka_unit_test(test_flush_with_nothing_to_wait_for),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
