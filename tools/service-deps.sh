@@ -10,7 +10,8 @@
 #
 # Usage: tools/service-deps.sh [SERVICE_DIR]
 # Prints the modules, those the others build on first; exits 1 and names the modules of a
-# circle (tsort's message) if there is one.
+# circle (tsort's message) if there is one, or each file that includes another module's
+# x_priv.h (only x.c and x_*.c may).
 set -eu
 dir=${1:-$(dirname "$0")/../service}
 edges=$(mktemp)
@@ -27,6 +28,18 @@ for f in "$dir"/*.c "$dir"/*.h; do
     [ "$dep" = "$mod" ] || echo "$mod $dep"
   done
 done | sort -u >"$edges"
+outsiders=$(for f in "$dir"/*.c "$dir"/*.h; do
+  for m in $(grep -o '^#include "service/[a-z_]*_priv\.h"' "$f" | sed 's|.*service/||; s|_priv\.h"||'); do
+    case $(basename "$f") in
+    "$m".c | "$m"_*.c) ;;
+    *) echo "$(basename "$f") includes ${m}_priv.h: only $m.c and ${m}_*.c may" ;;
+    esac
+  done
+done)
+if [ -n "$outsiders" ]; then
+  echo "$outsiders"
+  exit 1
+fi
 # tsort lists a module before those it includes; reversed, the base comes first.
 order=$(tsort "$edges") || exit 1
 echo "$order" | tac
