@@ -25,7 +25,7 @@
 
 static const char *const kTrackEvent[][3] = {{"track_event", NULL}};
 
-/* The setup sent for the start at fx_sent[k]: same instance id. */
+/* The setup command of the instance that a start command starts (same instance id). */
 static const struct fx_sent *setup_of(const struct fx_sent *start) {
   for (size_t k = 0; k < fx_num_sent; k++)
     if (fx_sent[k].what == SETUP && fx_sent[k].instance_id == start->instance_id)
