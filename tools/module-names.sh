@@ -1,10 +1,10 @@
 #!/bin/sh
-# service-names.sh: docs/contributing.md's naming rule for service/: a public function is named
+# module-names.sh: docs/contributing.md's naming rule for service/ and agent/: a public function is named
 # tr_<file>_... after the file that defines it (an inline one in a header: after the header),
 # the longest file name that fits deciding (tr_session_flush_* are session_flush.c's, the other
 # tr_session_* session.c's).
 #
-# Usage: tools/service-names.sh [SERVICE_DIR]
+# Usage: tools/module-names.sh [DIR]   (default service/)
 # Prints each function defined in another file than its name says; exits 1 if there is one.
 set -eu
 dir=${1:-$(dirname "$0")/../service}
