@@ -212,7 +212,8 @@ void tr_trace_output_add_host_mark(tr_trace_output *o, const tr_host *host,
  * trace_processor's conversion in this encoding may stray from M: the breakpoints' tolerance
  * in `global-clocks`; in `machines`, |h + edge offset - M(h)| for the newest two edges (near
  * an edge, which one trace_processor takes depends on the reading it keys the edge by). The
- * bound is evaluated every BOUND_STEP_NS of host time, as the larger of the step's two ends,
+ * bound is evaluated every BOUND_STEP_NS of host time, as the larger of the step's two ends
+ * (and of any knot of the estimator inside it: the bound is linear only between knots),
  * and written where it rises or falls below 4/5 of the last value written, so the value shown
  * is never below the bound at the points evaluated. Cost O(host time / step * log knots). */
 
@@ -258,11 +259,19 @@ static int add_bound_samples(const tr_trace_output *o, out_host *sh, tr_packet_l
     int64_t h = sh->bound_from;
     end = h + BOUND_STEP_NS < to ? h + BOUND_STEP_NS : to; /* the next call goes on from `to` */
     int64_t ts, ts_end, b = bound_at(o, sh, h, &ts), b_end = bound_at(o, sh, end, &ts_end);
+    int64_t knots = tr_clocksync_error_bound_max(sh->host->clock, h, end);
     tr_trace_writer_buf p;
     int rc;
-    if (b < 0 || b_end < 0 || ts < 0)
+    if (b < 0 || b_end < 0 || ts < 0 || knots < 0)
       continue;
     b = b_end > b ? b_end : b;
+    /* A knot inside the step can peak above both ends: its excess over the ends' estimator
+     * bound is added (the encoding's share is the ends'). */
+    int64_t ends = tr_clocksync_error_bound(sh->host->clock, h);
+    int64_t ends_b = tr_clocksync_error_bound(sh->host->clock, end);
+    ends = ends_b > ends ? ends_b : ends;
+    if (knots > ends)
+      b += knots - ends;
     b = (b + BOUND_QUANTUM_NS - 1) / BOUND_QUANTUM_NS * BOUND_QUANTUM_NS;
     if (sh->bound_last_ns && b <= sh->bound_last_ns && b * 5 >= sh->bound_last_ns * 4)
       continue;
