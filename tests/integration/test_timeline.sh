@@ -20,6 +20,7 @@
 #   connected to the same service from its own namespace (all in every session's fan-out and
 #   all probed). saturated needs namespaces (exit 77 without).
 #   SECONDS: trace length per encoding (default 20; bench/bench_timeline.sh runs 60).
+#   TR_TIMELINE_ENCODINGS: the encodings to record, in turn (default "machines global-clocks").
 #   SUMMARY_FILE: the checker's JSON per encoding is appended there, one line each.
 # TR_TIMELINE_KEEP=DIR keeps, per encoding, the trace (DIR/ENC.pftrace) and the checker's
 # per-event dump (DIR/ENC.dump), for test_trace_processor.sh.
