@@ -549,17 +549,11 @@ int64_t tr_clocksync_error_bound(const struct tr_clocksync *est, int64_t host_ts
   return k->bound + ceil_div((__int128)(n->bound - k->bound) * (host_ts - k->h), n->h - k->h);
 }
 
-int64_t tr_clocksync_error_bound_max(const struct tr_clocksync *est, int64_t from, int64_t to) {
-  int64_t worst = tr_clocksync_error_bound(est, from), b = tr_clocksync_error_bound(est, to);
-  if (worst < 0 || b < 0)
-    return worst < 0 ? worst : b;
-  if (b > worst)
-    worst = b;
-  /* The bound is linear between knots: inside the range, only a knot can exceed both ends. */
-  int64_t i = knot_find(est, from);
-  for (uint32_t k = (uint32_t)(i < 0 ? 0 : i + 1); k < est->knots.n; k++) {
+int64_t tr_clocksync_knot_bound_max(const struct tr_clocksync *est, int64_t from, int64_t to) {
+  int64_t worst = -1;
+  for (uint32_t k = (uint32_t)(knot_find(est, from) + 1); k < est->knots.n; k++) {
     const struct knot *kn = knot_at(est, k);
-    if (kn->h > to)
+    if (kn->h >= to)
       break;
     if (kn->h > from && kn->bound > worst)
       worst = kn->bound;

@@ -118,10 +118,10 @@ int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int
 int tr_clocksync_map(const struct tr_clocksync *est, int64_t host_ts, int64_t *service_ts);
 /* The error bound at host_ts in ns, as defined above; TR_ERR_STATE before the first probe. */
 int64_t tr_clocksync_error_bound(const struct tr_clocksync *est, int64_t host_ts);
-/* The largest error bound over host times [from, to]: at both ends and at every knot between
- * (the bound is linear between knots, so a knot's can exceed both ends'). O(log knots + knots
- * in the range). TR_ERR_STATE before the first probe. */
-int64_t tr_clocksync_error_bound_max(const struct tr_clocksync *est, int64_t from, int64_t to);
+/* The largest error bound stored at a knot strictly between host times from and to, or -1 if
+ * there is none: the bound is linear between knots, so over [from, to] it is the larger of
+ * this and the bounds at both ends. O(log knots + knots in the range). */
+int64_t tr_clocksync_knot_bound_max(const struct tr_clocksync *est, int64_t from, int64_t to);
 /* Host time of the last knot: M up to here is final. TR_ERR_STATE before the first probe. */
 int64_t tr_clocksync_frontier(const struct tr_clocksync *est);
 

@@ -243,13 +243,15 @@ static int64_t encoding_error(const tr_trace_output *o, const out_host *sh, int6
   return worst + 2; /* trace_processor's integer halves */
 }
 
-/* The bound at host time h, with *service_ts = M(h); -1 when the estimator has none. */
+/* The estimator's bound at host time h (-1 when it has none), with *service_ts = M(h) and
+ * *shown = that bound plus this encoding's own error. */
 static int64_t bound_at(const tr_trace_output *o, const out_host *sh, int64_t h,
-                        int64_t *service_ts) {
+                        int64_t *service_ts, int64_t *shown) {
   int64_t b = tr_clocksync_error_bound(sh->host->clock, h);
   if (b < 0 || tr_clocksync_map(sh->host->clock, h, service_ts) != 0)
     return -1;
-  return b + encoding_error(o, sh, h, *service_ts);
+  *shown = b + encoding_error(o, sh, h, *service_ts);
+  return b;
 }
 
 /* Samples over host times [sh->bound_from, to). */
@@ -258,20 +260,19 @@ static int add_bound_samples(const tr_trace_output *o, out_host *sh, tr_packet_l
   for (int64_t end; sh->bound_from < to; sh->bound_from = end) {
     int64_t h = sh->bound_from;
     end = h + BOUND_STEP_NS < to ? h + BOUND_STEP_NS : to; /* the next call goes on from `to` */
-    int64_t ts, ts_end, b = bound_at(o, sh, h, &ts), b_end = bound_at(o, sh, end, &ts_end);
-    int64_t knots = tr_clocksync_error_bound_max(sh->host->clock, h, end);
+    int64_t ts, ts_end, b = 0, b_end = 0;
+    int64_t est = bound_at(o, sh, h, &ts, &b), est_end = bound_at(o, sh, end, &ts_end, &b_end);
     tr_trace_writer_buf p;
     int rc;
-    if (b < 0 || b_end < 0 || ts < 0 || knots < 0)
+    if (est < 0 || est_end < 0 || ts < 0)
       continue;
     b = b_end > b ? b_end : b;
     /* A knot inside the step can peak above both ends: its excess over the ends' estimator
      * bound is added (the encoding's share is the ends'). */
-    int64_t ends = tr_clocksync_error_bound(sh->host->clock, h);
-    int64_t ends_b = tr_clocksync_error_bound(sh->host->clock, end);
-    ends = ends_b > ends ? ends_b : ends;
-    if (knots > ends)
-      b += knots - ends;
+    int64_t knot = tr_clocksync_knot_bound_max(sh->host->clock, h, end);
+    est = est_end > est ? est_end : est;
+    if (knot > est)
+      b += knot - est;
     b = (b + BOUND_QUANTUM_NS - 1) / BOUND_QUANTUM_NS * BOUND_QUANTUM_NS;
     if (sh->bound_last_ns && b <= sh->bound_last_ns && b * 5 >= sh->bound_last_ns * 4)
       continue;
