@@ -28,8 +28,11 @@ static void on_follow_up_timer(uv_timer_t *t) {
     uv_timer_start(&c->follow_up_timer, on_follow_up_timer, c->follow_up_wait_ms, 0);
     return;
   }
-  if (c->follow_up.has_t3) /* the kernel's own send stamp of the answer, once there */
+  if (c->follow_up.has_t3) { /* the kernel's own send stamp of the answer, once there */
+    c->follow_up.has_t3_late = c->follow_up.t3_late =
+        tr_tls_uv_sent_time_pending(conn, c->follow_up_sent_ns);
     c->follow_up.t3 = (uint64_t)tr_tls_uv_sent_time(conn, c->follow_up_sent_ns);
+  }
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_FOLLOW_UP;
   f.clock_follow_up = &c->follow_up;

@@ -121,7 +121,8 @@ int tr_clock_probe_answer(struct tr_clock_probe_sched *s, struct tr_clock_probe_
 }
 
 int tr_clock_probe_follow_up(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p,
-                             uint64_t probe_id, bool has_t3, uint64_t t3, uint64_t now_ms) {
+                             uint64_t probe_id, bool has_t3, uint64_t t3, bool t3_late,
+                             uint64_t now_ms) {
   if (p->state != TR_CLOCK_PROBE_ANSWERED || probe_id != p->id)
     return 0;
   if (has_t3 && t3 >= TS_LIMIT)
@@ -129,6 +130,7 @@ int tr_clock_probe_follow_up(struct tr_clock_probe_sched *s, struct tr_clock_pro
   /* The answer's t3 was read before encoding: the exact one can only be later. */
   if (has_t3 && (int64_t)t3 >= p->ex.t3)
     p->ex.t3 = (int64_t)t3;
+  p->ex.t3_late = !has_t3 || t3_late;
   finish(s, p, now_ms);
   return 1;
 }
@@ -151,8 +153,10 @@ static bool tick_peer(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer
   if (p->state == TR_CLOCK_PROBE_SENT && now_ms - p->sent_ms >= TR_CLOCK_PROBE_TIMEOUT_MS)
     p->state = TR_CLOCK_PROBE_IDLE;
   else if (p->state == TR_CLOCK_PROBE_ANSWERED &&
-           now_ms - p->answered_ms >= TR_CLOCK_PROBE_FOLLOW_UP_MS)
-    finish(s, p, now_ms); /* with the answer's own t3 */
+           now_ms - p->answered_ms >= TR_CLOCK_PROBE_FOLLOW_UP_MS) {
+    p->ex.t3_late = true; /* the answer's own t3, read before it was queued */
+    finish(s, p, now_ms);
+  }
   uint64_t every = period(s, p, session);
   bool due = now_ms >= p->next_ms || (p->sent > 0 && now_ms >= p->sent_ms + every);
   if (!due || p->state != TR_CLOCK_PROBE_IDLE)

@@ -132,10 +132,14 @@ bool tr_clock_probe_awaiting_answer(const struct tr_clock_probe_peer *p);
 int tr_clock_probe_answer(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p,
                           uint64_t probe_id, uint64_t t2, uint64_t t3, int64_t t4,
                           uint64_t now_ms);
-/* The follow-up of probe_id: has_t3, the exact send time of the answer. Returns and delivers
- * as tr_clock_probe_answer (TR_ERR_PROTO for t3 outside [0, 2^62)). */
+/* The follow-up of probe_id: has_t3, the exact send time of the answer, unless t3_late (the
+ * peer's kernel stamp did not come: t3 is when the answer went to its kernel, which may have
+ * held it). Without t3, or with t3_late, the exchange is delivered with t3_late set (as it is
+ * when no follow-up came in time). Returns and delivers as tr_clock_probe_answer
+ * (TR_ERR_PROTO for t3 outside [0, 2^62)). */
 int tr_clock_probe_follow_up(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p,
-                             uint64_t probe_id, bool has_t3, uint64_t t3, uint64_t now_ms);
+                             uint64_t probe_id, bool has_t3, uint64_t t3, bool t3_late,
+                             uint64_t now_ms);
 /* While a session runs: often enough that the drift moves the host's clock by at most
  * TR_CLOCK_PROBE_DRIFT_NS between probes (5 ms at 200 ppm, 50 ms at 20 ppm, 1 s at 1 ppm or
  * less), so that in `machines` an edge is never older than 1 us of drift; hosts whose clocks

@@ -365,9 +365,10 @@ static void close_window(struct tr_clocksync *est) {
   int64_t floor = set_rtt_min(est, idx, n);
   bool ok = plausible(est, &s, floor);
   s.edge_ok = edge_worthy(est, &s, floor);
-  if (!ok && est->rejected_in_row < MAX_REJECTS_IN_ROW) {
+  if (!ok && (est->rejected_in_row < MAX_REJECTS_IN_ROW || s.p.t3_late)) {
     s.outlier = true;
-    est->rejected_in_row++;
+    if (!s.p.t3_late)
+      est->rejected_in_row++;
     est->stats.outliers++;
   } else {
     if (!ok) /* a new path: its samples would all be rejected against the old floor */
@@ -486,14 +487,14 @@ static int64_t rtt_of(const struct tr_clocksync *est, int64_t service_span, int6
   return rtt > 0 ? (int64_t)ceil(rtt) : 0;
 }
 
-int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int64_t t3,
-                           int64_t t4) {
+int tr_clocksync_add_probe(struct tr_clocksync *est, const struct tr_clocksync_probe *p) {
+  int64_t t1 = p->t1, t2 = p->t2, t3 = p->t3, t4 = p->t4;
   if (t1 < 0 || t2 < 0 || t3 < 0 || t4 < 0 || t1 >= TS_LIMIT || t2 >= TS_LIMIT ||
       t3 >= TS_LIMIT || t4 >= TS_LIMIT || t4 < t1 || t3 < t2)
     return TR_ERR_INVAL;
   if (est->knots.n > 0 && t3 <= knot_at(est, est->knots.n - 1)->h)
     return TR_ERR_INVAL;
-  struct sample s = {.p = {t1, t2, t3, t4}, .h = t2 + (t3 - t2) / 2};
+  struct sample s = {.p = *p, .h = t2 + (t3 - t2) / 2};
   s.theta2 = (t1 - t2) + (t4 - t3);
   s.rtt = rtt_of(est, t4 - t1, t3 - t2);
   if (s.rtt < 0) {
@@ -511,6 +512,7 @@ int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int
     est->window_best = s;
   }
   est->stats.probes++;
+  est->stats.late += p->t3_late;
 
   if (est->ex_open && s.h - est->ex_period_start >= est->cfg.exchange_period_ns)
     close_exchange(est);

@@ -14,7 +14,8 @@
  * grouped into windows of window_ns of host time and only the minimum-RTT probe of each window
  * is kept. A window's best is rejected as an outlier when its rtt exceeds 2 * (the smallest rtt
  * among the kept samples) + outlier_slack_ns, unless the last 4 windows were all rejected:
- * then the path changed, the window is kept and the fit restarts from it. Offset and drift come
+ * then the path changed, the window is kept and the fit restarts from it. A best with t3_late
+ * never counts toward those 4 (a queue behind a saturated link is not a new path). Offset and drift come
  * from a weighted least-squares line over the best of the open exchange period, the last 128
  * exchange-period bests (below), then the window bests older than those (at most fit_samples),
  * all non-outliers younger than fit_span_ns, weight 1/(rtt - rtt_min + rtt_noise_ns)^2, so
@@ -54,6 +55,7 @@
 #ifndef TR_CLOCKSYNC_H
 #define TR_CLOCKSYNC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -80,6 +82,10 @@ struct tr_clocksync_config {
 
 struct tr_clocksync_probe {
   int64_t t1, t2, t3, t4;
+  /* t3 may be early by a queue the answer waited in after it (its kernel send stamp did not
+   * come in time): still a valid exchange, whose round trip includes the wait, but no evidence
+   * that the path changed (see the path-change rule above). */
+  bool t3_late;
 };
 
 /* One point of the mapping for writers: host BOOTTIME -> service BOOTTIME. */
@@ -99,6 +105,7 @@ struct tr_clocksync_stats {
   uint64_t outliers;  /* window bests rejected */
   uint64_t conflicts; /* knots where order had to win over causality (should stay 0) */
   uint64_t impossible; /* probes refused: their round trip came out below zero */
+  uint64_t late;       /* accepted probes with t3_late */
 };
 
 void tr_clocksync_config_default(struct tr_clocksync_config *cfg);
@@ -111,8 +118,7 @@ size_t tr_clocksync_memory_bytes(const struct tr_clocksync *est);
 /* TR_ERR_INVAL for t4 < t1, t3 < t2, values outside [0, 2^62), a round trip (above) more than
  * 2 us below zero (a wrong stamp: stats.impossible), or t3 not after the previous
  * probe's t3; the estimator is unchanged then. */
-int tr_clocksync_add_probe(struct tr_clocksync *est, int64_t t1, int64_t t2, int64_t t3,
-                           int64_t t4);
+int tr_clocksync_add_probe(struct tr_clocksync *est, const struct tr_clocksync_probe *p);
 
 /* M(host_ts). TR_ERR_STATE before the first probe. */
 int tr_clocksync_map(const struct tr_clocksync *est, int64_t host_ts, int64_t *service_ts);

@@ -176,15 +176,26 @@ void tr_sock_stamp_drain(tr_sock_stamp *s, int fd) {
   }
 }
 
-bool tr_sock_stamp_reordered(tr_sock_stamp *s, int fd) {
+/* TCP's count of segments received out of order, or false where the kernel has none. */
+static bool ooo_count(int fd, uint32_t *count) {
   struct tcp_info ti;
   socklen_t len = sizeof ti;
   if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
       len < offsetof(struct tcp_info, tcpi_rcv_ooopack) + sizeof ti.tcpi_rcv_ooopack)
     return false;
-  bool changed = ti.tcpi_rcv_ooopack != s->ooo_seen;
-  s->ooo_seen = ti.tcpi_rcv_ooopack;
-  return changed;
+  *count = ti.tcpi_rcv_ooopack;
+  return true;
+}
+
+bool tr_sock_stamp_reordered(tr_sock_stamp *s, int fd) {
+  uint32_t count;
+  return ooo_count(fd, &count) && count != s->ooo_mark;
+}
+
+void tr_sock_stamp_mark_order(tr_sock_stamp *s, int fd) {
+  uint32_t count;
+  if (ooo_count(fd, &count))
+    s->ooo_mark = count;
 }
 
 int64_t tr_sock_stamp_sent_time(tr_sock_stamp *s, int fd) {

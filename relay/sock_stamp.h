@@ -41,7 +41,7 @@ typedef struct tr_sock_stamp {
   uint32_t tx_key;   /* the count at the last byte of the marked write */
   bool tx_waiting;   /* the marked write's stamp has not arrived yet */
   int64_t tx_ns;     /* its send stamp (BOOTTIME) once arrived, else 0 */
-  uint32_t ooo_seen; /* TCP's count of segments received out of order, at the last look */
+  uint32_t ooo_mark; /* TCP's count of segments received out of order, at the last mark */
 } tr_sock_stamp;
 
 /* Turns stamps on for a connected TCP socket with nothing written yet. */
@@ -58,11 +58,15 @@ ssize_t tr_sock_stamp_send(tr_sock_stamp *s, int fd, const void *buf, size_t len
 /* The send stamp of the marked write, once arrived (collected from the error queue now if
  * need be), else 0. */
 int64_t tr_sock_stamp_sent_time(tr_sock_stamp *s, int fd);
-/* True if TCP received segments out of order since the last call (or since enable): then
- * the receive stamp of a read may be that of bytes that came early, ahead of a lost segment,
- * not of the retransmission that completed the read (seen behind a saturated link: a stamp
- * milliseconds early). One getsockopt(TCP_INFO); false where the kernel does not count. */
+/* True if TCP received segments out of order since the last tr_sock_stamp_mark_order (or
+ * since enable): then the receive stamp of a read may be that of bytes that came early, ahead
+ * of a lost segment, not of the retransmission that completed the read (seen behind a
+ * saturated link: stamps up to 14 ms early). Such bytes can sit in TCP's out-of-order queue
+ * across many reads, so the mark belongs where the awaited message cannot have arrived yet
+ * (when the probe it answers left). One getsockopt(TCP_INFO) each; false (and no mark) where
+ * the kernel does not count. */
 bool tr_sock_stamp_reordered(tr_sock_stamp *s, int fd);
+void tr_sock_stamp_mark_order(tr_sock_stamp *s, int fd);
 /* Empties the error queue (the stamps of writes no longer marked), keeping the marked one's. */
 void tr_sock_stamp_drain(tr_sock_stamp *s, int fd);
 

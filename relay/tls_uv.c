@@ -365,6 +365,12 @@ int64_t tr_tls_uv_read_time_checked(tr_tls_uv_conn *c) {
   return tr_sock_stamp_reordered(&c->stamps, fd) ? c->read_clock_ns : c->read_ns;
 }
 
+void tr_tls_uv_mark_order(tr_tls_uv_conn *c) {
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+    tr_sock_stamp_mark_order(&c->stamps, fd);
+}
+
 int64_t tr_tls_uv_sent_time(tr_tls_uv_conn *c, int64_t sent_ns) {
   uv_os_fd_t fd;
   if (sent_ns == 0 || sent_ns != c->marked_ns || c->marked_sent_ns == 0 || c->closing ||

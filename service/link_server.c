@@ -101,6 +101,8 @@ static int probe_send(void *data, uint64_t probe_id, int64_t *t1) {
    * earlier reading stands in when the bytes had to be queued (still a valid bound). */
   *t1 = (int64_t)tr_clock_boottime_ns();
   probe.t1 = (uint64_t)*t1;
+  /* Its answer's arrival stamp is trusted only if TCP reordered nothing from now on. */
+  tr_tls_uv_mark_order(tr_relay_link_conn(p->link));
   int64_t sent = 0;
   int rc = tr_relay_link_send_stamped(p->link, &f, &sent);
   if (rc < 0)
@@ -122,10 +124,11 @@ static double probe_drift_ppm(void *data) {
 
 static void probe_done(void *data, uint64_t probe_id, const struct tr_clocksync_probe *ex) {
   tr_link_peer *p = data;
-  int rc = tr_clocksync_add_probe(p->host->clock, ex->t1, ex->t2, ex->t3, ex->t4);
-  TR_DEBUG("link", "host %s: clock probe %llu t1 %lld t2 %lld t3 %lld t4 %lld: %s",
+  int rc = tr_clocksync_add_probe(p->host->clock, ex);
+  TR_DEBUG("link", "host %s: clock probe %llu t1 %lld t2 %lld t3 %lld%s t4 %lld: %s",
            p->host->name, (unsigned long long)probe_id, (long long)ex->t1, (long long)ex->t2,
-           (long long)ex->t3, (long long)ex->t4, rc < 0 ? tr_strerror(rc) : "used");
+           (long long)ex->t3, ex->t3_late ? " (late)" : "", (long long)ex->t4,
+           rc < 0 ? tr_strerror(rc) : "used");
 }
 
 static const struct tr_clock_probe_ops probe_ops = {
@@ -269,6 +272,7 @@ static void on_probe_answer(tr_link_peer *p, const Tracerelay__ClockProbe *a) {
 /* Two-step probes: the exact send time of the answer, when the agent had one. */
 static void on_probe_follow_up(tr_link_peer *p, const Tracerelay__ClockFollowUp *fu) {
   if (tr_clock_probe_follow_up(&p->ls->probes, &p->probe, fu->probe_id, fu->has_t3, fu->t3,
+                               fu->has_t3_late && fu->t3_late,
                                uv_now(p->ls->loop)) < 0)
     tr_relay_link_protocol_error(p->link, "clock follow-up with t3 out of range");
 }

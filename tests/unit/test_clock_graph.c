@@ -299,7 +299,8 @@ static void test_estimator_breakpoints_round_trip(void **state) {
   for (int64_t t = 100 * sec; t < 160 * sec; t += sec) {
     int64_t h2 = t + 50000 + 7200 * sec + (t + 50000) * 150 / 1000000;
     int64_t h3 = h2 + 10000;
-    assert_int_equal(tr_clocksync_add_probe(est, t, h2, h3, t + 110000), 0);
+    struct tr_clocksync_probe p = {.t1 = t, .t2 = h2, .t3 = h3, .t4 = t + 110000};
+    assert_int_equal(tr_clocksync_add_probe(est, &p), 0);
   }
   int64_t from = 7300 * sec, to = tr_clocksync_frontier(est);
   static struct tr_clocksync_breakpoint bp[20000];

@@ -143,23 +143,33 @@ static void test_follow_up(void **state) {
   assert_int_equal(f->probe.state, TR_CLOCK_PROBE_ANSWERED);
   assert_int_equal(f->done, 0);
   /* The exact t3 is later than the one read before encoding: it replaces it. */
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 1, true, 650, now_ms), 1);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 1, true, 650, false, now_ms), 1);
   assert_int_equal(f->done, 1);
   assert_int_equal(f->ex.t3, 650);
+  assert_false(f->ex.t3_late);
   assert_int_equal(f->probe.state, TR_CLOCK_PROBE_IDLE);
 
   /* An earlier one cannot be right: the answer's stays. So does it without a t3. */
   now_ms += TR_CLOCK_PROBE_DENSE_MS;
   tr_clock_probe_tick(&sched, now_ms, false);
   assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 2, 700, 800, 9500, now_ms), 1);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 799, now_ms), 1);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 799, false, now_ms), 1);
   assert_int_equal(f->ex.t3, 800);
   now_ms += TR_CLOCK_PROBE_DENSE_MS;
   tr_clock_probe_tick(&sched, now_ms, false);
   assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 3, 900, 1000, 9900, now_ms), 1);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 3, false, 0, now_ms), 1);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 3, false, 0, false, now_ms), 1);
   assert_int_equal(f->ex.t3, 1000);
+  assert_true(f->ex.t3_late); /* no exact time: it may have waited behind queued bytes */
   assert_int_equal(f->done, 3);
+  /* A t3 whose kernel stamp did not come is used, and marked late. */
+  now_ms += TR_CLOCK_PROBE_DENSE_MS;
+  tr_clock_probe_tick(&sched, now_ms, false);
+  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 4, 1100, 1200, 9990, now_ms), 1);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 4, true, 1250, true, now_ms), 1);
+  assert_int_equal(f->ex.t3, 1250);
+  assert_true(f->ex.t3_late);
+  assert_int_equal(f->done, 4);
 }
 
 static void test_stale_and_mismatched(void **state) {
@@ -169,13 +179,13 @@ static void test_stale_and_mismatched(void **state) {
   add(g, false);
   /* Nothing in flight: any answer or follow-up is ignored. */
   assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 1, 1, 2, 3, now_ms), 0);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 1, true, 2, now_ms), 0);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 1, true, 2, false, now_ms), 0);
   tr_clock_probe_tick(&sched, now_ms, false);
   assert_int_equal(g->probe_id, 1); /* the last added goes first */
   assert_int_equal(f->probe_id, 2);
   /* Another peer's id, a follow-up before its answer. */
   assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 1, 1, 2, 3, now_ms), 0);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 2, now_ms), 0);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 2, false, now_ms), 0);
   /* Times out of range: a protocol error, and the exchange is as it was. */
   assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 2, 1ull << 62, 2, 3, now_ms),
                    TR_ERR_PROTO);
@@ -185,20 +195,20 @@ static void test_stale_and_mismatched(void **state) {
   assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 2, 10, 20, 30, now_ms), 1);
   /* A repeat of the answer, a follow-up for another probe, one out of range. */
   assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 2, 11, 21, 31, now_ms), 0);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 1, true, 25, now_ms), 0);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 1ull << 62, now_ms),
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 1, true, 25, false, now_ms), 0);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 1ull << 62, false, now_ms),
                    TR_ERR_PROTO);
   assert_int_equal(f->probe.state, TR_CLOCK_PROBE_ANSWERED);
   assert_int_equal(f->done, 0);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 25, now_ms), 1);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 25, false, now_ms), 1);
   assert_int_equal(f->done, 1);
   assert_int_equal(f->ex.t2, 10);
   assert_int_equal(f->ex.t3, 25);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 26, now_ms), 0);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 26, false, now_ms), 0);
   /* Without the feature, a follow-up finds no answer waiting for it. */
   assert_int_equal(tr_clock_probe_answer(&sched, &g->probe, 1, 10, 20, 30, now_ms), 1);
   assert_int_equal(g->done, 1);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &g->probe, 1, true, 25, now_ms), 0);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &g->probe, 1, true, 25, false, now_ms), 0);
   assert_int_equal(g->done, 1);
   assert_int_equal(f->done, 1);
 }
@@ -233,8 +243,9 @@ static void test_timeout(void **state) {
   assert_int_equal(f->ex.t2, 10);
   assert_int_equal(f->ex.t3, 20);
   assert_int_equal(f->ex.t4, 30);
+  assert_true(f->ex.t3_late);
   assert_int_equal(f->sends, 3); /* the next one, long due, went at once */
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 25, now_ms), 0);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 25, false, now_ms), 0);
   assert_int_equal(f->done, 1);
 }
 

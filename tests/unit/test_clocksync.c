@@ -23,6 +23,8 @@
 #define SEC 1000000000LL
 #define MS 1000000LL
 #define US 1000LL
+/* An exchange by its four times, as a pointer for tr_clocksync_add_probe. */
+#define PROBE(a, b, c, d) (&(struct tr_clocksync_probe){.t1 = a, .t2 = b, .t3 = c, .t4 = d})
 
 struct host {
   long double offset, drift, t0;
@@ -112,7 +114,7 @@ static struct tr_clocksync *simulate(const struct host *h, const struct link *l,
     struct tr_clocksync_probe p = probe_at(h, l, t);
     assert_true(np < MAX_PROBES);
     probes[np++] = p;
-    assert_int_equal(tr_clocksync_add_probe(est, p.t1, p.t2, p.t3, p.t4), 0);
+    assert_int_equal(tr_clocksync_add_probe(est, &p), 0);
     int64_t frontier = tr_clocksync_frontier(est);
     assert_int_equal(frontier, p.t3);
 
@@ -349,7 +351,7 @@ static void test_best_exchanges_as_remote_clock_sync(void **state) {
   }
   assert_int_equal(tr_clocksync_best_exchanges(est, from, to, 10 * SEC, NULL, ex, 3), 3);
   assert_int_equal(tr_clocksync_best_exchanges(est, from, to, 0, NULL, ex, 3), TR_ERR_INVAL);
-  struct tr_clocksync_probe bad = {10, 5, 4, 20};
+  struct tr_clocksync_probe bad = {.t1 = 10, .t2 = 5, .t3 = 4, .t4 = 20};
   struct tr_clocksync_sync_pair pair;
   assert_int_equal(tr_clocksync_pair_from_exchange(&bad, &pair), TR_ERR_INVAL);
   tr_clocksync_free(est);
@@ -382,7 +384,7 @@ static void test_dense_exchanges(void **state) {
   static struct tr_clocksync_probe all[PROBES], ex[8192];
   for (int i = 0; i < PROBES; i++) {
     all[i] = probe_at(&h, &l, (int64_t)h.t0 + (int64_t)i * 5 * MS);
-    assert_int_equal(tr_clocksync_add_probe(est, all[i].t1, all[i].t2, all[i].t3, all[i].t4), 0);
+    assert_int_equal(tr_clocksync_add_probe(est, &all[i]), 0);
   }
   int64_t from = host_clock(&h, h.t0), to = tr_clocksync_frontier(est);
   int n = tr_clocksync_best_exchanges(est, from, to, 10 * MS, NULL, ex, 8192);
@@ -438,7 +440,7 @@ static void test_exchanges_skip_slow_legs(void **state) {
     all[i] = probe_at(&h, &clean, (int64_t)h.t0 + (int64_t)i * 12 * MS);
     if (slow[i])
       all[i].t4 += 100 * US; /* rtt 160 us against 60: plausible, not edge-worthy */
-    assert_int_equal(tr_clocksync_add_probe(est, all[i].t1, all[i].t2, all[i].t3, all[i].t4), 0);
+    assert_int_equal(tr_clocksync_add_probe(est, &all[i]), 0);
   }
   struct tr_clocksync_stats st;
   tr_clocksync_get_stats(est, &st);
@@ -493,7 +495,7 @@ static void test_exchanges_skip_slow_legs_sparse(void **state) {
     all[i] = probe_at(&h, &clean, (int64_t)h.t0 + (int64_t)i * 50 * MS);
     if (i == 150)
       all[i].t4 += 100 * US;
-    assert_int_equal(tr_clocksync_add_probe(est, all[i].t1, all[i].t2, all[i].t3, all[i].t4), 0);
+    assert_int_equal(tr_clocksync_add_probe(est, &all[i]), 0);
   }
   int64_t from = all[100].t2 - MS;
   int n = tr_clocksync_best_exchanges(est, from, tr_clocksync_frontier(est), 5 * MS, NULL, ex,
@@ -515,7 +517,7 @@ static void feed(struct tr_clocksync *est, const struct host *h, const struct li
                  int64_t *t, int count) {
   for (int i = 0; i < count; i++, *t += SEC) {
     struct tr_clocksync_probe p = probe_at(h, l, *t);
-    assert_int_equal(tr_clocksync_add_probe(est, p.t1, p.t2, p.t3, p.t4), 0);
+    assert_int_equal(tr_clocksync_add_probe(est, &p), 0);
   }
 }
 
@@ -538,8 +540,8 @@ static void test_memory_follows_retention(void **state) {
   rng_state = 12345;
   for (int i = 0; i < 24 * 3600; i++, t += SEC) {
     struct tr_clocksync_probe p = probe_at(&h, &quiet, t);
-    assert_int_equal(tr_clocksync_add_probe(est, p.t1, p.t2, p.t3, p.t4), 0);
-    assert_int_equal(tr_clocksync_add_probe(all, p.t1, p.t2, p.t3, p.t4), 0);
+    assert_int_equal(tr_clocksync_add_probe(est, &p), 0);
+    assert_int_equal(tr_clocksync_add_probe(all, &p), 0);
   }
   size_t kept = tr_clocksync_memory_bytes(est), everything = tr_clocksync_memory_bytes(all);
   print_message("estimator memory: %zu bytes at start, %zu after a day (%zu keeping it all)\n",
@@ -598,6 +600,38 @@ static void test_outliers_and_path_change(void **state) {
   tr_clocksync_free(est);
 }
 
+/* Answers whose send stamp did not come (t3_late) waited 300 ms in a saturated link's queue
+ * after their t3: however many windows of them come, they are outliers, never a new path, and
+ * the estimate stays on the clean probes (without the flag, 4 such windows restart the fit). */
+static void test_late_probes_are_not_a_new_path(void **state) {
+  (void)state;
+  const struct host h = {.offset = -3.0L * SEC, .drift = -80e-6L, .t0 = 500.0L * SEC};
+  struct link clean = {.base_ns = 40 * US, .turnaround_ns = 10 * US};
+  struct tr_clocksync *est;
+  assert_int_equal(tr_clocksync_init(&est, NULL), 0);
+  rng_state = 11;
+  int64_t t = (int64_t)h.t0;
+  feed(est, &h, &clean, &t, 30);
+  int64_t rtt = tr_clocksync_rtt_ns(est);
+  struct tr_clocksync_stats st;
+  tr_clocksync_get_stats(est, &st);
+  uint64_t windows = st.windows;
+  for (int i = 0; i < 20; i++, t += SEC) {
+    struct tr_clocksync_probe p = probe_at(&h, &clean, t);
+    p.t4 += 300 * MS;
+    p.t3_late = true;
+    assert_int_equal(tr_clocksync_add_probe(est, &p), 0);
+  }
+  tr_clocksync_get_stats(est, &st);
+  assert_int_equal(st.late, 20);
+  assert_true(st.windows - windows >= 6);
+  assert_true(st.outliers >= st.windows - windows - 1); /* all but one that began clean */
+  assert_int_equal(tr_clocksync_rtt_ns(est), rtt);
+  feed(est, &h, &clean, &t, 4);
+  assert_true(fabsl((long double)frontier_value(est) - truth(&h, tr_clocksync_frontier(est))) < 50);
+  tr_clocksync_free(est);
+}
+
 static void test_slews_never_steps(void **state) {
   (void)state;
   /* The path becomes asymmetric (+300 us one way): the estimate moves by 150 us, while the truth
@@ -620,7 +654,7 @@ static void test_slews_never_steps(void **state) {
     struct tr_clocksync_probe p = probe_at(&h, &sym, t);
     p.t4 += 300 * US; /* the return leg is 300 us slower */
     t += SEC / 10;
-    assert_int_equal(tr_clocksync_add_probe(est, p.t1, p.t2, p.t3, p.t4), 0);
+    assert_int_equal(tr_clocksync_add_probe(est, &p), 0);
     int64_t f1 = tr_clocksync_frontier(est), s1;
     tr_clocksync_map(est, f1, &s1);
     double slope = (double)(s1 - s0) / (double)(f1 - f0);
@@ -661,16 +695,16 @@ static void test_invalid_input(void **state) {
   assert_int_equal(tr_clocksync_offset_ns(est), 0);
   struct tr_clocksync_breakpoint bp[4];
   assert_int_equal(tr_clocksync_export(est, 0, 10, 10, bp, 4), TR_ERR_STATE);
-  assert_int_equal(tr_clocksync_add_probe(est, 100, 50, 40, 200), TR_ERR_INVAL); /* t3 < t2 */
-  assert_int_equal(tr_clocksync_add_probe(est, 100, 50, 60, 90), TR_ERR_INVAL);  /* t4 < t1 */
-  assert_int_equal(tr_clocksync_add_probe(est, -1, 50, 60, 90), TR_ERR_INVAL);
-  assert_int_equal(tr_clocksync_add_probe(est, 1, 50, 60, INT64_MAX), TR_ERR_INVAL);
+  assert_int_equal(tr_clocksync_add_probe(est, PROBE(100, 50, 40, 200)), TR_ERR_INVAL); /* t3 < t2 */
+  assert_int_equal(tr_clocksync_add_probe(est, PROBE(100, 50, 60, 90)), TR_ERR_INVAL);  /* t4 < t1 */
+  assert_int_equal(tr_clocksync_add_probe(est, PROBE(-1, 50, 60, 90)), TR_ERR_INVAL);
+  assert_int_equal(tr_clocksync_add_probe(est, PROBE(1, 50, 60, INT64_MAX)), TR_ERR_INVAL);
   assert_int_equal(tr_clocksync_map(est, 5, &v), TR_ERR_STATE); /* nothing was taken */
 
-  assert_int_equal(tr_clocksync_add_probe(est, 1000, 5000, 5010, 1100), 0);
+  assert_int_equal(tr_clocksync_add_probe(est, PROBE(1000, 5000, 5010, 1100)), 0);
   assert_int_equal(tr_clocksync_map(est, 5010, &v), 0);
   assert_true(v <= 1100 && v >= 1000 + 10);
-  assert_int_equal(tr_clocksync_add_probe(est, 2000, 5005, 5010, 2100), TR_ERR_INVAL); /* not after */
+  assert_int_equal(tr_clocksync_add_probe(est, PROBE(2000, 5005, 5010, 2100)), TR_ERR_INVAL); /* not after */
   struct tr_clocksync_stats st;
   tr_clocksync_get_stats(est, &st);
   assert_int_equal(st.probes, 1);
@@ -688,6 +722,7 @@ int main(void) {
       cmocka_unit_test(test_exchanges_skip_slow_legs_sparse),
       cmocka_unit_test(test_memory_follows_retention),
       cmocka_unit_test(test_outliers_and_path_change),
+      cmocka_unit_test(test_late_probes_are_not_a_new_path),
       cmocka_unit_test(test_slews_never_steps),
       cmocka_unit_test(test_invalid_input),
   };

@@ -5,7 +5,8 @@
  * refused while a connected client carries on, a silent client dropped at the handshake
  * deadline, a client refusing the service's name, a certificate reload on a live server, and
  * read pausing (nothing delivered while paused, the sender held back by TCP, every byte intact
- * and in order across pauses taken inside on_read).
+ * and in order across pauses taken inside on_read), and a stamped write behind a held-back
+ * queue (held, then stamped, the order kept around it).
  * Every test ends with uv_loop_close() succeeding, so no handle outlives its connection. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -354,6 +355,60 @@ static void test_pause_read_holds_back_the_sender(void **state) {
   fixture_finish(&f);
 }
 
+/* Writes n pattern bytes continuing at *sent, in 64 KiB messages (stamped: one message). */
+static void write_pattern(tr_tls_uv_conn *conn, size_t *sent, size_t n, int64_t *sent_ns) {
+  static unsigned char msg[BULK_MESSAGE];
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < sizeof msg ? n - done : sizeof msg;
+    for (size_t i = 0; i < k; i++)
+      msg[i] = pattern(*sent + i);
+    int rc = sent_ns != NULL ? tr_tls_uv_write_stamped(conn, msg, k, sent_ns)
+                             : tr_tls_uv_write(conn, msg, k);
+    assert_true(rc >= 0);
+    *sent += k;
+    done += k;
+  }
+}
+
+/* A stamped write behind a queue the receiver holds back: it waits for libuv's writes, the
+ * writes after it wait for it, everything arrives intact and in order, and its kernel stamp
+ * comes once it has left. */
+static void test_stamped_write_behind_a_queue(void **state) {
+  (void)state;
+  struct fixture f;
+  fixture_start(&f, NULL);
+  struct side *srv = &f.accepted[0];
+  srv->verify_pattern = srv->pattern_ok = true;
+  struct side client = {0};
+  struct tr_tls_uv_options copts = {.max_queued = 64u << 20};
+  tr_tls_uv_conn *conn;
+  assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
+                                     &copts, &client_cbs, &client, &conn), 0);
+  RUN_UNTIL(&f.loop, srv->connected && client.connected, 5000);
+  assert_int_equal(tr_tls_uv_pause_read(srv->conn), 0);
+
+  size_t sent = 0;
+  write_pattern(conn, &sent, 16u << 20, NULL); /* more than loopback's socket buffers hold */
+  run_for(&f.loop, 50);
+  int64_t sent_ns = 0;
+  write_pattern(conn, &sent, 100, &sent_ns);
+  assert_true(sent_ns > 0);
+  assert_true(tr_tls_uv_sent_time_pending(conn, sent_ns)); /* held behind libuv's writes */
+  write_pattern(conn, &sent, 1u << 20, NULL);
+
+  assert_int_equal(tr_tls_uv_resume_read(srv->conn), 0);
+  RUN_UNTIL(&f.loop, srv->received >= sent || srv->closed, 30000);
+  assert_int_equal(srv->received, sent);
+  assert_true(srv->pattern_ok);
+  RUN_UNTIL(&f.loop, !tr_tls_uv_sent_time_pending(conn, sent_ns), 5000);
+  assert_true(tr_tls_uv_sent_time(conn, sent_ns) >= sent_ns);
+  assert_int_equal(tr_tls_uv_queued(conn), 0);
+
+  tr_tls_uv_close(conn);
+  RUN_UNTIL(&f.loop, client.closed && srv->closed, 5000);
+  fixture_finish(&f);
+}
+
 static void test_garbage_client_refused_others_unaffected(void **state) {
   (void)state;
   struct fixture f;
@@ -463,6 +518,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bulk_transfer_with_backpressure),
       cmocka_unit_test(test_pause_read_holds_back_the_sender),
+      cmocka_unit_test(test_stamped_write_behind_a_queue),
       cmocka_unit_test(test_garbage_client_refused_others_unaffected),
       cmocka_unit_test(test_silent_client_times_out),
       cmocka_unit_test(test_client_refuses_wrong_service_name),
