@@ -69,6 +69,12 @@ struct tr_tls_uv_conn {
    * in order. Both are counted in queued. */
   struct write_req *stamp_held;
   struct write_req *behind_head, *behind_tail;
+  /* A stamped write went to the kernel and did not leave at once (libuv's queue or the kernel's
+   * held it): the writes after it wait until its kernel stamp is in. Data appended behind it
+   * in the kernel's queue made its stamp wrong: without this wait about one answer in six
+   * behind a saturated link came with a send stamp 5-20 ms after its arrival (docs/timeline.md,
+   * Probes). */
+  bool stamp_hold;
   size_t pre_len;
   int pre_err; /* 0, UV_EOF or a libuv error code */
   int64_t pre_ns, pre_clock_ns;
@@ -216,7 +222,7 @@ static int hand_to_libuv(tr_tls_uv_conn *c, struct write_req *w) {
 
 /* Queues w after everything written before it: behind a held stamped write, or in libuv. */
 static int submit(tr_tls_uv_conn *c, struct write_req *w) {
-  if (c->stamp_held == NULL || w->len == 0)
+  if ((c->stamp_held == NULL && !c->stamp_hold) || w->len == 0)
     return hand_to_libuv(c, w);
   if (c->behind_tail != NULL)
     c->behind_tail->next = w;
@@ -244,7 +250,8 @@ static int flush_cipher(tr_tls_uv_conn *c) {
 }
 
 /* Hands the marked write w to the kernel with a send stamp asked for, marked_sent_ns = the
- * BOOTTIME right before; what the kernel did not take is queued in libuv (no stamp then). */
+ * BOOTTIME right before; what the kernel did not take is queued in libuv (no stamp then).
+ * Returns 1 when all of it went with a stamp still to come, else 0 or a libuv error. */
 static int send_marked(tr_tls_uv_conn *c, struct write_req *w) {
   uv_os_fd_t fd;
   c->marked_sent_ns = (int64_t)tr_clock_boottime_ns();
@@ -253,7 +260,7 @@ static int send_marked(tr_tls_uv_conn *c, struct write_req *w) {
   ssize_t n = tr_sock_stamp_send(&c->stamps, fd, w->data, w->len);
   if (n == (ssize_t)w->len) {
     free(w);
-    return 0;
+    return c->stamps.tx_waiting ? 1 : 0;
   }
   if (n < 0 && n != -EAGAIN && n != -EWOULDBLOCK) {
     free(w);
@@ -266,13 +273,11 @@ static int send_marked(tr_tls_uv_conn *c, struct write_req *w) {
   return hand_to_libuv(c, w);
 }
 
-/* The writes before the held one have reached the kernel: sends it (stamped, or plainly when
- * stamped is false), then hands libuv what waited behind it. */
-static int release_held(tr_tls_uv_conn *c, bool stamped) {
-  struct write_req *w = c->stamp_held;
-  c->stamp_held = NULL;
-  c->queued -= w->len;
-  int rc = stamped ? send_marked(c, w) : hand_to_libuv(c, w);
+/* Hands libuv the writes that waited behind a stamped one, in order (frees them after an
+ * error rc, which it returns). */
+static int release_behind(tr_tls_uv_conn *c, int rc) {
+  struct write_req *w;
+  c->stamp_hold = false;
   while ((w = c->behind_head) != NULL) {
     c->behind_head = w->next;
     c->queued -= w->len;
@@ -285,17 +290,49 @@ static int release_held(tr_tls_uv_conn *c, bool stamped) {
   return rc;
 }
 
+/* The writes before the held one have reached the kernel: sends it (stamped, or plainly when
+ * stamped is false), then hands libuv what waited behind it, or, once the stamped write is in
+ * the kernel with its stamp to come, keeps them back until then (stamp_hold). */
+static int release_held(tr_tls_uv_conn *c, bool stamped) {
+  struct write_req *w = c->stamp_held;
+  c->stamp_held = NULL;
+  c->queued -= w->len;
+  int rc = stamped ? send_marked(c, w) : hand_to_libuv(c, w);
+  if (rc == 1) {
+    c->stamp_hold = true;
+    return 0;
+  }
+  return release_behind(c, rc);
+}
+
+/* Ends a stamp_hold once the stamp is in (collected from the error queue now if need be), or
+ * at once with force. */
+static void end_stamp_hold(tr_tls_uv_conn *c, bool force) {
+  uv_os_fd_t fd;
+  if (!c->stamp_hold || c->closing)
+    return;
+  if (!force && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+      tr_sock_stamp_sent_time(&c->stamps, fd) == 0 && c->stamps.tx_waiting)
+    return;
+  int rc = release_behind(c, 0);
+  if (rc < 0)
+    close_conn(c, rc, "sending failed: %s", uv_strerror(rc));
+}
+
 /* A stamped write: sent at once with a send stamp asked for if libuv holds nothing before it,
  * else held until it does (tls_uv.h); *sent_ns names it. While another one is held, it is an
  * ordinary write and *sent_ns = 0. */
 static int submit_stamped(tr_tls_uv_conn *c, struct write_req *w, int64_t *sent_ns) {
   *sent_ns = 0;
-  if (w->len == 0 || c->stamp_held != NULL)
+  if (w->len == 0 || c->stamp_held != NULL || c->stamp_hold)
     return submit(c, w);
   *sent_ns = c->marked_ns = (int64_t)tr_clock_boottime_ns();
   c->marked_sent_ns = 0;
-  if (c->writes_pending == 0)
-    return send_marked(c, w);
+  if (c->writes_pending == 0) {
+    int rc = send_marked(c, w);
+    c->stamp_hold = rc == 1; /* the kernel's own queue held it */
+    return rc < 0 ? rc : 0;
+  }
   c->stamp_held = w;
   c->queued += w->len;
   return 0;
@@ -373,6 +410,8 @@ void tr_tls_uv_mark_order(tr_tls_uv_conn *c) {
 
 int64_t tr_tls_uv_sent_time(tr_tls_uv_conn *c, int64_t sent_ns) {
   uv_os_fd_t fd;
+  if (sent_ns != 0 && sent_ns == c->marked_ns)
+    end_stamp_hold(c, true); /* whoever waited for the stamp is done waiting */
   if (sent_ns == 0 || sent_ns != c->marked_ns || c->marked_sent_ns == 0 || c->closing ||
       uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
     return sent_ns;
@@ -388,6 +427,7 @@ bool tr_tls_uv_sent_time_pending(tr_tls_uv_conn *c, int64_t sent_ns) {
     return true; /* still held */
   if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
     return false;
+  end_stamp_hold(c, false);
   return tr_sock_stamp_sent_time(&c->stamps, fd) == 0 && c->stamps.tx_waiting;
 }
 
@@ -468,6 +508,8 @@ static void close_conn(tr_tls_uv_conn *c, int reason, const char *fmt, ...) {
   uv_read_stop((uv_stream_t *)&c->tcp);
   if (c->stamp_held != NULL)
     release_held(c, false); /* in order, before the alert; no stamp matters any more */
+  else if (c->stamp_hold)
+    release_behind(c, 0);
   /* Ship the alert or close_notify, unless the socket itself failed. */
   if (reason == TR_ERR_TLS || reason == TR_ERR_TIMEOUT || reason == 0 || reason == TR_ERR_CLOSED)
     flush_cipher(c);
@@ -627,6 +669,7 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     stamp = c->pre_ns;
     clock = c->pre_clock_ns;
   }
+  end_stamp_hold(c, false); /* a wake-up with no data may be the stamp it waits for */
   if (nread == 0 || c->closing)
     return;
   if (nread < 0) {

@@ -114,7 +114,10 @@ size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
  * discipline (relay/sock_stamp.h), which only a write of its own can ask for. It encrypts
  * first; then, if libuv holds no earlier write, it hands the ciphertext to the kernel at once,
  * else it holds it until libuv's earlier writes have reached the kernel, and the writes that
- * follow wait behind it (so a saturated link delays the message but not its stamp). *sent_ns
+ * follow wait behind it (so a saturated link delays the message but not its stamp); a message
+ * that did not leave at once (held, or queued in the kernel) keeps them back until its stamp is
+ * in (or tr_tls_uv_sent_time is asked for it): with data appended behind it in the kernel's
+ * queue, its stamp came up to 20 ms late. *sent_ns
  * names the message (the clock when it was written). While another stamped write is held, or
  * for an empty one, it is an ordinary write and *sent_ns = 0. Returns as tr_tls_uv_write.
  *

@@ -6,7 +6,7 @@
  * deadline, a client refusing the service's name, a certificate reload on a live server, and
  * read pausing (nothing delivered while paused, the sender held back by TCP, every byte intact
  * and in order across pauses taken inside on_read), and a stamped write behind a held-back
- * queue (held, then stamped, the order kept around it).
+ * queue (order kept around it and the writes that wait for its stamp).
  * Every test ends with uv_loop_close() succeeding, so no handle outlives its connection. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -371,8 +371,8 @@ static void write_pattern(tr_tls_uv_conn *conn, size_t *sent, size_t n, int64_t 
 }
 
 /* A stamped write behind a queue the receiver holds back: it waits for libuv's writes, the
- * writes after it wait for it, everything arrives intact and in order, and its kernel stamp
- * comes once it has left. */
+ * writes after it wait for it and then for its kernel stamp, and everything arrives intact and
+ * in order, with no help from the stamp's reader (the stamp's own wake-up ends the wait). */
 static void test_stamped_write_behind_a_queue(void **state) {
   (void)state;
   struct fixture f;
