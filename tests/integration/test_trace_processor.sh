@@ -35,8 +35,7 @@ SELECT 'bound', t.name, COUNT(*), MAX(c.value) FROM counter c
 SQL
 
 # compare LABEL ENCODING DIR: DIR/ENCODING.pftrace in trace_processor against DIR/ENCODING.dump,
-# and each host's clock error bound track in trace_processor against our reader's (this
-# comparison was added without a trace_processor binary at hand: not yet run).
+# and each host's clock error bound track in trace_processor against our reader's.
 compare() {
   local label=$1 enc=$2 dir=$3
   if ! "$TP" -q "$KEEP/events.sql" "$dir/$enc.pftrace" >"$dir/$enc.tp.csv" 2>"$dir/$enc.tp.log"; then
