@@ -278,6 +278,10 @@ int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_ho
   return 0;
 }
 
+int64_t tr_timeline_output_exported_to(const tr_timeline_out *tl, size_t index) {
+  return index < tl->n_hosts && tl->hosts[index].started ? tl->hosts[index].export_from : -1;
+}
+
 /* ---- host packets ---- */
 
 int tr_timeline_output_packet(tr_timeline_out *tl, size_t index, const tr_host *host,

@@ -39,6 +39,10 @@ void tr_timeline_output_free(tr_timeline_out *tl);
  * and for the clock journal. 0 or TR_ERR_NOMEM. */
 int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_host *host,
                                   tr_packet_list *out, bool final);
+/* Host BOOTTIME up to which (exclusive) host entry index's mapping has been exported, or -1
+ * before its first export. Beyond the estimator's frontier an export is the estimator's plan
+ * at the time, which later probes re-plan: only that state's bound describes it. */
+int64_t tr_timeline_output_exported_to(const tr_timeline_out *tl, size_t index);
 /* Appends the HostClockSnapshots host sent since the session started and since the last call,
  * as packets of host entry index. 0 or TR_ERR_NOMEM. */
 int tr_timeline_output_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,

@@ -302,11 +302,15 @@ static int bound_edge_written(const tr_trace_output *o, out_host *sh, tr_packet_
 }
 
 /* The samples of every host up to its estimator's frontier (what later probes do not revise);
- * final: on to the host's present, where data stamped after the last probe is converted. */
+ * final: on to the host's present, where data stamped after the last probe is converted. In
+ * `global-clocks`, up to where the mapping was just exported (from the same estimator state,
+ * so past the frontier the samples bound the plan the trace converts by: bounding the mapping
+ * that later probes made there instead fell 1% short of a saturated host's true error, its
+ * plan having run 2 s past the frontier). */
 static int add_bounds(tr_trace_output *o, tr_packet_list *out, bool final) {
   for (size_t h = 0; h < o->num_hosts; h++) {
     out_host *sh = &o->hosts[h];
-    int64_t frontier;
+    int64_t frontier, to;
     int rc;
     if (host_listed_before(o, h) || !sh->host->clock ||
         (frontier = tr_clocksync_frontier(sh->host->clock)) < 0)
@@ -322,7 +326,11 @@ static int add_bounds(tr_trace_output *o, tr_packet_list *out, bool final) {
       int64_t now = (int64_t)tr_clock_boottime_ns() - tr_clocksync_offset_ns(sh->host->clock);
       frontier = now > frontier ? now : frontier;
     }
-    if ((rc = add_bound_samples(o, sh, out, frontier + 1)) != 0)
+    to = frontier + 1;
+    if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS &&
+        (to = tr_timeline_output_exported_to(o->timeline, h)) < 0)
+      continue;
+    if ((rc = add_bound_samples(o, sh, out, to)) != 0)
       return rc;
   }
   return 0;
@@ -439,11 +447,14 @@ static int add_timeline(tr_trace_output *o, tr_packet_list *out, bool final) {
 
 /* The clock packets up to the hosts' present (final: all of them). */
 static int add_clocks(tr_trace_output *o, tr_packet_list *out, bool final) {
-  int rc = 0;
-  if (o->p.timeline == TR_TIMELINE_MACHINES)
+  int rc;
+  if (o->p.timeline == TR_TIMELINE_MACHINES) {
     rc = add_clock_syncs(o, out, final);
-  rc = rc ? rc : add_bounds(o, out, final);
-  return rc ? rc : add_timeline(o, out, final);
+    rc = rc ? rc : add_bounds(o, out, final);
+    return rc ? rc : add_timeline(o, out, final);
+  }
+  rc = add_timeline(o, out, final); /* the bounds follow what it exported */
+  return rc ? rc : add_bounds(o, out, final);
 }
 
 int tr_trace_output_journal_clocks(tr_trace_output *o) {

@@ -2,8 +2,10 @@
  * without processes or a network: host entries with central buffers filled by hand, a fake
  * TraceStats. Checks the order of a pass (head, then buffer-major and host-major host data,
  * then the read-complete event and TraceStats), that a `machines` host without a clock anchor
- * waits for one in a non-final pass and gets the session's start in the final one, and that
- * the clock journal's thinning keeps it bounded and keeps the anchor. */
+ * waits for one in a non-final pass and gets the session's start in the final one, that
+ * the clock journal's thinning keeps it bounded and keeps the anchor, and that in
+ * `global-clocks` a host's clock error bound track covers the mapping as far as it was
+ * exported, past the estimator's frontier. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "perfetto/trace/trace_packet.pb-c.h"
+#include "relay/clock.h"
+#include "relay/clocksync.h"
+#include "relay/trace_writer.h"
 #include "relay/tr_error.h"
 #include "service/trace_output.h"
 
@@ -230,6 +236,54 @@ static void test_global_clocks_always_anchored(void **state) {
   teardown(&f);
 }
 
+/* The trace time of the newest sample on host's clock error bound track among got, or 0. */
+static uint64_t newest_bound_sample(const struct got *got, size_t n, const char *host) {
+  uint64_t uuid = tr_trace_writer_bound_track_uuid(host), newest = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (is_host_packet(&got[i]) || got[i].len > sizeof got[i].data)
+      continue;
+    Perfetto__Protos__TracePacket *p =
+        perfetto__protos__trace_packet__unpack(NULL, got[i].len, got[i].data);
+    if (!p)
+      continue;
+    if (p->data_case == PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACK_EVENT &&
+        p->track_event->track_uuid == uuid && p->timestamp > newest)
+      newest = p->timestamp;
+    perfetto__protos__trace_packet__free_unpacked(p, NULL);
+  }
+  return newest;
+}
+
+/* global-clocks converts by the breakpoints exported in each pass, which run to a little past
+ * the host's present: past the estimator's frontier they are its plan, which later probes
+ * re-plan. The bound track must describe that plan, so in the same pass it reaches as far
+ * (it used to stop at the frontier and be written later, from the re-planned mapping). */
+static void test_global_clocks_bound_follows_export(void **state) {
+  static struct got got[256];
+  struct fixture f;
+  uint64_t now = 0;
+  (void)state;
+  setup(&f, TR_TIMELINE_GLOBAL_CLOCKS);
+  assert_int_equal(tr_clocksync_init(&f.hosts[0].clock, NULL), 0);
+  tr_clock_read(TR_CLOCK_BOOTTIME, &now);
+  /* host = service + 1 s; probes every 50 ms up to 3 s ago, legs of 20-40 us */
+  int64_t t = (int64_t)now - 12000000000LL, last_t3 = 0;
+  for (unsigned i = 0; t < (int64_t)now - 3000000000LL; i++, t += 50000000) {
+    int64_t out = 20000 + (i * 7919) % 20000, back = 20000 + (i * 104729) % 20000;
+    struct tr_clocksync_probe p = {.t1 = t, .t2 = t + out + 1000000000LL};
+    p.t3 = p.t2 + 10000;
+    p.t4 = p.t3 - 1000000000LL + back;
+    assert_int_equal(tr_clocksync_add_probe(f.hosts[0].clock, &p), 0);
+    last_t3 = p.t3;
+  }
+  int64_t frontier_service;
+  assert_int_equal(tr_clocksync_map(f.hosts[0].clock, last_t3, &frontier_service), 0);
+  put_packet(f.tbufs[0][0], 1, 1);
+  size_t n = read_pass(&f, got, 256);
+  assert_true(newest_bound_sample(got, n, "host-0") > (uint64_t)frontier_service + 2000000000ULL);
+  teardown(&f);
+}
+
 /* Makes host h report TR_HOST_CLOCK_SNAPSHOTS new (identical) clock snapshots. */
 static void add_host_snapshots(tr_host *h) {
   uint64_t now = 0;
@@ -291,6 +345,7 @@ int main(void) {
       cmocka_unit_test(test_pass_order),
       cmocka_unit_test(test_unanchored_host_waits),
       cmocka_unit_test(test_global_clocks_always_anchored),
+      cmocka_unit_test(test_global_clocks_bound_follows_export),
       cmocka_unit_test(test_journal_thinning_keeps_anchor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
