@@ -447,7 +447,13 @@ static void on_frame(emu_ipc *c, const Perfetto__Protos__IPCFrame *f) {
     fail(p, rc, what);
 }
 
-static void on_ipc_ended(emu_ipc *c, int status) { end(emu_ipc_data(c), status); }
+/* The agent closing the connection is the owner's to report; anything else is a failure. */
+static void on_ipc_ended(emu_ipc *c, int status) {
+  if (status == TR_ERR_CLOSED)
+    end(emu_ipc_data(c), status);
+  else
+    fail(emu_ipc_data(c), status, "the connection");
+}
 
 int emu_producer_start(uv_loop_t *loop, const struct emu_producer_config *cfg,
                        emu_producer **out) {

@@ -36,8 +36,8 @@ struct emu_producer_config {
   void *data;
   /* The agent accepted the data source. */
   void (*on_registered)(void *data);
-  /* The connection ended (TR_ERR_CLOSED: the agent closed it) or the producer failed
-   * (logged); it does nothing more until emu_producer_close. Called at most once. */
+  /* The agent closed the connection (TR_ERR_CLOSED) or the producer failed (another code,
+   * logged here); it does nothing more until emu_producer_close. Called at most once. */
   void (*on_ended)(void *data, int status);
 };
 
