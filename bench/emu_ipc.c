@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "relay/ipc_recv.h"
 #include "relay/tr_error.h"
 
 struct emu_ipc {
@@ -108,39 +109,6 @@ int emu_ipc_send(emu_ipc *c, const Perfetto__Protos__IPCFrame *frame) {
   return rc;
 }
 
-/* One recvmsg into the reader, keeping the fd that came with the bytes, if any. */
-static int receive(emu_ipc *c) {
-  uint8_t *dst;
-  size_t room;
-  int rc = tr_frame_reader_space(&c->reader, &dst, &room);
-  if (rc < 0)
-    return rc;
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } control;
-  struct iovec iov = {.iov_base = dst, .iov_len = room};
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                       .msg_controllen = sizeof control.buf};
-  ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  if (n < 0)
-    return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ? 0 : TR_ERR_SYS(errno);
-  if (n == 0)
-    return TR_ERR_CLOSED;
-  if (msg.msg_flags & MSG_CTRUNC)
-    return TR_ERR_PROTO;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
-    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-        cm->cmsg_len == CMSG_LEN(sizeof(int))) {
-      if (c->received_fd >= 0)
-        close(c->received_fd);
-      memcpy(&c->received_fd, CMSG_DATA(cm), sizeof(int));
-    }
-  }
-  tr_frame_reader_commit(&c->reader, (size_t)n);
-  return 0;
-}
-
 /* Hands every whole frame to on_frame until none is left or the owner closed. */
 static int dispatch(emu_ipc *c) {
   while (!c->ended && !c->closing) {
@@ -164,7 +132,7 @@ static void on_poll(uv_poll_t *handle, int status, int events) {
   if (rc == 0 && (events & UV_WRITABLE))
     rc = flush_out(c);
   if (rc == 0 && (events & UV_READABLE))
-    rc = receive(c);
+    rc = tr_ipc_recv(&c->reader, c->fd, MSG_DONTWAIT, &c->received_fd);
   if (rc == 0)
     rc = dispatch(c);
   if (rc < 0)

@@ -98,24 +98,15 @@ static int invoke(emu_producer *p, int method, const ProtobufCMessage *args, boo
     return TR_ERR_CLOSED;
   if (p->method_ids[method] == 0)
     return TR_ERR_UNSUPPORTED; /* not offered: fail locally, as Perfetto's client does */
-  size_t len = protobuf_c_message_get_packed_size(args);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (buf == NULL)
-    return TR_ERR_NOMEM;
-  protobuf_c_message_pack(args, buf);
-  Perfetto__Protos__IPCFrame__InvokeMethod inv = PERFETTO__PROTOS__IPCFRAME__INVOKE_METHOD__INIT;
-  inv.has_service_id = inv.has_method_id = inv.has_args_proto = inv.has_drop_reply = 1;
-  inv.service_id = p->service_id;
-  inv.method_id = p->method_ids[method];
-  inv.args_proto = (ProtobufCBinaryData){len, buf};
-  inv.drop_reply = drop_reply;
-  Perfetto__Protos__IPCFrame frame = PERFETTO__PROTOS__IPCFRAME__INIT;
-  frame.has_request_id = 1;
-  frame.request_id = p->next_request_id++;
-  frame.msg_case = PERFETTO__PROTOS__IPCFRAME__MSG_MSG_INVOKE_METHOD;
-  frame.msg_invoke_method = &inv;
-  int rc = emu_ipc_send(p->ipc, &frame);
-  free(buf);
+  Perfetto__Protos__IPCFrame frame;
+  Perfetto__Protos__IPCFrame__InvokeMethod inv;
+  uint8_t *args_buf;
+  int rc = tr_ipc_frame_invoke(&frame, &inv, p->service_id, p->method_ids[method],
+                               p->next_request_id++, args, drop_reply, &args_buf);
+  if (rc < 0)
+    return rc;
+  rc = emu_ipc_send(p->ipc, &frame);
+  free(args_buf);
   if (request_id != NULL)
     *request_id = frame.request_id;
   return rc;

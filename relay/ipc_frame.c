@@ -109,3 +109,27 @@ int tr_ipc_frame_encode(const Perfetto__Protos__IPCFrame *frame, uint8_t **out, 
   *out_len = TR_FRAME_HEADER + size;
   return 0;
 }
+
+int tr_ipc_frame_invoke(Perfetto__Protos__IPCFrame *frame,
+                        Perfetto__Protos__IPCFrame__InvokeMethod *inv, uint32_t service_id,
+                        uint32_t method_id, uint64_t request_id, const ProtobufCMessage *args,
+                        bool drop_reply, uint8_t **args_buf) {
+  size_t len = protobuf_c_message_get_packed_size(args);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (buf == NULL)
+    return TR_ERR_NOMEM;
+  protobuf_c_message_pack(args, buf);
+  *inv = (Perfetto__Protos__IPCFrame__InvokeMethod)PERFETTO__PROTOS__IPCFRAME__INVOKE_METHOD__INIT;
+  inv->has_service_id = inv->has_method_id = inv->has_args_proto = inv->has_drop_reply = 1;
+  inv->service_id = service_id;
+  inv->method_id = method_id;
+  inv->args_proto = (ProtobufCBinaryData){len, buf};
+  inv->drop_reply = drop_reply;
+  *frame = (Perfetto__Protos__IPCFrame)PERFETTO__PROTOS__IPCFRAME__INIT;
+  frame->has_request_id = 1;
+  frame->request_id = request_id;
+  frame->msg_case = PERFETTO__PROTOS__IPCFRAME__MSG_MSG_INVOKE_METHOD;
+  frame->msg_invoke_method = inv;
+  *args_buf = buf;
+  return 0;
+}

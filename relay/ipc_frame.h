@@ -5,6 +5,7 @@
 #ifndef TR_IPC_FRAME_H
 #define TR_IPC_FRAME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,5 +28,12 @@ void tr_ipc_frame_free(Perfetto__Protos__IPCFrame *frame);
  * The layout is protozero's, so our frames are byte-identical to traced's: the nested `msg`
  * gets a 4-byte padded length varint when it is 128 bytes or longer. */
 int tr_ipc_frame_encode(const Perfetto__Protos__IPCFrame *frame, uint8_t **out, size_t *out_len);
+/* Fills inv and frame as request request_id invoking method_id of service_id with args (no
+ * reply wanted with drop_reply), args packed into a new buffer, *args_buf: free it once the
+ * frame is sent. 0 or TR_ERR_NOMEM. */
+int tr_ipc_frame_invoke(Perfetto__Protos__IPCFrame *frame,
+                        Perfetto__Protos__IPCFrame__InvokeMethod *inv, uint32_t service_id,
+                        uint32_t method_id, uint64_t request_id, const ProtobufCMessage *args,
+                        bool drop_reply, uint8_t **args_buf);
 
 #endif

@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "relay/ipc_recv.h"
 #include "relay/tr_error.h"
 
 int lg_conn_open(lg_conn *c, const char *path) {
@@ -78,40 +79,6 @@ int lg_conn_take_fd(lg_conn *c) {
   return fd;
 }
 
-/* One recvmsg into the reader, keeping an fd if one came with the bytes. */
-static int receive(lg_conn *c) {
-  uint8_t *dst;
-  size_t room;
-  int rc = tr_frame_reader_space(&c->reader, &dst, &room);
-  if (rc < 0)
-    return rc;
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } control;
-  struct iovec iov = {.iov_base = dst, .iov_len = room};
-  struct msghdr msg = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-      .msg_controllen = sizeof(control.buf)};
-  ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
-  if (n < 0)
-    return errno == EINTR ? 0 : TR_ERR_SYS(errno);
-  if (n == 0)
-    return TR_ERR_CLOSED;
-  if (msg.msg_flags & MSG_CTRUNC)
-    return TR_ERR_PROTO;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-        cm->cmsg_len == CMSG_LEN(sizeof(int))) {
-      if (c->received_fd >= 0)
-        close(c->received_fd);
-      memcpy(&c->received_fd, CMSG_DATA(cm), sizeof(int));
-    }
-  }
-  tr_frame_reader_commit(&c->reader, (size_t)n);
-  return 0;
-}
-
 int lg_conn_next(lg_conn *c, int timeout_ms, Perfetto__Protos__IPCFrame **frame) {
   for (;;) {
     const uint8_t *payload;
@@ -136,7 +103,7 @@ int lg_conn_next(lg_conn *c, int timeout_ms, Perfetto__Protos__IPCFrame **frame)
       (void)!read(c->wake_fd, &count, sizeof(count));
       return 0;
     }
-    rc = receive(c);
+    rc = tr_ipc_recv(&c->reader, c->fd, 0, &c->received_fd);
     if (rc < 0)
       return rc;
   }

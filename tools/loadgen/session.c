@@ -48,24 +48,15 @@ static int invoke(lg_session *s, int method, const ProtobufCMessage *args, bool 
                   uint64_t *request_id) {
   if (s->method_ids[method] == 0)
     return TR_ERR_UNSUPPORTED; /* not offered: fail locally, as Perfetto's client does */
-  size_t len = protobuf_c_message_get_packed_size(args);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (!buf)
-    return TR_ERR_NOMEM;
-  protobuf_c_message_pack(args, buf);
-  Perfetto__Protos__IPCFrame__InvokeMethod inv = PERFETTO__PROTOS__IPCFRAME__INVOKE_METHOD__INIT;
-  inv.has_service_id = inv.has_method_id = inv.has_args_proto = inv.has_drop_reply = 1;
-  inv.service_id = s->service_id;
-  inv.method_id = s->method_ids[method];
-  inv.args_proto = (ProtobufCBinaryData){len, buf};
-  inv.drop_reply = drop_reply;
-  Perfetto__Protos__IPCFrame frame = PERFETTO__PROTOS__IPCFRAME__INIT;
-  frame.has_request_id = 1;
-  frame.request_id = s->next_request_id++;
-  frame.msg_case = PERFETTO__PROTOS__IPCFRAME__MSG_MSG_INVOKE_METHOD;
-  frame.msg_invoke_method = &inv;
-  int rc = lg_conn_send(&s->conn, &frame);
-  free(buf);
+  Perfetto__Protos__IPCFrame frame;
+  Perfetto__Protos__IPCFrame__InvokeMethod inv;
+  uint8_t *args_buf;
+  int rc = tr_ipc_frame_invoke(&frame, &inv, s->service_id, s->method_ids[method],
+                               s->next_request_id++, args, drop_reply, &args_buf);
+  if (rc < 0)
+    return rc;
+  rc = lg_conn_send(&s->conn, &frame);
+  free(args_buf);
   if (request_id)
     *request_id = frame.request_id;
   return rc;
