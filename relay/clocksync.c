@@ -757,3 +757,17 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
     *after = last;
   return (int)n;
 }
+
+int tr_clocksync_relay_exchange(const struct tr_clocksync *via, const struct tr_clocksync_probe *in,
+                                struct tr_clocksync_probe *out) {
+  int64_t s1, s4;
+  if (tr_clocksync_map(via, in->t1, &s1) < 0 || tr_clocksync_map(via, in->t4, &s4) < 0)
+    return TR_ERR_STATE;
+  int64_t b1 = tr_clocksync_error_bound(via, in->t1), b4 = tr_clocksync_error_bound(via, in->t4);
+  if (b1 < 0 || b4 < 0)
+    return TR_ERR_STATE;
+  *out = *in;
+  out->t1 = s1 - b1;
+  out->t4 = s4 + b4;
+  return 0;
+}

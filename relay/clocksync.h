@@ -88,6 +88,16 @@ struct tr_clocksync_probe {
   bool t3_late;
 };
 
+/* Tiers (docs/timeline.md, Tiers): an exchange a regional measured with one of its hosts (t1,
+ * t4 on the regional's clock), made one against this service's clock through via, this
+ * service's estimate of the regional: t1 becomes M(t1) - bound(t1) and t4 M(t4) + bound(t4),
+ * t2, t3 and t3_late stay. Where via's bound is honest the result is a valid exchange (the
+ * host received after t1 and answered before t4 on our clock), whose round trip holds both
+ * hops' uncertainty: its error bound is the sum of the two. TR_ERR_STATE while via has no
+ * probe yet. */
+int tr_clocksync_relay_exchange(const struct tr_clocksync *via, const struct tr_clocksync_probe *in,
+                                struct tr_clocksync_probe *out);
+
 /* One point of the mapping for writers: host BOOTTIME -> service BOOTTIME. */
 struct tr_clocksync_breakpoint {
   int64_t host_ts, service_ts;

@@ -30,6 +30,7 @@ struct tr_relay_link {
   bool closing;
   bool paused;      /* our output is backed up: socket reading is paused, and the rest of the
                        read that was being processed waits in stash */
+  bool held;        /* the same, asked by the end (tr_relay_link_hold_input) */
   uint8_t *stash;
   size_t stash_len, stash_cap;
 };
@@ -142,8 +143,9 @@ static int wrote(tr_relay_link *l, int rc) {
     return rc;
   tr_relay_heartbeat_sent(&l->hb, uv_hrtime());
   if (l->opts.pause_read_above != 0 && (size_t)rc > l->opts.pause_read_above && !l->paused) {
+    if (!l->held)
+      tr_tls_uv_pause_read(l->conn); /* TCP now holds the peer back, not our memory */
     l->paused = true;
-    tr_tls_uv_pause_read(l->conn); /* TCP now holds the peer back, not our memory */
   }
   return 0;
 }
@@ -192,6 +194,10 @@ bool tr_relay_link_check_alive(tr_relay_link *l, uint64_t now_ns) {
   if (l->paused) /* we stopped reading because the peer stopped reading */
     tr_relay_link_close(l, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
                         "the %s has not read what we sent for %llu ms", l->opts.peer_role, ms);
+  else if (l->held) /* we stopped reading because where its frames go is backed up */
+    tr_relay_link_close(l, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+                        "the %s's frames could not be passed on for %llu ms", l->opts.peer_role,
+                        ms);
   else
     tr_relay_link_close(l, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
                         "nothing received for %llu ms", ms);
@@ -257,7 +263,7 @@ static int next_frame(tr_relay_link *l, Tracerelay__RelayFrame **out) {
  * the link closes, or our output backs up (the rest is stashed). */
 static void consume(tr_relay_link *l, const uint8_t *data, size_t len) {
   for (;;) {
-    while (!l->closing && !l->paused) {
+    while (!l->closing && !l->paused && !l->held) {
       Tracerelay__RelayFrame *f;
       if (next_frame(l, &f) <= 0)
         break;
@@ -265,7 +271,7 @@ static void consume(tr_relay_link *l, const uint8_t *data, size_t len) {
     }
     if (l->closing)
       return;
-    if (l->paused) {
+    if (l->paused || l->held) {
       stash(l, data, len);
       return;
     }
@@ -328,20 +334,27 @@ static void on_tls_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
   read_done(l);
 }
 
+/* Nothing holds the input back any more: the stashed frames go first, then the socket is
+ * read again (unless they stopped it once more). */
+static void restart_input(tr_relay_link *l) {
+  uint8_t *stashed = l->stash;
+  size_t len = l->stash_len;
+  l->stash = NULL;
+  l->stash_len = l->stash_cap = 0;
+  consume(l, stashed, len);
+  free(stashed);
+  read_done(l);
+  if (!l->paused && !l->held && !l->closing)
+    tr_tls_uv_resume_read(l->conn);
+}
+
 /* The held frames first (our queue drained: the peer reads again), then the end's sending. */
 static void on_tls_drain(tr_tls_uv_conn *conn) {
   tr_relay_link *l = tr_tls_uv_get_data(conn);
   if (l->paused && !l->closing) {
     l->paused = false;
-    uint8_t *held = l->stash;
-    size_t len = l->stash_len;
-    l->stash = NULL;
-    l->stash_len = l->stash_cap = 0;
-    consume(l, held, len);
-    free(held);
-    read_done(l);
-    if (!l->paused && !l->closing)
-      tr_tls_uv_resume_read(l->conn);
+    if (!l->held)
+      restart_input(l);
   }
   if (!l->closing && l->ev->on_drain != NULL)
     l->ev->on_drain(l);
@@ -433,6 +446,57 @@ bool tr_relay_link_idle(const tr_relay_link *l) {
 }
 
 size_t tr_relay_link_queued(const tr_relay_link *l) { return tr_tls_uv_queued(l->conn); }
+
+void tr_relay_link_hold_input(tr_relay_link *l) {
+  if (l->held || l->closing)
+    return;
+  if (!l->paused)
+    tr_tls_uv_pause_read(l->conn);
+  l->held = true;
+}
+
+void tr_relay_link_release_input(tr_relay_link *l) {
+  if (!l->held)
+    return;
+  l->held = false;
+  if (!l->paused && !l->closing)
+    restart_input(l);
+}
+
+bool tr_relay_link_input_held(const tr_relay_link *l) { return l->held; }
+
+int tr_relay_link_send_clock_probe(tr_relay_link *l, uint64_t probe_id, int64_t *t1) {
+  if (l->closing)
+    return TR_ERR_CLOSED;
+  if (!tr_relay_link_idle(l))
+    return TR_ERR_AGAIN;
+  /* A heartbeat right before the probe warms the kernel's sending path to the host, idle for
+   * milliseconds between probes: a cold send took 7-17 us from the write to the driver against
+   * 3-5 us for the next one, and the probe's leg is then as short as the way back
+   * (docs/timeline.md, Measured accuracy). */
+  tr_relay_link_send_heartbeat(l, true);
+  if (l->closing)
+    return TR_ERR_CLOSED;
+  Tracerelay__ClockProbe probe = TRACERELAY__CLOCK_PROBE__INIT;
+  probe.has_probe_id = probe.has_t1 = 1;
+  probe.probe_id = probe_id;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE;
+  f.clock_probe = &probe;
+  /* The exact t1 is taken once the frame is encrypted, right before the kernel takes it; this
+   * earlier reading stands in when the bytes had to be queued (still a valid bound). */
+  *t1 = (int64_t)tr_clock_boottime_ns();
+  probe.t1 = (uint64_t)*t1;
+  /* Its answer's arrival stamp is trusted only if TCP reordered nothing from now on. */
+  tr_tls_uv_mark_order(l->conn);
+  int64_t sent = 0;
+  int rc = tr_relay_link_send_stamped(l, &f, &sent);
+  if (rc < 0)
+    return rc;
+  if (sent > 0)
+    *t1 = sent;
+  return 0;
+}
 
 size_t tr_relay_link_max_in(const tr_relay_link *l) { return l->reader.max_payload; }
 

@@ -136,6 +136,21 @@ bool tr_relay_link_closing(const tr_relay_link *l);
 /* Nothing of ours waits to be sent and reading is not held back: a frame sent now leaves at
  * once (what a clock probe needs). */
 bool tr_relay_link_idle(const tr_relay_link *l);
+/* The end holds the peer's frames back, as the backpressure above does for our own queue
+ * (a regional whose upstream link is backed up): the socket is not read, the rest of the read
+ * being processed is stashed, until tr_relay_link_release_input delivers it and reads again
+ * (frames may reach on_frame from inside that call). A held link silent for the heartbeat
+ * timeout closes as overloaded. */
+void tr_relay_link_hold_input(tr_relay_link *l);
+void tr_relay_link_release_input(tr_relay_link *l);
+bool tr_relay_link_input_held(const tr_relay_link *l);
+/* Sends a ClockProbe {probe_id, t1} the way a probe must go (relay/clock_probe.h): only when
+ * l is idle (else TR_ERR_AGAIN: one queued behind other frames would measure the queue),
+ * right behind a heartbeat that warms the kernel's path, with the reordering mark for its
+ * answer's receive stamp (tr_tls_uv_mark_order). *t1: the kernel's send stamp when there is
+ * one, else the reading taken just before the write (a valid bound either way). 0, TR_ERR_AGAIN,
+ * TR_ERR_CLOSED or a send error. */
+int tr_relay_link_send_clock_probe(tr_relay_link *l, uint64_t probe_id, int64_t *t1);
 /* Ciphertext bytes of ours not yet written to the socket. */
 size_t tr_relay_link_queued(const tr_relay_link *l);
 /* The largest frame we accept, for Hello and Welcome's max_frame_bytes. */

@@ -41,7 +41,10 @@
   TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_HOST_CLOCK_SNAPSHOTS)
 #define TR_RELAY_FEATURE_CLOCK_FOLLOW_UP                                                           \
   TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_CLOCK_FOLLOW_UP)
-/* Everything this build implements. */
+/* Only on a regional's relayed links (Hello.relayed_host): never offered by an agent. */
+#define TR_RELAY_FEATURE_RELAYED_CLOCKS                                                            \
+  TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_RELAYED_CLOCKS)
+/* Everything an agent's link implements. */
 #define TR_RELAY_FEATURES_ALL                                                                      \
   (TR_RELAY_FEATURE_ZSTD | TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_AGENT_STATS |       \
    TR_RELAY_FEATURE_HOST_CLOCKS | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)

@@ -8,10 +8,12 @@
 #include <uv.h>
 
 #include "service/consumer_port.h"
+#include "service/relay_allow.h"
 #include "service/session.h"
 
 #define TR_SERVICE_DEFAULT_LISTEN "0.0.0.0:7393"
 #define TR_SERVICE_DEFAULT_CONSUMER_SOCKET "/run/tracerelay/consumer.sock"
+#define TR_SERVICE_DEFAULT_REGIONAL_PRODUCER_SOCKET "/run/tracerelay/regional-producer.sock"
 
 typedef struct tr_service_daemon tr_service_daemon;
 
@@ -25,6 +27,14 @@ struct tr_service_daemon_opts {
   enum tr_timeline timeline;
   const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
   unsigned max_agents;        /* 0: TR_LINK_DEFAULT_MAX_AGENTS */
+  tr_relay_allow relay_allow; /* --relay-allow: who may relay whom to this service */
+  /* Tiers: with upstream set the service is a regional (service/regional.h): it forwards its
+   * agents to upstream and runs no consumer socket, sessions or metrics of its own; an agent
+   * embedded in it (agent/agent.h, on producer_socket, serving metrics_listen) connects the
+   * regional's own machine under upstream_cert's name. */
+  const char *upstream, *upstream_name;
+  const char *upstream_ca_path, *upstream_cert_path, *upstream_key_path; /* ca: NULL = ca_path */
+  const char *producer_socket;
 };
 
 /* Starts everything; on failure logs what failed (file, address, socket) and returns a
@@ -35,12 +45,12 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
  * telling its consumer the service is shutting down, closes the consumer socket and the
  * agents' links, frees everything, then calls done(ud). */
 void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), void *ud);
-/* SIGHUP: loads a new TLS configuration from these files (the service's certificate, key
- * and the CA agents must chain to) for agent connections accepted from now on; connected
- * agents and running sessions are untouched. On failure logs why and keeps the current one.
- * Returns 0 or the tr_tls_config_new error. */
-int tr_service_daemon_reload_tls(tr_service_daemon *d, const char *ca_path,
-                                 const char *cert_path, const char *key_path);
+/* SIGHUP: loads a new TLS configuration from o's files (the service's certificate, key and
+ * the CA agents must chain to; on a regional also its upstream certificate, for links made
+ * from now on, and its embedded agent's) for agent connections accepted from now on;
+ * connected agents and running sessions are untouched. On failure logs why and keeps the
+ * current one. Returns 0 or the tr_tls_config_new error. */
+int tr_service_daemon_reload_tls(tr_service_daemon *d, const struct tr_service_daemon_opts *o);
 /* Frees d once the loop has run out of handles after the shutdown. */
 void tr_service_daemon_free(tr_service_daemon *d);
 

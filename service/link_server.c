@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 
 #include "relay/clock.h"
@@ -23,6 +24,7 @@
 #include "relay/relay_link.h"
 #include "relay/relay_session.h"
 #include "relay/tr_error.h"
+#include "service/relay_allow.h"
 
 #define TICK_MS 50
 #define TICK_SESSION_MS TR_CLOCK_PROBE_SESSION_MIN_MS /* while a session runs */
@@ -37,6 +39,9 @@ struct tr_link_peer {
   uint64_t acked;     /* last seq acknowledged on this connection */
   bool resyncing;     /* between Welcome and the first frame that is not a re-announcement */
   int64_t t4;         /* BOOTTIME when the socket read being processed returned */
+  /* A regional's link for one of its hosts (Hello.relayed_host): the regional probes the host
+   * and sends RelayedClockExchange; we probe the regional on its own link. */
+  bool relayed;
   struct tr_clock_probe_peer probe; /* scheduled from Welcome (with the feature) to closing */
 };
 
@@ -54,6 +59,7 @@ struct tr_link_server {
   unsigned max_agents, connected; /* agents Welcomed now, and their bound */
   struct tr_clock_probe_sched probes;
   tr_relay_codec codec; /* decompresses every peer's batches */
+  const tr_relay_allow *relay_allow;
   bool stopping;
   bool tick_closed;
 };
@@ -76,40 +82,9 @@ static void send_ack(tr_link_peer *p) {
 
 /* ---- clock probes: the transport's side of relay/clock_probe.h ---- */
 
-/* A probe goes only when our output is idle: one queued behind other frames would only
- * measure the queue. */
 static int probe_send(void *data, uint64_t probe_id, int64_t *t1) {
   tr_link_peer *p = data;
-  if (tr_relay_link_closing(p->link))
-    return TR_ERR_CLOSED;
-  if (!tr_relay_link_idle(p->link))
-    return TR_ERR_AGAIN;
-  /* A heartbeat right before the probe warms the kernel's sending path to the host, idle for
-   * milliseconds between probes: a cold send took 7-17 us from the write to the driver against
-   * 3-5 us for the next one, and the probe's leg is then as short as the way back
-   * (docs/timeline.md, Measured accuracy). */
-  tr_relay_link_send_heartbeat(p->link, true);
-  if (tr_relay_link_closing(p->link))
-    return TR_ERR_CLOSED;
-  Tracerelay__ClockProbe probe = TRACERELAY__CLOCK_PROBE__INIT;
-  probe.has_probe_id = probe.has_t1 = 1;
-  probe.probe_id = probe_id;
-  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE;
-  f.clock_probe = &probe;
-  /* The exact t1 is taken once the frame is encrypted, right before the kernel takes it; this
-   * earlier reading stands in when the bytes had to be queued (still a valid bound). */
-  *t1 = (int64_t)tr_clock_boottime_ns();
-  probe.t1 = (uint64_t)*t1;
-  /* Its answer's arrival stamp is trusted only if TCP reordered nothing from now on. */
-  tr_tls_uv_mark_order(tr_relay_link_conn(p->link));
-  int64_t sent = 0;
-  int rc = tr_relay_link_send_stamped(p->link, &f, &sent);
-  if (rc < 0)
-    return rc;
-  if (sent > 0)
-    *t1 = sent;
-  return 0;
+  return tr_relay_link_send_clock_probe(p->link, probe_id, t1);
 }
 
 static int64_t probe_sent_time(void *data, int64_t t1) {
@@ -137,9 +112,35 @@ static const struct tr_clock_probe_ops probe_ops = {
 
 /* ---- frames from the agent ---- */
 
+/* The machine name a Hello speaks for: its certificate's, or, from a regional, the host it
+ * relays if the rules let that certificate speak for it (relay_allow.h). NULL: refused (the
+ * link is closing). */
+static const char *hello_name(tr_link_peer *p, const Tracerelay__Hello *hello) {
+  const char *cert = tr_tls_uv_peer_name(tr_relay_link_conn(p->link));
+  if (hello->relayed_host == NULL)
+    return cert;
+  const char *host = hello->relayed_host;
+  if (!tr_tls_valid_machine_name(host, strlen(host))) {
+    tr_relay_link_protocol_error(p->link, "Hello.relayed_host is not a machine name");
+    return NULL;
+  }
+  if (p->ls->relay_allow == NULL || !tr_relay_allowed(p->ls->relay_allow, cert, host)) {
+    TR_WARN("link", "%s (%s) is not authorized to relay host %s: refused (--relay-allow)", cert,
+            tr_tls_uv_peer_address(tr_relay_link_conn(p->link)), host);
+    tr_relay_link_close(p->link, TRACERELAY__GOODBYE__REASON__REASON_NOT_AUTHORIZED,
+                        "%s is not authorized to relay host %s (the service's --relay-allow)",
+                        cert, host);
+    return NULL;
+  }
+  p->relayed = true;
+  return host;
+}
+
 static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   tr_link_server *ls = p->ls;
-  const char *name = tr_tls_uv_peer_name(tr_relay_link_conn(p->link));
+  const char *name = hello_name(p, hello);
+  if (name == NULL)
+    return;
   tr_host *host = tr_hosts_find(ls->hosts, name);
   if (host != NULL && host->link != NULL) {
     tr_relay_link_close(p->link, TRACERELAY__GOODBYE__REASON__REASON_DUPLICATE_HOST,
@@ -179,7 +180,11 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
     return;
   }
   tr_relay_link_established(p->link, max_frame);
-  p->features = tr_relay_features_negotiate(ls->features, hello->features);
+  p->features = tr_relay_features_negotiate(
+      p->relayed ? (ls->features & ~(TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)) |
+                       TR_RELAY_FEATURE_RELAYED_CLOCKS
+                 : ls->features,
+      hello->features);
   p->host = host;
   tr_hosts_link_up(host, p, tr_clock_boottime_ns());
   ls->connected++;
@@ -201,8 +206,10 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   if (p->features & TR_RELAY_FEATURE_CLOCK_PROBES)
     tr_clock_probe_add(&ls->probes, &p->probe, p, p->features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP,
                        uv_now(ls->loop));
-  TR_INFO("link", "host %s connected from %s (agent %016llx, features %#llx, resuming after "
+  TR_INFO("link", "host %s connected from %s%s%s (agent %016llx, features %#llx, resuming after "
           "batch %llu, %s)", host->name, tr_tls_uv_peer_address(tr_relay_link_conn(p->link)),
+          p->relayed ? " through regional " : "",
+          p->relayed ? tr_tls_uv_peer_name(tr_relay_link_conn(p->link)) : "",
           (unsigned long long)host->agent_instance_id, (unsigned long long)p->features,
           (unsigned long long)welcome_seq, tr_tls_uv_ciphersuite(tr_relay_link_conn(p->link)));
   ls->ev->host_connected(ls->svc, host);
@@ -275,6 +282,34 @@ static void on_probe_follow_up(tr_link_peer *p, const Tracerelay__ClockFollowUp 
                                fu->has_t3_late && fu->t3_late,
                                uv_now(p->ls->loop)) < 0)
     tr_relay_link_protocol_error(p->link, "clock follow-up with t3 out of range");
+}
+
+/* Tiers: an exchange the regional measured with this host, on the regional's clock; made one
+ * on ours through our estimate of the regional (its own link, under its certificate's name).
+ * Until the regional's clock is measured there is nothing to map it with: skipped (the
+ * regional's first probes come 50 ms apart from its Welcome, the host's 10 as well). */
+static void on_relayed_exchange(tr_link_peer *p, const Tracerelay__RelayedClockExchange *x) {
+  const char *regional = tr_tls_uv_peer_name(tr_relay_link_conn(p->link));
+  tr_host *via = tr_hosts_find(p->ls->hosts, regional);
+  struct tr_clocksync_probe in = {.t1 = (int64_t)x->t1, .t2 = (int64_t)x->t2,
+                                  .t3 = (int64_t)x->t3, .t4 = (int64_t)x->t4,
+                                  .t3_late = x->has_t3_late && x->t3_late};
+  if (!x->has_t1 || !x->has_t2 || !x->has_t3 || !x->has_t4 || in.t1 < 0 || in.t2 < 0 ||
+      in.t3 < in.t2 || in.t4 < in.t1) {
+    tr_relay_link_protocol_error(p->link, "relayed clock exchange with times missing or out of order");
+    return;
+  }
+  struct tr_clocksync_probe ex;
+  int rc = via != NULL && via->clock != NULL ? tr_clocksync_relay_exchange(via->clock, &in, &ex)
+                                             : TR_ERR_STATE;
+  if (rc == 0)
+    rc = tr_clocksync_add_probe(p->host->clock, &ex);
+  else
+    ex = in;
+  TR_DEBUG("link", "host %s: clock probe via %s t1 %lld t2 %lld t3 %lld%s t4 %lld: %s",
+           p->host->name, regional, (long long)ex.t1, (long long)in.t2, (long long)in.t3,
+           in.t3_late ? " (late)" : "", (long long)ex.t4,
+           rc < 0 ? tr_strerror(rc) : "used");
 }
 
 static bool is_reannouncement(const Tracerelay__RelayFrame *f) {
@@ -354,6 +389,12 @@ static void on_frame(tr_relay_link *link, Tracerelay__RelayFrame *f) {
       on_probe_follow_up(p, f->clock_follow_up);
     else
       tr_relay_link_protocol_error(p->link, "clock follow-up without the feature");
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_RELAYED_CLOCK_EXCHANGE:
+    if (p->features & TR_RELAY_FEATURE_RELAYED_CLOCKS)
+      on_relayed_exchange(p, f->relayed_clock_exchange);
+    else
+      tr_relay_link_protocol_error(p->link, "relayed clock exchange without the feature");
     break;
   case TRACERELAY__RELAY_FRAME__MSG_AGENT_STATS:
     if (p->features & TR_RELAY_FEATURE_AGENT_STATS)
@@ -542,6 +583,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
   tr_clock_probe_sched_init(&ls->probes, &probe_ops);
   ls->features = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
   ls->max_agents = opts->max_agents ? opts->max_agents : TR_LINK_DEFAULT_MAX_AGENTS;
+  ls->relay_allow = opts->relay_allow;
   ls->hello_timeout_ms =
       opts->handshake_timeout_ms ? opts->handshake_timeout_ms : TR_TLS_UV_HANDSHAKE_TIMEOUT_MS;
   if (getrandom(&ls->instance_id, sizeof ls->instance_id, 0) != sizeof ls->instance_id) {

@@ -58,6 +58,9 @@ struct tr_link_server_opts {
   /* At most this many agents connected at once; Hello from one more is refused with a Goodbye
    * (REASON_OVERLOADED) naming the limit. 0 = TR_LINK_DEFAULT_MAX_AGENTS. */
   unsigned max_agents;
+  /* Tiers: which regionals may relay which hosts (relay_allow.h; referenced). NULL or empty:
+   * a Hello with relayed_host is refused (Goodbye REASON_NOT_AUTHORIZED, logged). */
+  const struct tr_relay_allow *relay_allow;
 };
 
 #define TR_LINK_DEFAULT_MAX_AGENTS 4096u

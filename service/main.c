@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "relay/clock.h"
 #include "relay/config_file.h"
 #include "relay/hostport.h"
 #include "relay/daemon_util.h"
@@ -64,6 +65,33 @@ static const char kHelp[] =
     "                         global-clocks: no machine_id; each host's clocks get global ids\n"
     "                         of their own and the service writes ClockSnapshots tying them to\n"
     "                         the trace clock (any Perfetto version). See docs/timeline.md.\n"
+    "  --relay-allow REGIONAL=PATTERN[,PATTERN...]\n"
+    "                         repeatable. Tiers: the regional service whose certificate\n"
+    "                         carries the name REGIONAL may relay the agents of hosts whose\n"
+    "                         machine names match a PATTERN (fnmatch glob, e.g. eu-*). Any\n"
+    "                         other relayed host is refused and logged (default: none may\n"
+    "                         relay). See docs/security.md#tiers.\n"
+    "\n"
+    "Regional service (tiers, docs/operations.md#tiers-regional-services):\n"
+    "  --upstream HOST:PORT   forward every agent's link to this upstream service instead of\n"
+    "                         serving sessions here: no consumer socket, no metrics of its\n"
+    "                         own; consumers trace at the upstream, which must allow this\n"
+    "                         regional (--relay-allow). Agents below keep their data and\n"
+    "                         resume across a restart of the regional.\n"
+    "  --upstream-name NAME   the name the upstream's certificate must carry (default: HOST).\n"
+    "  --upstream-cert FILE   PEM certificate of this regional for the upstream: an agent\n"
+    "                         certificate (make-certs.sh --agent NAME); NAME is the\n"
+    "                         regional's machine name there. Required with --upstream.\n"
+    "  --upstream-key FILE    PEM private key of --upstream-cert. Required with --upstream.\n"
+    "  --upstream-ca FILE     PEM CA the upstream's certificate must chain to (default --ca).\n"
+    "  --producer-socket PATH the regional also relays its own machine's producers, as an\n"
+    "                         agent would, from this socket (default\n"
+    "                         " TR_SERVICE_DEFAULT_REGIONAL_PRODUCER_SOCKET ").\n"
+    "                         --metrics-listen serves that agent's metrics and probes.\n"
+    "  --fake-clock OFF_NS,DRIFT_PPM\n"
+    "                         test feature, with --upstream only: this regional reads a\n"
+    "                         simulated clock, as the agent's flag of that name.\n"
+    "\n"
     "  --log-level LEVEL      debug, info (default), warn, error or off.\n"
     "  --config FILE          read flags from FILE: `key = value` lines whose keys are the\n"
     "                         long flags above, `#` comments; the command line overrides the\n"
@@ -97,7 +125,9 @@ static const char kHelp[] =
 
 enum { OPT_LISTEN = 256, OPT_CONSUMER_SOCKET, OPT_CONSUMER_MODE, OPT_CA, OPT_CERT, OPT_KEY,
        OPT_TIMELINE, OPT_ALLOW_UID, OPT_ALLOW_GID,
-       OPT_HANDSHAKE_TIMEOUT, OPT_METRICS_LISTEN, OPT_MAX_AGENTS };
+       OPT_HANDSHAKE_TIMEOUT, OPT_METRICS_LISTEN, OPT_MAX_AGENTS, OPT_RELAY_ALLOW, OPT_UPSTREAM,
+       OPT_UPSTREAM_NAME, OPT_UPSTREAM_CA, OPT_UPSTREAM_CERT, OPT_UPSTREAM_KEY,
+       OPT_PRODUCER_SOCKET, OPT_FAKE_CLOCK };
 
 /* A decimal id or count in [0, max]; -1 if s is not one. */
 static long long parse_num(const char *s, unsigned long long max) {
@@ -167,6 +197,14 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"handshake-timeout-ms", required_argument, NULL, OPT_HANDSHAKE_TIMEOUT},
       {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
       {"max-agents", required_argument, NULL, OPT_MAX_AGENTS},
+      {"relay-allow", required_argument, NULL, OPT_RELAY_ALLOW},
+      {"upstream", required_argument, NULL, OPT_UPSTREAM},
+      {"upstream-name", required_argument, NULL, OPT_UPSTREAM_NAME},
+      {"upstream-ca", required_argument, NULL, OPT_UPSTREAM_CA},
+      {"upstream-cert", required_argument, NULL, OPT_UPSTREAM_CERT},
+      {"upstream-key", required_argument, NULL, OPT_UPSTREAM_KEY},
+      {"producer-socket", required_argument, NULL, OPT_PRODUCER_SOCKET},
+      {"fake-clock", required_argument, NULL, OPT_FAKE_CLOCK},
       {"config", required_argument, NULL, TR_DAEMON_OPT_CONFIG},
       {NULL, 0, NULL, 0}};
   int opt, rc;
@@ -180,6 +218,11 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
   o->handshake_timeout_ms = 0;
   o->metrics_listen = NULL;
   o->max_agents = 0;
+  memset(&o->relay_allow, 0, sizeof o->relay_allow);
+  o->upstream = o->upstream_name = NULL;
+  o->upstream_ca_path = o->upstream_cert_path = o->upstream_key_path = NULL;
+  o->producer_socket = TR_SERVICE_DEFAULT_REGIONAL_PRODUCER_SOCKET;
+  bool producer_socket_set = false, fake_clock = false;
   while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     switch (opt) {
     case OPT_LISTEN: {
@@ -232,6 +275,35 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       o->handshake_timeout_ms = (unsigned)v;
       break;
     }
+    case OPT_RELAY_ALLOW: {
+      const char *why;
+      if (tr_relay_allow_add(&o->relay_allow, optarg, &why) < 0)
+        return bad("--relay-allow", optarg, why);
+      break;
+    }
+    case OPT_UPSTREAM: {
+      struct tr_hostport hp;
+      if (tr_hostport_parse(optarg, false, &hp) < 0)
+        return bad("--upstream", optarg, "give HOST:PORT of the upstream service");
+      o->upstream = optarg;
+      break;
+    }
+    case OPT_UPSTREAM_NAME: o->upstream_name = optarg; break;
+    case OPT_UPSTREAM_CA: o->upstream_ca_path = optarg; break;
+    case OPT_UPSTREAM_CERT: o->upstream_cert_path = optarg; break;
+    case OPT_UPSTREAM_KEY: o->upstream_key_path = optarg; break;
+    case OPT_PRODUCER_SOCKET:
+      o->producer_socket = optarg;
+      producer_socket_set = true;
+      break;
+    case OPT_FAKE_CLOCK: {
+      int64_t off;
+      double ppm;
+      if (tr_clock_parse_fake(optarg, &off, &ppm) < 0 || tr_clock_set_fake(off, ppm) < 0)
+        return bad("--fake-clock", optarg, "give OFFSET_NS,DRIFT_PPM");
+      fake_clock = true;
+      break;
+    }
     case OPT_CA: o->ca_path = optarg; break;
     case OPT_CERT: o->cert_path = optarg; break;
     case OPT_KEY: o->key_path = optarg; break;
@@ -248,6 +320,18 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       if ((rc = tr_daemon_common_flag(PROG, opt, kHelp, argv)) != 0)
         return rc;
     }
+  }
+  if (o->upstream == NULL && (o->upstream_name || o->upstream_ca_path || o->upstream_cert_path ||
+                              o->upstream_key_path || producer_socket_set || fake_clock)) {
+    fprintf(stderr, PROG ": --upstream-name, --upstream-ca, --upstream-cert, --upstream-key, "
+            "--producer-socket and --fake-clock are for a regional service: give --upstream "
+            "HOST:PORT too\n");
+    return 2;
+  }
+  if (o->upstream != NULL && (o->upstream_cert_path == NULL || o->upstream_key_path == NULL)) {
+    fprintf(stderr, PROG ": --upstream needs --upstream-cert and --upstream-key: the regional's "
+            "own certificate for the upstream (certs/make-certs.sh --agent NAME)\n");
+    return 2;
   }
   return tr_daemon_flags_done(PROG, argc, argv,
                               tr_daemon_missing_tls(o->ca_path, o->cert_path, o->key_path));
@@ -268,7 +352,7 @@ static void on_hup(tr_daemon_signals *sig) {
              "reloaded");
     return;
   }
-  tr_service_daemon_reload_tls(sig->data, o.ca_path, o.cert_path, o.key_path);
+  tr_service_daemon_reload_tls(sig->data, &o);
 }
 
 int main(int argc, char **argv) {

@@ -1,5 +1,7 @@
 /* service.c: tracerelay-service assembled (see daemon.h): service state (session.c), the
- * consumer port (consumer_port.c) and the agents' link server (link_server.c) on one loop.
+ * consumer port (consumer_port.c) and the agents' link server (link_server.c) on one loop;
+ * or, as a regional (--upstream), the forwarding of agents (regional.c) and an agent of its
+ * own (agent/agent.h) for its machine and clock.
  *
  * Shutdown order matters: sessions are flushed first while the agents are still connected,
  * then ended (their consumers get an error saying why), then the consumer socket closes (which
@@ -18,8 +20,10 @@
 #include "relay/log.h"
 #include "relay/tls.h"
 #include "relay/tr_error.h"
+#include "agent/agent.h"
 #include "service/consumer_port.h"
 #include "service/link_server.h"
+#include "service/regional.h"
 #include "relay/metrics_http.h"
 #include "service/metrics.h"
 
@@ -38,6 +42,9 @@ struct tr_service_daemon {
   tr_link_server *link;
   tr_metrics_http *metrics;
   tr_tls_config *tls;
+  tr_regional *regional;        /* a regional: these instead of the port and the link server */
+  tr_agent *agent;
+  tr_tls_config *upstream_tls;
   unsigned flushes_pending;
   uv_timer_t read_timer; /* shutdown: waits for consumers to read their ended sessions */
   uint64_t read_deadline_ms;
@@ -116,8 +123,14 @@ static void finish(tr_service_daemon *d) {
     tr_link_server_stop(d->link);
     d->link = NULL;
   }
+  if (d->regional) {
+    tr_regional_stop(d->regional);
+    d->regional = NULL;
+  }
   tr_tls_config_unref(d->tls);
   d->tls = NULL;
+  tr_tls_config_unref(d->upstream_tls);
+  d->upstream_tls = NULL;
   if (d->done)
     d->done(d->done_ud);
   if (d->start_failed)
@@ -144,6 +157,52 @@ static void close_all(tr_service_daemon *d) {
     return;
   }
   finish(d);
+}
+
+/* The regional's certificate for its upstream links. */
+static int load_upstream_tls(const struct tr_service_daemon_opts *o, tr_tls_config **out) {
+  struct tr_tls_config_opts tls_opts = {.role = TR_TLS_CLIENT,
+                                        .ca_path = o->upstream_ca_path ? o->upstream_ca_path
+                                                                       : o->ca_path,
+                                        .cert_path = o->upstream_cert_path,
+                                        .key_path = o->upstream_key_path};
+  char err[512] = "";
+  int rc = tr_tls_config_new(&tls_opts, out, err, sizeof err);
+  if (rc != 0)
+    TR_ERROR(COMP, "upstream TLS setup failed (--upstream-cert/--upstream-key/--upstream-ca): %s",
+             err[0] ? err : tr_strerror(rc));
+  return rc;
+}
+
+/* A regional: the agents' forwarding, then the agent of its own machine. */
+static int start_regional(tr_service_daemon *d, const struct tr_service_daemon_opts *o) {
+  int rc = load_upstream_tls(o, &d->upstream_tls);
+  if (rc != 0)
+    return rc;
+  struct tr_regional_opts ro = {.listen = o->listen,
+                                .tls = d->tls,
+                                .upstream = o->upstream,
+                                .upstream_name = o->upstream_name,
+                                .upstream_tls = d->upstream_tls,
+                                .handshake_timeout_ms = o->handshake_timeout_ms,
+                                .max_agents = o->max_agents};
+  if ((rc = tr_regional_start(d->loop, &ro, &d->regional)) != 0)
+    return rc;
+  struct tr_agent_opts ao = {.producer_socket = o->producer_socket,
+                             .service = o->upstream,
+                             .service_name = o->upstream_name,
+                             .ca_path = o->upstream_ca_path ? o->upstream_ca_path : o->ca_path,
+                             .cert_path = o->upstream_cert_path,
+                             .key_path = o->upstream_key_path,
+                             .metrics_listen = o->metrics_listen,
+                             .compress = true};
+  if ((rc = make_parent_dir(o->producer_socket)) != 0 ||
+      (rc = tr_agent_start(d->loop, &ao, &d->agent)) != 0) {
+    TR_ERROR(COMP, "cannot start the regional's own agent (producer socket %s): %s",
+             o->producer_socket, tr_strerror(rc));
+    return rc;
+  }
+  return 0;
 }
 
 int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts *o,
@@ -174,6 +233,14 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
     TR_ERROR(COMP, "TLS setup failed: %s", err[0] ? err : tr_strerror(rc));
     goto fail;
   }
+  if (o->upstream != NULL) {
+    if ((rc = start_regional(d, o)) != 0)
+      goto fail;
+    TR_INFO(COMP, "regional: agents on %s are forwarded to %s; no consumer socket here: trace "
+            "from the upstream service", o->listen, o->upstream);
+    *out = d;
+    return 0;
+  }
   if ((rc = make_parent_dir(o->consumer_socket)) != 0) {
     TR_ERROR(COMP, "cannot create the directory of the consumer socket %s: %s",
              o->consumer_socket, tr_strerror(rc));
@@ -203,6 +270,7 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   link_opts.tls = d->tls;
   link_opts.handshake_timeout_ms = o->handshake_timeout_ms;
   link_opts.max_agents = o->max_agents;
+  link_opts.relay_allow = &o->relay_allow;
   if ((rc = tr_link_server_start(loop, &d->svc, &tr_session_link_events, &link_opts,
                                  &d->link)) != 0)
     goto fail; /* the link server logged the address and the reason */
@@ -255,12 +323,28 @@ static void on_shutdown_flush(void *ud, bool ok) {
     end_and_close(d);
 }
 
+/* A regional's agent sent what it held (or timed out) and closed: the rest closes now. */
+static void on_regional_agent_done(void *data) {
+  tr_service_daemon *d = data;
+  d->agent = NULL;
+  close_all(d);
+}
+
 void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), void *ud) {
   if (d->stopping)
     return;
   d->stopping = true;
   d->done = done;
   d->done_ud = ud;
+  if (d->regional != NULL) {
+    tr_regional_stop(d->regional);
+    d->regional = NULL;
+    if (d->agent != NULL)
+      tr_agent_shutdown(d->agent, SHUTDOWN_READ_MS, on_regional_agent_done, d);
+    else
+      close_all(d);
+    return;
+  }
   /* Counted before any flush starts: one may complete at once. */
   for (tr_session *s = d->svc.sessions; s; s = tr_session_next(s))
     d->flushes_pending += tr_session_get_state(s) == TR_SESSION_STARTED;
@@ -276,28 +360,41 @@ void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), vo
   on_shutdown_flush(d, true);
 }
 
-int tr_service_daemon_reload_tls(tr_service_daemon *d, const char *ca_path,
-                                 const char *cert_path, const char *key_path) {
+int tr_service_daemon_reload_tls(tr_service_daemon *d, const struct tr_service_daemon_opts *o) {
   struct tr_tls_config_opts tls_opts = {0};
-  tr_tls_config *cfg;
+  tr_tls_config *cfg, *upstream = NULL;
   char err[512] = "";
   int rc;
-  if (d->stopping || !d->link)
+  if (d->stopping || (!d->link && !d->regional))
     return TR_ERR_STATE;
   tls_opts.role = TR_TLS_SERVER;
-  tls_opts.ca_path = ca_path;
-  tls_opts.cert_path = cert_path;
-  tls_opts.key_path = key_path;
+  tls_opts.ca_path = o->ca_path;
+  tls_opts.cert_path = o->cert_path;
+  tls_opts.key_path = o->key_path;
   if ((rc = tr_tls_config_new(&tls_opts, &cfg, err, sizeof err)) != 0) {
     TR_ERROR(COMP, "certificates NOT reloaded, the current ones stay in use: %s",
              err[0] ? err : tr_strerror(rc));
     return rc;
   }
-  tr_link_server_reload_tls(d->link, cfg);
+  if (d->regional && (rc = load_upstream_tls(o, &upstream)) != 0) {
+    TR_ERROR(COMP, "certificates NOT reloaded, the current ones stay in use");
+    tr_tls_config_unref(cfg);
+    return rc;
+  }
+  if (d->regional) {
+    tr_regional_reload_tls(d->regional, cfg, upstream);
+    tr_tls_config_unref(d->upstream_tls);
+    d->upstream_tls = upstream;
+    if (d->agent)
+      tr_agent_reload_tls(d->agent);
+  } else {
+    tr_link_server_reload_tls(d->link, cfg);
+  }
   tr_tls_config_unref(d->tls);
   d->tls = cfg;
-  TR_INFO(COMP, "certificates reloaded (ca %s, cert %s, key %s); connected agents and running "
-          "sessions carry on", ca_path, cert_path, key_path);
+  TR_INFO(COMP, "certificates reloaded (ca %s, cert %s, key %s%s%s); connected agents and "
+          "running sessions carry on", o->ca_path, o->cert_path, o->key_path,
+          d->regional ? ", upstream cert " : "", d->regional ? o->upstream_cert_path : "");
   return 0;
 }
 

@@ -632,6 +632,54 @@ static void test_late_probes_are_not_a_new_path(void **state) {
   tr_clocksync_free(est);
 }
 
+/* Tiers: a regional R measures host H, the service measures R. Each of H's exchanges with R,
+ * made one with the service through the service's estimate of R, must still bracket the truth
+ * (H received after t1 and answered before t4, on the service's clock), also when R's last probe
+ * is up to two seconds old; and the estimate it gives of H is within the two hops' bounds. */
+static void test_relayed_exchange_is_valid(void **state) {
+  (void)state;
+  const struct host r = {.offset = 3600.0L * SEC, .drift = 50e-6L, .t0 = 100.0L * SEC};
+  const struct host h = {.offset = -20.0L * SEC, .drift = -150e-6L, .t0 = 100.0L * SEC};
+  struct link lan = {.base_ns = 30 * US, .jitter_mean_ns = 5 * US, .turnaround_ns = 10 * US};
+  struct tr_clocksync *via, *host_est;
+  assert_int_equal(tr_clocksync_init(&via, NULL), 0);
+  assert_int_equal(tr_clocksync_init(&host_est, NULL), 0);
+  rng_state = 5;
+  int64_t t = (int64_t)r.t0;
+  feed(via, &r, &lan, &t, 20);
+  int checked = 0;
+  for (int i = 0; i < 400; i++) {
+    int64_t send = t + (i % 40 + 1) * 25 * MS; /* 1 to 2 s past R's last probe */
+    double fwd = lan.base_ns + expo(lan.jitter_mean_ns), back = lan.base_ns + expo(lan.jitter_mean_ns);
+    long double recv = (long double)send + fwd, answer = recv + lan.turnaround_ns;
+    struct tr_clocksync_probe in = {.t1 = host_clock(&r, (long double)send),
+                                    .t2 = host_clock(&h, recv), .t3 = host_clock(&h, answer),
+                                    .t4 = host_clock(&r, answer + back) + 1};
+    struct tr_clocksync_probe out;
+    assert_int_equal(tr_clocksync_relay_exchange(via, &in, &out), 0);
+    assert_true((long double)out.t1 <= recv);
+    assert_true((long double)out.t4 >= answer);
+    assert_int_equal(out.t2, in.t2);
+    assert_int_equal(out.t3, in.t3);
+    assert_int_equal(tr_clocksync_add_probe(host_est, &out), 0);
+    if (i % 40 == 39) /* R is probed again now and then */
+      feed(via, &r, &lan, &t, 1);
+    int64_t m;
+    assert_int_equal(tr_clocksync_map(host_est, in.t2, &m), 0);
+    int64_t bound = tr_clocksync_error_bound(host_est, in.t2);
+    assert_true(fabsl((long double)m - truth(&h, in.t2)) <= (long double)bound + 1);
+    checked++;
+  }
+  assert_int_equal(checked, 400);
+  struct tr_clocksync_probe none;
+  struct tr_clocksync *empty;
+  assert_int_equal(tr_clocksync_init(&empty, NULL), 0);
+  assert_int_equal(tr_clocksync_relay_exchange(empty, PROBE(1, 2, 3, 4), &none), TR_ERR_STATE);
+  tr_clocksync_free(empty);
+  tr_clocksync_free(via);
+  tr_clocksync_free(host_est);
+}
+
 static void test_slews_never_steps(void **state) {
   (void)state;
   /* The path becomes asymmetric (+300 us one way): the estimate moves by 150 us, while the truth
@@ -723,6 +771,7 @@ int main(void) {
       cmocka_unit_test(test_memory_follows_retention),
       cmocka_unit_test(test_outliers_and_path_change),
       cmocka_unit_test(test_late_probes_are_not_a_new_path),
+      cmocka_unit_test(test_relayed_exchange_is_valid),
       cmocka_unit_test(test_slews_never_steps),
       cmocka_unit_test(test_invalid_input),
   };

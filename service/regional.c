@@ -1,0 +1,532 @@
+/* regional.c: a regional service's forwarding of its agents' links upstream (see regional.h).
+ *
+ * One pump per agent connection: the agent's link ("down", accepted here) and the link made
+ * for it to the upstream ("up"). The pump is freed once both links are closed and no address
+ * lookup is pending. One timer drives every pump's clock probes (each tick) and heartbeats
+ * (every HEARTBEAT_TICKS ticks). */
+#include "service/regional.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay/clock.h"
+#include "relay/clock_probe.h"
+#include "relay/clocksync.h"
+#include "relay/hostport.h"
+#include "relay/log.h"
+#include "relay/relay_frame.h"
+#include "relay/relay_link.h"
+#include "relay/relay_session.h"
+#include "relay/tr_error.h"
+#include "service/link_server.h"
+
+#define COMP "regional"
+#define TICK_MS TR_CLOCK_PROBE_SESSION_MIN_MS
+#define HEARTBEAT_TICKS 10
+#define PROBE_FEATURES (TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)
+
+typedef struct pump pump;
+
+struct pump {
+  tr_regional *r;
+  pump *prev, *next;
+  tr_relay_link *down, *up; /* NULL once closed */
+  char host[TR_TLS_MAX_NAME + 1];
+  Tracerelay__RelayFrame *hello; /* the agent's, until it went upstream */
+  uint64_t agent_features;       /* offered by the agent */
+  uint64_t sent_features;        /* offered upstream */
+  uint32_t agent_max_frame;
+  uv_getaddrinfo_t resolve;
+  bool resolving;
+  bool counted;  /* said Hello: one of r->agents */
+  bool welcomed; /* the upstream's Welcome went to the agent */
+  uint64_t opened_ms;
+  int64_t t4; /* BOOTTIME of the agent's read being processed */
+  struct tr_clock_probe_peer probe;
+  struct tr_clocksync *clock; /* our estimate of the host, for the probes' pace */
+};
+
+struct tr_regional {
+  uv_loop_t *loop;
+  tr_relay_link_listener *listener;
+  tr_tls_config *upstream_tls;
+  char upstream_host[256], upstream_port[8], upstream_name[256];
+  struct tr_relay_link_opts down_opts, up_opts;
+  unsigned hello_timeout_ms, max_agents, agents;
+  pump *pumps;
+  struct tr_clock_probe_sched probes;
+  uv_timer_t tick;
+  unsigned ticks;
+  bool stopping, tick_closed;
+};
+
+static void maybe_free_regional(tr_regional *r) {
+  if (!r->stopping || !r->tick_closed || r->pumps != NULL)
+    return;
+  tr_tls_config_unref(r->upstream_tls);
+  free(r);
+}
+
+static void maybe_free_pump(pump *p) {
+  if (p->down != NULL || p->up != NULL || p->resolving)
+    return;
+  tr_regional *r = p->r;
+  if (p->prev != NULL)
+    p->prev->next = p->next;
+  else
+    r->pumps = p->next;
+  if (p->next != NULL)
+    p->next->prev = p->prev;
+  if (p->counted)
+    r->agents--;
+  tr_relay_frame_free(p->hello);
+  tr_clocksync_free(p->clock);
+  free(p);
+  maybe_free_regional(r);
+}
+
+/* ---- clock probes of the agents: the transport's side of relay/clock_probe.h ---- */
+
+static int probe_send(void *data, uint64_t probe_id, int64_t *t1) {
+  pump *p = data;
+  return tr_relay_link_send_clock_probe(p->down, probe_id, t1);
+}
+
+static int64_t probe_sent_time(void *data, int64_t t1) {
+  pump *p = data;
+  return tr_tls_uv_sent_time(tr_relay_link_conn(p->down), t1);
+}
+
+static double probe_drift_ppm(void *data) {
+  pump *p = data;
+  return tr_clocksync_drift_ppm(p->clock);
+}
+
+/* Our own estimate paces the probes; the exchange itself goes upstream, where it counts. */
+static void probe_done(void *data, uint64_t probe_id, const struct tr_clocksync_probe *ex) {
+  pump *p = data;
+  int rc = tr_clocksync_add_probe(p->clock, ex);
+  TR_DEBUG(COMP, "host %s: clock probe %llu t1 %lld t2 %lld t3 %lld%s t4 %lld: %s", p->host,
+           (unsigned long long)probe_id, (long long)ex->t1, (long long)ex->t2,
+           (long long)ex->t3, ex->t3_late ? " (late)" : "", (long long)ex->t4,
+           rc < 0 ? tr_strerror(rc) : "used");
+  if (p->up == NULL || !p->welcomed || tr_relay_link_closing(p->up))
+    return;
+  Tracerelay__RelayedClockExchange x = TRACERELAY__RELAYED_CLOCK_EXCHANGE__INIT;
+  x.has_t1 = x.has_t2 = x.has_t3 = x.has_t4 = x.has_t3_late = 1;
+  x.t1 = (uint64_t)ex->t1;
+  x.t2 = (uint64_t)ex->t2;
+  x.t3 = (uint64_t)ex->t3;
+  x.t4 = (uint64_t)ex->t4;
+  x.t3_late = ex->t3_late;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_RELAYED_CLOCK_EXCHANGE;
+  f.relayed_clock_exchange = &x;
+  tr_relay_link_send(p->up, &f);
+}
+
+static const struct tr_clock_probe_ops probe_ops = {
+    .send = probe_send, .sent_time = probe_sent_time, .drift_ppm = probe_drift_ppm,
+    .done = probe_done};
+
+/* ---- the upstream link of one agent ---- */
+
+static uint32_t min_frame(uint32_t a, size_t b) { return (size_t)a < b ? a : (uint32_t)b; }
+
+/* The agent's Hello, as the regional's: naming the host, its probes done here. */
+static void up_open(tr_relay_link *up) {
+  pump *p = tr_relay_link_data(up);
+  Tracerelay__Hello *h = p->hello->hello;
+  h->relayed_host = p->host;
+  p->sent_features = p->agent_features & ~PROBE_FEATURES;
+  if (p->agent_features & TR_RELAY_FEATURE_CLOCK_PROBES)
+    p->sent_features |= TR_RELAY_FEATURE_RELAYED_CLOCKS;
+  h->features = p->sent_features;
+  h->has_max_frame_bytes = 1;
+  h->max_frame_bytes = min_frame(p->agent_max_frame, tr_relay_link_max_in(up));
+  tr_relay_link_send(up, p->hello);
+  h->relayed_host = NULL; /* not ours to free */
+  tr_relay_frame_free(p->hello);
+  p->hello = NULL;
+}
+
+/* The upstream's Welcome, as ours: the agent's probes are answered to us. */
+static void up_welcome(pump *p, Tracerelay__RelayFrame *f) {
+  Tracerelay__Welcome *w = f->welcome;
+  uint32_t max = w->has_max_frame_bytes && w->max_frame_bytes ? w->max_frame_bytes
+                                                              : TR_RELAY_MAX_FRAME_DEFAULT;
+  if (tr_relay_features_check(p->sent_features, w->features) < 0 || max < TR_RELAY_MIN_FRAME ||
+      max > TR_RELAY_MAX_FRAME_LIMIT) {
+    tr_relay_link_protocol_error(p->up, "Welcome accepts features %#llx (offered %#llx), "
+                                 "max_frame_bytes %u", (unsigned long long)w->features,
+                                 (unsigned long long)p->sent_features, max);
+    return;
+  }
+  tr_relay_link_established(p->up, max);
+  uint64_t features = (w->features & ~TR_RELAY_FEATURE_RELAYED_CLOCKS) |
+                      (p->agent_features & PROBE_FEATURES);
+  w->features = features;
+  w->has_max_frame_bytes = 1;
+  w->max_frame_bytes = min_frame(max, tr_relay_link_max_in(p->down));
+  if (tr_relay_link_send(p->down, f) < 0)
+    return;
+  tr_relay_link_established(p->down, p->agent_max_frame);
+  p->welcomed = true;
+  if ((features & TR_RELAY_FEATURE_CLOCK_PROBES) && p->clock != NULL)
+    tr_clock_probe_add(&p->r->probes, &p->probe, p, features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP,
+                       uv_now(p->r->loop));
+  TR_INFO(COMP, "host %s (%s) forwarded upstream (features %#llx, upstream has batch %llu)",
+          p->host, tr_tls_uv_peer_address(tr_relay_link_conn(p->down)),
+          (unsigned long long)features, (unsigned long long)w->stored_seq);
+}
+
+/* The upstream's words to the agent, passed on with its reason (e.g. NOT_AUTHORIZED). */
+static void up_goodbye(pump *p, const Tracerelay__Goodbye *g) {
+  const char *text = g->text != NULL ? g->text : "";
+  TR_WARN(COMP, "host %s: the upstream ends its link (reason %d): %s", p->host, (int)g->reason,
+          text);
+  tr_relay_link_close(p->down, g->has_reason ? g->reason : TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
+                      "the upstream service: %s", text);
+  tr_relay_link_hang_up(p->up);
+}
+
+static void up_frame(tr_relay_link *up, Tracerelay__RelayFrame *f) {
+  pump *p = tr_relay_link_data(up);
+  if (p->down == NULL || tr_relay_link_closing(p->down)) {
+    tr_relay_frame_free(f);
+    return;
+  }
+  switch (f->msg_case) {
+  case TRACERELAY__RELAY_FRAME__MSG_GOODBYE:
+    up_goodbye(p, f->goodbye);
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_WELCOME:
+    if (p->welcomed)
+      tr_relay_link_protocol_error(up, "a second Welcome");
+    else
+      up_welcome(p, f);
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT:
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE:
+    tr_relay_link_protocol_error(up, "clock probe on a relayed link");
+    break;
+  default:
+    if (!p->welcomed)
+      tr_relay_link_protocol_error(up, "expected Welcome, got frame type %d", (int)f->msg_case);
+    else if (tr_relay_link_send(p->down, f) == TR_ERR_TOO_BIG)
+      tr_relay_link_protocol_error(up, "a frame larger than the agent of %s accepts", p->host);
+    break;
+  }
+  tr_relay_frame_free(f);
+}
+
+/* The upstream's queue fell to half its bound again: the agent's frames may follow. */
+static void up_drain(tr_relay_link *up) {
+  pump *p = tr_relay_link_data(up);
+  if (p->down != NULL)
+    tr_relay_link_release_input(p->down);
+}
+
+static void up_closed(tr_relay_link *up, int reason, const char *why) {
+  pump *p = tr_relay_link_data(up);
+  p->up = NULL;
+  if (p->down != NULL)
+    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
+                        "its link to the upstream closed: %s", reason ? why : "closed by us");
+  maybe_free_pump(p);
+}
+
+static const struct tr_relay_link_events up_events = {
+    .on_open = up_open, .on_frame = up_frame, .on_drain = up_drain, .on_closed = up_closed};
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
+  pump *p = req->data;
+  tr_regional *r = p->r;
+  p->resolving = false;
+  if (p->down == NULL || tr_relay_link_closing(p->down) || r->stopping) {
+    uv_freeaddrinfo(res);
+    maybe_free_pump(p);
+    return;
+  }
+  if (status < 0) {
+    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+                        "cannot resolve the upstream %s: %s", r->upstream_host, uv_strerror(status));
+    return;
+  }
+  int rc = tr_relay_link_connect(r->loop, r->upstream_tls, r->upstream_name, res->ai_addr,
+                                 &r->up_opts, &up_events, p, &p->up);
+  uv_freeaddrinfo(res);
+  if (rc < 0) {
+    p->up = NULL;
+    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+                        "cannot connect to the upstream %s:%s: %s", r->upstream_host,
+                        r->upstream_port, tr_strerror(rc));
+  }
+}
+
+/* ---- the agent's link ---- */
+
+static void down_hello(pump *p, Tracerelay__RelayFrame *f) {
+  tr_regional *r = p->r;
+  const Tracerelay__Hello *h = f->hello;
+  uint32_t max = h->has_max_frame_bytes && h->max_frame_bytes ? h->max_frame_bytes
+                                                              : TR_RELAY_MAX_FRAME_DEFAULT;
+  if (max < TR_RELAY_MIN_FRAME || max > TR_RELAY_MAX_FRAME_LIMIT || h->relayed_host != NULL) {
+    tr_relay_link_protocol_error(p->down, "Hello with max_frame_bytes %u%s", max,
+                                 h->relayed_host != NULL ? " and relayed_host" : "");
+    tr_relay_frame_free(f);
+    return;
+  }
+  if (r->agents >= r->max_agents) {
+    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+                        "the regional already serves %u agents, its --max-agents; host %s "
+                        "refused", r->agents, p->host);
+    tr_relay_frame_free(f);
+    return;
+  }
+  p->counted = true;
+  r->agents++;
+  p->hello = f;
+  p->agent_features = h->features;
+  p->agent_max_frame = max;
+  if (tr_clocksync_init(&p->clock, NULL) < 0)
+    p->clock = NULL; /* no probes then: the upstream maps the host through none */
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  p->resolve.data = p;
+  int rc = uv_getaddrinfo(r->loop, &p->resolve, on_resolved, r->upstream_host, r->upstream_port,
+                          &hints);
+  if (rc < 0) {
+    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+                        "cannot resolve the upstream %s: %s", r->upstream_host, uv_strerror(rc));
+    return;
+  }
+  p->resolving = true;
+}
+
+/* After Welcome: the agent's frames go upstream, but for its probe answers. */
+static void down_forward(pump *p, Tracerelay__RelayFrame *f) {
+  tr_regional *r = p->r;
+  uint64_t now_ms = uv_now(r->loop);
+  switch (f->msg_case) {
+  case TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT:
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_CLOCK_PROBE:
+    if (!(p->agent_features & TR_RELAY_FEATURE_CLOCK_PROBES) ||
+        tr_clock_probe_answer(&r->probes, &p->probe, f->clock_probe->probe_id, f->clock_probe->t2,
+                              f->clock_probe->t3, p->t4, now_ms) < 0)
+      tr_relay_link_protocol_error(p->down, "clock probe answer out of range or unasked");
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_CLOCK_FOLLOW_UP: {
+    const Tracerelay__ClockFollowUp *fu = f->clock_follow_up;
+    if (!(p->agent_features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP) ||
+        tr_clock_probe_follow_up(&r->probes, &p->probe, fu->probe_id, fu->has_t3, fu->t3,
+                                 fu->has_t3_late && fu->t3_late, now_ms) < 0)
+      tr_relay_link_protocol_error(p->down, "clock follow-up out of range or unasked");
+    break;
+  }
+  case TRACERELAY__RELAY_FRAME__MSG_HELLO:
+  case TRACERELAY__RELAY_FRAME__MSG_RELAYED_CLOCK_EXCHANGE:
+    tr_relay_link_protocol_error(p->down, "unexpected frame type %d", (int)f->msg_case);
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_GOODBYE:
+    TR_INFO(COMP, "host %s says goodbye (reason %d): passed upstream", p->host,
+            (int)f->goodbye->reason);
+    tr_relay_link_send(p->up, f);
+    tr_relay_link_hang_up(p->down);
+    break;
+  default:
+    if (tr_relay_link_send(p->up, f) == TR_ERR_TOO_BIG)
+      tr_relay_link_protocol_error(p->down, "a frame larger than the upstream accepts");
+    else if (tr_relay_link_queued(p->up) > TR_REGIONAL_UPSTREAM_QUEUE / 2)
+      tr_relay_link_hold_input(p->down);
+    break;
+  }
+  tr_relay_frame_free(f);
+}
+
+static void down_frame(tr_relay_link *down, Tracerelay__RelayFrame *f) {
+  pump *p = tr_relay_link_data(down);
+  if (p->welcomed && p->up != NULL && !tr_relay_link_closing(p->up)) {
+    down_forward(p, f);
+  } else if (!p->counted && f->msg_case == TRACERELAY__RELAY_FRAME__MSG_HELLO) {
+    down_hello(p, f); /* takes f */
+  } else {
+    tr_relay_link_protocol_error(down, "frame type %d before Welcome", (int)f->msg_case);
+    tr_relay_frame_free(f);
+  }
+}
+
+static void down_open(tr_relay_link *down) {
+  tr_regional *r = tr_relay_link_data(down);
+  pump *p = calloc(1, sizeof *p);
+  tr_relay_link_set_data(down, p);
+  if (p == NULL) {
+    tr_relay_link_close(down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED, "out of memory");
+    return;
+  }
+  p->r = r;
+  p->down = down;
+  p->opened_ms = uv_now(r->loop);
+  snprintf(p->host, sizeof p->host, "%s", tr_tls_uv_peer_name(tr_relay_link_conn(down)));
+  p->next = r->pumps;
+  if (p->next != NULL)
+    p->next->prev = p;
+  r->pumps = p;
+}
+
+/* Before decryption: a probe answer's arrival (as link_server.c's on_read). */
+static void down_read(tr_relay_link *down) {
+  pump *p = tr_relay_link_data(down);
+  tr_tls_uv_conn *conn = tr_relay_link_conn(down);
+  p->t4 = tr_clock_probe_awaiting_answer(&p->probe) ? tr_tls_uv_read_time_checked(conn)
+                                                     : tr_tls_uv_read_time(conn);
+}
+
+static void down_closing(tr_relay_link *down) {
+  pump *p = tr_relay_link_data(down);
+  if (p != NULL)
+    tr_clock_probe_remove(&p->r->probes, &p->probe);
+}
+
+static void down_closed(tr_relay_link *down, int reason, const char *why) {
+  pump *p = tr_relay_link_data(down);
+  if (p == NULL)
+    return;
+  p->down = NULL;
+  if (p->counted)
+    TR_INFO(COMP, "host %s disconnected: %s", p->host, reason ? why : "closed by us");
+  if (p->resolving)
+    uv_cancel((uv_req_t *)&p->resolve);
+  if (p->up != NULL) /* its queued frames (a Goodbye among them) still go out */
+    tr_relay_link_close(p->up, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
+                        "the agent of %s disconnected", p->host);
+  maybe_free_pump(p);
+}
+
+static const struct tr_relay_link_events down_events = {
+    .on_open = down_open, .on_read = down_read, .on_frame = down_frame,
+    .on_closing = down_closing, .on_closed = down_closed};
+
+/* ---- timers ---- */
+
+static void check_pump(pump *p, uint64_t now_ns, uint64_t now_ms) {
+  if (p->down != NULL && tr_relay_link_check_alive(p->down, now_ns) && !p->counted &&
+      now_ms - p->opened_ms >= p->r->hello_timeout_ms)
+    tr_relay_link_protocol_error(p->down, "no Hello within %u ms of the TLS handshake",
+                                 p->r->hello_timeout_ms);
+  if (p->up != NULL)
+    tr_relay_link_check_alive(p->up, now_ns);
+}
+
+static void on_tick(uv_timer_t *t) {
+  tr_regional *r = t->data;
+  uint64_t now_ns = uv_hrtime(), now_ms = uv_now(r->loop);
+  bool heartbeats = ++r->ticks % HEARTBEAT_TICKS == 0;
+  if (heartbeats)
+    for (pump *p = r->pumps; p != NULL; p = p->next)
+      check_pump(p, now_ns, now_ms);
+  /* Always at the session rate: sessions are the upstream's, and it does not say. */
+  tr_clock_probe_tick(&r->probes, now_ms, true);
+  if (heartbeats)
+    for (pump *p = r->pumps; p != NULL; p = p->next) {
+      if (p->down != NULL)
+        tr_relay_link_keep_alive(p->down, now_ns);
+      if (p->up != NULL)
+        tr_relay_link_keep_alive(p->up, now_ns);
+    }
+}
+
+/* ---- the public side ---- */
+
+static int parse_listen(const char *s, struct sockaddr_storage *out) {
+  struct tr_hostport hp;
+  if (tr_hostport_parse(s, true, &hp) < 0)
+    return TR_ERR_CONFIG;
+  if (uv_ip4_addr(hp.host, (int)hp.port, (struct sockaddr_in *)out) == 0 ||
+      uv_ip6_addr(hp.host, (int)hp.port, (struct sockaddr_in6 *)out) == 0)
+    return 0;
+  return TR_ERR_CONFIG;
+}
+
+int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_regional **out) {
+  struct sockaddr_storage addr;
+  struct tr_hostport up;
+  if (opts->listen == NULL || parse_listen(opts->listen, &addr) < 0) {
+    TR_ERROR(COMP, "cannot listen on '%s': give ADDR:PORT, e.g. 0.0.0.0:%d", opts->listen ? opts->listen : "",
+             TR_LINK_DEFAULT_PORT);
+    return TR_ERR_CONFIG;
+  }
+  if (opts->upstream == NULL || tr_hostport_parse(opts->upstream, false, &up) < 0) {
+    TR_ERROR(COMP, "--upstream '%s': give HOST:PORT of the upstream service",
+             opts->upstream ? opts->upstream : "");
+    return TR_ERR_CONFIG;
+  }
+  tr_regional *r = calloc(1, sizeof *r);
+  if (r == NULL)
+    return TR_ERR_NOMEM;
+  r->loop = loop;
+  snprintf(r->upstream_host, sizeof r->upstream_host, "%s", up.host);
+  snprintf(r->upstream_port, sizeof r->upstream_port, "%u", (unsigned)up.port);
+  snprintf(r->upstream_name, sizeof r->upstream_name, "%s",
+           opts->upstream_name ? opts->upstream_name : up.host);
+  r->upstream_tls = tr_tls_config_ref(opts->upstream_tls);
+  r->hello_timeout_ms =
+      opts->handshake_timeout_ms ? opts->handshake_timeout_ms : TR_TLS_UV_HANDSHAKE_TIMEOUT_MS;
+  r->max_agents = opts->max_agents ? opts->max_agents : TR_LINK_DEFAULT_MAX_AGENTS;
+  r->down_opts = (struct tr_relay_link_opts){
+      .tls = {.max_queued = TR_LINK_MAX_QUEUED, .handshake_timeout_ms = r->hello_timeout_ms},
+      .pause_read_above = TR_LINK_MAX_QUEUED / 2,
+      .peer_role = "agent"};
+  r->up_opts = (struct tr_relay_link_opts){
+      .tls = {.max_queued = TR_REGIONAL_UPSTREAM_QUEUE,
+              .handshake_timeout_ms = r->hello_timeout_ms},
+      .peer_role = "upstream service"};
+  tr_clock_probe_sched_init(&r->probes, &probe_ops);
+  int rc = tr_relay_link_listen(loop, opts->tls, (struct sockaddr *)&addr, &r->down_opts,
+                                &down_events, r, &r->listener);
+  if (rc < 0) {
+    TR_ERROR(COMP, "cannot listen on %s: %s", opts->listen, tr_strerror(rc));
+    tr_tls_config_unref(r->upstream_tls);
+    free(r);
+    return rc;
+  }
+  uv_timer_init(loop, &r->tick);
+  r->tick.data = r;
+  uv_timer_start(&r->tick, on_tick, TICK_MS, TICK_MS);
+  TR_INFO(COMP, "listening for agents on %s (port %d); forwarding them to %s:%s (%s)",
+          opts->listen, tr_relay_link_listener_port(r->listener), r->upstream_host,
+          r->upstream_port, r->upstream_name);
+  *out = r;
+  return 0;
+}
+
+void tr_regional_reload_tls(tr_regional *r, tr_tls_config *cfg, tr_tls_config *upstream_cfg) {
+  tr_relay_link_listener_set_config(r->listener, cfg);
+  tr_tls_config_unref(r->upstream_tls);
+  r->upstream_tls = tr_tls_config_ref(upstream_cfg);
+}
+
+unsigned tr_regional_agents(const tr_regional *r) { return r->agents; }
+
+static void on_tick_closed(uv_handle_t *h) {
+  tr_regional *r = h->data;
+  r->tick_closed = true;
+  maybe_free_regional(r);
+}
+
+void tr_regional_stop(tr_regional *r) {
+  if (r->stopping)
+    return;
+  r->stopping = true;
+  tr_relay_link_listener_close(r->listener);
+  for (pump *p = r->pumps; p != NULL; p = p->next) {
+    if (p->down != NULL)
+      tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN,
+                          "the regional service is shutting down");
+    if (p->up != NULL)
+      tr_relay_link_close(p->up, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
+                          "the regional service is shutting down");
+  }
+  uv_close((uv_handle_t *)&r->tick, on_tick_closed);
+}

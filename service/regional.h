@@ -1,0 +1,56 @@
+/* regional.h: the regional side of tiers (docs/relay-protocol.md#tiers): a service started
+ * with --upstream accepts agents as a service does and forwards each agent's relay link to the
+ * upstream service on a link of its own, made with the regional's certificate and naming the
+ * agent's host in Hello.relayed_host (the upstream checks that the regional may speak for it).
+ *
+ * Per agent: the regional checks the agent's certificate (the machine name is the
+ * certificate's, never a message), forwards its Hello upstream, and answers it with the
+ * upstream's Welcome; from then on every frame goes through in order both ways, re-encoded
+ * but not interpreted (batches stay compressed), except:
+ * - clock probes: the regional probes its agents itself (relay/clock_probe.h, as the service
+ *   does, always at the session rate) and sends each completed exchange upstream as a
+ *   RelayedClockExchange; the upstream composes it with its own measurement of the regional's
+ *   clock (relay/clocksync.h, tr_clocksync_relay_exchange);
+ * - heartbeats: each link keeps its own.
+ * Nothing is stored here: batches are acknowledged by the upstream end to end, so an agent
+ * keeps what the upstream did not acknowledge in its spill queue across a regional's restart.
+ * - Backpressure: while more than half of TR_REGIONAL_UPSTREAM_QUEUE bytes wait on an agent's
+ *   upstream link, that agent's frames are held (tr_relay_link_hold_input) until it drains;
+ *   TCP then holds the agent, whose own queues bound and count what it cannot send.
+ * - Either link closing closes the other: an upstream Goodbye (e.g. NOT_AUTHORIZED) is passed
+ *   to the agent with its reason and text; an agent's Goodbye is passed upstream.
+ * The regional's own clock reaches the upstream through an agent embedded in the regional
+ * process (service.c), connected under the regional's certificate name.
+ * Everything runs on the loop's thread. */
+#ifndef TR_SERVICE_REGIONAL_H
+#define TR_SERVICE_REGIONAL_H
+
+#include <uv.h>
+
+#include "relay/tls.h"
+
+#define TR_REGIONAL_UPSTREAM_QUEUE (16u << 20) /* an upstream link's queue bound */
+
+typedef struct tr_regional tr_regional;
+
+struct tr_regional_opts {
+  const char *listen;          /* ADDR:PORT for agents */
+  tr_tls_config *tls;          /* server role, for agents; referenced */
+  const char *upstream;        /* HOST:PORT of the upstream service */
+  const char *upstream_name;   /* the name its certificate must carry; NULL: HOST */
+  tr_tls_config *upstream_tls; /* client role: the regional's certificate; referenced */
+  unsigned handshake_timeout_ms; /* 0: TR_TLS_UV_HANDSHAKE_TIMEOUT_MS */
+  unsigned max_agents;           /* 0: TR_LINK_DEFAULT_MAX_AGENTS */
+};
+
+/* Listens for agents. TR_ERR_CONFIG (address; logged), or the listen error (logged). */
+int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_regional **out);
+/* Agents accepted from now on use cfg (referenced); open links carry on. */
+void tr_regional_reload_tls(tr_regional *r, tr_tls_config *cfg, tr_tls_config *upstream_cfg);
+/* Agents connected and forwarded now. */
+unsigned tr_regional_agents(const tr_regional *r);
+/* Stops listening, closes every link (agents get Goodbye SHUTDOWN and reconnect elsewhere or
+ * later; the upstream sees their links drop, not end), and frees r once all are closed. */
+void tr_regional_stop(tr_regional *r);
+
+#endif
