@@ -124,7 +124,7 @@ static const char *hello_name(tr_link_peer *p, const Tracerelay__Hello *hello) {
     tr_relay_link_protocol_error(p->link, "Hello.relayed_host is not a machine name");
     return NULL;
   }
-  if (p->ls->relay_allow == NULL || !tr_relay_allowed(p->ls->relay_allow, cert, host)) {
+  if (p->ls->relay_allow == NULL || !tr_relay_allow_permits(p->ls->relay_allow, cert, host)) {
     TR_WARN("link", "%s (%s) is not authorized to relay host %s: refused (--relay-allow)", cert,
             tr_tls_uv_peer_address(tr_relay_link_conn(p->link)), host);
     tr_relay_link_close(p->link, TRACERELAY__GOODBYE__REASON__REASON_NOT_AUTHORIZED,

@@ -56,7 +56,7 @@ static bool matches_one(const char *patterns, const char *host) {
   return false;
 }
 
-bool tr_relay_allowed(const tr_relay_allow *a, const char *regional, const char *host) {
+bool tr_relay_allow_permits(const tr_relay_allow *a, const char *regional, const char *host) {
   size_t len = strlen(regional);
   for (size_t i = 0; i < a->n; i++)
     if (a->rules[i].regional_len == len && memcmp(a->rules[i].regional, regional, len) == 0 &&

@@ -26,6 +26,6 @@ typedef struct tr_relay_allow {
  * many rules). */
 int tr_relay_allow_add(tr_relay_allow *a, const char *spec, const char **why);
 /* True if a rule lets regional relay host. */
-bool tr_relay_allowed(const tr_relay_allow *a, const char *regional, const char *host);
+bool tr_relay_allow_permits(const tr_relay_allow *a, const char *regional, const char *host);
 
 #endif

@@ -14,18 +14,18 @@ static void test_rules_bound_names(void **state) {
   const char *why = NULL;
   assert_int_equal(tr_relay_allow_add(&a, "regional-eu=eu-*,edge-[0-9]", &why), 0);
   assert_int_equal(tr_relay_allow_add(&a, "regional-us=us-web-1", &why), 0);
-  assert_true(tr_relay_allowed(&a, "regional-eu", "eu-web-1"));
-  assert_true(tr_relay_allowed(&a, "regional-eu", "edge-7"));
-  assert_true(tr_relay_allowed(&a, "regional-us", "us-web-1"));
+  assert_true(tr_relay_allow_permits(&a, "regional-eu", "eu-web-1"));
+  assert_true(tr_relay_allow_permits(&a, "regional-eu", "edge-7"));
+  assert_true(tr_relay_allow_permits(&a, "regional-us", "us-web-1"));
   /* another region's hosts, a prefix of a regional's name, no rule at all */
-  assert_false(tr_relay_allowed(&a, "regional-eu", "us-web-1"));
-  assert_false(tr_relay_allowed(&a, "regional-us", "us-web-2"));
-  assert_false(tr_relay_allowed(&a, "regional", "eu-web-1"));
-  assert_false(tr_relay_allowed(&a, "regional-eu2", "eu-web-1"));
-  assert_false(tr_relay_allowed(&a, "us-web-1", "us-web-1"));
-  assert_false(tr_relay_allowed(&a, "regional-eu", "edge-10"));
+  assert_false(tr_relay_allow_permits(&a, "regional-eu", "us-web-1"));
+  assert_false(tr_relay_allow_permits(&a, "regional-us", "us-web-2"));
+  assert_false(tr_relay_allow_permits(&a, "regional", "eu-web-1"));
+  assert_false(tr_relay_allow_permits(&a, "regional-eu2", "eu-web-1"));
+  assert_false(tr_relay_allow_permits(&a, "us-web-1", "us-web-1"));
+  assert_false(tr_relay_allow_permits(&a, "regional-eu", "edge-10"));
   tr_relay_allow none = {0};
-  assert_false(tr_relay_allowed(&none, "regional-eu", "eu-web-1"));
+  assert_false(tr_relay_allow_permits(&none, "regional-eu", "eu-web-1"));
 }
 
 static void test_bad_rules_refused(void **state) {
