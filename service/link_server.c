@@ -294,8 +294,9 @@ static void on_relayed_exchange(tr_link_peer *p, const Tracerelay__RelayedClockE
   struct tr_clocksync_probe in = {.t1 = (int64_t)x->t1, .t2 = (int64_t)x->t2,
                                   .t3 = (int64_t)x->t3, .t4 = (int64_t)x->t4,
                                   .t3_late = x->has_t3_late && x->t3_late};
-  if (!x->has_t1 || !x->has_t2 || !x->has_t3 || !x->has_t4 || in.t1 < 0 || in.t2 < 0 ||
-      in.t3 < in.t2 || in.t4 < in.t1) {
+  const uint64_t limit = 1ull << 62; /* as a probe's answer (relay/clock_probe.h) */
+  if (!x->has_t1 || !x->has_t2 || !x->has_t3 || !x->has_t4 || x->t1 >= limit ||
+      x->t2 >= limit || x->t3 >= limit || x->t4 >= limit || in.t3 < in.t2 || in.t4 < in.t1) {
     tr_relay_link_protocol_error(p->link, "relayed clock exchange with times missing or out of order");
     return;
   }

@@ -7,7 +7,8 @@
  * with REASON_PROTOCOL_ERROR and delivering nothing after them, a silent peer closed at the
  * heartbeat timeout while heartbeats keep a quiet established link up, backpressure (reading
  * paused while our answers back up, the rest of the read held and delivered in order once they
- * drain), and a connection that never comes up still ending in on_closed. Every test ends
+ * drain), input held by the end until it lets go (delivered in order then), and a connection
+ * that never comes up still ending in on_closed. Every test ends
  * with uv_loop_close() succeeding, so no handle outlives its link. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -63,6 +64,7 @@ struct side {
   bool hang_up_on_goodbye;
   Tracerelay__Goodbye__Reason refuse; /* if set, close with it on Hello */
   bool watch;                /* the fixture's timer runs the heartbeats of this end */
+  uint64_t hold_after;       /* hold the input (tr_relay_link_hold_input) at this heartbeat */
 };
 
 static void side_init(struct side *s) {
@@ -149,6 +151,8 @@ static void on_frame(tr_relay_link *l, Tracerelay__RelayFrame *f) {
       s->heartbeats_in_order = false;
     s->last_heartbeat = f->heartbeat->timestamp_ns;
     s->heartbeats++;
+    if (s->hold_after != 0 && s->last_heartbeat == s->hold_after)
+      tr_relay_link_hold_input(l);
     if (s->echo)
       assert_int_equal(send_heartbeat(s, f->heartbeat->timestamp_ns, false), 0);
     if (s->answer_big)
@@ -442,6 +446,36 @@ static void test_backpressure_holds_frames_in_order(void **state) {
   fixture_finish(&f);
 }
 
+/* The end holds the input from inside a frame's delivery (a regional whose upstream backed up):
+ * nothing more is delivered, however much arrives, until it lets go; then everything, in
+ * order. */
+static void test_held_input_waits_for_release(void **state) {
+  (void)state;
+  struct fixture f;
+  fixture_start(&f, 0, 0);
+  listen_server(&f);
+  f.client.say_hello = true;
+  f.server.welcome = true;
+  f.server.hold_after = 10;
+  connect_client(&f);
+  RUN_UNTIL(&f, f.client.frames == 1, 5000);
+  enum { N = 3000 };
+  for (uint64_t n = 1; n <= N; n++)
+    assert_int_equal(send_heartbeat(&f.client, n, false), 0);
+  RUN_UNTIL(&f, f.server.heartbeats == 10, 5000);
+  run_for(&f, 300);
+  assert_int_equal(f.server.heartbeats, 10);
+  assert_true(tr_relay_link_input_held(f.server.link));
+  assert_false(f.server.closed);
+  tr_relay_link_release_input(f.server.link);
+  assert_false(tr_relay_link_input_held(f.server.link));
+  RUN_UNTIL(&f, f.server.heartbeats == N, 10000);
+  assert_true(f.server.heartbeats_in_order);
+  tr_relay_link_close(f.client.link, TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN, "done");
+  f.server.hang_up_on_goodbye = true;
+  fixture_finish(&f);
+}
+
 static void test_connection_never_up(void **state) {
   (void)state;
   struct fixture f;
@@ -464,6 +498,7 @@ int main(void) {
       cmocka_unit_test(test_protocol_errors_close),
       cmocka_unit_test(test_heartbeats_keep_link_and_silence_closes_it),
       cmocka_unit_test(test_backpressure_holds_frames_in_order),
+      cmocka_unit_test(test_held_input_waits_for_release),
       cmocka_unit_test(test_connection_never_up),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
