@@ -5,8 +5,8 @@
 # that does not exist; a bad value in a config file (its file and line); an out-of-range port
 # (exit 2, as any bad flag); a warning for an agent certificate that is not valid yet; an
 # open-file limit too low for --max-agents (issue 14); an agent past --max-agents refused
-# with a Goodbye that names the limit; and a producer past the agent's --max-producers refused
-# with a log line that names it.
+# with a Goodbye that names the limit; a producer past the agent's --max-producers refused
+# with a log line that names it; and a regional's flags misused (tiers).
 # Usage: test_startup_errors.sh BIN_DIR
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,6 +38,17 @@ expect 2 "invalid value 'localhost:99999' for --service" "$BIN/tracerelay-agent"
   --service localhost:99999 "${agent[@]}" --cert "$P/agent-web-1.crt" --key "$P/agent-web-1.key"
 expect 2 "invalid value '0.0.0.0:70000' for --listen" "$BIN/tracerelay-service" \
   --listen 0.0.0.0:70000 "${svc[@]}" --cert "$P/service.crt" --key "$P/service.key"
+# Tiers: a malformed --relay-allow rule, a regional without its own certificate, and a
+# regional's flag without --upstream are refused with the fix.
+expect 2 "invalid value 'eu-\*' for --relay-allow" "$BIN/tracerelay-service" --relay-allow 'eu-*' \
+  "${svc[@]}" --cert "$P/service.crt" --key "$P/service.key"
+expect 2 "needs --upstream-cert and --upstream-key" "$BIN/tracerelay-service" \
+  --upstream 127.0.0.1:9 "${svc[@]}" --cert "$P/service.crt" --key "$P/service.key"
+expect 2 "give --upstream" "$BIN/tracerelay-service" --upstream-cert "$P/agent-web-1.crt" \
+  "${svc[@]}" --cert "$P/service.crt" --key "$P/service.key"
+expect 1 "upstream TLS setup failed" "$BIN/tracerelay-service" --listen 127.0.0.1:0 \
+  --upstream 127.0.0.1:9 --upstream-cert "$P/service.crt" --upstream-key "$P/service.key" \
+  "${svc[@]}" --cert "$P/service.crt" --key "$P/service.key"
 # Not valid yet: the agent starts (its link retries), but says so at once; stopped by timeout.
 expect 124 "is not valid yet" "$BIN/tracerelay-agent" --service 127.0.0.1:9 "${agent[@]}" \
   --cert "$P/agent-later.crt" --key "$P/agent-later.key"
