@@ -771,3 +771,14 @@ int tr_clocksync_relay_exchange(const struct tr_clocksync *via, const struct tr_
   out->t4 = s4 + b4;
   return 0;
 }
+
+int64_t tr_clocksync_knot_gap(const struct tr_clocksync *est, int64_t host_ts) {
+  if (est->knots.n < 2)
+    return 0;
+  int64_t i = knot_find(est, host_ts);
+  if (i < 0)
+    i = 0;
+  if (i > (int64_t)est->knots.n - 2)
+    i = (int64_t)est->knots.n - 2;
+  return knot_at(est, (uint32_t)i + 1)->h - knot_at(est, (uint32_t)i)->h;
+}

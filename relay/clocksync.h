@@ -138,6 +138,9 @@ int64_t tr_clocksync_error_bound(const struct tr_clocksync *est, int64_t host_ts
  * there is none: the bound is linear between knots, so over [from, to] it is the larger of
  * this and the bounds at both ends. O(log knots + knots in the range). */
 int64_t tr_clocksync_knot_bound_max(const struct tr_clocksync *est, int64_t from, int64_t to);
+/* Host time between the two knots around host_ts (the first two before them, the last two past
+ * the frontier): the probes' spacing there. 0 with fewer than two knots. O(log knots). */
+int64_t tr_clocksync_knot_gap(const struct tr_clocksync *est, int64_t host_ts);
 /* Host time of the last knot: M up to here is final. TR_ERR_STATE before the first probe. */
 int64_t tr_clocksync_frontier(const struct tr_clocksync *est);
 
