@@ -304,9 +304,10 @@ void tr_hosts_count_flush_missed(tr_host *h) { h->stats.flushes_missed++; }
 
 /* ---- the link's state and counters ---- */
 
-void tr_hosts_link_up(tr_host *h, tr_link_peer *link, uint64_t now_ns) {
+void tr_hosts_link_up(tr_host *h, tr_link_peer *link, uint64_t now_ns, const char *relayed_by) {
   h->link = link;
   h->connected_since_ns = now_ns;
+  snprintf(h->relayed_by, sizeof h->relayed_by, "%s", relayed_by ? relayed_by : "");
 }
 
 void tr_hosts_link_down(tr_host *h) {

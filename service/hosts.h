@@ -78,9 +78,10 @@ void tr_hosts_agent_stats(tr_host *host, const Tracerelay__AgentStats *stats);
 void tr_hosts_count_flush_missed(tr_host *host);
 
 /* The link server's news of the host's connection: its link came up (link, at service
- * BOOTTIME now_ns) or went down (stats.disconnects), the agent said goodbye (orderly: with
+ * BOOTTIME now_ns; relayed_by: the regional carrying it, or NULL) or went down (stats.disconnects), the agent said goodbye (orderly: with
  * REASON_SHUTDOWN, which a restart then does not count as unclean). */
-void tr_hosts_link_up(tr_host *host, tr_link_peer *link, uint64_t now_ns);
+void tr_hosts_link_up(tr_host *host, tr_link_peer *link, uint64_t now_ns,
+                      const char *relayed_by);
 void tr_hosts_link_down(tr_host *host);
 void tr_hosts_agent_goodbye(tr_host *host, bool orderly);
 /* And of its batches: after tr_relay_peer_batch on tr_hosts_peer(host) (stats follow its

@@ -188,7 +188,8 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
                  : ls->features,
       hello->features);
   p->host = host;
-  tr_hosts_link_up(host, p, tr_clock_boottime_ns());
+  tr_hosts_link_up(host, p, tr_clock_boottime_ns(),
+                   p->relayed ? tr_tls_uv_peer_name(tr_relay_link_conn(p->link)) : NULL);
   ls->connected++;
 
   Tracerelay__Welcome w = TRACERELAY__WELCOME__INIT;

@@ -85,6 +85,8 @@ struct tr_host {
   bool restarted_unclean;         /* the last Hello came from a new instance that replaced one
                                    * without such a Goodbye (stats.agent_exits_unclean) */
   tr_link_peer *link;             /* NULL while disconnected; the host entry stays */
+  char relayed_by[65];            /* tiers: the regional carrying the current (or last) link;
+                                   * "" for a direct one */
   uint64_t connected_since_ns;    /* service BOOTTIME of the current (or last) connection */
   Perfetto__Protos__SystemInfo *system_info; /* from Hello, machine_name set by us; owned */
   tr_remote_producer *producers;  /* array */

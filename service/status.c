@@ -95,6 +95,8 @@ int tr_status_host(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
   hs.machine_id = host->machine_id;
   hs.has_connected = 1;
   hs.connected = host->link != NULL;
+  if (host->relayed_by[0] != '\0')
+    hs.relayed_by = (char *)host->relayed_by;
   if (host->connected_since_ns != 0 && host->connected_since_ns <= boot_now) {
     uint64_t ago = boot_now - host->connected_since_ns;
     hs.has_connected_since_unix_ns = 1;

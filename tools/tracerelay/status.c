@@ -263,7 +263,8 @@ static void fmt_since(char *out, size_t n, const HostStatus *h) {
       strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
   }
   fmt_age(age, sizeof age, h->connected_for_ms);
-  snprintf(out, n, "%s (%s)", when, age);
+  snprintf(out, n, "%s (%s)%s%s", when, age, h->relayed_by ? " via " : "",
+           h->relayed_by ? h->relayed_by : "");
 }
 
 static void fmt_sessions(char *out, size_t n, const HostStatus *h) {
@@ -392,6 +393,10 @@ static void print_json(FILE *out, const ServiceState *st, const StatusExt *ext) 
             h->connected ? "true" : "false");
     if (h->has_connected_since_unix_ns)
       fprintf(out, ",\"connected_since_unix_ns\":%" PRId64, h->connected_since_unix_ns);
+    if (h->relayed_by) {
+      fputs(",\"relayed_by\":", out);
+      json_str(out, h->relayed_by);
+    }
     fprintf(out, ",\"connected_for_ms\":%" PRIu64 ",\"producers\":%u,\"data_sources\":%u",
             h->connected_for_ms, h->producers, h->data_sources);
     fputs(",\"producer_names\":[", out);
