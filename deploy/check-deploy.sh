@@ -88,13 +88,20 @@ fi
 #                      Service), the root's --relay-allow names those pods.
 #   flags BIN_DIR F..  every --flag in the manifests' args is in the program's --help.
 read -r -d '' yaml_check <<'PY' || true
-import fnmatch, os, re, subprocess, sys, yaml
+import os, re, subprocess, sys, yaml
 
 def docs_of(path):
     return [d for d in yaml.safe_load_all(open(path)) if d]
 
 def workloads(docs):
     return [d for d in docs if d.get("kind") in ("DaemonSet", "Deployment", "StatefulSet")]
+
+def pods_of(st):
+    """The pod names of a StatefulSet."""
+    return {"%s-%d" % (st["metadata"]["name"], i) for i in range(st["spec"].get("replicas", 1))}
+
+def containers_of(w):
+    return w["spec"]["template"]["spec"]["containers"]
 
 def program_of(c):
     """The daemon a container runs: its command, else its image's name."""
@@ -122,7 +129,8 @@ def check_workload(w, errors):
     labels = spec["template"]["metadata"].get("labels", {})
     sel = spec["selector"]["matchLabels"]
     need(all(labels.get(k) == v for k, v in sel.items()), "selector does not match its pod labels")
-    need(pod.get("automountServiceAccountToken") is False, "automountServiceAccountToken is not false")
+    need(pod.get("automountServiceAccountToken") is False,
+         "automountServiceAccountToken is not false")
     for k in ("hostNetwork", "hostPID", "hostIPC"):
         need(not pod.get(k), "%s is set" % k)
     pod_sc = pod.get("securityContext", {})
@@ -138,10 +146,12 @@ def check_workload(w, errors):
         seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile", {})).get("type")
         need(seccomp == "RuntimeDefault", "%s: seccomp profile is not RuntimeDefault" % cname)
         need(sc.get("readOnlyRootFilesystem") is True, "%s: root filesystem not read-only" % cname)
-        need(sc.get("allowPrivilegeEscalation") is False, "%s: allowPrivilegeEscalation not false" % cname)
+        need(sc.get("allowPrivilegeEscalation") is False,
+             "%s: allowPrivilegeEscalation not false" % cname)
         need(not sc.get("privileged"), "%s: privileged" % cname)
         caps = sc.get("capabilities", {})
-        need("ALL" in caps.get("drop", []) and not caps.get("add"), "%s: capabilities not all dropped" % cname)
+        need("ALL" in caps.get("drop", []) and not caps.get("add"),
+             "%s: capabilities not all dropped" % cname)
         need("memory" in c.get("resources", {}).get("limits", {}), "%s: no memory limit" % cname)
         for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
             need(c.get(probe, {}).get("httpGet", {}).get("path") == path,
@@ -155,7 +165,8 @@ def check_workload(w, errors):
             need(ref in env, "%s: $(%s) is not in its env" % (cname, ref))
         prog = program_of(c)
         if prog == "tracerelay-agent":
-            need({"/run/perfetto", "/etc/tracerelay/pki"} <= set(mounts), "%s: mounts %s" % (cname, sorted(mounts)))
+            need({"/run/perfetto", "/etc/tracerelay/pki"} <= set(mounts),
+                 "%s: mounts %s" % (cname, sorted(mounts)))
         # The root filesystem is read-only: every file a flag names must be in a mounted volume,
         # and the directory of every socket the daemon creates in a writable one.
         for flag, value in flag_values(c.get("args", [])):
@@ -194,24 +205,26 @@ def check_tiers(directory):
         if f.endswith(".yaml"):
             docs += docs_of(os.path.join(directory, f))
     errors = []
-    services = {(d["metadata"]["namespace"], d["metadata"]["name"]): d for d in docs if d.get("kind") == "Service"}
-    sets = {(d["metadata"]["namespace"], d["metadata"]["name"]): d for d in docs if d.get("kind") == "StatefulSet"}
+    key = lambda d: (d["metadata"]["namespace"], d["metadata"]["name"])
+    services = {key(d): d for d in docs if d.get("kind") == "Service"}
+    sets = [d for d in docs if d.get("kind") == "StatefulSet"]
     regionals = set()   # pod names of the workloads that run with --upstream
     allowed = {}        # --relay-allow REGIONAL -> patterns
     dials = []          # (who, flag, HOST:PORT)
     for w in workloads(docs):
-        for c in w["spec"]["template"]["spec"]["containers"]:
+        for c in containers_of(w):
             fv = flag_values(c.get("args", []))
             who = "%s/%s" % (w["kind"], w["metadata"]["name"])
             for flag, value in fv:
                 if flag == "--upstream" and w["kind"] == "StatefulSet":
-                    regionals |= {"%s-%d" % (w["metadata"]["name"], i) for i in range(w["spec"].get("replicas", 1))}
+                    regionals |= pods_of(w)
                 if flag in ("--upstream", "--service"):
                     dials.append((who, flag, value))
                 if flag == "--relay-allow":
                     r, _, pats = value.partition("=")
                     if not r or not pats or "" in pats.split(","):
-                        errors.append("%s: --relay-allow %s is not REGIONAL=PATTERN[,PATTERN...]" % (who, value))
+                        errors.append("%s: --relay-allow %s is not REGIONAL=PATTERN[,PATTERN...]"
+                                      % (who, value))
                     allowed[r] = pats.split(",")
     for who, flag, target in dials:
         host, _, port = target.rpartition(":")
@@ -222,59 +235,67 @@ def check_tiers(directory):
         elif len(labels) == 4 and labels[3] == "svc":
             svc, pod = services.get((labels[2], labels[1])), labels[0]
         else:
-            errors.append("%s: %s %s is not a Service of this layout" % (who, flag, target)); continue
+            errors.append("%s: %s %s is not a Service of this layout" % (who, flag, target))
+            continue
         if svc is None:
             errors.append("%s: %s %s: no such Service" % (who, flag, target)); continue
         if int(port) not in [p["port"] for p in svc["spec"]["ports"]]:
             errors.append("%s: %s %s: the Service has no port %s" % (who, flag, target, port))
         if pod is not None:
-            st = [s for s in sets.values() if s["spec"]["serviceName"] == svc["metadata"]["name"]]
+            st = [s for s in sets if s["spec"]["serviceName"] == svc["metadata"]["name"]]
             if svc["spec"].get("clusterIP") != "None" or not st:
-                errors.append("%s: %s %s: not a headless Service of a StatefulSet" % (who, flag, target))
-            elif pod not in {"%s-%d" % (s["metadata"]["name"], i) for s in st for i in range(s["spec"].get("replicas", 1))}:
+                errors.append("%s: %s %s: not a headless Service of a StatefulSet"
+                              % (who, flag, target))
+            elif not any(pod in pods_of(s) for s in st):
                 errors.append("%s: %s %s: no such pod" % (who, flag, target))
     if not regionals or not allowed:
         errors.append("no regional (--upstream) or no --relay-allow in the layout")
     for r in sorted(set(allowed) - regionals):
         errors.append("--relay-allow names %s, which is no regional pod" % r)
     for r in sorted(regionals - set(allowed)):
-        errors.append("regional %s has no --relay-allow at the root: all its hosts would be refused" % r)
+        errors.append("regional %s has no --relay-allow at the root: all its hosts would be "
+                      "refused" % r)
     for e in errors:
         print("FAIL: %s: %s" % (directory, e), file=sys.stderr)
     if not errors:
+        rules = "; ".join("%s=%s" % (r, ",".join(p)) for r, p in sorted(allowed.items()))
         print("ok: %s: %d regionals dialled by their agents and allowed at the root (%s)"
-              % (directory, len(regionals), "; ".join("%s=%s" % (r, ",".join(p)) for r, p in sorted(allowed.items()))))
+              % (directory, len(regionals), rules))
     return 1 if errors else 0
 
 def check_flags(bin_dir, paths):
     used = {}           # program -> {flag: [files]}
     for path in paths:
         for d in docs_of(path):
-            containers = [c for w in workloads([d]) for c in w["spec"]["template"]["spec"]["containers"]]
+            containers = [c for w in workloads([d]) for c in containers_of(w)]
             containers += [dict(image=s.get("image", ""), args=s.get("command") or [])
                            for s in d.get("services", {}).values()] if "services" in d else []
             for c in containers:
                 for flag, _ in flag_values(c.get("args", [])):
-                    used.setdefault(program_of(c), {}).setdefault(flag, []).append(os.path.basename(path))
+                    files = used.setdefault(program_of(c), {}).setdefault(flag, [])
+                    files.append(os.path.basename(path))
     failures = 0
     for prog, flags in sorted(used.items()):
         exe = os.path.join(bin_dir, prog)
         if not os.access(exe, os.X_OK):
-            print("note: %s not built; its %d manifest flags not checked against --help" % (prog, len(flags)))
+            print("note: %s not built; its %d manifest flags not checked against --help"
+                  % (prog, len(flags)))
             continue
         r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10)
         help_text = r.stdout + r.stderr
-        known = lambda f: re.search(r"(^|[^A-Za-z0-9-])%s([^A-Za-z0-9-]|$)" % re.escape(f), help_text, re.M)
+        known = lambda f: re.search(r"(^|[^A-Za-z0-9-])%s([^A-Za-z0-9-]|$)" % re.escape(f),
+                                    help_text, re.M)
         missing = sorted(f for f in flags if not known(f))
         if not missing:
             print("ok: %s --help knows all %d flags the manifests use" % (prog, len(flags)))
         elif prog == "tracerelay-service" and not known("--upstream"):
+            where = ", ".join(sorted({f for m in missing for f in flags[m]}))
             print("note: %s has no --upstream yet (tiers not built in): not checking %s (in %s)"
-                  % (prog, " ".join(missing), ", ".join(sorted({f for m in missing for f in flags[m]}))))
+                  % (prog, " ".join(missing), where))
         else:
             for f in missing:
-                print("FAIL: %s --help has no %s (used in %s)" % (prog, f, ", ".join(sorted(set(flags[f])))),
-                      file=sys.stderr)
+                print("FAIL: %s --help has no %s (used in %s)"
+                      % (prog, f, ", ".join(sorted(set(flags[f])))), file=sys.stderr)
             failures += 1
     return failures
 
@@ -289,14 +310,20 @@ PY
 
 if command -v python3 >/dev/null && python3 -c 'import yaml' 2>/dev/null; then
   yaml_files=()
-  for f in "$deploy"/kubernetes/*.yaml "$deploy"/kubernetes/tiers/*.yaml "$deploy"/compose/compose.yaml; do
+  for f in "$deploy"/kubernetes/*.yaml "$deploy"/kubernetes/tiers/*.yaml \
+    "$deploy"/compose/compose.yaml; do
     [ -e "$f" ] && yaml_files+=("${f#"$deploy"/}")
   done
   for f in "${yaml_files[@]}"; do
-    if python3 -c "$yaml_check" file "$deploy/$f"; then ok "$f parses and keeps its hardening"; else fail "$f"; fi
+    if python3 -c "$yaml_check" file "$deploy/$f"; then
+      ok "$f parses and keeps its hardening"
+    else
+      fail "$f"
+    fi
   done
   if [ -d "$deploy/kubernetes/tiers" ]; then
-    (cd "$deploy" && python3 -c "$yaml_check" tiers kubernetes/tiers) || fail "kubernetes/tiers/ do not agree"
+    (cd "$deploy" && python3 -c "$yaml_check" tiers kubernetes/tiers) ||
+      fail "kubernetes/tiers/ do not agree"
   fi
   if [ -n "$bin_dir" ]; then
     (cd "$deploy" && python3 -c "$yaml_check" flags "$bin_dir" "${yaml_files[@]}") ||
