@@ -39,7 +39,8 @@
  * - On demand (tr_clock_probe_request, before a flush or a start): a probe unless the peer's
  *   last one is younger than its session period (as fresh as the schedule keeps any).
  *
- * Cost: a tick is O(peers), one ops->drift_ppm call per peer; everything else is O(1).
+ * Cost: a tick is O(peers); ops->drift_ppm is read when a peer is added and after each of its
+ * exchanges (the drift moves only with one), everything else is O(1).
  * Memory: one tr_clock_probe_peer per peer, owned by the caller. Not thread-safe. */
 #ifndef TR_CLOCK_PROBE_H
 #define TR_CLOCK_PROBE_H
@@ -95,6 +96,7 @@ struct tr_clock_probe_peer {
   uint64_t answered_ms; /* when its answer came (state ANSWERED) */
   uint64_t next_ms;  /* when the schedule's next probe is due */
   unsigned sent;     /* probes sent to this peer */
+  uint64_t session_period_ms; /* tr_clock_probe_session_period_ms of its drift */
   struct tr_clock_probe_peer *prev, *next; /* the schedule's cyclic order */
   void *data;
 };

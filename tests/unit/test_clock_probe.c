@@ -261,6 +261,7 @@ static void test_schedule_periods(void **state) {
   (void)state;
   fake *f = &peers[0];
   add(f, false);
+  f->drift_ppm = -20; /* read with each exchange; it matters only in a session */
   /* Dense after Welcome: a probe every 50 ms, then one a second. */
   run(1, 5, START_MS + 2600, false);
   assert_int_equal(f->sends, TR_CLOCK_PROBE_DENSE + 3);
@@ -271,7 +272,6 @@ static void test_schedule_periods(void **state) {
   assert_int_equal(f->sent_ms[TR_CLOCK_PROBE_DENSE + 2], last + 2 * TR_CLOCK_PROBE_PERIOD_MS);
   /* A session begins (20 ppm: every 50 ms): the wait shortens at once. */
   last = f->sent_ms[TR_CLOCK_PROBE_DENSE + 2];
-  f->drift_ppm = -20;
   unsigned before = f->sends;
   run(1, 5, now_ms, true);
   assert_int_equal(f->sends, before + 1);
@@ -279,11 +279,14 @@ static void test_schedule_periods(void **state) {
   run(1, 5, START_MS + 2805, true);
   assert_int_equal(f->sends, before + 5);
   assert_int_equal(f->sent_ms[before + 4], START_MS + 2805);
-  /* 200 ppm: every 5 ms, as often as the ticks go. */
+  /* 200 ppm, as the exchange at 2855 (still 50 ms after the last) will say: from then on
+   * every 5 ms, as often as the ticks go. */
   f->drift_ppm = 200;
   before = f->sends;
   run(1, 5, START_MS + 2900, true);
-  assert_int_equal(f->sends, before + 19);
+  assert_int_equal(f->sends, before + 10);
+  assert_int_equal(f->sent_ms[before], START_MS + 2855);
+  assert_int_equal(f->sent_ms[before + 1], START_MS + 2860);
 }
 
 static void test_period_clamping(void **state) {
@@ -396,9 +399,9 @@ static void test_on_demand(void **state) {
   assert_int_equal(f->sends, 3);
   assert_int_equal(n_events, 2);
   assert_memory_equal(events, "ds", 2);
-  assert_int_equal(answer(f), 1);
-  /* Drift unknown: a second. */
+  /* Drift unknown from this exchange on (the drift is read with each): a second. */
   f->drift_ppm = 0;
+  assert_int_equal(answer(f), 1);
   now_ms += TR_CLOCK_PROBE_SESSION_MAX_MS - 1;
   tr_clock_probe_request(&sched, &f->probe, now_ms);
   assert_int_equal(f->sends, 3);
