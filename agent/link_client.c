@@ -303,9 +303,10 @@ static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
                                  (unsigned long long)w->features, (unsigned long long)lc->offered);
     return;
   }
-  uint32_t max = w->max_frame_bytes ? w->max_frame_bytes : TR_RELAY_MAX_FRAME_DEFAULT;
-  if (max < TR_RELAY_MIN_FRAME || max > TR_RELAY_MAX_FRAME_LIMIT) {
-    tr_relay_link_protocol_error(lc->link, "Welcome.max_frame_bytes %u out of range", max);
+  uint32_t max = tr_relay_max_frame_said(w->has_max_frame_bytes, w->max_frame_bytes);
+  if (max == 0) {
+    tr_relay_link_protocol_error(lc->link, "Welcome.max_frame_bytes %u out of range",
+                                 w->max_frame_bytes);
     return;
   }
   if (tr_relay_agent_resume(&lc->agent, w->stored_seq) < 0) {

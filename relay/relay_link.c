@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "relay/clock.h"
+#include "relay/hostport.h"
 #include "relay/log.h"
 #include "relay/relay_session.h"
 #include "relay/tr_error.h"
@@ -417,6 +418,16 @@ int tr_relay_link_listen(uv_loop_t *loop, tr_tls_config *cfg, const struct socka
   }
   *out = ls;
   return 0;
+}
+
+int tr_relay_link_listen_addr(const char *s, struct sockaddr_storage *out) {
+  struct tr_hostport hp;
+  if (tr_hostport_parse(s, true, &hp) < 0)
+    return TR_ERR_CONFIG;
+  if (uv_ip4_addr(hp.host, (int)hp.port, (struct sockaddr_in *)out) == 0 ||
+      uv_ip6_addr(hp.host, (int)hp.port, (struct sockaddr_in6 *)out) == 0)
+    return 0;
+  return TR_ERR_CONFIG;
 }
 
 int tr_relay_link_listener_port(const tr_relay_link_listener *ls) {

@@ -95,6 +95,9 @@ int tr_relay_link_listen(uv_loop_t *loop, tr_tls_config *cfg, const struct socka
                          const struct tr_relay_link_events *ev, void *data,
                          tr_relay_link_listener **out);
 int tr_relay_link_listener_port(const tr_relay_link_listener *ls);
+/* A listen address as the daemons' --listen takes it: "ADDR:PORT", "[V6]:PORT", "ADDR" or a
+ * bare IPv6 address (relay/hostport.h), numeric. 0, or TR_ERR_CONFIG. */
+int tr_relay_link_listen_addr(const char *s, struct sockaddr_storage *out);
 /* Uses cfg (referenced) for connections accepted from now on. */
 void tr_relay_link_listener_set_config(tr_relay_link_listener *ls, tr_tls_config *cfg);
 /* Stops listening and frees ls; links already open stay open. */

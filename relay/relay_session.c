@@ -29,6 +29,11 @@ struct tr_relay_batch {
 
 uint64_t tr_relay_features_negotiate(uint64_t ours, uint64_t offered) { return ours & offered; }
 
+uint32_t tr_relay_max_frame_said(bool has, uint32_t bytes) {
+  uint32_t max = has && bytes != 0 ? bytes : TR_RELAY_MAX_FRAME_DEFAULT;
+  return max < TR_RELAY_MIN_FRAME || max > TR_RELAY_MAX_FRAME_LIMIT ? 0 : max;
+}
+
 int tr_relay_features_check(uint64_t offered, uint64_t accepted) {
   return (accepted & ~offered) ? TR_ERR_PROTO : 0;
 }

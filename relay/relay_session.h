@@ -49,6 +49,10 @@
   (TR_RELAY_FEATURE_ZSTD | TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_AGENT_STATS |       \
    TR_RELAY_FEATURE_HOST_CLOCKS | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)
 
+/* The largest frame a Hello or Welcome says its sender accepts (has ? bytes : absent), 0 or
+ * absent meaning TR_RELAY_MAX_FRAME_DEFAULT; 0 if outside [TR_RELAY_MIN_FRAME,
+ * TR_RELAY_MAX_FRAME_LIMIT] (a protocol error). */
+uint32_t tr_relay_max_frame_said(bool has, uint32_t bytes);
 /* Service: the features to accept in Welcome (bits unknown to us are dropped). */
 uint64_t tr_relay_features_negotiate(uint64_t ours, uint64_t offered);
 /* Agent: 0 if the service accepted only what was offered, else TR_ERR_PROTO. */

@@ -19,7 +19,6 @@
 #include "relay/clock.h"
 #include "relay/clock_probe.h"
 #include "relay/clocksync.h"
-#include "relay/hostport.h"
 #include "relay/log.h"
 #include "relay/relay_frame.h"
 #include "relay/relay_link.h"
@@ -158,11 +157,10 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
                         ls->connected, name);
     return;
   }
-  uint32_t max_frame = hello->has_max_frame_bytes ? hello->max_frame_bytes : 0;
-  if (max_frame == 0)
-    max_frame = TR_RELAY_MAX_FRAME_DEFAULT;
-  if (max_frame < TR_RELAY_MIN_FRAME || max_frame > TR_RELAY_MAX_FRAME_LIMIT) {
-    tr_relay_link_protocol_error(p->link, "Hello.max_frame_bytes %u outside [%u, %u]", max_frame,
+  uint32_t max_frame = tr_relay_max_frame_said(hello->has_max_frame_bytes, hello->max_frame_bytes);
+  if (max_frame == 0) {
+    tr_relay_link_protocol_error(p->link, "Hello.max_frame_bytes %u outside [%u, %u]",
+                                 hello->max_frame_bytes,
                                  TR_RELAY_MIN_FRAME, TR_RELAY_MAX_FRAME_LIMIT);
     return;
   }
@@ -556,21 +554,10 @@ void tr_link_server_disconnect(tr_host *host, const char *why) {
                         why);
 }
 
-/* "ADDR:PORT", "[V6]:PORT", "ADDR" or a bare IPv6 address (relay/hostport.h). */
-static int parse_listen(const char *s, struct sockaddr_storage *out) {
-  struct tr_hostport hp;
-  if (tr_hostport_parse(s, true, &hp) < 0)
-    return TR_ERR_CONFIG;
-  if (uv_ip4_addr(hp.host, (int)hp.port, (struct sockaddr_in *)out) == 0 ||
-      uv_ip6_addr(hp.host, (int)hp.port, (struct sockaddr_in6 *)out) == 0)
-    return 0;
-  return TR_ERR_CONFIG;
-}
-
 int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_events *ev,
                          const struct tr_link_server_opts *opts, tr_link_server **out) {
   struct sockaddr_storage addr;
-  if (opts->listen == NULL || parse_listen(opts->listen, &addr) < 0) {
+  if (opts->listen == NULL || tr_relay_link_listen_addr(opts->listen, &addr) < 0) {
     TR_ERROR("link", "cannot listen on '%s': give ADDR:PORT, e.g. 0.0.0.0:%d or [::]:%d",
              opts->listen ? opts->listen : "", TR_LINK_DEFAULT_PORT, TR_LINK_DEFAULT_PORT);
     return TR_ERR_CONFIG;

@@ -153,13 +153,11 @@ static void up_open(tr_relay_link *up) {
 /* The upstream's Welcome, as ours: the agent's probes are answered to us. */
 static void up_welcome(pump *p, Tracerelay__RelayFrame *f) {
   Tracerelay__Welcome *w = f->welcome;
-  uint32_t max = w->has_max_frame_bytes && w->max_frame_bytes ? w->max_frame_bytes
-                                                              : TR_RELAY_MAX_FRAME_DEFAULT;
-  if (tr_relay_features_check(p->sent_features, w->features) < 0 || max < TR_RELAY_MIN_FRAME ||
-      max > TR_RELAY_MAX_FRAME_LIMIT) {
+  uint32_t max = tr_relay_max_frame_said(w->has_max_frame_bytes, w->max_frame_bytes);
+  if (tr_relay_features_check(p->sent_features, w->features) < 0 || max == 0) {
     tr_relay_link_protocol_error(p->up, "Welcome accepts features %#llx (offered %#llx), "
                                  "max_frame_bytes %u", (unsigned long long)w->features,
-                                 (unsigned long long)p->sent_features, max);
+                                 (unsigned long long)p->sent_features, w->max_frame_bytes);
     return;
   }
   tr_relay_link_established(p->up, max);
@@ -270,10 +268,9 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 static void down_hello(pump *p, Tracerelay__RelayFrame *f) {
   tr_regional *r = p->r;
   const Tracerelay__Hello *h = f->hello;
-  uint32_t max = h->has_max_frame_bytes && h->max_frame_bytes ? h->max_frame_bytes
-                                                              : TR_RELAY_MAX_FRAME_DEFAULT;
-  if (max < TR_RELAY_MIN_FRAME || max > TR_RELAY_MAX_FRAME_LIMIT || h->relayed_host != NULL) {
-    tr_relay_link_protocol_error(p->down, "Hello with max_frame_bytes %u%s", max,
+  uint32_t max = tr_relay_max_frame_said(h->has_max_frame_bytes, h->max_frame_bytes);
+  if (max == 0 || h->relayed_host != NULL) {
+    tr_relay_link_protocol_error(p->down, "Hello with max_frame_bytes %u%s", h->max_frame_bytes,
                                  h->relayed_host != NULL ? " and relayed_host" : "");
     tr_relay_frame_free(f);
     return;
@@ -439,20 +436,10 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- the public side ---- */
 
-static int parse_listen(const char *s, struct sockaddr_storage *out) {
-  struct tr_hostport hp;
-  if (tr_hostport_parse(s, true, &hp) < 0)
-    return TR_ERR_CONFIG;
-  if (uv_ip4_addr(hp.host, (int)hp.port, (struct sockaddr_in *)out) == 0 ||
-      uv_ip6_addr(hp.host, (int)hp.port, (struct sockaddr_in6 *)out) == 0)
-    return 0;
-  return TR_ERR_CONFIG;
-}
-
 int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_regional **out) {
   struct sockaddr_storage addr;
   struct tr_hostport up;
-  if (opts->listen == NULL || parse_listen(opts->listen, &addr) < 0) {
+  if (opts->listen == NULL || tr_relay_link_listen_addr(opts->listen, &addr) < 0) {
     TR_ERROR(COMP, "cannot listen on '%s': give ADDR:PORT, e.g. 0.0.0.0:%d", opts->listen ? opts->listen : "",
              TR_LINK_DEFAULT_PORT);
     return TR_ERR_CONFIG;

@@ -263,8 +263,7 @@ static void fmt_since(char *out, size_t n, const HostStatus *h) {
       strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
   }
   fmt_age(age, sizeof age, h->connected_for_ms);
-  snprintf(out, n, "%s (%s)%s%s", when, age, h->relayed_by ? " via " : "",
-           h->relayed_by ? h->relayed_by : "");
+  snprintf(out, n, "%s (%s)", when, age);
 }
 
 static void fmt_sessions(char *out, size_t n, const HostStatus *h) {
@@ -352,6 +351,10 @@ static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) 
             sessions, bytes, h->stats ? h->stats->chunks_received : 0, off, drift, rtt, err,
             losses);
   }
+  for (size_t i = 0; i < ext->n_tracerelay_hosts; i++) /* tiers: who carries whom */
+    if (ext->tracerelay_hosts[i]->relayed_by)
+      fprintf(out, "%s is relayed by the regional %s\n", ext->tracerelay_hosts[i]->machine_name,
+              ext->tracerelay_hosts[i]->relayed_by);
 }
 
 /* ---- JSON ---- */
