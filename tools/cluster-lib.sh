@@ -154,3 +154,135 @@ cluster_start_loadgen() {
   LOADGEN_PID=$!
   CLUSTER_PIDS+=("$LOADGEN_PID")
 }
+
+# ---- Tiers (issue 14): a root service, regional services under it, agents under each regional.
+#   cluster_tree REGIONAL=HOST[,HOST...]...   namespaces + certificates of a two-tier tree
+#   cluster_start_regional REGIONAL [flags]   a regional tracerelay-service
+#   cluster_status_hosts                      every host the root knows: "NAME 1|0 PRODUCERS"
+#   cluster_wait_hosts SECONDS NAME[:N]...    until each is connected (with >= N producers)
+# cluster_tree makes the root's namespace (svc_ns: cluster_start_service runs the root there),
+# one namespace per regional linked to the root's by a veth (10.201.R.0/24: root .1, regional
+# .2) and one per host linked to ITS regional's by a veth (10.202.H.0/24: regional .1, host
+# .2), no forwarding: a host reaches only its regional, a regional only the root. CLUSTER_HOSTS
+# holds the hosts, then the regionals (so cluster_start_agent and cluster_start_loadgen take
+# any of them: a regional's loadgen connects to the regional's own --producer-socket), every
+# host's agent dials its regional (CLUSTER_SERVICE_VIA) and CLUSTER_REGIONAL_OF[host] names it.
+# Certificates: the service's (the root and every regional present it, one --service-name) and
+# agent-NAME for every host and regional (a regional's upstream certificate).
+# Without namespaces everything is on loopback, regional R listening on SERVICE_PORT + R.
+declare -gA CLUSTER_REGIONAL_OF=() CLUSTER_REGIONAL_PID=()
+CLUSTER_REGIONALS=()
+
+cluster_tree() {
+  local spec r h i ri hosts=() regionals=() args=(--service-name "$SERVICE_NAME")
+  CLUSTER_REGIONAL_OF=()
+  for spec in "$@"; do
+    r=${spec%%=*}; regionals+=("$r")
+    local members
+    IFS=, read -r -a members <<<"${spec#*=}"
+    for h in "${members[@]}"; do hosts+=("$h"); CLUSTER_REGIONAL_OF[$h]=$r; done
+  done
+  CLUSTER_REGIONALS=("${regionals[@]}")
+  CLUSTER_HOSTS=("${hosts[@]}" "${regionals[@]}")
+  for h in "${CLUSTER_HOSTS[@]}"; do args+=(--agent "$h"); done
+  "$TR_SRC/certs/make-certs.sh" "$WORK/pki" "${args[@]}" >/dev/null
+  for h in "${hosts[@]}"; do
+    CLUSTER_SERVICE_VIA[$h]=$(regional_addr_for "$h"):$(regional_port "${CLUSTER_REGIONAL_OF[$h]}")
+  done
+  [ "$USE_NETNS" = 1 ] || return 0
+  local svc ns rns a b
+  svc=$(svc_ns)
+  ip netns add "$svc"; CLUSTER_NETNS+=("$svc")
+  ip -n "$svc" link set lo up
+  for r in "${regionals[@]}"; do
+    ri=$(regional_index "$r"); ns=$(host_ns "$(host_index "$r")")
+    a="tr${CLUSTER_ID}u$ri"; b="tr${CLUSTER_ID}r$ri"
+    ip netns add "$ns"; CLUSTER_NETNS+=("$ns")
+    ip -n "$ns" link set lo up
+    ip link add "$a" netns "$svc" type veth peer name "$b" netns "$ns"
+    ip -n "$svc" addr add "10.201.$ri.1/24" dev "$a"
+    ip -n "$ns" addr add "10.201.$ri.2/24" dev "$b"
+    ip -n "$svc" link set "$a" up
+    ip -n "$ns" link set "$b" up
+  done
+  for h in "${hosts[@]}"; do
+    i=$(host_index "$h"); ns=$(host_ns "$i")
+    rns=$(host_ns "$(host_index "${CLUSTER_REGIONAL_OF[$h]}")")
+    a="tr${CLUSTER_ID}d$i"; b="tr${CLUSTER_ID}h$i"
+    ip netns add "$ns"; CLUSTER_NETNS+=("$ns")
+    ip -n "$ns" link set lo up
+    ip link add "$a" netns "$rns" type veth peer name "$b" netns "$ns"
+    ip -n "$rns" addr add "10.202.$i.1/24" dev "$a"
+    ip -n "$ns" addr add "10.202.$i.2/24" dev "$b"
+    ip -n "$rns" link set "$a" up
+    ip -n "$ns" link set "$b" up
+  done
+}
+
+regional_index() { # regional_index REGIONAL -> 1-based index in CLUSTER_REGIONALS
+  local i
+  for i in "${!CLUSTER_REGIONALS[@]}"; do
+    [ "${CLUSTER_REGIONALS[$i]}" = "$1" ] && { echo $((i + 1)); return; }
+  done
+  return 1
+}
+# The port regional R listens on for its agents.
+regional_port() {
+  if [ "$USE_NETNS" = 1 ]; then echo "${REGIONAL_PORT:-$((SERVICE_PORT + 1))}"
+  else echo $((SERVICE_PORT + $(regional_index "$1"))); fi
+}
+# Address host H's agent dials to reach its regional; address regional R dials to reach the root.
+regional_addr_for() {
+  if [ "$USE_NETNS" = 1 ]; then echo "10.202.$(host_index "$1").1"; else echo 127.0.0.1; fi
+}
+root_addr_for() {
+  if [ "$USE_NETNS" = 1 ]; then echo "10.201.$(regional_index "$1").1"; else echo 127.0.0.1; fi
+}
+
+# cluster_start_regional REGIONAL [flags]: in the regional's namespace, listening for its agents
+# on regional_port with the service certificate, upstream to the root with agent-REGIONAL's
+# certificate; its own agent's producer socket is $WORK/REGIONAL/producer.sock (waited for).
+# Log: $WORK/REGIONAL.log. PID in REGIONAL_PID and CLUSTER_REGIONAL_PID[REGIONAL].
+cluster_start_regional() {
+  local name=$1; shift
+  local i
+  if ! regional_index "$name" >/dev/null || ! i=$(host_index "$name"); then
+    cluster_log "unknown regional $name"; return 1
+  fi
+  mkdir -p "$WORK/$name"
+  $(ns_prefix "$(host_ns "$i")") ${TR_WRAP:-} "$TR_BIN/tracerelay-service" \
+    --listen "0.0.0.0:$(regional_port "$name")" \
+    --ca "$WORK/pki/ca.crt" --cert "$WORK/pki/service.crt" --key "$WORK/pki/service.key" \
+    --upstream "$(root_addr_for "$name"):$SERVICE_PORT" --upstream-name "$SERVICE_NAME" \
+    --upstream-cert "$WORK/pki/agent-$name.crt" --upstream-key "$WORK/pki/agent-$name.key" \
+    --upstream-ca "$WORK/pki/ca.crt" --producer-socket "$WORK/$name/producer.sock" \
+    "$@" >>"$WORK/$name.log" 2>&1 &
+  REGIONAL_PID=$!
+  CLUSTER_PIDS+=("$REGIONAL_PID")
+  CLUSTER_REGIONAL_PID[$name]=$REGIONAL_PID
+  wait_for_socket "$WORK/$name/producer.sock" "$REGIONAL_PID"
+}
+
+cluster_status_hosts() {
+  "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json 2>/dev/null | python3 -c '
+import json, sys
+for h in json.load(sys.stdin)["hosts"]:
+    print(h["machine_name"], int(h["connected"]), h.get("producers", 0))'
+}
+
+cluster_wait_hosts() { # cluster_wait_hosts SECONDS NAME[:MIN_PRODUCERS]...
+  local n=$(($1 * 4)) want missing st; shift
+  for _ in $(seq "$n"); do
+    st=$(cluster_status_hosts || true)
+    missing=()
+    for want in "$@"; do
+      awk -v h="${want%%:*}" -v p="${want#*:}" '$1 == h && $2 == 1 && (p == h || $3 >= p) { f = 1 }
+        END { exit !f }' <<<"$st" || missing+=("$want")
+    done
+    [ "${#missing[@]}" = 0 ] && return 0
+    sleep 0.25
+  done
+  cluster_log "not connected (NAME[:producers]) after $((n / 4)) s: ${missing[*]}; the root sees:"
+  printf '  %s\n' "$st" >&2
+  return 1
+}
