@@ -36,6 +36,7 @@
 #     across the regional's restart), else the host counts the unclean exit
 #     (session_agent_exits_unclean >= 1) -- which case it was is printed; pool-b-1, pool-b-2
 #     and regional-b are exact, lossless and never disconnected.
+#  5. no AddressSanitizer/LeakSanitizer/UBSan report in any log of any phase.
 # Exit 77 (skip) without network namespaces.
 # Usage: test_tiers.sh BIN_DIR [SECONDS]   (SECONDS: trace length per encoding, default 10, >= 6)
 set -euo pipefail
@@ -365,7 +366,17 @@ kill_regional() {
     late+=("$LOADGEN_PID")
     late_json+=("$h:late:$WORK/loadgen-$h-$((LOADGEN_SEQ - 1)).json")
   done
-  sleep 4 # the late producers join the running session and write their 250 packets (1 s)
+  # The late producers join the running session (the root logs their data source instances),
+  # then write their 250 packets (1 s).
+  local joined=0
+  for _ in $(seq 60); do
+    joined=$(grep -Ec "data source track_event on (pool-a-1/late-pool-a-1|regional-a/late-regional-a) " \
+      "$WORK/service.log" || true)
+    [ "$joined" -ge 2 ] && break
+    sleep 0.25
+  done
+  [ "$joined" -ge 2 ] || echo "kill: the late producers' data sources not started at the root within 15 s"
+  sleep 2
   while [ $((SECONDS - t_rec)) -lt 9 ]; do sleep 0.5; done # the first loadgens are done
   kill -TERM "$rec_pid"
   fault_wait_pid "$rec_pid" 30 || die "kill: record still runs 30 s after SIGTERM"
