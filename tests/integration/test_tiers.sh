@@ -8,7 +8,8 @@
 # agent, seen at the root as the host named by its upstream certificate).
 # Asserted (each failure is a FAIL line; the work directory is kept and log tails printed):
 #  1. every host and both regionals show as connected in the root's `tracerelay status --json`
-#     (within 30 s), with their loadgens' producers.
+#     (within 30 s), with their loadgens' producers; each host with relayed_by its own
+#     regional, the regionals' own hosts with none.
 #  2. per encoding (--timeline machines, then global-clocks; a fresh tree each): `tracerelay
 #     record` of SECONDS of track_event at the root; tracerelay-timeline-check --bound-us 1000
 #     --allow-inversions --check-own-bound: every loadgen event of the 4 hosts two tiers down
@@ -99,6 +100,18 @@ start_tree() {
   cluster_wait_hosts 30 "${HOSTS[@]}" "${REGIONALS[@]}" ||
     die "$phase: not every host and regional connected at the root within 30 s"
   echo "$phase: ${HOSTS[*]} ${REGIONALS[*]} connected at the root"
+  # Each host is shown relayed by its own regional; the regionals' own hosts by none.
+  local want=()
+  for h in "${HOSTS[@]}"; do want+=("$h=${CLUSTER_REGIONAL_OF[$h]}"); done
+  for r in "${REGIONALS[@]}"; do want+=("$r="); done
+  "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json | python3 -c '
+import json, sys
+got = {h["machine_name"]: h.get("relayed_by", "") for h in json.load(sys.stdin)["hosts"]}
+want = dict(w.split("=", 1) for w in sys.argv[1:])
+bad = ["%s=%s: %r" % (h, r, got.get(h)) for h, r in want.items() if got.get(h) != r]
+if bad:
+    print("FAIL: relayed_by in the root status (host=want: got):", ", ".join(bad)); sys.exit(1)
+' "${want[@]}" || fail "$phase: status does not name each host's regional"
 }
 
 wait_loadgens() { # wait_loadgens PID...: each must end by itself (session stopped) and exit 0
