@@ -38,6 +38,11 @@
 #     (session_agent_exits_unclean >= 1) -- which case it was is printed; pool-b-1, pool-b-2
 #     and regional-b are exact, lossless and never disconnected.
 #  5. no AddressSanitizer/LeakSanitizer/UBSan report in any log of any phase.
+#  5. (third tree, after 4) regional-b is stopped (SIGSTOP) for 6.5 s, longer than the flush
+#     timeout (5 s) and shorter than the heartbeat timeout (8 s), while a record flushes every
+#     second: the root's log names exactly pool-b-1, pool-b-2 and regional-b as not answering a
+#     flush within the timeout, the trace counts session_flushes_missed for those three and for
+#     no other host, none of them is disconnected, and no host counts a loss.
 # Exit 77 (skip) without network namespaces.
 # Usage: test_tiers.sh BIN_DIR [SECONDS]   (SECONDS: trace length per encoding, default 10, >= 6)
 set -euo pipefail
@@ -426,8 +431,56 @@ print("service marks", [(mk["ts"], mk["name"]) for mk in report.get("service_mar
 if fail:
     print("FAIL:\n  " + "\n  ".join(fail)); sys.exit(1)
 PY
+  stall_regional
   cluster_cleanup
   check_sanitizers kill
+}
+
+# ---- 5. (same tree) regional-b stalls (SIGSTOP, shorter than the heartbeat timeout, longer
+# than the flush timeout) in a session flushing every second: flushes time out naming exactly
+# its hosts, the session and the links carry on, and nothing of pool-b is lost once it resumes.
+stall_regional() {
+  local stop_s=6.5 rc=0 h
+  for h in pool-a-1 pool-b-1 pool-b-2 regional-b; do # each ends with the session
+    cluster_start_loadgen "$h" --name "stall-$h" --rate 100 --fake-clock "${FAKE[$h]}"
+  done
+  cluster_wait_hosts 15 pool-a-1:1 pool-b-1:1 pool-b-2:1 regional-b:1 ||
+    { fail "stall: the loadgens' producers did not all reach the root"; return; }
+  "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 64mb -t 12s \
+    --flush-period 1s -o "$WORK/stall.pftrace" >"$WORK/stall-record.log" 2>&1 &
+  local rec_pid=$!; CLUSTER_PIDS+=("$rec_pid")
+  sleep 2
+  local from; from=$(wc -l <"$WORK/service.log")
+  kill -STOP "${CLUSTER_REGIONAL_PID[regional-b]}"
+  sleep "$stop_s"
+  kill -CONT "${CLUSTER_REGIONAL_PID[regional-b]}"
+  wait "$rec_pid" || rc=$?
+  [ "$rc" = 0 ] || { fail "stall: record failed (exit $rc): $(tail -n 3 "$WORK/stall-record.log")"; return; }
+  local missed
+  missed=$(tail -n +"$from" "$WORK/service.log" | grep -o "host [a-z0-9-]* did not answer within the timeout" |
+           awk '{print $2}' | sort -u | tr '\n' ' ')
+  echo "stall: flushes timed out naming: $missed"
+  [ "$missed" = "pool-b-1 pool-b-2 regional-b " ] ||
+    fail "stall: the flushes during regional-b's stall should name exactly pool-b-1, pool-b-2 and regional-b, not '$missed'"
+  "$TR_BIN/tracerelay" inspect --json "$WORK/stall.pftrace" >"$WORK/stall.json" 2>/dev/null || true
+  python3 - "$WORK/stall.json" <<'PY' || fail "stall: the trace does not count the missed flushes, or pool-b lost data"
+import json, sys
+m = {h.get("name"): h for h in json.load(open(sys.argv[1]))["hosts"]}
+bad = []
+for h in ("pool-a-1", "pool-a-2", "regional-a", "pool-b-1", "pool-b-2", "regional-b"):
+    hs = (m.get(h) or {}).get("host_stats") or {}
+    missed, disc = hs.get("session_flushes_missed", 0), hs.get("session_disconnects", 0)
+    lost = {k: v for k, v in ((m.get(h) or {}).get("losses") or {}).items() if v}
+    print(f"stall: {h}: session_flushes_missed {missed}, session_disconnects {disc}, losses {lost}")
+    if h.startswith("pool-b") or h == "regional-b":
+        if not missed: bad.append(f"{h}: no missed flush counted")
+        if disc: bad.append(f"{h}: disconnected by a stall shorter than the heartbeat timeout")
+    elif missed:
+        bad.append(f"{h}: missed flushes counted, but its regional ran")
+    if lost: bad.append(f"{h}: losses {lost}")
+if bad:
+    print("FAIL:\n  " + "\n  ".join(bad)); sys.exit(1)
+PY
 }
 
 T0=$SECONDS
