@@ -221,35 +221,8 @@ if order["crossing_flows"] < 100 or order["beyond_bounds"] or order["bounds_unkn
     sys.exit(1)
 PY
   if [ "$enc" = machines ]; then
-    # The order trace_processor v58 needs (docs/timeline.md, `machines`): per machine, its first
-    # remote_clock_sync, then its clock anchor (a packet with only a timestamp), then anything
-    # else of it with a timestamp or a ClockSnapshot.
-    python3 - "$WORK/trace.pftrace" "$TR_SRC/tools" <<'PY' || STATUS=1
-import sys
-sys.path.insert(0, sys.argv[2])
-from pbwire import fields
-TRUSTED_UID, CLOCK_SNAPSHOT, TIMESTAMP, TRUSTED_SEQ, MACHINE_ID, REMOTE_CLOCK_SYNC = 3, 6, 8, 10, 98, 107
-ANCHOR = {TIMESTAMP, MACHINE_ID, TRUSTED_UID, TRUSTED_SEQ}
-state, bad = {}, []
-for n, (f, _, packet) in enumerate(fields(open(sys.argv[1], "rb").read())):
-    if f != 1:
-        continue
-    fs = {ff: v for ff, _, v in fields(packet)}
-    m = fs.get(MACHINE_ID)
-    if not m:
-        continue
-    seen = state.setdefault(m, "new")
-    if REMOTE_CLOCK_SYNC in fs:
-        state[m] = "synced" if seen == "new" else seen
-    elif TIMESTAMP in fs or CLOCK_SNAPSHOT in fs:
-        if seen == "synced" and set(fs) == ANCHOR:
-            state[m] = "anchored"
-        elif seen != "anchored":
-            bad.append((n, m, seen))
-if bad or not state or any(v != "anchored" for v in state.values()):
-    print(f"FAIL: machines: packet order trace_processor cannot use: {bad[:5]} {state}")
-    sys.exit(1)
-PY
+    # The order trace_processor v58 needs (docs/timeline.md, `machines`; tools/machines_order.py).
+    python3 "$TR_SRC/tools/machines_order.py" "$WORK/trace.pftrace" || STATUS=1
   fi
   cluster_cleanup
 done
