@@ -21,10 +21,13 @@
 
 #define COMP "session"
 
+#define NO_ACK SIZE_MAX
+
 typedef struct pending_ack {
   size_t host_index;
   uint32_t producer_id;
   bool acked;
+  size_t next_of_host; /* the next ack owed by the same host, or NO_ACK */
 } pending_ack;
 
 typedef struct tr_flush_op tr_flush_op;
@@ -43,6 +46,9 @@ struct tr_flush_op {
   uv_timer_t timer;
   pending_ack *acks;
   size_t num_acks;
+  size_t *first_of_host; /* [num_hosts]: each host's first ack, or NO_ACK (a chain per host) */
+  size_t num_hosts;      /* host entries when the flush began: later ones owe nothing */
+  size_t outstanding;    /* acks not yet acked nor settled as missed */
   tr_session_flush_cb cb;
   void *ud;
   bool done;
@@ -53,6 +59,7 @@ struct tr_flush_op {
 static void on_flush_closed(uv_handle_t *h) {
   tr_flush_op *f = h->data;
   free(f->acks);
+  free(f->first_of_host);
   free(f);
 }
 
@@ -89,27 +96,34 @@ static void complete(tr_flush_op *f, bool ok) {
     cb(ud, ok);
 }
 
-static bool all_acked(const tr_flush_op *f) {
-  for (size_t i = 0; i < f->num_acks; i++)
-    if (!f->acks[i].acked)
-      return false;
-  return true;
+static bool all_acked(const tr_flush_op *f) { return f->outstanding == 0; }
+
+static void settle(tr_flush_op *f, size_t i) {
+  if (!f->acks[i].acked) {
+    f->acks[i].acked = true;
+    f->outstanding--;
+  }
 }
 
-/* Counts and names every host that still owes an ack (each host once). */
+/* Settles every ack the host still owes; true if there was one. */
+static bool settle_host(tr_flush_op *f, size_t hi) {
+  bool owed = false;
+  if (hi >= f->num_hosts)
+    return false;
+  for (size_t i = f->first_of_host[hi]; i != NO_ACK; i = f->acks[i].next_of_host) {
+    owed |= !f->acks[i].acked;
+    settle(f, i);
+  }
+  return owed;
+}
+
+/* Counts and names every host that still owes an ack (each host once). Acks are settled
+ * host by host, so a host is named at its first unsettled ack only. */
 static void count_missed(tr_flush_op *f, size_t only_host, bool all_hosts) {
   tr_session *s = f->s;
   for (size_t i = 0; i < f->num_acks; i++) {
     size_t hi = f->acks[i].host_index;
-    bool seen = false;
-    if (f->acks[i].acked || (!all_hosts && hi != only_host))
-      continue;
-    for (size_t j = 0; j < i && !seen; j++)
-      seen = f->acks[j].host_index == hi && !f->acks[j].acked;
-    for (size_t j = i; j < f->num_acks; j++)
-      if (f->acks[j].host_index == hi)
-        f->acks[j].acked = true; /* settled: missed */
-    if (seen)
+    if (f->acks[i].acked || (!all_hosts && hi != only_host) || !settle_host(f, hi))
       continue;
     f->missed = true;
     s->flushes->missed[hi]++;
@@ -126,11 +140,14 @@ static void on_flush_timeout(uv_timer_t *t) {
   complete(f, false);
 }
 
-static bool producer_listed(const tr_flush_op *f, size_t hi, uint32_t producer_id) {
-  for (size_t i = 0; i < f->num_acks; i++)
-    if (f->acks[i].host_index == hi && f->acks[i].producer_id == producer_id)
-      return true;
-  return false;
+/* The ack the host's producer owes, or NO_ACK. O(that host's producers). */
+static size_t find_ack(const tr_flush_op *f, size_t hi, uint32_t producer_id) {
+  if (hi >= f->num_hosts)
+    return NO_ACK;
+  for (size_t i = f->first_of_host[hi]; i != NO_ACK; i = f->acks[i].next_of_host)
+    if (f->acks[i].producer_id == producer_id)
+      return i;
+  return NO_ACK;
 }
 
 /* Sends one flush command to a producer, for its started instances. */
@@ -170,10 +187,16 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
   if (!f)
     return TR_ERR_NOMEM;
   f->acks = calloc(s->num_instances + 1, sizeof *f->acks);
-  if (!f->acks) {
+  f->first_of_host = malloc((s->num_hosts + 1) * sizeof *f->first_of_host);
+  if (!f->acks || !f->first_of_host) {
+    free(f->acks);
+    free(f->first_of_host);
     free(f);
     return TR_ERR_NOMEM;
   }
+  f->num_hosts = s->num_hosts;
+  for (size_t h = 0; h < s->num_hosts; h++)
+    f->first_of_host[h] = NO_ACK;
   f->s = s;
   f->id = tr_session_next_flush_id(s);
   f->cb = cb;
@@ -192,11 +215,15 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
   for (size_t i = 0; i < s->num_instances; i++) {
     const tr_ds_instance *in = &s->instances[i];
     if (in->state != TR_DS_STARTED || in->no_flush ||
-        producer_listed(f, in->host_index, in->producer_id))
+        find_ack(f, in->host_index, in->producer_id) != NO_ACK)
       continue;
-    f->acks[f->num_acks].host_index = in->host_index;
-    f->acks[f->num_acks].producer_id = in->producer_id;
+    pending_ack *a = &f->acks[f->num_acks];
+    a->host_index = in->host_index;
+    a->producer_id = in->producer_id;
+    a->next_of_host = f->first_of_host[in->host_index];
+    f->first_of_host[in->host_index] = f->num_acks;
     f->num_acks++;
+    f->outstanding++;
     if (send_flush(f, in->host_index, in->producer_id, flags) != 0)
       count_missed(f, in->host_index, false);
   }
@@ -216,9 +243,9 @@ void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay_
   for (tr_flush_op *f = s->flushes->ops; f; f = f->next) {
     if (f->id != ack->flush_request_id || f->done)
       continue;
-    for (size_t i = 0; i < f->num_acks; i++)
-      if (f->acks[i].host_index == host_index && f->acks[i].producer_id == ack->producer_id)
-        f->acks[i].acked = true;
+    size_t i = find_ack(f, host_index, ack->producer_id);
+    if (i != NO_ACK)
+      settle(f, i);
     if (all_acked(f))
       complete(f, true);
     return;
@@ -230,8 +257,9 @@ void tr_session_flush_on_host_gone(tr_session *s, size_t host_index) {
   while (f) {
     tr_flush_op *next = f->next;
     bool owed = false;
-    for (size_t i = 0; i < f->num_acks; i++)
-      owed |= f->acks[i].host_index == host_index && !f->acks[i].acked;
+    if (host_index < f->num_hosts)
+      for (size_t i = f->first_of_host[host_index]; i != NO_ACK; i = f->acks[i].next_of_host)
+        owed |= !f->acks[i].acked;
     if (owed) {
       count_missed(f, host_index, false);
       if (all_acked(f))
