@@ -102,7 +102,8 @@ static double probe_drift_ppm(void *data) {
   return tr_clocksync_drift_ppm(p->clock);
 }
 
-/* Our own estimate paces the probes; the exchange itself goes upstream, where it counts. */
+/* Our own estimate paces the probes; the exchange itself goes upstream, where it counts, if
+ * it is a valid one (the upstream's widening could make an invalid one pass there). */
 static void probe_done(void *data, uint64_t probe_id, const struct tr_clocksync_probe *ex) {
   pump *p = data;
   int rc = tr_clocksync_add_probe(p->clock, ex);
@@ -110,7 +111,7 @@ static void probe_done(void *data, uint64_t probe_id, const struct tr_clocksync_
            (unsigned long long)probe_id, (long long)ex->t1, (long long)ex->t2,
            (long long)ex->t3, ex->t3_late ? " (late)" : "", (long long)ex->t4,
            rc < 0 ? tr_strerror(rc) : "used");
-  if (p->up == NULL || !p->welcomed || tr_relay_link_closing(p->up))
+  if (rc < 0 || p->up == NULL || !p->welcomed || tr_relay_link_closing(p->up))
     return;
   Tracerelay__RelayedClockExchange x = TRACERELAY__RELAYED_CLOCK_EXCHANGE__INIT;
   x.has_t1 = x.has_t2 = x.has_t3 = x.has_t4 = x.has_t3_late = 1;
