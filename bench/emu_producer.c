@@ -25,22 +25,6 @@
 #define WRITER_ID 1
 #define CHUNKS_PER_PAGE 1 /* Div1, as the SDK partitions pages by default */
 
-/* ProducerPort methods, numbered as in the .proto (reference 2.1). */
-enum {
-  M_INITIALIZE_CONNECTION = 1,
-  M_REGISTER_DATA_SOURCE = 2,
-  M_COMMIT_DATA = 4,
-  M_GET_ASYNC_COMMAND = 5,
-  M_REGISTER_TRACE_WRITER = 6,
-  M_NOTIFY_STARTED = 8,
-  M_NOTIFY_STOPPED = 9,
-  M_COUNT = 10
-};
-static const char *const kMethodNames[M_COUNT] = {
-    NULL, "InitializeConnection", "RegisterDataSource", "UnregisterDataSource", "CommitData",
-    "GetAsyncCommand", "RegisterTraceWriter", "UnregisterTraceWriter", "NotifyDataSourceStarted",
-    "NotifyDataSourceStopped"};
-
 /* One commit of the SMB writer, its patches copied out of the writer. */
 struct pending_commit {
   lg_commit c;
@@ -51,7 +35,7 @@ struct emu_producer {
   struct emu_producer_config cfg;
   emu_ipc *ipc;
   uint32_t service_id;
-  uint32_t method_ids[M_COUNT]; /* method number -> id in the bind reply, 0: absent */
+  uint32_t method_ids[TR_PM_COUNT]; /* method number -> id in the bind reply, 0: absent */
   uint64_t next_request_id, bind_id, init_id, async_id, register_id;
   bool ended;
 
@@ -118,13 +102,13 @@ static int notify(emu_producer *p, bool started, uint64_t instance_id) {
         PERFETTO__PROTOS__NOTIFY_DATA_SOURCE_STARTED_REQUEST__INIT;
     req.has_data_source_id = 1;
     req.data_source_id = instance_id;
-    return invoke(p, M_NOTIFY_STARTED, &req.base, true, NULL);
+    return invoke(p, TR_PM_NOTIFY_STARTED, &req.base, true, NULL);
   }
   Perfetto__Protos__NotifyDataSourceStoppedRequest req =
       PERFETTO__PROTOS__NOTIFY_DATA_SOURCE_STOPPED_REQUEST__INIT;
   req.has_data_source_id = 1;
   req.data_source_id = instance_id;
-  return invoke(p, M_NOTIFY_STOPPED, &req.base, true, NULL);
+  return invoke(p, TR_PM_NOTIFY_STOPPED, &req.base, true, NULL);
 }
 
 /* ---- commits ---- */
@@ -188,7 +172,7 @@ static int send_pending(emu_producer *p, uint64_t flush_id) {
   req.chunks_to_patch = cpp;
   req.has_flush_request_id = flush_id != 0;
   req.flush_request_id = flush_id;
-  rc = invoke(p, M_COMMIT_DATA, &req.base, true, NULL);
+  rc = invoke(p, TR_PM_COMMIT_DATA, &req.base, true, NULL);
   p->n_pending = 0;
 done:
   free(mv);
@@ -237,7 +221,7 @@ static int start_writing(emu_producer *p, uint64_t instance_id, uint32_t target_
   req.has_trace_writer_id = req.has_target_buffer = 1;
   req.trace_writer_id = WRITER_ID;
   req.target_buffer = target_buffer;
-  int rc = invoke(p, M_REGISTER_TRACE_WRITER, &req.base, true, NULL);
+  int rc = invoke(p, TR_PM_REGISTER_TRACE_WRITER, &req.base, true, NULL);
   if (rc < 0)
     return rc;
   lg_tw_init(&p->tw, &p->smb, WRITER_ID, target_buffer, queue_commit, p);
@@ -342,7 +326,7 @@ static int register_data_source(emu_producer *p) {
   Perfetto__Protos__RegisterDataSourceRequest req =
       PERFETTO__PROTOS__REGISTER_DATA_SOURCE_REQUEST__INIT;
   req.data_source_descriptor = &desc;
-  return invoke(p, M_REGISTER_DATA_SOURCE, &req.base, false, &p->register_id);
+  return invoke(p, TR_PM_REGISTER_DATA_SOURCE, &req.base, false, &p->register_id);
 }
 
 /* InitializeConnection, GetAsyncCommand and RegisterDataSource back to back, as the SDK. */
@@ -350,11 +334,7 @@ static int on_bound(emu_producer *p, const Perfetto__Protos__IPCFrame__BindServi
   if (!r->success)
     return TR_ERR_NOT_FOUND;
   p->service_id = r->service_id;
-  for (size_t i = 0; i < r->n_methods; i++)
-    for (int m = 1; m < M_COUNT; m++)
-      if (r->methods[i]->name && r->methods[i]->id != 0 &&
-          strcmp(r->methods[i]->name, kMethodNames[m]) == 0)
-        p->method_ids[m] = r->methods[i]->id;
+  tr_ipc_producer_method_ids(r, p->method_ids);
   Perfetto__Protos__InitializeConnectionRequest init =
       PERFETTO__PROTOS__INITIALIZE_CONNECTION_REQUEST__INIT;
   init.producer_name = (char *)p->cfg.name;
@@ -363,9 +343,9 @@ static int on_bound(emu_producer *p, const Perfetto__Protos__IPCFrame__BindServi
       PERFETTO__PROTOS__INITIALIZE_CONNECTION_REQUEST__PRODUCER_SMBSCRAPING_MODE__SMB_SCRAPING_ENABLED;
   init.sdk_version = "tracerelay many_agents (Perfetto SDK v58.2 ABI)";
   Perfetto__Protos__GetAsyncCommandRequest async = PERFETTO__PROTOS__GET_ASYNC_COMMAND_REQUEST__INIT;
-  int rc = invoke(p, M_INITIALIZE_CONNECTION, &init.base, false, &p->init_id);
+  int rc = invoke(p, TR_PM_INITIALIZE_CONNECTION, &init.base, false, &p->init_id);
   if (rc == 0)
-    rc = invoke(p, M_GET_ASYNC_COMMAND, &async.base, false, &p->async_id);
+    rc = invoke(p, TR_PM_GET_ASYNC_COMMAND, &async.base, false, &p->async_id);
   if (rc == 0)
     rc = register_data_source(p);
   return rc;

@@ -133,3 +133,17 @@ int tr_ipc_frame_invoke(Perfetto__Protos__IPCFrame *frame,
   *args_buf = buf;
   return 0;
 }
+
+void tr_ipc_producer_method_ids(const Perfetto__Protos__IPCFrame__BindServiceReply *r,
+                                uint32_t ids[TR_PM_COUNT]) {
+  static const char *const names[TR_PM_COUNT] = {
+      NULL, "InitializeConnection", "RegisterDataSource", "UnregisterDataSource", "CommitData",
+      "GetAsyncCommand", "RegisterTraceWriter", "UnregisterTraceWriter",
+      "NotifyDataSourceStarted", "NotifyDataSourceStopped", "ActivateTriggers", "Sync",
+      "UpdateDataSource"};
+  memset(ids, 0, TR_PM_COUNT * sizeof ids[0]);
+  for (size_t i = 0; i < r->n_methods; i++)
+    for (int m = 1; m < TR_PM_COUNT; m++)
+      if (r->methods[i]->name != NULL && strcmp(r->methods[i]->name, names[m]) == 0)
+        ids[m] = r->methods[i]->id;
+}

@@ -36,4 +36,26 @@ int tr_ipc_frame_invoke(Perfetto__Protos__IPCFrame *frame,
                         uint32_t method_id, uint64_t request_id, const ProtobufCMessage *args,
                         bool drop_reply, uint8_t **args_buf);
 
+/* ProducerPort's methods by their number in the .proto (reference 2.1), for the producers that
+ * call a port from this side (the loadgen, bench/many_agents' emulation, the hostile producer). */
+enum tr_producer_method {
+  TR_PM_INITIALIZE_CONNECTION = 1,
+  TR_PM_REGISTER_DATA_SOURCE = 2,
+  TR_PM_UNREGISTER_DATA_SOURCE = 3,
+  TR_PM_COMMIT_DATA = 4,
+  TR_PM_GET_ASYNC_COMMAND = 5,
+  TR_PM_REGISTER_TRACE_WRITER = 6,
+  TR_PM_UNREGISTER_TRACE_WRITER = 7,
+  TR_PM_NOTIFY_STARTED = 8,
+  TR_PM_NOTIFY_STOPPED = 9,
+  TR_PM_ACTIVATE_TRIGGERS = 10,
+  TR_PM_SYNC = 11,
+  TR_PM_UPDATE_DATA_SOURCE = 12,
+  TR_PM_COUNT = 13
+};
+/* From a BindService reply: ids[m] = the id the service gave method m by its name, 0 for one it
+ * did not offer (ids[0] is 0). */
+void tr_ipc_producer_method_ids(const Perfetto__Protos__IPCFrame__BindServiceReply *r,
+                                uint32_t ids[TR_PM_COUNT]);
+
 #endif

@@ -51,20 +51,6 @@
 #include "relay/ipc_frame.h"
 #include "relay/tr_error.h"
 
-enum {
-  M_INITIALIZE_CONNECTION = 1,
-  M_REGISTER_DATA_SOURCE = 2,
-  M_COMMIT_DATA = 4,
-  M_GET_ASYNC_COMMAND = 5,
-  M_REGISTER_TRACE_WRITER = 6,
-  M_SYNC = 11,
-  NUM_METHODS = 13,
-};
-static const char *const kMethodNames[NUM_METHODS] = {
-    NULL, "InitializeConnection", "RegisterDataSource", "UnregisterDataSource", "CommitData",
-    "GetAsyncCommand", "RegisterTraceWriter", "UnregisterTraceWriter", "NotifyDataSourceStarted",
-    "NotifyDataSourceStopped", "ActivateTriggers", "Sync", "UpdateDataSource"};
-
 #define PAGE_HEADER 8u
 #define CHUNK_HEADER 8u
 #define LAYOUT_DIV4 3u
@@ -103,7 +89,7 @@ typedef struct conn {
   tr_ipc_reader reader;
   uint64_t next_id;
   uint32_t service_id;
-  uint32_t method_ids[NUM_METHODS];
+  uint32_t method_ids[TR_PM_COUNT];
   uint64_t frames_sent;
   uint64_t refusals; /* InvokeMethodReply success=false, RequestError */
   uint64_t async_id;
@@ -369,10 +355,7 @@ static int bind_producer_port(conn *c) {
   }
   const Perfetto__Protos__IPCFrame__BindServiceReply *r = f->msg_bind_service_reply;
   c->service_id = r->service_id;
-  for (size_t i = 0; i < r->n_methods; i++)
-    for (int m = 1; m < NUM_METHODS; m++)
-      if (r->methods[i]->name && strcmp(r->methods[i]->name, kMethodNames[m]) == 0)
-        c->method_ids[m] = r->methods[i]->id;
+  tr_ipc_producer_method_ids(r, c->method_ids);
   tr_ipc_frame_free(f);
   return 0;
 }
@@ -396,11 +379,11 @@ static int initialize(conn *c, const char *name, int shm_fd, uint32_t smb_hint,
     req.shared_memory_page_size_hint_bytes = 4096;
   }
   uint64_t init_id;
-  int rc = invoke_fds(c, M_INITIALIZE_CONNECTION, &req.base, false, shm_fd >= 0 ? &shm_fd : NULL,
-                      shm_fd >= 0 ? 1 : 0, &init_id);
+  int rc = invoke_fds(c, TR_PM_INITIALIZE_CONNECTION, &req.base, false,
+                      shm_fd >= 0 ? &shm_fd : NULL, shm_fd >= 0 ? 1 : 0, &init_id);
   Perfetto__Protos__GetAsyncCommandRequest async = PERFETTO__PROTOS__GET_ASYNC_COMMAND_REQUEST__INIT;
   if (rc == 0)
-    rc = invoke(c, M_GET_ASYNC_COMMAND, &async.base, &c->async_id);
+    rc = invoke(c, TR_PM_GET_ASYNC_COMMAND, &async.base, &c->async_id);
   Perfetto__Protos__DataSourceDescriptor desc = PERFETTO__PROTOS__DATA_SOURCE_DESCRIPTOR__INIT;
   desc.name = (char *)opt.data_source;
   desc.has_id = 1;
@@ -409,7 +392,7 @@ static int initialize(conn *c, const char *name, int shm_fd, uint32_t smb_hint,
       PERFETTO__PROTOS__REGISTER_DATA_SOURCE_REQUEST__INIT;
   reg.data_source_descriptor = &desc;
   if (rc == 0)
-    rc = invoke(c, M_REGISTER_DATA_SOURCE, &reg.base, NULL);
+    rc = invoke(c, TR_PM_REGISTER_DATA_SOURCE, &reg.base, NULL);
   Perfetto__Protos__IPCFrame *f = NULL;
   if (rc == 0)
     rc = await_reply(c, init_id, &f);
@@ -507,7 +490,7 @@ static int register_writer(conn *c, uint32_t writer, uint32_t buffer) {
   r.has_trace_writer_id = r.has_target_buffer = 1;
   r.trace_writer_id = writer;
   r.target_buffer = buffer;
-  return invoke(c, M_REGISTER_TRACE_WRITER, &r.base, NULL);
+  return invoke(c, TR_PM_REGISTER_TRACE_WRITER, &r.base, NULL);
 }
 
 /* ---- packets and chunks -------------------------------------------------------------------- */
@@ -619,7 +602,7 @@ add_patch(commit *cm, uint32_t buffer, uint32_t writer, uint32_t chunk_id, uint3
 }
 
 static int send_commit(conn *c, commit *cm, uint64_t *id) {
-  return invoke(c, M_COMMIT_DATA, &cm->req.base, id);
+  return invoke(c, TR_PM_COMMIT_DATA, &cm->req.base, id);
 }
 
 /* Sends `cm` and waits for its reply: 1 accepted, 0 refused, < 0 closed or error. */
@@ -773,7 +756,8 @@ static int mode_huge_sizes(void) {
       PERFETTO__PROTOS__INITIALIZE_CONNECTION_REQUEST__INIT;
   again.has_shared_memory_size_hint_bytes = 1;
   again.shared_memory_size_hint_bytes = UINT32_MAX;
-  if (invoke(&c, M_INITIALIZE_CONNECTION, &again.base, &id) < 0 || await_reply(&c, id, NULL) != 0) {
+  if (invoke(&c, TR_PM_INITIALIZE_CONNECTION, &again.base, &id) < 0 ||
+      await_reply(&c, id, NULL) != 0) {
     printf("hostile huge-sizes: a second InitializeConnection was not refused\n");
     ok = false;
   }
@@ -798,7 +782,7 @@ static int mode_huge_sizes(void) {
   Perfetto__Protos__IPCFrame__InvokeMethod inv = PERFETTO__PROTOS__IPCFRAME__INVOKE_METHOD__INIT;
   inv.has_service_id = inv.has_method_id = inv.has_args_proto = 1;
   inv.service_id = c.service_id;
-  inv.method_id = c.method_ids[M_COMMIT_DATA];
+  inv.method_id = c.method_ids[TR_PM_COMMIT_DATA];
   inv.args_proto = (ProtobufCBinaryData){args_len, args};
   Perfetto__Protos__IPCFrame f = PERFETTO__PROTOS__IPCFRAME__INIT;
   f.has_request_id = 1;
@@ -1030,7 +1014,7 @@ static int mode_fd_flood(void) {
   Perfetto__Protos__SyncRequest sync = PERFETTO__PROTOS__SYNC_REQUEST__INIT;
   /* 4 fds on every frame: allowed one frame at a time, each replaces the last one held. */
   for (int i = 0; i < 500 && !c.closed; i++) {
-    invoke_fds(&c, M_SYNC, &sync.base, true, fds, 4, NULL);
+    invoke_fds(&c, TR_PM_SYNC, &sync.base, true, fds, 4, NULL);
     if (i % 16 == 0)
       drain(&c);
   }
@@ -1039,7 +1023,7 @@ static int mode_fd_flood(void) {
          closed_early ? "closed" : "open");
   /* Then 64 on every frame. */
   for (int i = 0; i < 100 && !c.closed; i++)
-    invoke_fds(&c, M_SYNC, &sync.base, true, fds, 64, NULL);
+    invoke_fds(&c, TR_PM_SYNC, &sync.base, true, fds, 64, NULL);
   bool closed = c.closed || wait_closed(&c, 5000);
   for (size_t i = 0; i < 64; i++)
     close(fds[i]);

@@ -10,21 +10,6 @@
 #include "relay/tr_error.h"
 #include "tools/loadgen/commit_latency.h"
 
-/* ProducerPort methods, numbered as in the .proto (reference 2.1). */
-enum {
-  M_INITIALIZE_CONNECTION = 1,
-  M_REGISTER_DATA_SOURCE = 2,
-  M_COMMIT_DATA = 4,
-  M_GET_ASYNC_COMMAND = 5,
-  M_REGISTER_TRACE_WRITER = 6,
-  M_NOTIFY_STARTED = 8,
-  M_NOTIFY_STOPPED = 9,
-};
-static const char *const kMethodNames[13] = {
-    NULL, "InitializeConnection", "RegisterDataSource", "UnregisterDataSource", "CommitData",
-    "GetAsyncCommand", "RegisterTraceWriter", "UnregisterTraceWriter", "NotifyDataSourceStarted",
-    "NotifyDataSourceStopped", "ActivateTriggers", "Sync", "UpdateDataSource"};
-
 #define SESSION_TIMEOUT_MS 10000
 /* Per CommitData frame: 2048 moves (<= 16 bytes each) and 256 patch entries (<= 20 bytes plus
  * <= 16 patches of <= 14 bytes) stay well under the SDK's limit of 128 KiB - 512. */
@@ -100,11 +85,7 @@ static int bind_service(lg_session *s) {
     return TR_ERR_NOT_FOUND;
   }
   s->service_id = r->service_id;
-  for (size_t i = 0; i < r->n_methods; i++)
-    for (int m = 1; m < 13; m++)
-      if (r->methods[i]->name && r->methods[i]->id != 0 &&
-          strcmp(r->methods[i]->name, kMethodNames[m]) == 0)
-        s->method_ids[m] = r->methods[i]->id;
+  tr_ipc_producer_method_ids(r, s->method_ids);
   tr_ipc_frame_free(reply);
   return 0;
 }
@@ -121,10 +102,10 @@ static int initialize(lg_session *s, const lg_session_config *cfg) {
       PERFETTO__PROTOS__INITIALIZE_CONNECTION_REQUEST__PRODUCER_SMBSCRAPING_MODE__SMB_SCRAPING_ENABLED;
   req.sdk_version = "tracerelay-loadgen (Perfetto SDK v58.2 ABI)";
   uint64_t init_id;
-  int rc = invoke(s, M_INITIALIZE_CONNECTION, &req.base, false, &init_id);
+  int rc = invoke(s, TR_PM_INITIALIZE_CONNECTION, &req.base, false, &init_id);
   Perfetto__Protos__GetAsyncCommandRequest async = PERFETTO__PROTOS__GET_ASYNC_COMMAND_REQUEST__INIT;
   if (rc == 0)
-    rc = invoke(s, M_GET_ASYNC_COMMAND, &async.base, false, &s->async_request_id);
+    rc = invoke(s, TR_PM_GET_ASYNC_COMMAND, &async.base, false, &s->async_request_id);
   Perfetto__Protos__IPCFrame *reply = NULL;
   if (rc == 0)
     rc = await_reply(s, init_id, &reply);
@@ -163,7 +144,7 @@ static int register_data_source(lg_session *s, const lg_session_config *cfg) {
   Perfetto__Protos__RegisterDataSourceRequest req =
       PERFETTO__PROTOS__REGISTER_DATA_SOURCE_REQUEST__INIT;
   req.data_source_descriptor = &desc;
-  return invoke(s, M_REGISTER_DATA_SOURCE, &req.base, false, &s->register_request_id);
+  return invoke(s, TR_PM_REGISTER_DATA_SOURCE, &req.base, false, &s->register_request_id);
 }
 
 int lg_session_open(lg_session *s, const char *socket_path, const lg_session_config *cfg) {
@@ -243,7 +224,7 @@ int lg_session_notify_started(lg_session *s, uint64_t instance_id) {
       PERFETTO__PROTOS__NOTIFY_DATA_SOURCE_STARTED_REQUEST__INIT;
   req.has_data_source_id = 1;
   req.data_source_id = instance_id;
-  return invoke(s, M_NOTIFY_STARTED, &req.base, true, NULL);
+  return invoke(s, TR_PM_NOTIFY_STARTED, &req.base, true, NULL);
 }
 
 int lg_session_notify_stopped(lg_session *s, uint64_t instance_id) {
@@ -251,7 +232,7 @@ int lg_session_notify_stopped(lg_session *s, uint64_t instance_id) {
       PERFETTO__PROTOS__NOTIFY_DATA_SOURCE_STOPPED_REQUEST__INIT;
   req.has_data_source_id = 1;
   req.data_source_id = instance_id;
-  return invoke(s, M_NOTIFY_STOPPED, &req.base, true, NULL);
+  return invoke(s, TR_PM_NOTIFY_STOPPED, &req.base, true, NULL);
 }
 
 int lg_session_register_writer(lg_session *s, uint32_t writer_id, uint32_t target_buffer) {
@@ -260,7 +241,7 @@ int lg_session_register_writer(lg_session *s, uint32_t writer_id, uint32_t targe
   req.has_trace_writer_id = req.has_target_buffer = 1;
   req.trace_writer_id = writer_id;
   req.target_buffer = target_buffer;
-  return invoke(s, M_REGISTER_TRACE_WRITER, &req.base, true, NULL);
+  return invoke(s, TR_PM_REGISTER_TRACE_WRITER, &req.base, true, NULL);
 }
 
 static lg_commit_item *add_item(lg_session *s) {
@@ -367,7 +348,7 @@ static int send_frame(lg_session *s, const lg_commit_item *items, size_t n, uint
   req.chunks_to_patch = cpp;
   req.has_flush_request_id = flush_id != 0;
   req.flush_request_id = flush_id;
-  rc = invoke(s, M_COMMIT_DATA, &req.base, true, NULL);
+  rc = invoke(s, TR_PM_COMMIT_DATA, &req.base, true, NULL);
   s->commits_sent++;
 done:
   free(mv);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "perfetto/ipc/producer_port.pb-c.h"
+#include "relay/ipc_frame.h"
 #include "tools/loadgen/ipc_conn.h"
 #include "tools/loadgen/smb_writer.h"
 
@@ -33,7 +34,7 @@ typedef struct lg_commit_item lg_commit_item;
 typedef struct lg_session {
   lg_conn conn;
   uint32_t service_id;
-  uint32_t method_ids[13]; /* ProducerPort method number -> id in the bind reply, 0 = absent */
+  uint32_t method_ids[TR_PM_COUNT]; /* ProducerPort method -> id in the bind reply, 0: absent */
   uint64_t next_request_id;
   uint64_t async_request_id;
   uint64_t register_request_id;
