@@ -42,6 +42,7 @@ struct tr_link_peer {
   /* A regional's link for one of its hosts (Hello.relayed_host): the regional probes the host
    * and sends RelayedClockExchange; we probe the regional on its own link. */
   bool relayed;
+  tr_host *via; /* the regional's own host entry, once known (entries live as long as we do) */
   struct tr_clock_probe_peer probe; /* scheduled from Welcome (with the feature) to closing */
 };
 
@@ -291,7 +292,9 @@ static void on_probe_follow_up(tr_link_peer *p, const Tracerelay__ClockFollowUp 
  * regional's first probes come 50 ms apart from its Welcome, the host's 10 as well). */
 static void on_relayed_exchange(tr_link_peer *p, const Tracerelay__RelayedClockExchange *x) {
   const char *regional = tr_tls_uv_peer_name(tr_relay_link_conn(p->link));
-  tr_host *via = tr_hosts_find(p->ls->hosts, regional);
+  if (p->via == NULL) /* looked up once, not per exchange: the table is a list */
+    p->via = tr_hosts_find(p->ls->hosts, regional);
+  tr_host *via = p->via;
   struct tr_clocksync_probe in = {.t1 = (int64_t)x->t1, .t2 = (int64_t)x->t2,
                                   .t3 = (int64_t)x->t3, .t4 = (int64_t)x->t4,
                                   .t3_late = x->has_t3_late && x->t3_late};
