@@ -635,7 +635,7 @@ static void test_late_probes_are_not_a_new_path(void **state) {
 /* Tiers: a regional R measures host H, the service measures R. Each of H's exchanges with R,
  * made one with the service through the service's estimate of R, must still bracket the truth
  * (H received after t1 and answered before t4, on the service's clock), also when R's last probe
- * is up to two seconds old; and the estimate it gives of H is within the two hops' bounds. */
+ * is up to two seconds old; and the estimate it gives of H is within the two hops' bounds. *
 static void test_relayed_exchange_is_valid(void **state) {
   (void)state;
   const struct host r = {.offset = 3600.0L * SEC, .drift = 50e-6L, .t0 = 100.0L * SEC};
@@ -659,6 +659,10 @@ static void test_relayed_exchange_is_valid(void **state) {
     assert_int_equal(tr_clocksync_relay_exchange(via, &in, &out), 0);
     assert_true((long double)out.t1 <= recv);
     assert_true((long double)out.t4 >= answer);
+    /* The widening itself: t1' and t4' bound the instants the regional read t1 and t4 at (the
+     * regional's mapping alone is off either way, by up to its bound). */
+    assert_true((long double)out.t1 <= truth(&r, in.t1) + 1);
+    assert_true((long double)out.t4 >= truth(&r, in.t4) - 1);
     assert_int_equal(out.t2, in.t2);
     assert_int_equal(out.t3, in.t3);
     assert_int_equal(tr_clocksync_add_probe(host_est, &out), 0);
