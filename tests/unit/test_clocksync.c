@@ -635,7 +635,7 @@ static void test_late_probes_are_not_a_new_path(void **state) {
 /* Tiers: a regional R measures host H, the service measures R. Each of H's exchanges with R,
  * made one with the service through the service's estimate of R, must still bracket the truth
  * (H received after t1 and answered before t4, on the service's clock), also when R's last probe
- * is up to two seconds old; and the estimate it gives of H is within the two hops' bounds. *
+ * is up to two seconds old; and the estimate it gives of H is within the two hops' bounds. */
 static void test_relayed_exchange_is_valid(void **state) {
   (void)state;
   const struct host r = {.offset = 3600.0L * SEC, .drift = 50e-6L, .t0 = 100.0L * SEC};
