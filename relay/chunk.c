@@ -123,6 +123,29 @@ int tr_chunk_parse(const uint8_t *payload, size_t len, uint16_t count, tr_chunk_
   return rc;
 }
 
+uint32_t tr_chunk_packets_begun(const uint8_t *payload, size_t len, uint16_t count,
+                                uint8_t flags, bool incomplete) {
+  if (incomplete) {
+    count = count > 0 ? count - 1u : 0;
+    flags &= (uint8_t)~(TR_CHUNK_LAST_CONTINUES | TR_CHUNK_NEEDS_PATCHING);
+  }
+  bool unpatched_last = (flags & TR_CHUNK_NEEDS_PATCHING) && count > 0;
+  if (unpatched_last) {
+    count--;
+    flags &= (uint8_t)~TR_CHUNK_LAST_CONTINUES; /* that last fragment is counted below */
+  }
+  tr_chunk_iter it;
+  tr_chunk_fragment f;
+  uint32_t begun = 0;
+  tr_chunk_iter_init(&it, payload, len, count, flags);
+  while (tr_chunk_iter_next(&it, &f) == 1)
+    if (!f.continues_from_prev && (f.len > 0 || f.continues_in_next))
+      begun++;
+  if (unpatched_last && !it.abi_violation && !(count == 0 && (flags & TR_CHUNK_FIRST_CONTINUES)))
+    begun++;
+  return begun;
+}
+
 int tr_chunk_scrape_rule(tr_chunk_header *h) {
   if (h->count < 2)
     return 0;

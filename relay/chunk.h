@@ -32,12 +32,16 @@ typedef struct tr_chunk_header {
   uint8_t flags;  /* TR_CHUNK_* above; the top 3 bits of the 6 are kept as sent */
 } tr_chunk_header;
 
-/* Packets that begin in a chunk of `count` fragments: all but a leading continuation. A lost
- * chunk loses these; a packet begun earlier that runs into it is lost too, but that is seen
- * (and counted) by whoever holds the packet's head (tr_tbuf_stats.packets_lost_in_gaps). */
-static inline uint32_t tr_chunk_packets_begun(uint16_t count, uint8_t flags) {
-  return count > 0 && (flags & TR_CHUNK_FIRST_CONTINUES) ? count - 1u : count;
-}
+/* Packets that begin in a chunk of `count` fragments and `flags` (its payload[0..len)): the
+ * packets lost with it when it is lost. Not counted: a leading continuation (a packet begun
+ * earlier that runs into a lost chunk is seen, and counted, by whoever holds its head:
+ * tr_tbuf_stats.packets_lost_in_gaps), an empty fragment (an empty packet, which no reader
+ * emits) and the writer's drop marker (a packet the writer abandoned and counted itself).
+ * An incomplete chunk counts only what a reader takes from it (its last counted fragment may
+ * be unfinished, reference 4.6). The last size of a chunk still to be patched is not final:
+ * that fragment continues in the next chunk, so it begins a packet. O(count). */
+uint32_t tr_chunk_packets_begun(const uint8_t *payload, size_t len, uint16_t count,
+                                uint8_t flags, bool incomplete);
 
 /* Decodes the 8-byte header at `chunk` (len must be >= 8). TR_ERR_PROTO for writer_id 0 or
  * > 32767 (the header is still filled in), TR_ERR_INVAL if len < 8. */

@@ -96,7 +96,8 @@ int tr_chunkq_push_chunk(tr_chunkq *q, const tr_chunkq_chunk *c, const uint8_t *
   tr_chunkq_entry *e = new_entry(q, len, q->max_bytes, &rc);
   if (!e) {
     tr_chunkq_drops *d = drops_for(q, c->producer_id);
-    uint32_t begun = tr_chunk_packets_begun(c->header.count, c->header.flags);
+    uint32_t begun = tr_chunk_packets_begun(payload, len, c->header.count, c->header.flags,
+                                            c->incomplete);
     if (d) {
       d->chunks++;
       d->bytes += len;

@@ -302,8 +302,9 @@ int tr_relay_batch_tally(Tracerelay__ChunkItem *const *items, size_t n_items, tr
     if (items[i]->item_case != TRACERELAY__CHUNK_ITEM__ITEM_CHUNK)
       continue;
     const Tracerelay__Chunk *chunk = items[i]->chunk;
-    uint32_t begun = tr_chunk_packets_begun((uint16_t)(chunk->packet_count & 0x3ff),
-                                            (uint8_t)chunk->flags);
+    uint32_t begun = tr_chunk_packets_begun(chunk->payload.data, chunk->payload.len,
+                                            (uint16_t)(chunk->packet_count & 0x3ff),
+                                            (uint8_t)chunk->flags, chunk->incomplete);
     int rc = tr_relay_tally_add(&arr, &n, chunk->producer_id, 1, chunk->payload.len, begun);
     if (rc < 0) {
       free(arr);

@@ -663,11 +663,13 @@ static int next_packet(tr_tbuf *b, struct seq *s, bool final, tr_tbuf_packet *ou
       if (!final)
         return 0;
       b->st.unpatched_chunks_dropped++;
-      /* Its packets are lost like those of a missing chunk (a packet running into it from
-       * the chunk before was counted by read_spanning already). */
-      b->st.packets_lost_in_gaps += c->frags_read == 0
-                                        ? tr_chunk_packets_begun(c->nfrags, c->flags)
-                                        : (uint64_t)(c->nfrags - c->frags_read);
+      /* Its unread packets are lost like those of a missing chunk (a packet running into it
+       * from the chunk before was counted by read_spanning already). */
+      uint8_t unread_flags = c->frags_read == 0 ? c->flags
+                                                : c->flags & (uint8_t)~TR_CHUNK_FIRST_CONTINUES;
+      b->st.packets_lost_in_gaps +=
+          tr_chunk_packets_begun(payload_of(b, c) + c->read_off, c->len - c->read_off,
+                                 (uint16_t)(c->nfrags - c->frags_read), unread_flags, false);
       mark_loss(s, TR_TBUF_LOSS_CHUNK_CORRUPTED);
       consume_front(b, s);
       continue;

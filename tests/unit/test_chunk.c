@@ -216,6 +216,52 @@ static void test_scrape_rule(void **state) {
   assert_int_equal(info.used, 4);
 }
 
+/* What a lost chunk loses: the packets a reader would have taken from it, and no more
+ * (issue 24 item 2: the agent counted a dropped chunk's drop marker as a lost packet, so a
+ * Release run under overload counted 41 more packets lost than were written). */
+static void test_packets_begun(void **state) {
+  (void)state;
+  const uint8_t whole[] = {3, 'a', 'b', 'c', 1, 'x'};
+  assert_int_equal(tr_chunk_packets_begun(whole, sizeof(whole), 2, 0, false), 2);
+  /* The leading continuation's packet began in the chunk before. */
+  assert_int_equal(tr_chunk_packets_begun(whole, sizeof(whole), 2, TR_CHUNK_FIRST_CONTINUES,
+                                          false), 1);
+  assert_int_equal(tr_chunk_packets_begun(whole, sizeof(whole), 1,
+                                          TR_CHUNK_FIRST_CONTINUES | TR_CHUNK_LAST_CONTINUES,
+                                          false), 0);
+  assert_int_equal(tr_chunk_packets_begun(whole, sizeof(whole), 2, TR_CHUNK_LAST_CONTINUES,
+                                          false), 2);
+  assert_int_equal(tr_chunk_packets_begun(whole, 0, 0, TR_CHUNK_FIRST_CONTINUES, false), 0);
+  /* The writer's drop marker ends a packet it abandoned (and counted as dropped itself). */
+  const uint8_t dropped[] = {3, 'a', 'b', 'c', 0xff, 0xff, 0xff, 0x7f};
+  assert_int_equal(tr_chunk_packets_begun(dropped, sizeof(dropped), 2, 0, false), 1);
+  assert_int_equal(tr_chunk_packets_begun(dropped, sizeof(dropped), 2,
+                                          TR_CHUNK_FIRST_CONTINUES, false), 0);
+  assert_int_equal(tr_chunk_packets_begun(dropped + 4, 4, 1, 0, false), 0);
+  assert_int_equal(tr_chunk_packets_begun(dropped + 4, 4, 1, TR_CHUNK_FIRST_CONTINUES, false),
+                   0);
+  /* An empty fragment is an empty packet, which no reader emits. */
+  const uint8_t empty_last[] = {3, 'a', 'b', 'c', 0};
+  assert_int_equal(tr_chunk_packets_begun(empty_last, sizeof(empty_last), 2, 0, false), 1);
+  /* Still to be patched: the last size is a placeholder, but that fragment begins a packet. */
+  const uint8_t unpatched[] = {3, 'a', 'b', 'c', 0x80, 0x80, 0x80, 0x00, 'x', 'y'};
+  const uint8_t patch_flags = TR_CHUNK_LAST_CONTINUES | TR_CHUNK_NEEDS_PATCHING;
+  assert_int_equal(tr_chunk_packets_begun(unpatched, sizeof(unpatched), 2, patch_flags, false),
+                   2);
+  assert_int_equal(tr_chunk_packets_begun(unpatched + 4, 6, 1, patch_flags, false), 1);
+  assert_int_equal(tr_chunk_packets_begun(unpatched + 4, 6, 1,
+                                          patch_flags | TR_CHUNK_FIRST_CONTINUES, false), 0);
+  /* Incomplete: the last counted fragment may be unfinished and is not read. */
+  assert_int_equal(tr_chunk_packets_begun(whole, sizeof(whole), 2, 0, true), 1);
+  assert_int_equal(tr_chunk_packets_begun(whole, sizeof(whole), 1, 0, true), 0);
+  assert_int_equal(tr_chunk_packets_begun(unpatched, sizeof(unpatched), 2, patch_flags, true),
+                   1);
+  /* A size past the end: only what parsed before it. */
+  const uint8_t broken[] = {1, 'a', 9, 'b'};
+  assert_int_equal(tr_chunk_packets_begun(broken, sizeof(broken), 2, 0, false), 1);
+  assert_int_equal(tr_chunk_packets_begun(broken, sizeof(broken), 3, patch_flags, false), 1);
+}
+
 /* ---- real captures ---- */
 
 static uint8_t *load(const char *name, size_t *len) {
@@ -535,6 +581,7 @@ int main(void) {
       cmocka_unit_test(test_continuation_flags),
       cmocka_unit_test(test_patch_bounds),
       cmocka_unit_test(test_scrape_rule),
+      cmocka_unit_test(test_packets_begun),
       cmocka_unit_test(test_real_chunks_producer_emulated),
       cmocka_unit_test(test_real_chunks_producer_emulated_n50),
   };

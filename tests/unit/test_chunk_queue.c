@@ -179,6 +179,26 @@ static void test_byte_bound_and_drops(void **state) {
   tr_chunkq_free(&q);
 }
 
+/* A dropped chunk counts the packets begun in it: not its leading continuation, nor the
+ * drop marker a writer leaves when the SMB is full (issue 24 item 2). */
+static void test_dropped_packets(void **state) {
+  (void)state;
+  tr_chunkq q;
+  tr_chunkq_init(&q, 0);
+  const uint8_t marker[] = {2, 'a', 'b', 1, 'c', 0xff, 0xff, 0xff, 0x7f};
+  tr_chunkq_chunk c = chunk_meta(1, 7, 0);
+  c.header.count = 3;
+  assert_int_equal(tr_chunkq_push_chunk(&q, &c, marker, sizeof(marker), sizeof(marker)),
+                   TR_ERR_FULL);
+  assert_int_equal(tr_chunkq_drops_of(&q, 1).packets, 2);
+  c.header.flags = TR_CHUNK_FIRST_CONTINUES;
+  assert_int_equal(tr_chunkq_push_chunk(&q, &c, marker, sizeof(marker), sizeof(marker)),
+                   TR_ERR_FULL);
+  assert_int_equal(tr_chunkq_drops_of(&q, 1).packets, 3);
+  assert_int_equal(q.total.packets, 3);
+  tr_chunkq_free(&q);
+}
+
 static void test_many_producers_drop(void **state) {
   (void)state;
   tr_chunkq q;
@@ -217,6 +237,7 @@ int main(void) {
       cmocka_unit_test(test_order_and_seq),
       cmocka_unit_test(test_used_beyond_payload_is_a_caller_bug),
       cmocka_unit_test(test_byte_bound_and_drops),
+      cmocka_unit_test(test_dropped_packets),
       cmocka_unit_test(test_many_producers_drop),
       cmocka_unit_test(test_free_releases_queued_entries),
   };
