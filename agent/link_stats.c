@@ -47,9 +47,9 @@ static void fill_producer(const tr_link_stats *s, const tr_chunkq *q, const tr_r
   p->queue_dropped_packets = d.packets;
   for (size_t j = 0; j < a->n_lost; j++) {
     if (a->lost[j].producer_id == id) {
-      p->spill_dropped_chunks = a->lost[j].chunks;
-      p->spill_dropped_bytes = a->lost[j].bytes;
-      p->spill_dropped_packets = a->lost[j].packets;
+      p->spill_dropped_chunks += a->lost[j].chunks;
+      p->spill_dropped_bytes += a->lost[j].bytes;
+      p->spill_dropped_packets += a->lost[j].packets;
     }
   }
   p->has_smb_full = p->has_smb_full_ns = 1;
@@ -62,30 +62,68 @@ static void fill_producer(const tr_link_stats *s, const tr_chunkq *q, const tr_r
   }
 }
 
+/* One buffer's entry: what each queue dropped of the chunks for it, over every producer. */
+static void fill_buffer(const tr_chunkq *q, const tr_relay_agent *a, uint32_t buffer,
+                        Tracerelay__AgentStats__Buffer *b) {
+  *b = (Tracerelay__AgentStats__Buffer)TRACERELAY__AGENT_STATS__BUFFER__INIT;
+  b->has_target_buffer = b->has_queue_dropped_chunks = b->has_queue_dropped_bytes = 1;
+  b->has_queue_dropped_packets = b->has_spill_dropped_chunks = b->has_spill_dropped_bytes = 1;
+  b->has_spill_dropped_packets = 1;
+  b->target_buffer = buffer;
+  for (size_t j = 0; j < q->num_drops; j++) {
+    if (q->drops[j].target_buffer == buffer) {
+      b->queue_dropped_chunks += q->drops[j].chunks;
+      b->queue_dropped_bytes += q->drops[j].bytes;
+      b->queue_dropped_packets += q->drops[j].packets;
+    }
+  }
+  for (size_t j = 0; j < a->n_lost; j++) {
+    if (a->lost[j].target_buffer == buffer) {
+      b->spill_dropped_chunks += a->lost[j].chunks;
+      b->spill_dropped_bytes += a->lost[j].bytes;
+      b->spill_dropped_packets += a->lost[j].packets;
+    }
+  }
+}
+
 void tr_link_stats_report(tr_link_stats *s, const tr_chunkq *q, const tr_relay_agent *a,
                           bool force, int (*send)(void *data, Tracerelay__RelayFrame *f),
                           void *data) {
   size_t max = q->num_drops + a->n_lost + s->n_producers;
   uint32_t *ids = malloc((max ? max : 1) * sizeof *ids);
+  uint32_t *buffer_ids = malloc((max ? max : 1) * sizeof *buffer_ids);
   Tracerelay__AgentStats__Producer *ps = malloc((max ? max : 1) * sizeof *ps);
   Tracerelay__AgentStats__Producer **pp = malloc((max ? max : 1) * sizeof *pp);
+  Tracerelay__AgentStats__Buffer *bs = malloc((max ? max : 1) * sizeof *bs);
+  Tracerelay__AgentStats__Buffer **bp = malloc((max ? max : 1) * sizeof *bp);
   uint8_t *buf = NULL;
-  size_t n = 0;
-  if (ids == NULL || ps == NULL || pp == NULL)
+  size_t n = 0, nb = 0;
+  if (ids == NULL || buffer_ids == NULL || ps == NULL || pp == NULL || bs == NULL || bp == NULL)
     goto out;
-  for (size_t i = 0; i < q->num_drops; i++)
+  for (size_t i = 0; i < q->num_drops; i++) {
     add_id(ids, &n, q->drops[i].producer_id);
-  for (size_t i = 0; i < a->n_lost; i++)
+    if (q->drops[i].target_buffer != 0) /* 0: a flush ack's, no buffer's */
+      add_id(buffer_ids, &nb, q->drops[i].target_buffer);
+  }
+  for (size_t i = 0; i < a->n_lost; i++) {
     add_id(ids, &n, a->lost[i].producer_id);
+    add_id(buffer_ids, &nb, a->lost[i].target_buffer);
+  }
   for (size_t i = 0; i < s->n_producers; i++)
     add_id(ids, &n, s->producers[i].producer_id);
   for (size_t i = 0; i < n; i++) {
     fill_producer(s, q, a, ids[i], &ps[i]);
     pp[i] = &ps[i];
   }
+  for (size_t i = 0; i < nb; i++) {
+    fill_buffer(q, a, buffer_ids[i], &bs[i]);
+    bp[i] = &bs[i];
+  }
   Tracerelay__AgentStats m = TRACERELAY__AGENT_STATS__INIT;
   m.n_producers = n;
   m.producers = pp;
+  m.n_buffers = nb;
+  m.buffers = bp;
   m.has_spill_dropped_batches = m.has_spill_dropped_frame_bytes = m.has_spill_held_bytes = 1;
   m.spill_dropped_batches = a->lost_batches;
   m.spill_dropped_frame_bytes = a->lost_frame_bytes;
@@ -109,8 +147,11 @@ void tr_link_stats_report(tr_link_stats *s, const tr_chunkq *q, const tr_relay_a
 out:
   free(buf);
   free(ids);
+  free(buffer_ids);
   free(ps);
   free(pp);
+  free(bs);
+  free(bp);
 }
 
 struct tr_link_producer_counts tr_link_stats_sum(const tr_link_stats *s) {

@@ -1,13 +1,13 @@
 /* link_stats.h: the agent's losses as one AgentStats message (docs/relay-protocol.md, Loss
  * statistics): per producer, the chunks, bytes and packets the chunk queue and the spill queue
- * dropped, and what the producer port found (ABI violations, SMB-full findings); plus the spill
- * queue's totals.
+ * dropped, and what the producer port found (ABI violations, SMB-full findings); the same drops
+ * per target buffer (so each session counts its own); plus the spill queue's totals.
  *
  * A report is built from the queues as they are now and the producer counts last set, and sent
  * only when it differs from the last one sent, or when forced (after each Welcome): every
  * counter is monotonic over the agent instance, so a repeated report is harmless.
- * Cost: O(producers^2) per report (the agent reports at most once a second). No sockets here:
- * the caller's callback sends. */
+ * Cost: O((producers + buffers)^2) per report (the agent reports at most once a second). No
+ * sockets here: the caller's callback sends. */
 #ifndef TR_LINK_STATS_H
 #define TR_LINK_STATS_H
 

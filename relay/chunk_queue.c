@@ -1,5 +1,5 @@
-/* chunk_queue.c: a singly-linked FIFO of malloc'd entries with a byte budget and per-producer
- * drop counters. See chunk_queue.h for the guarantees. */
+/* chunk_queue.c: a singly-linked FIFO of malloc'd entries with a byte budget and drop counters
+ * per producer and target buffer. See chunk_queue.h for the guarantees. */
 #include "relay/chunk_queue.h"
 
 #include <stdlib.h>
@@ -26,11 +26,11 @@ size_t tr_chunkq_entry_cost(size_t len) {
   return sizeof(tr_chunkq_entry) + len;
 }
 
-/* The producer's counters, created on its first drop. NULL only if that allocation fails:
- * the drop then shows in the total alone. */
-static tr_chunkq_drops *drops_for(tr_chunkq *q, uint32_t producer_id) {
+/* The counters of a producer and target buffer, created on their first drop. NULL only if that
+ * allocation fails: the drop then shows in the total alone. */
+static tr_chunkq_drops *drops_for(tr_chunkq *q, uint32_t producer_id, uint32_t target_buffer) {
   for (size_t i = 0; i < q->num_drops; i++)
-    if (q->drops[i].producer_id == producer_id)
+    if (q->drops[i].producer_id == producer_id && q->drops[i].target_buffer == target_buffer)
       return &q->drops[i];
   if (q->num_drops == q->cap_drops) {
     size_t cap = q->cap_drops ? 2 * q->cap_drops : 8;
@@ -43,14 +43,23 @@ static tr_chunkq_drops *drops_for(tr_chunkq *q, uint32_t producer_id) {
   tr_chunkq_drops *d = &q->drops[q->num_drops++];
   memset(d, 0, sizeof(*d));
   d->producer_id = producer_id;
+  d->target_buffer = target_buffer;
   return d;
 }
 
 tr_chunkq_drops tr_chunkq_drops_of(const tr_chunkq *q, uint32_t producer_id) {
-  for (size_t i = 0; i < q->num_drops; i++)
-    if (q->drops[i].producer_id == producer_id)
-      return q->drops[i];
-  return (tr_chunkq_drops){.producer_id = producer_id};
+  tr_chunkq_drops sum = {.producer_id = producer_id};
+  for (size_t i = 0; i < q->num_drops; i++) {
+    const tr_chunkq_drops *d = &q->drops[i];
+    if (d->producer_id != producer_id)
+      continue;
+    sum.chunks += d->chunks;
+    sum.bytes += d->bytes;
+    sum.packets += d->packets;
+    sum.patches += d->patches;
+    sum.flush_acks += d->flush_acks;
+  }
+  return sum;
 }
 
 /* Allocates an entry if `cost` fits under `limit`; NULL with *rc set otherwise. */
@@ -95,7 +104,7 @@ int tr_chunkq_push_chunk(tr_chunkq *q, const tr_chunkq_chunk *c, const uint8_t *
   int rc = 0;
   tr_chunkq_entry *e = new_entry(q, len, q->max_bytes, &rc);
   if (!e) {
-    tr_chunkq_drops *d = drops_for(q, c->producer_id);
+    tr_chunkq_drops *d = drops_for(q, c->producer_id, c->target_buffer);
     uint32_t begun = tr_chunk_packets_begun(payload, len, c->header.count, c->header.flags,
                                             c->incomplete);
     if (d) {
@@ -118,7 +127,7 @@ int tr_chunkq_push_patch(tr_chunkq *q, const tr_chunkq_patch *p) {
   int rc = 0;
   tr_chunkq_entry *e = new_entry(q, 0, control_limit(q), &rc);
   if (!e) {
-    tr_chunkq_drops *d = drops_for(q, p->producer_id);
+    tr_chunkq_drops *d = drops_for(q, p->producer_id, p->target_buffer);
     if (d)
       d->patches++;
     q->total.patches++;
@@ -133,7 +142,7 @@ int tr_chunkq_push_flush_ack(tr_chunkq *q, uint32_t producer_id, uint64_t reques
   int rc = 0;
   tr_chunkq_entry *e = new_entry(q, 0, control_limit(q), &rc);
   if (!e) {
-    tr_chunkq_drops *d = drops_for(q, producer_id);
+    tr_chunkq_drops *d = drops_for(q, producer_id, 0);
     if (d)
       d->flush_acks++;
     q->total.flush_acks++;

@@ -5,7 +5,8 @@
  *
  * Guarantees:
  * - never blocks: a push that does not fit is refused at once, and the drop is counted per
- *   producer (and in a total) so the service can put it in the trace stats;
+ *   producer and target buffer (and in a total) so the service can put it in the trace stats
+ *   of the session it was for;
  * - bounded: chunks are admitted while the queued bytes (payloads plus a fixed per-entry
  *   cost) stay within max_bytes. Patches and flush acks may also use a reserve of
  *   max_bytes / 8 above that, because losing one stalls a whole sequence or a flush, which
@@ -13,7 +14,7 @@
  * - every queued entry gets the next sequence number (1, 2, 3... with no gaps; refused pushes
  *   take none), so the link can resend from any point after a reconnect.
  * Cost: push O(payload) for the copy plus one malloc; pop O(1); the drop path does a linear
- * search of the producers that ever dropped (few per host). */
+ * search of the (producer, buffer) pairs that ever dropped (few per host). */
 #ifndef TR_CHUNK_QUEUE_H
 #define TR_CHUNK_QUEUE_H
 
@@ -68,9 +69,12 @@ typedef struct tr_chunkq_entry {
   uint8_t data[];
 } tr_chunkq_entry;
 
-/* Cumulative drop counters (never reset, so resending them after a reconnect is harmless). */
+/* Cumulative drop counters (never reset, so resending them after a reconnect is harmless), per
+ * producer and the service's buffer the dropped chunks and patches were for (a flush ack is for
+ * none: buffer 0), so that each session counts only its own losses. */
 typedef struct tr_chunkq_drops {
   uint32_t producer_id;
+  uint32_t target_buffer;
   uint64_t chunks;
   uint64_t bytes; /* payload bytes of the dropped chunks */
   uint64_t packets; /* packets begun in them (tr_chunk_packets_begun) */
@@ -85,8 +89,8 @@ typedef struct tr_chunkq {
   size_t bytes;     /* payloads plus per-entry cost */
   size_t max_bytes; /* bound for chunks */
   uint64_t next_seq;
-  tr_chunkq_drops total;  /* producer_id unused */
-  tr_chunkq_drops *drops; /* per producer, in order of first drop */
+  tr_chunkq_drops total;  /* producer_id and target_buffer unused */
+  tr_chunkq_drops *drops; /* per producer and buffer, in order of first drop */
   size_t num_drops, cap_drops;
 } tr_chunkq;
 
@@ -113,7 +117,8 @@ void tr_chunkq_entry_free(tr_chunkq_entry *e);
 
 /* Bytes an entry with a payload of len bytes counts against the bound. */
 size_t tr_chunkq_entry_cost(size_t len);
-/* Drop counters of one producer (all zero, with its id, if it never dropped). */
+/* Drop counters of one producer, summed over its buffers (all zero, with its id, if it never
+ * dropped). */
 tr_chunkq_drops tr_chunkq_drops_of(const tr_chunkq *q, uint32_t producer_id);
 
 #endif

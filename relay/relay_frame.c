@@ -274,21 +274,19 @@ int tr_relay_batch_items(tr_relay_codec *c, const Tracerelay__ChunkBatch *batch,
 
 /* ---- per-producer tallies ---- */
 
-int tr_relay_tally_add(tr_relay_tally **arr, size_t *n, uint32_t producer_id, uint64_t chunks,
-                       uint64_t bytes, uint64_t packets) {
+int tr_relay_tally_add(tr_relay_tally **arr, size_t *n, const tr_relay_tally *t) {
   for (size_t i = 0; i < *n; i++) {
-    if ((*arr)[i].producer_id == producer_id) {
-      (*arr)[i].chunks += chunks;
-      (*arr)[i].bytes += bytes;
-      (*arr)[i].packets += packets;
+    if ((*arr)[i].producer_id == t->producer_id && (*arr)[i].target_buffer == t->target_buffer) {
+      (*arr)[i].chunks += t->chunks;
+      (*arr)[i].bytes += t->bytes;
+      (*arr)[i].packets += t->packets;
       return 0;
     }
   }
   tr_relay_tally *grown = realloc(*arr, (*n + 1) * sizeof **arr);
   if (!grown)
     return TR_ERR_NOMEM;
-  grown[*n] = (tr_relay_tally){
-      .producer_id = producer_id, .chunks = chunks, .bytes = bytes, .packets = packets};
+  grown[*n] = *t;
   *arr = grown;
   (*n)++;
   return 0;
@@ -305,7 +303,12 @@ int tr_relay_batch_tally(Tracerelay__ChunkItem *const *items, size_t n_items, tr
     uint32_t begun = tr_chunk_packets_begun(chunk->payload.data, chunk->payload.len,
                                             (uint16_t)(chunk->packet_count & 0x3ff),
                                             (uint8_t)chunk->flags, chunk->incomplete);
-    int rc = tr_relay_tally_add(&arr, &n, chunk->producer_id, 1, chunk->payload.len, begun);
+    tr_relay_tally t = {.producer_id = chunk->producer_id,
+                        .target_buffer = chunk->target_buffer,
+                        .chunks = 1,
+                        .bytes = chunk->payload.len,
+                        .packets = begun};
+    int rc = tr_relay_tally_add(&arr, &n, &t);
     if (rc < 0) {
       free(arr);
       return rc;

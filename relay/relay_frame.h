@@ -91,20 +91,22 @@ void tr_relay_items_free(Tracerelay__ChunkItems *items);
 int tr_relay_decompress(tr_relay_codec *c, const uint8_t *src, size_t len, size_t cap,
                         uint8_t **out, size_t *out_len);
 
-/* Chunks and payload bytes of one producer, as carried in a batch or counted lost. */
+/* Chunks and payload bytes of one producer for one of the service's buffers, as carried in a
+ * batch or counted lost (per buffer, so that each session counts only its own losses). */
 typedef struct tr_relay_tally {
   uint32_t producer_id;
+  uint32_t target_buffer;
   uint64_t chunks;
   uint64_t bytes;
   uint64_t packets; /* packets begun in those chunks (tr_chunk_packets_begun) */
 } tr_relay_tally;
 
-/* Counts the chunks of items per producer into a new malloc'd array (*out = NULL when there
- * are none). O(items x producers in the batch). */
+/* Counts the chunks of items per producer and target buffer into a new malloc'd array
+ * (*out = NULL when there are none). O(items x (producer, buffer) pairs in the batch). */
 int tr_relay_batch_tally(Tracerelay__ChunkItem *const *items, size_t n_items, tr_relay_tally **out,
                          size_t *n_out);
-/* Adds chunks/bytes/packets to producer_id's entry of a growable tally array. */
-int tr_relay_tally_add(tr_relay_tally **arr, size_t *n, uint32_t producer_id, uint64_t chunks,
-                       uint64_t bytes, uint64_t packets);
+/* Adds t's chunks/bytes/packets to the entry of its producer and buffer in a growable tally
+ * array. */
+int tr_relay_tally_add(tr_relay_tally **arr, size_t *n, const tr_relay_tally *t);
 
 #endif

@@ -69,8 +69,7 @@ static int count_lost(tr_relay_agent *a, tr_relay_batch *b) {
   a->lost_batches++;
   a->lost_frame_bytes += b->len;
   for (size_t i = 0; i < b->n_tally && rc == 0; i++)
-    rc = tr_relay_tally_add(&a->lost, &a->n_lost, b->tally[i].producer_id, b->tally[i].chunks,
-                            b->tally[i].bytes, b->tally[i].packets);
+    rc = tr_relay_tally_add(&a->lost, &a->n_lost, &b->tally[i]);
   batch_free(b);
   return rc;
 }

@@ -73,7 +73,8 @@ typedef struct tr_relay_agent {
   tr_relay_batch *head, *tail; /* held batches, oldest first */
   tr_relay_batch *cursor;      /* next held batch to send, NULL when all are sent */
   tr_relay_batch *doubt_head, *doubt_tail; /* dropped after sending: stored or not? */
-  /* Counted losses (read-only outside): per producer, and the dropped frames. */
+  /* Counted losses (read-only outside): per producer and target buffer, and the dropped
+   * frames. */
   tr_relay_tally *lost;
   size_t n_lost;
   uint64_t lost_batches;

@@ -23,6 +23,14 @@ typedef struct agent_counters {
   uint64_t queue_packets, spill_packets;
 } agent_counters;
 
+/* The agent's drops for one buffer: the current instance's latest report, and the sum over the
+ * instances before it. */
+struct tr_host_buffer_drops_rec {
+  uint32_t global_id;
+  tr_host_buffer_drops earlier, current;
+};
+typedef struct tr_host_buffer_drops_rec buffer_drops;
+
 /* A CommandReply, or a ProducerUpdate that says a producer is gone, waiting for the batches
  * the agent queued before it. */
 typedef struct held_frame {
@@ -282,6 +290,43 @@ static void publish_counters(tr_host *h) {
   h->stats.agent_spill_dropped_packets = r->earlier.spill_packets + r->current.spill_packets;
 }
 
+static void add_drops(tr_host_buffer_drops *to, const tr_host_buffer_drops *d) {
+  to->queue_chunks += d->queue_chunks;
+  to->queue_bytes += d->queue_bytes;
+  to->queue_packets += d->queue_packets;
+  to->spill_chunks += d->spill_chunks;
+  to->spill_bytes += d->spill_bytes;
+  to->spill_packets += d->spill_packets;
+}
+
+static buffer_drops *buffer_entry(tr_host *h, uint32_t global_id) {
+  for (size_t i = 0; i < h->num_buffer_drops; i++)
+    if (h->buffer_drops[i].global_id == global_id)
+      return &h->buffer_drops[i];
+  buffer_drops *grown = realloc(h->buffer_drops, (h->num_buffer_drops + 1) * sizeof *grown);
+  if (grown == NULL)
+    return NULL;
+  h->buffer_drops = grown;
+  grown[h->num_buffer_drops] = (buffer_drops){.global_id = global_id};
+  return &grown[h->num_buffer_drops++];
+}
+
+/* The report's per-buffer drops replace the current instance's. A buffer the allocation fails
+ * for keeps its last values (its losses then stay in the host-wide counters alone). */
+static void set_buffer_drops(tr_host *h, const Tracerelay__AgentStats *s) {
+  for (size_t i = 0; i < s->n_buffers; i++) {
+    const Tracerelay__AgentStats__Buffer *in = s->buffers[i];
+    buffer_drops *b = buffer_entry(h, in->target_buffer);
+    if (b != NULL)
+      b->current = (tr_host_buffer_drops){.queue_chunks = in->queue_dropped_chunks,
+                                          .queue_bytes = in->queue_dropped_bytes,
+                                          .queue_packets = in->queue_dropped_packets,
+                                          .spill_chunks = in->spill_dropped_chunks,
+                                          .spill_bytes = in->spill_dropped_bytes,
+                                          .spill_packets = in->spill_dropped_packets};
+  }
+}
+
 void tr_hosts_agent_stats(tr_host *h, const Tracerelay__AgentStats *s) {
   agent_counters c = {0};
   for (size_t i = 0; i < s->n_producers; i++) {
@@ -298,6 +343,19 @@ void tr_hosts_agent_stats(tr_host *h, const Tracerelay__AgentStats *s) {
   }
   rec_of(h)->current = c;
   publish_counters(h);
+  set_buffer_drops(h, s);
+}
+
+tr_host_buffer_drops tr_hosts_buffer_drops(const tr_host *h, uint32_t global_id) {
+  tr_host_buffer_drops sum = {0};
+  for (size_t i = 0; i < h->num_buffer_drops; i++) {
+    const buffer_drops *b = &h->buffer_drops[i];
+    if (b->global_id == global_id) {
+      sum = b->earlier;
+      add_drops(&sum, &b->current);
+    }
+  }
+  return sum;
 }
 
 void tr_hosts_count_flush_missed(tr_host *h) { h->stats.flushes_missed++; }
@@ -458,6 +516,10 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
     r->earlier.queue_packets += r->current.queue_packets;
     r->earlier.spill_packets += r->current.spill_packets;
     r->current = (agent_counters){0};
+    for (size_t i = 0; i < h->num_buffer_drops; i++) {
+      add_drops(&h->buffer_drops[i].earlier, &h->buffer_drops[i].current);
+      h->buffer_drops[i].current = (tr_host_buffer_drops){0};
+    }
     publish_counters(h);
   }
   h->agent_instance_id = hello->agent_instance_id;
@@ -491,6 +553,7 @@ static void host_free(host_rec *r) {
     free(e);
   }
   free(r->stale);
+  free(h->buffer_drops);
   free(r);
 }
 

@@ -74,6 +74,9 @@ int tr_hosts_producer_update(tr_hosts *hs, tr_host *host, const Tracerelay__Prod
  * earlier instances in host->stats. */
 void tr_hosts_agent_stats(tr_host *host, const Tracerelay__AgentStats *stats);
 
+/* What the host's agents dropped of the chunks for buffer global_id (all zero if nothing). */
+tr_host_buffer_drops tr_hosts_buffer_drops(const tr_host *host, uint32_t global_id);
+
 /* A flush the host did not answer in time (stats.flushes_missed). */
 void tr_hosts_count_flush_missed(tr_host *host);
 

@@ -42,6 +42,13 @@ typedef struct tr_remote_producer {
   size_t num_data_sources;
 } tr_remote_producer;
 
+/* What a host's agent dropped of the chunks meant for one of the service's buffers
+ * (AgentStats.Buffer), over every agent instance: the losses a session counts as its own. */
+typedef struct tr_host_buffer_drops {
+  uint64_t queue_chunks, queue_bytes, queue_packets;
+  uint64_t spill_chunks, spill_bytes, spill_packets;
+} tr_host_buffer_drops;
+
 /* Loss and traffic counters of one host, monotonic over the service's life. Agent-side
  * counters are the latest AgentStats values summed over producers. */
 typedef struct tr_host_stats {
@@ -98,6 +105,9 @@ struct tr_host {
   struct tr_host_clock_snapshot clock_snapshots[TR_HOST_CLOCK_SNAPSHOTS];
   uint64_t clock_snapshots_taken;
   tr_host_stats stats;
+  /* What the agent dropped per buffer it was meant for (tr_hosts_buffer_drops reads it). */
+  struct tr_host_buffer_drops_rec *buffer_drops;
+  size_t num_buffer_drops;
   tr_host *next;
 };
 

@@ -335,14 +335,17 @@ static int add_host(tr_session *s, tr_host *host, size_t *index) {
   n = &s->hosts[s->num_hosts];
   memset(n, 0, sizeof *n);
   n->tbufs = calloc(s->num_buffers, sizeof *n->tbufs);
-  if (!n->tbufs)
-    return TR_ERR_NOMEM;
+  n->drops_at_start = calloc(2 * s->num_buffers + 1, sizeof *n->drops_at_start);
   /* The read side last: its entries must stay numbered as the session's. */
-  if (tr_session_flush_add_host(s) != 0 ||
+  if (!n->tbufs || !n->drops_at_start || tr_session_flush_add_host(s) != 0 ||
       tr_trace_output_add_host(s->output, host, n->tbufs) != 0) {
     free(n->tbufs);
+    free(n->drops_at_start);
     return TR_ERR_NOMEM;
   }
+  n->drops_at_end = n->drops_at_start + s->num_buffers;
+  for (size_t b = 0; b < s->num_buffers; b++)
+    n->drops_at_start[b] = tr_hosts_buffer_drops(host, s->buffers[b].global_id);
   n->host = host;
   n->smb_full_at_start = host->stats.agent_smb_full;
   n->smb_full_ns_at_start = host->stats.agent_smb_full_ns;
@@ -710,6 +713,7 @@ void tr_session_free(tr_session *s) {
     for (size_t b = 0; b < s->num_buffers; b++)
       tr_tbuf_free(s->hosts[h].tbufs[b]);
     free(s->hosts[h].tbufs);
+    free(s->hosts[h].drops_at_start); /* drops_at_end with it */
   }
   free(s->hosts);
   for (size_t i = 0; i < s->num_instances; i++) {
@@ -792,6 +796,8 @@ void tr_session_on_host_connected(tr_service *svc, tr_host *host) {
                 (unsigned long long)s->id, host->name);
         sh->retired = true;
         sh->gone = true;
+        for (size_t b = 0; b < s->num_buffers; b++)
+          sh->drops_at_end[b] = tr_hosts_buffer_drops(host, s->buffers[b].global_id);
         for (size_t i = 0; i < s->num_instances; i++)
           if (s->instances[i].host_index == hi)
             s->instances[i].state = TR_DS_STOPPED;

@@ -37,6 +37,10 @@ typedef struct tr_session_host {
   uint64_t chunks_refused;
   uint64_t smb_full_at_start; /* the host's agent_smb_full when it joined the session */
   uint64_t smb_full_ns_at_start; /* and its agent_smb_full_ns */
+  /* Per buffer of the session, what the host's agent had dropped of its chunks when the entry
+   * joined, and when it was retired: the entry's own losses lie between. */
+  tr_host_buffer_drops *drops_at_start; /* [num_buffers] */
+  tr_host_buffer_drops *drops_at_end;   /* [num_buffers], set when retired */
   uint64_t disconnects;
   uint64_t agent_exits_unclean; /* its agent instance was replaced without an orderly stop */
   uint64_t stops_timed_out;     /* its instances still stopping when the stop timeout ran out */

@@ -10,10 +10,12 @@
  *
  * Also what the live status and the metrics show of a host in a session (its instances, its
  * central buffers' losses), summed over the host's entries. */
+#include "service/session_priv.h"
+
 #include <stdlib.h>
 
 #include "relay/tr_error.h"
-#include "service/session_priv.h"
+#include "service/hosts.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"
 
 void tr_session_stats_fill_host(Tracerelay__HostStats *h, const tr_host *host, bool connected) {
@@ -79,14 +81,29 @@ static void fill_buffer_stats(Perfetto__Protos__TraceStats__BufferStats *o,
 #undef SET
 }
 
+static uint64_t since(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
+
+/* The packets in the chunks the host's agent dropped that were meant for this session's
+ * buffers, while the entry was the host's (another session's losses on the same host, or an
+ * earlier session's, are not this one's). For the accounting check, not in the live status. */
+static void fill_dropped_packets(Tracerelay__HostStats *h, const tr_session *s,
+                                 const tr_session_host *sh) {
+  h->has_agent_queue_dropped_packets = h->has_agent_spill_dropped_packets = 1;
+  for (size_t b = 0; b < s->num_buffers; b++) {
+    const tr_host_buffer_drops *start = &sh->drops_at_start[b];
+    tr_host_buffer_drops now = sh->retired
+                                   ? sh->drops_at_end[b]
+                                   : tr_hosts_buffer_drops(sh->host, s->buffers[b].global_id);
+    h->agent_queue_dropped_packets += since(now.queue_packets, start->queue_packets);
+    h->agent_spill_dropped_packets += since(now.spill_packets, start->spill_packets);
+  }
+}
+
 static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) {
   const tr_session_host *sh = &s->hosts[hi];
   const tr_host_stats *st = &sh->host->stats;
   tr_session_stats_fill_host(h, sh->host, !sh->gone && !sh->retired);
-  /* The packets in the dropped chunks: for the accounting check, not in the live status. */
-  h->has_agent_queue_dropped_packets = h->has_agent_spill_dropped_packets = 1;
-  h->agent_queue_dropped_packets = st->agent_queue_dropped_packets;
-  h->agent_spill_dropped_packets = st->agent_spill_dropped_packets;
+  fill_dropped_packets(h, s, sh);
   h->has_session_chunks_refused = 1;
   h->session_chunks_refused = sh->chunks_refused;
   h->has_session_flushes_missed = 1;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_overload.sh: more producers than their shared memory can hold at the configured rate.
-# On web-1, 6 loadgens write 1 KB events at 2 x 4000 a second each into a small SMB (64 KB asked
+# On web-1, 6 loadgens write 1 KB events at 2 x 4000 a second each into a small SMB (32 KB asked
 # for): the SMB fills up (the producers count their dropped packets, the agent counts SMB-full
 # events, which the trace and record's summary show), and everything the producers did write is accounted for exactly: written = in
 # trace + counted lost. web-1's agent has a 1 MiB queue, so that its link usually falls behind
@@ -25,7 +25,7 @@ cluster_start_agent web-1 --queue-mb 1
 cluster_start_agent web-2
 for n in 1 2 3 4 5 6; do
   cluster_start_loadgen web-1 --name "flood-$n" --writers 2 --rate 4000 --packet-size 1000 \
-    --smb-size 64 --page-size 4 --duration 4
+    --smb-size 32 --page-size 4 --duration 4
 done
 cluster_start_loadgen web-2 --name steady-web-2 --writers 2 --rate 500 --duration 4 \
   --commit-latency
@@ -80,8 +80,8 @@ if not lat or not lat[0] or lat[0]["samples"] == 0 or lat[0]["unfinished"] or la
     sys.exit(f"FAIL: no commit-to-free samples, or chunks never freed: {lat}")
 PY
 # The SMB sizes: the producers' hint where they gave one, else the agent's default (1 MiB).
-grep -q "shared memory: 64 KiB" "$WORK"/loadgen-web-1-0.log || {
-  echo "FAIL: the flood producer's 64 KiB hint was not honoured"; exit 1; }
+grep -q "shared memory: 32 KiB" "$WORK"/loadgen-web-1-0.log || {
+  echo "FAIL: the flood producer's 32 KiB hint was not honoured"; exit 1; }
 grep -q "shared memory: 1024 KiB" "$WORK"/loadgen-web-2-*.log || {
   echo "FAIL: the agent's default SMB is not 1024 KiB"; exit 1; }
 grep -q "shared memory full [1-9][0-9]* times" "$WORK/record.log" || {
