@@ -23,12 +23,6 @@ typedef struct agent_counters {
   uint64_t queue_packets, spill_packets;
 } agent_counters;
 
-/* The agent's drops for one buffer: the current instance's latest report, and the sum over the
- * instances before it. */
-struct tr_host_buffer_drops_rec {
-  uint32_t global_id;
-  tr_host_buffer_drops earlier, current;
-};
 typedef struct tr_host_buffer_drops_rec buffer_drops;
 
 /* A CommandReply, or a ProducerUpdate that says a producer is gone, waiting for the batches

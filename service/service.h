@@ -49,6 +49,13 @@ typedef struct tr_host_buffer_drops {
   uint64_t spill_chunks, spill_bytes, spill_packets;
 } tr_host_buffer_drops;
 
+/* A host's drops for one buffer: its current agent instance's latest report, and the sum over
+ * the instances before it. */
+struct tr_host_buffer_drops_rec {
+  uint32_t global_id;
+  tr_host_buffer_drops earlier, current;
+};
+
 /* Loss and traffic counters of one host, monotonic over the service's life. Agent-side
  * counters are the latest AgentStats values summed over producers. */
 typedef struct tr_host_stats {

@@ -226,12 +226,65 @@ static void test_deferred_start(void **state) {
   fx_teardown();
 }
 
+/* host-a's queue_packets in the session's TraceStats. */
+static uint64_t queue_dropped_packets(tr_session *s) {
+  struct fx_stats st;
+  fx_stats(s, &st);
+  assert_int_equal(st.ext->n_tracerelay_hosts, 1);
+  uint64_t n = st.ext->tracerelay_hosts[0]->agent_queue_dropped_packets;
+  fx_stats_free(&st);
+  return n;
+}
+
+/* Two sessions on one host: each counts the agent's drops of chunks for its own buffers only,
+ * and none from before it began (issue 24 item 2: a probe session's drops on web-1 were counted
+ * as lost from the recorded session, more packets than were written to it). */
+static void test_losses_are_per_session(void **state) {
+  const char *const both[][3] = {{"track_event", "probe", NULL}};
+  const char *const traced[] = {"track_event", NULL}, *const probed[] = {"probe", NULL};
+  struct fx_config cfg_a, cfg_b;
+  struct tr_host_buffer_drops_rec drops[2] = {0};
+  tr_host *h = &fx_hosts[0];
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 1, both);
+  fx_connect(0);
+  /* Dropped before the sessions began: for buffer 1 of an earlier service instance. */
+  drops[0] = (struct tr_host_buffer_drops_rec){.global_id = 1, .current.queue_packets = 5};
+  h->buffer_drops = drops;
+  h->num_buffer_drops = 1;
+  fx_config(&cfg_a, traced);
+  tr_session *a = fx_enable(&cfg_a);
+  uint32_t buffer_a = fx_sent[0].target_buffer;
+  assert_int_equal(buffer_a, 1); /* the service's first buffer id, as before its restart */
+  fx_config(&cfg_b, probed);
+  tr_session *b = fx_enable(&cfg_b);
+  uint32_t buffer_b = 0;
+  for (size_t k = 0; k < fx_num_sent; k++)
+    if (fx_sent[k].what == SETUP)
+      buffer_b = fx_sent[k].target_buffer; /* the last setup is b's */
+  assert_int_equal(buffer_b, 2);
+  assert_int_equal(queue_dropped_packets(a), 0);
+
+  /* The agent reports drops for b's buffer (hosts.c also sums them host-wide). */
+  drops[0].current.queue_packets = 5 + 2;
+  drops[1] = (struct tr_host_buffer_drops_rec){.global_id = buffer_b, .current.queue_packets = 40};
+  h->num_buffer_drops = 2;
+  h->stats.agent_queue_dropped_packets = 5 + 2 + 40;
+  assert_int_equal(queue_dropped_packets(a), 2);
+  assert_int_equal(queue_dropped_packets(b), 40);
+  h->buffer_drops = NULL; /* the fixture's host is not hosts.c's: nothing to free */
+  h->num_buffer_drops = 0;
+  fx_teardown();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fan_out_to_every_host),
       cmocka_unit_test(test_host_joining_late),
       cmocka_unit_test(test_producer_joining_late),
       cmocka_unit_test(test_deferred_start),
+      cmocka_unit_test(test_losses_are_per_session),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
