@@ -679,8 +679,15 @@ static int next_packet(tr_tbuf *b, struct seq *s, bool final, tr_tbuf_packet *ou
     if (c->frags_read >= c->nfrags) {
       if (c->incomplete && !final)
         return 0;
-      if (c->trimmed)
+      if (c->trimmed) {
+        /* The final read of a chunk whose full commit never came (the session ended first,
+         * e.g. its stop timed out): the fragment left out began a packet the writer was
+         * still writing, which is lost, unless it is a leading continuation (then its
+         * packet's head counted the loss, read_spanning). */
         mark_loss(s, TR_TBUF_LOSS_READ_GAP);
+        if (!(c->nfrags == 0 && (c->flags & TR_CHUNK_FIRST_CONTINUES)))
+          b->st.packets_lost_in_gaps++;
+      }
       b->st.chunks_read++;
       b->st.bytes_read += c->len;
       consume_front(b, s);

@@ -68,7 +68,8 @@ typedef struct tr_tbuf_stats {
   uint64_t packets_read;             /* packets emitted */
   uint64_t invalid_packets;          /* failed tr_tbuf_validate_packet; not emitted */
   uint64_t packets_lost_in_gaps;     /* spanned a missing chunk or a broken continuation chain,
-                                      * or begun in a chunk dropped unpatched */
+                                      * or begun in a chunk dropped unpatched, or in the part of
+                                      * an incomplete chunk left out at the final read */
   uint64_t orphan_continuations;     /* leading continuation fragments skipped */
   uint64_t unpatched_chunks_dropped; /* still awaiting patches at the final read */
 } tr_tbuf_stats;

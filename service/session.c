@@ -962,6 +962,11 @@ void tr_session_on_command_reply(tr_service *svc, tr_host *host,
       if (reply->error && reply->error[0])
         TR_WARN(COMP, "session %llu: %s on %s/%s: %s", (unsigned long long)s->id, in->ds_name,
                 host->name, in->producer_name, reply->error);
+      /* A stop the producer did not confirm (the agent's stop timeout ran out, or the
+       * producer went away while stopping): its last data may never come. A loss event, as
+       * when the session's own stop timeout runs out (on_stop_timeout). */
+      if (in->state == TR_DS_STOPPING && reply->error && reply->error[0])
+        s->hosts[in->host_index].stops_timed_out++;
       if (in->state == TR_DS_STARTING && !(reply->error && reply->error[0])) {
         in->state = TR_DS_STARTED;
         in->was_started = true;

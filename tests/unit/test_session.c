@@ -226,6 +226,40 @@ static void test_deferred_start(void **state) {
   fx_teardown();
 }
 
+/* A stop the agent answers with an error (its producer did not confirm the stop within the
+ * agent's timeout) is a loss event like the session's own stop timeout (issue 24 item 7: the
+ * session ended without the producer's last data and every count said nothing was lost). */
+static void test_unconfirmed_stop_is_counted(void **state) {
+  struct fx_config cfg;
+  const char *const names[] = {"track_event", NULL};
+  struct fx_stats st;
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 2, (const char *const[][3]){{"track_event", NULL},
+                                                         {"track_event", NULL}});
+  fx_connect(0);
+  fx_config(&cfg, names);
+  tr_session *s = fx_enable(&cfg);
+  fx_answer(0, START);
+  tr_session_disable(s);
+  assert_int_equal(fx_count(0, STOP), 2);
+  for (size_t k = 0; k < fx_num_sent; k++) {
+    if (fx_sent[k].what != STOP || fx_sent[k].producer_id != 1)
+      continue;
+    Tracerelay__CommandReply reply = TRACERELAY__COMMAND_REPLY__INIT;
+    reply.request_id = fx_sent[k].request_id;
+    reply.error = "the producer did not confirm the stop within the timeout";
+    fx_sent[k].answered = true;
+    tr_session_link_events.command_reply(&fx_svc, &fx_hosts[0], &reply);
+  }
+  fx_answer(0, STOP); /* producer 2 confirms */
+  assert_int_equal(tr_session_get_state(s), TR_SESSION_STOPPED);
+  fx_stats(s, &st);
+  assert_int_equal(st.ext->tracerelay_hosts[0]->session_stops_timed_out, 1);
+  fx_stats_free(&st);
+  fx_teardown();
+}
+
 /* host-a's queue_packets in the session's TraceStats. */
 static uint64_t queue_dropped_packets(tr_session *s) {
   struct fx_stats st;
@@ -285,6 +319,7 @@ int main(void) {
       cmocka_unit_test(test_producer_joining_late),
       cmocka_unit_test(test_deferred_start),
       cmocka_unit_test(test_losses_are_per_session),
+      cmocka_unit_test(test_unconfirmed_stop_is_counted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -437,13 +437,33 @@ static void test_incomplete_then_full_commit(void **state) {
   assert_int_equal(s.packets_read, 4);
   assert_int_equal(s.chunks_read, 2);
 
-  /* Never completed: the final read takes what there is and flags the loss. */
+  assert_int_equal(s.packets_lost_in_gaps, 0);
+
+  /* Never completed: the final read takes what there is and flags the loss, and counts the
+   * packet that was being written (issue 24 item 7: a session ended before the scraped
+   * chunk's full commit, and that packet was lost with every count 0). */
   assert_int_equal(put_ex(b, 1, 1, 2, 0, true, &part), 0);
   assert_int_equal(put(b, 1, 1, 3, 0, &next), 0);
   assert_int_equal(read_pass(b, false, g, 4), 2);
   assert_int_equal(read_pass(b, true, g, 4), 1);
   assert_int_equal(g[0].marker, 4);
   assert_int_equal(g[0].dropped, LOSS(TR_TBUF_LOSS_READ_GAP));
+  assert_int_equal(stats(b).packets_lost_in_gaps, 1);
+  /* An incomplete chunk of just the tail of a packet: the loss is its head's (a broken chain). */
+  struct cb head = {0}, tail = {0};
+  add_packet(&head, 5, 3);
+  head.buf[head.len++] = 2;
+  head.buf[head.len++] = 0x08;
+  head.buf[head.len++] = 0x01;
+  head.frags++;
+  tail.buf[tail.len++] = 1;
+  tail.buf[tail.len++] = 0x02;
+  tail.frags++;
+  assert_int_equal(put(b, 1, 1, 4, TR_CHUNK_LAST_CONTINUES, &head), 0);
+  assert_int_equal(put_ex(b, 1, 1, 5, TR_CHUNK_FIRST_CONTINUES, true, &tail), 0);
+  assert_int_equal(read_pass(b, true, g, 4), 1);
+  assert_int_equal(g[0].marker, 5);
+  assert_int_equal(stats(b).packets_lost_in_gaps, 2);
   tr_tbuf_free(b);
 }
 
