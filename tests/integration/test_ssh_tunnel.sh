@@ -163,8 +163,16 @@ packets=$(awk -v id="$MID" '
   /^  trusted_packet_sequence_id: / { seq = $2 }
   /^\}/ { if (m == id && seq >= 2) n++ }
   END { print n + 0 }' "$WORK_DIR/trace.txt")
-[ "$packets" -eq "$written" ] ||
-  { log "the loadgen wrote $written packets, the trace holds $packets of them"; exit 1; }
+if [ "$packets" -ne "$written" ]; then
+  # Say what the trace counted as lost (a stop that timed out, packets lost at the session's
+  # end), so that a loss on a busy machine tells whether it was counted.
+  counted=$("$BIN/tracerelay" inspect --json "$TRACE" | python3 -c 'import json, sys
+h = [m for m in json.load(sys.stdin)["hosts"] if m.get("name") == sys.argv[1]]
+hs = (h[0].get("host_stats") or {}) if h else {}
+print({k: v for k, v in hs.items() if isinstance(v, int) and not isinstance(v, bool) and v})' "$MACHINE")
+  log "the loadgen wrote $written packets, the trace holds $packets of them; counted: $counted"
+  exit 1
+fi
 
 # The real perfetto CLI through the same tunnel, when one is available (TR_PERFETTO=/path, or
 # on PATH): a 1 s session must come back as a trace that names the machine.
