@@ -297,6 +297,8 @@ static buffer_drops *buffer_entry(tr_host *h, uint32_t global_id) {
   for (size_t i = 0; i < h->num_buffer_drops; i++)
     if (h->buffer_drops[i].global_id == global_id)
       return &h->buffer_drops[i];
+  if (h->num_buffer_drops == TR_HOSTS_MAX_BUFFER_DROPS)
+    return NULL;
   buffer_drops *grown = realloc(h->buffer_drops, (h->num_buffer_drops + 1) * sizeof *grown);
   if (grown == NULL)
     return NULL;
@@ -305,8 +307,9 @@ static buffer_drops *buffer_entry(tr_host *h, uint32_t global_id) {
   return &grown[h->num_buffer_drops++];
 }
 
-/* The report's per-buffer drops replace the current instance's. A buffer the allocation fails
- * for keeps its last values (its losses then stay in the host-wide counters alone). */
+/* The report's per-buffer drops replace the current instance's. A buffer over the bound, or one
+ * the allocation fails for, keeps its last values (its losses then stay in the host-wide
+ * counters alone). */
 static void set_buffer_drops(tr_host *h, const Tracerelay__AgentStats *s) {
   for (size_t i = 0; i < s->n_buffers; i++) {
     const Tracerelay__AgentStats__Buffer *in = s->buffers[i];

@@ -15,8 +15,9 @@
  * same way.
  *
  * Costs: lookups are O(hosts) by name (done once per connection) and O(producers of the host)
- * per update. Memory per host is bounded by TR_HOSTS_MAX_PRODUCERS, TR_HOSTS_MAX_HELD_FRAMES
- * and the frame limit. Not thread-safe (one loop). */
+ * per update, O(buffers with drops^2) per AgentStats. Memory per host is bounded by
+ * TR_HOSTS_MAX_PRODUCERS, TR_HOSTS_MAX_HELD_FRAMES, TR_HOSTS_MAX_BUFFER_DROPS and the frame
+ * limit. Not thread-safe (one loop). */
 #ifndef TR_SERVICE_HOSTS_H
 #define TR_SERVICE_HOSTS_H
 
@@ -27,6 +28,9 @@
 
 #define TR_HOSTS_MAX_PRODUCERS 4096
 #define TR_HOSTS_MAX_HELD_FRAMES 1024
+/* Buffers a host's agent may report drops for; beyond them a buffer's drops count in the
+ * host-wide counters only. */
+#define TR_HOSTS_MAX_BUFFER_DROPS 1024
 
 typedef struct tr_hosts tr_hosts;
 
