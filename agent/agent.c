@@ -451,7 +451,8 @@ static void collect_stats(tr_link_client *lc) {
 static int load_tls(const struct tr_agent_opts *o, tr_tls_config **out) {
   char err[512];
   struct tr_tls_config_opts t = {.role = TR_TLS_CLIENT, .ca_path = o->ca_path,
-                                 .cert_path = o->cert_path, .key_path = o->key_path};
+                                 .cert_path = o->cert_path, .key_path = o->key_path,
+                                 .ciphers = o->ciphers};
   int rc = tr_tls_config_new(&t, out, err, sizeof err);
   if (rc < 0) {
     TR_ERROR("agent", "cannot load the TLS certificates: %s", err);

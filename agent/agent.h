@@ -38,6 +38,7 @@ struct tr_agent_opts {
   const char *service;      /* HOST:PORT */
   const char *service_name; /* NULL: the HOST of service */
   const char *ca_path, *cert_path, *key_path;
+  const char *ciphers; /* --cipher: the AEAD ciphers to offer (relay/tls_ciphers.h); NULL: all */
   /* If set, the certificate must carry this name: the agent refuses to start (or to reload)
    * a certificate under another. The service only ever uses the certificate's name. */
   const char *machine_name;

@@ -60,6 +60,11 @@ static const char kHelp[] =
     "                         producer's own size hint wins (up to 32 MiB).\n"
     "  --max-producers N      producers connected at once (default " MAX_PRODUCERS_DEFAULT_TEXT ", at most\n"
     "                         " MAX_PRODUCERS_TEXT "); one more is refused and logged, naming this flag.\n"
+    "  --cipher LIST          the TLS ciphers to offer, comma-separated, preferred first\n"
+    "                         (default: all, cheapest CPU per MB first: aes-128-ccm,\n"
+    "                         chacha20-poly1305, aes-256-ccm, aes-128-gcm, aes-256-gcm); the\n"
+    "                         service's --cipher order picks one they share, else both refuse\n"
+    "                         the link saying so. docs/security.md#ciphers.\n"
     "  --compress             compress batches with zstd when the service agrees (default).\n"
     "  --no-compress          send batches uncompressed (incompressible data, or scarce CPU).\n"
     "  --metrics-listen IPADDR:PORT\n"
@@ -93,7 +98,7 @@ static const char kHelp[] =
 
 enum { OPT_SERVICE = 256, OPT_SERVICE_NAME, OPT_CA, OPT_CERT, OPT_KEY, OPT_PRODUCER_SOCKET,
        OPT_QUEUE_MB, OPT_SPILL_MB, OPT_COMPRESS, OPT_NO_COMPRESS, OPT_FAKE_CLOCK,
-       OPT_MACHINE_NAME, OPT_SMB_KB, OPT_METRICS_LISTEN, OPT_MAX_PRODUCERS };
+       OPT_MACHINE_NAME, OPT_SMB_KB, OPT_METRICS_LISTEN, OPT_MAX_PRODUCERS, OPT_CIPHER };
 
 static int bad(const char *flag, const char *value) {
   return tr_daemon_bad_value(PROG, flag, value, NULL);
@@ -132,6 +137,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       {"smb-kb", required_argument, NULL, OPT_SMB_KB},
       {"max-producers", required_argument, NULL, OPT_MAX_PRODUCERS},
       {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
+      {"cipher", required_argument, NULL, OPT_CIPHER},
       {"compress", no_argument, NULL, OPT_COMPRESS},
       {"no-compress", no_argument, NULL, OPT_NO_COMPRESS},
       {"fake-clock", required_argument, NULL, OPT_FAKE_CLOCK},
@@ -193,6 +199,11 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       o->max_producers = n;
       break;
     }
+    case OPT_CIPHER:
+      if ((rc = tr_daemon_cipher_flag(PROG, optarg)) != 0)
+        return rc;
+      o->ciphers = optarg;
+      break;
     case OPT_COMPRESS: o->compress = true; break;
     case OPT_NO_COMPRESS: o->compress = false; break;
     case OPT_FAKE_CLOCK: {

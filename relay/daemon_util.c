@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "relay/log.h"
+#include "relay/tls_ciphers.h"
 
 /* The --config file whose entries are argv[1 .. num_entries] (tr_config_file_args), so that a
  * bad value in it is reported with its file and line, not as if it had been typed. */
@@ -22,6 +23,14 @@ int tr_daemon_bad_value(const char *prog, const char *flag, const char *value, c
   else
     fputs(" (see --help)\n", stderr);
   return 2;
+}
+
+int tr_daemon_cipher_flag(const char *prog, const char *list) {
+  int suites[TR_TLS_MAX_SUITES];
+  char why[256];
+  if (tr_tls_ciphers_parse(list, suites, why, sizeof why) != 0)
+    return tr_daemon_bad_value(prog, "--cipher", list, why);
+  return 0;
 }
 
 int tr_daemon_common_flag(const char *prog, int opt, const char *help, char *const *argv) {

@@ -26,6 +26,9 @@ enum { TR_DAEMON_OPT_LOG_LEVEL = 1024, TR_DAEMON_OPT_CONFIG, TR_DAEMON_OPT_HELP,
 int tr_daemon_common_flag(const char *prog, int opt, const char *help, char *const *argv);
 /* A value a flag cannot take; why (may be NULL) says what would do. Returns 2. */
 int tr_daemon_bad_value(const char *prog, const char *flag, const char *value, const char *why);
+/* --cipher LIST: 0 if LIST names ciphers of relay/tls_ciphers.h, else says why (as
+ * tr_daemon_bad_value) and returns 2. */
+int tr_daemon_cipher_flag(const char *prog, const char *list);
 /* Once getopt_long is done: 2 when an argument is left over (optind < argc) or `missing` names
  * a required flag that was not given ("--ca FILE"), else 0. */
 int tr_daemon_flags_done(const char *prog, int argc, char *const *argv, const char *missing);

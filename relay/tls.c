@@ -11,6 +11,7 @@
 #include "relay/tls.h"
 
 #include "relay/log.h"
+#include "relay/tls_ciphers.h"
 #include "relay/tr_error.h"
 
 #include <mbedtls/ctr_drbg.h>
@@ -40,6 +41,8 @@ struct tr_tls_config {
   mbedtls_x509_crt cert;
   mbedtls_pk_context key;
   mbedtls_ssl_config conf;
+  int suites[TR_TLS_MAX_SUITES]; /* conf points here */
+  char ciphers[160];             /* the --cipher list in force, for error messages */
 };
 
 /* Bytes live in data[start, end); data is NULL while the buffer is empty. */
@@ -64,26 +67,6 @@ struct tr_tls_session {
   mbedtls_x509_time valid_from, valid_to;
   char reason[512];
   struct cipher_buf in, out;
-};
-
-/* Only AEAD suites with forward secrecy; the server's order decides. */
-static const int suites_aes_first[] = {
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    0,
-};
-static const int suites_chacha_first[] = {
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    0,
 };
 
 /* Room an alert record needs, whatever the ciphersuite. */
@@ -171,6 +154,12 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
     goto fail;
   }
 
+  if (tr_tls_ciphers_parse(opts->ciphers, cfg->suites, err, err_len) != 0)
+    goto fail; /* rc is TR_ERR_CONFIG */
+  snprintf(cfg->ciphers, sizeof cfg->ciphers, "%s",
+           opts->ciphers != NULL && opts->ciphers[0] != '\0' ? opts->ciphers
+                                                              : TR_TLS_CIPHER_NAMES);
+
   ret = mbedtls_ctr_drbg_seed(&cfg->drbg, mbedtls_entropy_func, &cfg->entropy,
                               (const unsigned char *)pers, sizeof pers - 1);
   if (ret != 0) {
@@ -231,8 +220,7 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
   mbedtls_ssl_conf_rng(&cfg->conf, mbedtls_ctr_drbg_random, &cfg->drbg);
   mbedtls_ssl_conf_min_version(&cfg->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
   mbedtls_ssl_conf_max_version(&cfg->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
-  mbedtls_ssl_conf_ciphersuites(&cfg->conf,
-                                opts->prefer_chacha20 ? suites_chacha_first : suites_aes_first);
+  mbedtls_ssl_conf_ciphersuites(&cfg->conf, cfg->suites);
   mbedtls_ssl_conf_authmode(&cfg->conf, MBEDTLS_SSL_VERIFY_REQUIRED);
   mbedtls_ssl_conf_ca_chain(&cfg->conf, &cfg->ca, NULL);
   ret = mbedtls_ssl_conf_own_cert(&cfg->conf, &cfg->cert, &cfg->key);
@@ -447,6 +435,12 @@ static int fail(tr_tls_session *s, int ret) {
     unsigned char alert = s->ssl.in_msg != NULL ? s->ssl.in_msg[1] : 0;
     bool cert_alert = alert >= MBEDTLS_SSL_ALERT_MSG_BAD_CERT &&
                       alert <= MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA;
+    if (alert == MBEDTLS_SSL_ALERT_MSG_HANDSHAKE_FAILURE && !s->done) {
+      snprintf(s->reason, sizeof s->reason, "the peer refused the session (alert %s, %u): no "
+               "cipher in common, most likely; this side offers %s (--cipher), and the peer's "
+               "log says what it accepts", alert_name(alert), alert, s->cfg->ciphers);
+      break;
+    }
     snprintf(s->reason, sizeof s->reason, "the peer refused the session (alert %s, %u)%s",
              alert_name(alert), alert,
              cert_alert ? ": it did not accept this side's certificate; its log says why (CA, "
@@ -456,8 +450,8 @@ static int fail(tr_tls_session *s, int ret) {
   }
   case MBEDTLS_ERR_SSL_NO_USABLE_CIPHERSUITE:
   case MBEDTLS_ERR_SSL_NO_CIPHER_CHOSEN:
-    snprintf(s->reason, sizeof s->reason, "no ciphersuite in common: the peer must offer "
-             "ECDHE with AES-GCM or ChaCha20-Poly1305 over TLS 1.2");
+    snprintf(s->reason, sizeof s->reason, "no cipher in common: this side accepts %s "
+             "(--cipher); the peer offers none of them (its --cipher)", s->cfg->ciphers);
     break;
   case MBEDTLS_ERR_SSL_BAD_HS_PROTOCOL_VERSION:
     snprintf(s->reason, sizeof s->reason, "the peer does not offer TLS 1.2, the only version "

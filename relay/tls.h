@@ -16,7 +16,8 @@
  *   its first SAN dNSName, else its CN, and it is 1..64 characters of [A-Za-z0-9._-].
  * - client side: the server's certificate chains to the CA, is valid, carries serverAuth (or no
  *   EKU) and names the expected server name in its SAN (or CN).
- * - ciphersuites are ECDHE-ECDSA / ECDHE-RSA with AES-128-GCM, AES-256-GCM or ChaCha20-Poly1305.
+ * - ciphersuites are ECDHE-ECDSA / ECDHE-RSA with one of the AEAD ciphers of tls_ciphers.h
+ *   (AES-CCM, ChaCha20-Poly1305, AES-GCM) that both sides' lists name; the server's order wins.
  *
  * Every failure is TR_ERR_TLS (or TR_ERR_CLOSED for a clean close_notify); tr_tls_last_error()
  * then says why in words an operator can act on. Errors are sticky: after one, every call
@@ -52,9 +53,10 @@ struct tr_tls_config_opts {
   const char *ca_path;   /* PEM CA certificate(s) that peer certificates must chain to */
   const char *cert_path; /* PEM certificate of this side (may be followed by intermediates) */
   const char *key_path;  /* PEM private key matching cert_path */
-  /* Put ChaCha20-Poly1305 ahead of AES-GCM (faster on CPUs without AES instructions). The
-   * server's order decides, so this matters on the service. */
-  bool prefer_chacha20;
+  /* --cipher: comma-separated cipher names (tls_ciphers.h), preferred first; NULL for the
+   * default (all, cheapest first). A client offers only these; a server accepts only these,
+   * and its order decides. A bad name is TR_ERR_CONFIG. */
+  const char *ciphers;
 };
 
 /* Loads the CA, certificate and key and seeds a CTR-DRBG from the system entropy. On failure

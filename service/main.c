@@ -47,6 +47,12 @@ static const char kHelp[] =
     "  --cert FILE            PEM certificate of this service. Required.\n"
     "  --key FILE             PEM private key of --cert. Required. certs/make-certs.sh makes\n"
     "                         all three.\n"
+    "  --cipher LIST          the TLS ciphers agents (and a regional's upstream) may use,\n"
+    "                         comma-separated, in the order this service prefers them\n"
+    "                         (default: all, cheapest CPU per MB first: aes-128-ccm,\n"
+    "                         chacha20-poly1305, aes-256-ccm, aes-128-gcm, aes-256-gcm). An\n"
+    "                         agent that offers none of them is refused, saying so.\n"
+    "                         docs/security.md#ciphers.\n"
     "  --handshake-timeout-ms MS\n"
     "                         an agent connection must finish its TLS handshake within MS of\n"
     "                         the TCP accept, then send Hello within MS; else it is closed and\n"
@@ -127,7 +133,7 @@ enum { OPT_LISTEN = 256, OPT_CONSUMER_SOCKET, OPT_CONSUMER_MODE, OPT_CA, OPT_CER
        OPT_TIMELINE, OPT_ALLOW_UID, OPT_ALLOW_GID,
        OPT_HANDSHAKE_TIMEOUT, OPT_METRICS_LISTEN, OPT_MAX_AGENTS, OPT_RELAY_ALLOW, OPT_UPSTREAM,
        OPT_UPSTREAM_NAME, OPT_UPSTREAM_CA, OPT_UPSTREAM_CERT, OPT_UPSTREAM_KEY,
-       OPT_PRODUCER_SOCKET, OPT_FAKE_CLOCK };
+       OPT_PRODUCER_SOCKET, OPT_FAKE_CLOCK, OPT_CIPHER };
 
 /* A decimal id or count in [0, max]; -1 if s is not one. */
 static long long parse_num(const char *s, unsigned long long max) {
@@ -186,6 +192,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"consumer-socket", required_argument, NULL, OPT_CONSUMER_SOCKET},
       {"consumer-mode", required_argument, NULL, OPT_CONSUMER_MODE},
       {"ca", required_argument, NULL, OPT_CA},
+      {"cipher", required_argument, NULL, OPT_CIPHER},
       {"cert", required_argument, NULL, OPT_CERT},
       {"key", required_argument, NULL, OPT_KEY},
       {"timeline", required_argument, NULL, OPT_TIMELINE},
@@ -304,6 +311,11 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       fake_clock = true;
       break;
     }
+    case OPT_CIPHER:
+      if ((rc = tr_daemon_cipher_flag(PROG, optarg)) != 0)
+        return rc;
+      o->ciphers = optarg;
+      break;
     case OPT_CA: o->ca_path = optarg; break;
     case OPT_CERT: o->cert_path = optarg; break;
     case OPT_KEY: o->key_path = optarg; break;

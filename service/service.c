@@ -165,7 +165,8 @@ static int load_upstream_tls(const struct tr_service_daemon_opts *o, tr_tls_conf
                                         .ca_path = o->upstream_ca_path ? o->upstream_ca_path
                                                                        : o->ca_path,
                                         .cert_path = o->upstream_cert_path,
-                                        .key_path = o->upstream_key_path};
+                                        .key_path = o->upstream_key_path,
+                                        .ciphers = o->ciphers};
   char err[512] = "";
   int rc = tr_tls_config_new(&tls_opts, out, err, sizeof err);
   if (rc != 0)
@@ -194,6 +195,7 @@ static int start_regional(tr_service_daemon *d, const struct tr_service_daemon_o
                              .ca_path = o->upstream_ca_path ? o->upstream_ca_path : o->ca_path,
                              .cert_path = o->upstream_cert_path,
                              .key_path = o->upstream_key_path,
+                             .ciphers = o->ciphers,
                              .metrics_listen = o->metrics_listen,
                              .compress = true};
   if ((rc = make_parent_dir(o->producer_socket)) != 0 ||
@@ -229,6 +231,7 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   tls_opts.ca_path = o->ca_path;
   tls_opts.cert_path = o->cert_path;
   tls_opts.key_path = o->key_path;
+  tls_opts.ciphers = o->ciphers;
   if ((rc = tr_tls_config_new(&tls_opts, &d->tls, err, sizeof err)) != 0) {
     TR_ERROR(COMP, "TLS setup failed: %s", err[0] ? err : tr_strerror(rc));
     goto fail;
@@ -371,6 +374,7 @@ int tr_service_daemon_reload_tls(tr_service_daemon *d, const struct tr_service_d
   tls_opts.ca_path = o->ca_path;
   tls_opts.cert_path = o->cert_path;
   tls_opts.key_path = o->key_path;
+  tls_opts.ciphers = o->ciphers;
   if ((rc = tr_tls_config_new(&tls_opts, &cfg, err, sizeof err)) != 0) {
     TR_ERROR(COMP, "certificates NOT reloaded, the current ones stay in use: %s",
              err[0] ? err : tr_strerror(rc));

@@ -10,7 +10,10 @@
 #include <cmocka.h>
 
 #include "relay/tls.h"
+#include "relay/tls_ciphers.h"
 #include "relay/tr_error.h"
+
+#include <mbedtls/ssl_ciphersuites.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +54,7 @@ static int remove_certs(void **state) {
 }
 
 static tr_tls_config *config(enum tr_tls_role role, const char *ca_sub, const char *sub,
-                             const char *name, bool chacha) {
+                             const char *name, const char *ciphers) {
   char ca[512], crt[512], key[512], file[128], err[512];
   path(ca, sizeof ca, ca_sub, "ca.crt");
   snprintf(file, sizeof file, "%s.crt", name);
@@ -59,7 +62,7 @@ static tr_tls_config *config(enum tr_tls_role role, const char *ca_sub, const ch
   snprintf(file, sizeof file, "%s.key", name);
   path(key, sizeof key, sub, file);
   struct tr_tls_config_opts opts = {
-      .role = role, .ca_path = ca, .cert_path = crt, .key_path = key, .prefer_chacha20 = chacha};
+      .role = role, .ca_path = ca, .cert_path = crt, .key_path = key, .ciphers = ciphers};
   tr_tls_config *cfg = NULL;
   int rc = tr_tls_config_new(&opts, &cfg, err, sizeof err);
   if (rc != 0)
@@ -94,13 +97,23 @@ struct pair {
   int rc_server, rc_client;
 };
 
-static void pair_run(struct pair *p, const char *ca_sub, const char *sub, const char *agent,
-                     const char *server_name, bool chacha) {
-  p->scfg = config(TR_TLS_SERVER, "good", "good", "service", chacha);
-  p->ccfg = config(TR_TLS_CLIENT, ca_sub, sub, agent, false);
+/* Each side's --cipher list: NULL for the default. */
+struct ciphers {
+  const char *server, *client;
+};
+
+static void pair_run_ciphers(struct pair *p, const char *ca_sub, const char *sub,
+                             const char *agent, const char *server_name, struct ciphers c) {
+  p->scfg = config(TR_TLS_SERVER, "good", "good", "service", c.server);
+  p->ccfg = config(TR_TLS_CLIENT, ca_sub, sub, agent, c.client);
   assert_int_equal(tr_tls_session_new(p->scfg, NULL, &p->server), 0);
   assert_int_equal(tr_tls_session_new(p->ccfg, server_name, &p->client), 0);
   handshake(p->client, p->server, &p->rc_client, &p->rc_server);
+}
+
+static void pair_run(struct pair *p, const char *ca_sub, const char *sub, const char *agent,
+                     const char *server_name) {
+  pair_run_ciphers(p, ca_sub, sub, agent, server_name, (struct ciphers){NULL, NULL});
 }
 
 static void pair_free(struct pair *p) {
@@ -135,12 +148,12 @@ static void send_all(tr_tls_session *from, tr_tls_session *to, const unsigned ch
 static void test_handshake_and_data(void **state) {
   (void)state;
   struct pair p = {0};
-  pair_run(&p, "good", "good", "agent-web-1", "relay.test", false);
+  pair_run(&p, "good", "good", "agent-web-1", "relay.test");
   assert_int_equal(p.rc_server, 0);
   assert_int_equal(p.rc_client, 0);
   assert_string_equal(tr_tls_peer_name(p.server), "web-1");
   assert_string_equal(tr_tls_peer_name(p.client), "relay.test");
-  assert_string_equal(tr_tls_ciphersuite(p.server), "TLS-ECDHE-ECDSA-WITH-AES-128-GCM-SHA256");
+  assert_string_equal(tr_tls_ciphersuite(p.server), "TLS-ECDHE-ECDSA-WITH-AES-128-CCM");
 
   size_t len = 300 * 1000;
   unsigned char *data = malloc(len), *got = malloc(len);
@@ -163,22 +176,78 @@ static void test_handshake_and_data(void **state) {
   pair_free(&p);
 }
 
-static void test_prefer_chacha20(void **state) {
+/* The cheapest cipher by bench_tls (AES-128-CCM on mbedTLS 2.28) is the default; the
+ * server's order decides; a client offers only its own list. */
+static void test_cipher_choice(void **state) {
+  (void)state;
+  static const struct {
+    struct ciphers lists;
+    const char *negotiated;
+  } cases[] = {
+      {{NULL, NULL}, "TLS-ECDHE-ECDSA-WITH-AES-128-CCM"},
+      {{"chacha20-poly1305,aes-128-ccm", NULL}, "TLS-ECDHE-ECDSA-WITH-CHACHA20-POLY1305-SHA256"},
+      {{NULL, "aes-128-gcm"}, "TLS-ECDHE-ECDSA-WITH-AES-128-GCM-SHA256"},
+      {{"aes-256-gcm,aes-256-ccm", "aes-256-ccm,aes-256-gcm"},
+       "TLS-ECDHE-ECDSA-WITH-AES-256-GCM-SHA384"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct pair p = {0};
+    pair_run_ciphers(&p, "good", "good", "agent-web-1", "localhost", cases[i].lists);
+    assert_int_equal(p.rc_server, 0);
+    assert_int_equal(p.rc_client, 0);
+    assert_string_equal(tr_tls_ciphersuite(p.client), cases[i].negotiated);
+    assert_string_equal(tr_tls_ciphersuite(p.server), cases[i].negotiated);
+    pair_free(&p);
+  }
+}
+
+/* No cipher in common: both sides refuse, and both say so and name their own list. */
+static void test_no_common_cipher(void **state) {
   (void)state;
   struct pair p = {0};
-  pair_run(&p, "good", "good", "agent-web-1", "localhost", true);
-  assert_int_equal(p.rc_server, 0);
-  assert_int_equal(p.rc_client, 0);
-  assert_string_equal(tr_tls_ciphersuite(p.client),
-                      "TLS-ECDHE-ECDSA-WITH-CHACHA20-POLY1305-SHA256");
+  pair_run_ciphers(&p, "good", "good", "agent-web-1", "localhost",
+                   (struct ciphers){"aes-128-ccm", "aes-128-gcm,chacha20-poly1305"});
+  assert_int_equal(p.rc_server, TR_ERR_TLS);
+  assert_int_equal(p.rc_client, TR_ERR_TLS);
+  const char *server_why = tr_tls_last_error(p.server), *client_why = tr_tls_last_error(p.client);
+  if (strstr(server_why, "no cipher in common: this side accepts aes-128-ccm") == NULL)
+    fail_msg("server: %s", server_why);
+  if (strstr(client_why, "no cipher in common") == NULL ||
+      strstr(client_why, "offers aes-128-gcm,chacha20-poly1305 (--cipher)") == NULL)
+    fail_msg("client: %s", client_why);
   pair_free(&p);
+}
+
+/* A bad --cipher list is a configuration error naming the word and the valid names. */
+static void test_cipher_list_errors(void **state) {
+  (void)state;
+  static const struct {
+    const char *list, *reason;
+  } cases[] = {
+      {"aes-128-cbc", "unknown cipher 'aes-128-cbc'"},
+      {"aes-128-ccm,aes-128-ccm", "repeated cipher 'aes-128-ccm'"},
+      {"aes-128-ccm,,aes-128-gcm", "unknown cipher ''"},
+      {"aes-128-ccm,", "missing after the last comma"},
+  };
+  int suites[TR_TLS_MAX_SUITES];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char err[512] = "";
+    assert_int_equal(tr_tls_ciphers_parse(cases[i].list, suites, err, sizeof err), -1);
+    if (strstr(err, cases[i].reason) == NULL)
+      fail_msg("%s: expected '%s' in: %s", cases[i].list, cases[i].reason, err);
+  }
+  assert_int_equal(tr_tls_ciphers_parse("chacha20-poly1305,aes-128-ccm", suites, NULL, 0), 0);
+  assert_int_equal(suites[0], MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256);
+  assert_int_equal(suites[1], MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256);
+  assert_int_equal(suites[2], MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_CCM);
+  assert_int_equal(suites[3], 0);
 }
 
 /* The output buffer is bounded: writes stop with TR_ERR_AGAIN until ciphertext is taken. */
 static void test_write_backpressure(void **state) {
   (void)state;
   struct pair p = {0};
-  pair_run(&p, "good", "good", "agent-web-1", "relay.test", false);
+  pair_run(&p, "good", "good", "agent-web-1", "relay.test");
   assert_int_equal(p.rc_client, 0);
   static unsigned char block[TR_TLS_RECORD_PLAINTEXT * 4];
   int n, records = 0;
@@ -199,7 +268,7 @@ static void test_write_backpressure(void **state) {
 static void test_config_outlives_its_owner(void **state) {
   (void)state;
   struct pair p = {0};
-  pair_run(&p, "good", "good", "agent-web-1", "relay.test", false);
+  pair_run(&p, "good", "good", "agent-web-1", "relay.test");
   assert_int_equal(p.rc_server, 0);
   tr_tls_config_unref(p.scfg);
   tr_tls_config_unref(p.ccfg);
@@ -215,7 +284,7 @@ static void test_config_outlives_its_owner(void **state) {
 static void expect_refused(const char *ca_sub, const char *sub, const char *agent,
                            const char *server_name, bool server_refuses, const char *reason) {
   struct pair p = {0};
-  pair_run(&p, ca_sub, sub, agent, server_name, false);
+  pair_run(&p, ca_sub, sub, agent, server_name);
   tr_tls_session *refuser = server_refuses ? p.server : p.client;
   tr_tls_session *other = server_refuses ? p.client : p.server;
   assert_int_equal(server_refuses ? p.rc_server : p.rc_client, TR_ERR_TLS);
@@ -275,7 +344,7 @@ static void test_server_from_other_ca(void **state) {
 }
 
 static void feed_garbage(const void *bytes, size_t len) {
-  tr_tls_config *cfg = config(TR_TLS_SERVER, "good", "good", "service", false);
+  tr_tls_config *cfg = config(TR_TLS_SERVER, "good", "good", "service", NULL);
   tr_tls_session *s;
   assert_int_equal(tr_tls_session_new(cfg, NULL, &s), 0);
   assert_int_equal(tr_tls_handshake(s), TR_ERR_AGAIN);
@@ -303,7 +372,7 @@ static void test_garbage_to_server(void **state) {
 
 static void test_garbage_reason_names_plain_tcp(void **state) {
   (void)state;
-  tr_tls_config *cfg = config(TR_TLS_SERVER, "good", "good", "service", false);
+  tr_tls_config *cfg = config(TR_TLS_SERVER, "good", "good", "service", NULL);
   tr_tls_session *s;
   assert_int_equal(tr_tls_session_new(cfg, NULL, &s), 0);
   tr_tls_feed_cipher(s, "hello there\n", 12);
@@ -339,7 +408,7 @@ static void test_config_errors(void **state) {
   assert_null(cfg);
 
   /* A client must name the server it expects. */
-  cfg = config(TR_TLS_CLIENT, "good", "good", "agent-web-1", false);
+  cfg = config(TR_TLS_CLIENT, "good", "good", "agent-web-1", NULL);
   tr_tls_session *s = NULL;
   assert_int_equal(tr_tls_session_new(cfg, NULL, &s), TR_ERR_INVAL);
   assert_int_equal(tr_tls_session_new(cfg, "", &s), TR_ERR_INVAL);
@@ -368,7 +437,9 @@ static void test_machine_names(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_handshake_and_data),
-      cmocka_unit_test(test_prefer_chacha20),
+      cmocka_unit_test(test_cipher_choice),
+      cmocka_unit_test(test_no_common_cipher),
+      cmocka_unit_test(test_cipher_list_errors),
       cmocka_unit_test(test_write_backpressure),
       cmocka_unit_test(test_config_outlives_its_owner),
       cmocka_unit_test(test_client_from_other_ca),
