@@ -20,8 +20,8 @@
 
 #include "relay/ipc_frame.h"
 #include "relay/tr_error.h"
+#include "relay/unix_fds.h"
 
-#define MAX_FDS_PER_MSG 4
 #define MAX_PENDING_FDS 4
 
 typedef struct method_entry {
@@ -123,23 +123,7 @@ void tr_ipc_client_close(tr_ipc_client *c) {
 int tr_ipc_client_send_raw(tr_ipc_client *c, const uint8_t *data, size_t len, int fd) {
   size_t off = 0;
   do {
-    struct iovec iov = {.iov_base = (void *)(data + off), .iov_len = len - off};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    union {
-      struct cmsghdr align;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } ctrl;
-    if (fd >= 0 && off == 0) {
-      memset(&ctrl, 0, sizeof ctrl);
-      msg.msg_control = ctrl.buf;
-      msg.msg_controllen = sizeof ctrl.buf;
-      struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-      cmsg->cmsg_level = SOL_SOCKET;
-      cmsg->cmsg_type = SCM_RIGHTS;
-      cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-      memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-    }
-    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+    ssize_t n = tr_unix_fds_send(c->fd, data + off, len - off, off == 0 ? fd : -1, 0);
     if (n < 0) {
       if (errno == EINTR)
         continue;
@@ -194,30 +178,16 @@ static int recv_some(tr_ipc_client *c) {
   int rc = tr_frame_reader_space(&c->reader, &dst, &room);
   if (rc < 0)
     return rc;
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int) * MAX_FDS_PER_MSG)];
-  } ctrl;
-  struct iovec iov = {.iov_base = dst, .iov_len = room};
-  struct msghdr msg = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf, .msg_controllen = sizeof ctrl};
-  ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  struct tr_unix_fds fds;
+  ssize_t n = tr_unix_fds_recv(c->fd, dst, room, MSG_DONTWAIT, &fds);
+  if (n == TR_ERR_SYS(EAGAIN) || n == TR_ERR_SYS(EWOULDBLOCK))
+    return 0;
   if (n < 0)
-    return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ? 0 : TR_ERR_SYS(errno);
+    return (int)n;
   c->rx_bytes += (uint64_t)n;
   tr_frame_reader_commit(&c->reader, (size_t)n);
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-      continue;
-    size_t nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < nfds; i++) {
-      int fd;
-      memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-      add_pending(c, fd, c->rx_bytes);
-    }
-  }
-  if (msg.msg_flags & MSG_CTRUNC)
-    return TR_ERR_PROTO;
+  for (size_t i = 0; i < fds.n; i++)
+    add_pending(c, fds.fd[i], c->rx_bytes);
   return n == 0 ? TR_ERR_CLOSED : 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include "relay/pb_valid.h"
 #include "relay/tr_error.h"
+#include "relay/varint.h"
 
 
 void tr_ipc_reader_init(tr_ipc_reader *r) { tr_frame_reader_init(r, TR_IPC_MAX_PAYLOAD, true); }
@@ -25,23 +26,7 @@ void tr_ipc_frame_free(Perfetto__Protos__IPCFrame *frame) {
     perfetto__protos__ipcframe__free_unpacked(frame, NULL);
 }
 
-static size_t varint_size(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v) {
-  while (v >= 0x80) {
-    *p++ = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = (uint8_t)v;
-  return p;
-}
+static uint8_t *put_varint(uint8_t *p, uint64_t v) { return p + tr_varint_put(p, v); }
 
 /* protozero reserves 4 bytes for a nested message's length and only shrinks it to one byte
  * when the message turns out shorter than 128 bytes. */
@@ -62,12 +47,12 @@ int tr_ipc_frame_encode(const Perfetto__Protos__IPCFrame *frame, uint8_t **out, 
     size_t n = frame->data_for_testing[i].len;
     if (n > TR_IPC_MAX_PAYLOAD)
       return TR_ERR_TOO_BIG;
-    size += 1 + varint_size(n) + n;
+    size += 1 + tr_varint_len(n) + n;
     if (size > TR_IPC_MAX_PAYLOAD)
       return TR_ERR_TOO_BIG;
   }
   if (frame->has_request_id)
-    size += 1 + varint_size(frame->request_id);
+    size += 1 + tr_varint_len(frame->request_id);
   /* Every member of the msg union is a pointer to a message, so any one names it. */
   const ProtobufCMessage *msg = NULL;
   size_t msg_len = 0;

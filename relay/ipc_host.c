@@ -31,12 +31,10 @@
 #include "relay/ipc_frame.h"
 #include "relay/log.h"
 #include "relay/tr_error.h"
+#include "relay/unix_fds.h"
 
 #define FRAMES_PER_TURN 32
 #define ACCEPTS_PER_TURN 16
-/* Room for this many fds per recvmsg; a message with more sets MSG_CTRUNC and the
- * connection is dropped (the kernel closes what did not fit). */
-#define MAX_FDS_PER_MSG 4
 #define LOG_COMP "ipc"
 
 /* One encoded frame waiting for the socket. fd rides on its first sendmsg. */
@@ -165,23 +163,8 @@ static void update_events(tr_ipc_conn *conn) {
 static void flush_out(tr_ipc_conn *conn) {
   while (conn->out_head) {
     out_buf *ob = conn->out_head;
-    struct iovec iov = {.iov_base = ob->data + ob->off, .iov_len = ob->len - ob->off};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    union {
-      struct cmsghdr align;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } ctrl;
-    if (ob->fd >= 0) {
-      memset(&ctrl, 0, sizeof ctrl);
-      msg.msg_control = ctrl.buf;
-      msg.msg_controllen = sizeof ctrl.buf;
-      struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-      cmsg->cmsg_level = SOL_SOCKET;
-      cmsg->cmsg_type = SCM_RIGHTS;
-      cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-      memcpy(CMSG_DATA(cmsg), &ob->fd, sizeof(int));
-    }
-    ssize_t n = sendmsg(conn->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = tr_unix_fds_send(conn->fd, ob->data + ob->off, ob->len - ob->off, ob->fd,
+                                 MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR)
         continue;
@@ -421,31 +404,10 @@ static void keep_fd(tr_ipc_conn *conn, int fd) {
 /* One recvmsg into the reader; received fds replace the connection's last fd. Returns the
  * byte count, 0 at EOF, TR_ERR_SYS(errno), or TR_ERR_PROTO for truncated control data. */
 static ssize_t recv_some(tr_ipc_conn *conn, uint8_t *dst, size_t room) {
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int) * MAX_FDS_PER_MSG)];
-  } ctrl;
-  struct iovec iov = {.iov_base = dst, .iov_len = room};
-  struct msghdr msg = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf, .msg_controllen = sizeof ctrl};
-  ssize_t n;
-  do {
-    n = recvmsg(conn->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0)
-    return TR_ERR_SYS(errno);
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-      continue;
-    size_t nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < nfds; i++) {
-      int fd;
-      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      keep_fd(conn, fd);
-    }
-  }
-  if (msg.msg_flags & MSG_CTRUNC)
-    return TR_ERR_PROTO;
+  struct tr_unix_fds fds;
+  ssize_t n = tr_unix_fds_recv(conn->fd, dst, room, MSG_DONTWAIT, &fds);
+  for (size_t i = 0; i < fds.n; i++)
+    keep_fd(conn, fds.fd[i]);
   return n;
 }
 

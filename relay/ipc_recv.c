@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "relay/tr_error.h"
+#include "relay/unix_fds.h"
 
 int tr_ipc_recv(tr_ipc_reader *r, int sock, int flags, int *received_fd) {
   uint8_t *dst;
@@ -14,28 +15,19 @@ int tr_ipc_recv(tr_ipc_reader *r, int sock, int flags, int *received_fd) {
   int rc = tr_frame_reader_space(r, &dst, &room);
   if (rc < 0)
     return rc;
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } control;
-  struct iovec iov = {.iov_base = dst, .iov_len = room};
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                       .msg_controllen = sizeof control.buf};
-  ssize_t n = recvmsg(sock, &msg, flags | MSG_CMSG_CLOEXEC);
+  struct tr_unix_fds fds;
+  ssize_t n = tr_unix_fds_recv(sock, dst, room, flags, &fds);
+  for (size_t i = 0; i < fds.n; i++) {
+    if (*received_fd >= 0)
+      close(*received_fd);
+    *received_fd = fds.fd[i];
+  }
+  if (n == TR_ERR_SYS(EAGAIN) || n == TR_ERR_SYS(EWOULDBLOCK))
+    return 0;
   if (n < 0)
-    return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ? 0 : TR_ERR_SYS(errno);
+    return (int)n;
   if (n == 0)
     return TR_ERR_CLOSED;
-  if (msg.msg_flags & MSG_CTRUNC)
-    return TR_ERR_PROTO;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
-    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-        cm->cmsg_len == CMSG_LEN(sizeof(int))) {
-      if (*received_fd >= 0)
-        close(*received_fd);
-      memcpy(received_fd, CMSG_DATA(cm), sizeof(int));
-    }
-  }
   tr_frame_reader_commit(r, (size_t)n);
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "relay/clock.h"
 #include "relay/fnv1a.h"
 #include "relay/tr_error.h"
+#include "relay/varint.h"
 
 #define WIRE_VARINT 0u
 #define WIRE_FIXED64 1u
@@ -86,26 +87,13 @@ struct packet_facts {
   struct anchor anchor;
 };
 
-static bool get_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t *v) {
-  *v = 0;
-  for (unsigned shift = 0; shift < 70; shift += 7) {
-    if (*pos >= len)
-      return false;
-    uint8_t byte = p[(*pos)++];
-    *v |= (uint64_t)(byte & 0x7f) << shift;
-    if (!(byte & 0x80))
-      return true;
-  }
-  return false;
-}
-
 /* 1 and the next field in *f, 0 at the end, TR_ERR_DECODE for anything Perfetto would refuse. */
 static int next_field(const uint8_t *buf, size_t len, size_t *pos, struct field *f) {
   if (*pos >= len)
     return 0;
   size_t start = *pos;
   uint64_t tag;
-  if (!get_varint(buf, len, pos, &tag) || (tag >> 3) == 0 || (tag >> 3) > MAX_FIELD)
+  if (!tr_varint_get(buf, len, pos, &tag) || (tag >> 3) == 0 || (tag >> 3) > MAX_FIELD)
     return TR_ERR_DECODE;
   f->num = (uint32_t)(tag >> 3);
   f->wire = (uint32_t)(tag & 7);
@@ -114,7 +102,7 @@ static int next_field(const uint8_t *buf, size_t len, size_t *pos, struct field 
   f->len = 0;
   switch (f->wire) {
   case WIRE_VARINT:
-    if (!get_varint(buf, len, pos, &f->value))
+    if (!tr_varint_get(buf, len, pos, &f->value))
       return TR_ERR_DECODE;
     break;
   case WIRE_FIXED64:
@@ -127,7 +115,7 @@ static int next_field(const uint8_t *buf, size_t len, size_t *pos, struct field 
   }
   case WIRE_BYTES: {
     uint64_t n;
-    if (!get_varint(buf, len, pos, &n) || n > len - *pos)
+    if (!tr_varint_get(buf, len, pos, &n) || n > len - *pos)
       return TR_ERR_DECODE;
     f->data = buf + *pos;
     f->len = (size_t)n;
@@ -148,24 +136,9 @@ static void put(struct sink *s, const void *bytes, size_t n) {
   s->n += n;
 }
 
-static size_t varint_len(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
 static void put_varint(struct sink *s, uint64_t v) {
-  uint8_t b[10];
-  size_t n = 0;
-  while (v >= 0x80) {
-    b[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  b[n++] = (uint8_t)v;
-  put(s, b, n);
+  uint8_t b[TR_VARINT_MAX];
+  put(s, b, tr_varint_put(b, v));
 }
 
 static void put_tag(struct sink *s, uint32_t num, uint32_t wire) {
@@ -434,7 +407,7 @@ static int encode_clock_pair(void *ctx, const uint8_t *in, size_t len, struct si
   const struct two_clocks *c = ctx;
   for (int i = 0; i < 2; i++) {
     put_tag(s, SNAPSHOT_CLOCKS, WIRE_BYTES);
-    put_varint(s, 2 + varint_len(c->id[i]) + varint_len(c->ts[i]));
+    put_varint(s, 2 + tr_varint_len(c->id[i]) + tr_varint_len(c->ts[i]));
     put_varint_field(s, CLOCK_ID, c->id[i]);
     put_varint_field(s, CLOCK_TIMESTAMP, c->ts[i]);
   }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "relay/tr_error.h"
+#include "relay/varint.h"
 
 #define WIRE_VARINT 0u
 #define WIRE_FIXED64 1u
@@ -12,19 +13,9 @@
 #define WIRE_FIXED32 5u
 #define MAX_FIELD 0x1FFFFFFFu
 
-static size_t put_varint(uint8_t *p, uint64_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    p[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  p[n++] = (uint8_t)v;
-  return n;
-}
-
 static size_t put_field(uint8_t *p, uint32_t field, uint64_t v) {
-  size_t n = put_varint(p, (uint64_t)field << 3 | WIRE_VARINT);
-  return n + put_varint(p + n, v);
+  size_t n = tr_varint_put(p, (uint64_t)field << 3 | WIRE_VARINT);
+  return n + tr_varint_put(p + n, v);
 }
 
 int tr_tbuf_append_trusted(uint8_t *out, size_t cap, const tr_tbuf_trusted *t) {
@@ -45,19 +36,6 @@ int tr_tbuf_append_trusted(uint8_t *out, size_t cap, const tr_tbuf_trusted *t) {
   return (int)n;
 }
 
-static bool get_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t *v) {
-  *v = 0;
-  for (unsigned shift = 0; shift < 70; shift += 7) {
-    if (*pos >= len)
-      return false;
-    uint8_t byte = p[(*pos)++];
-    *v |= (uint64_t)(byte & 0x7f) << shift;
-    if (!(byte & 0x80))
-      return true;
-  }
-  return false;
-}
-
 static bool reserved_to_service(uint64_t field) {
   static const uint16_t reserved[] = {3, 10, 33, 35, 36, 50, 69, 79, 98, 124, 125, 133};
   for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
@@ -70,7 +48,7 @@ int tr_tbuf_validate_packet(const uint8_t *packet, size_t len) {
   size_t pos = 0;
   while (pos < len) {
     uint64_t tag, v;
-    if (!get_varint(packet, len, &pos, &tag))
+    if (!tr_varint_get(packet, len, &pos, &tag))
       return TR_ERR_DECODE;
     uint64_t field = tag >> 3;
     if (field == 0 || field > MAX_FIELD)
@@ -79,7 +57,7 @@ int tr_tbuf_validate_packet(const uint8_t *packet, size_t len) {
       return TR_ERR_PERM;
     switch (tag & 7) {
     case WIRE_VARINT:
-      if (!get_varint(packet, len, &pos, &v))
+      if (!tr_varint_get(packet, len, &pos, &v))
         return TR_ERR_DECODE;
       break;
     case WIRE_FIXED64:
@@ -91,7 +69,7 @@ int tr_tbuf_validate_packet(const uint8_t *packet, size_t len) {
       break;
     }
     case WIRE_BYTES:
-      if (!get_varint(packet, len, &pos, &v) || v > len - pos)
+      if (!tr_varint_get(packet, len, &pos, &v) || v > len - pos)
         return TR_ERR_DECODE;
       pos += (size_t)v;
       break;

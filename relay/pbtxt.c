@@ -290,7 +290,7 @@ static const char *type_name(ProtobufCType t) {
   return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
 }
 
-static size_t value_size(ProtobufCType t) {
+size_t tr_pbtxt_value_size(ProtobufCType t) {
   switch (t) {
   case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
   case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64:
@@ -313,7 +313,7 @@ static int parse_int_value(parser *p, const ProtobufCFieldDescriptor *f, const c
                    f->type == PROTOBUF_C_TYPE_SFIXED32 || f->type == PROTOBUF_C_TYPE_INT64 ||
                    f->type == PROTOBUF_C_TYPE_SINT64 || f->type == PROTOBUF_C_TYPE_SFIXED64 ||
                    f->type == PROTOBUF_C_TYPE_ENUM;
-  bool wide = value_size(f->type) == 8;
+  bool wide = tr_pbtxt_value_size(f->type) == 8;
   if (!parse_integer(tok, &mag, &neg))
     return fail_token(p, "invalid %s value '%s' for field '%s'", type_name(f->type), tok,
                 f->name);
@@ -424,7 +424,7 @@ static int parse_text_value(parser *p, const ProtobufCFieldDescriptor *f, void *
   return 0;
 }
 
-/* One non-message value for field f, written to dst (value_size(f->type) bytes). */
+/* One non-message value for field f, written to dst (tr_pbtxt_value_size(f->type) bytes). */
 static int parse_scalar(parser *p, const ProtobufCFieldDescriptor *f, void *dst) {
   char tok[MAX_NUMBER_TOKEN];
   int rc;
@@ -477,7 +477,7 @@ static int parse_nested(parser *p, ProtobufCMessage *sub, int close) {
 static int parse_repeated_one(parser *p, ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
   size_t *count = (size_t *)((char *)m + f->quantifier_offset);
   void **array = (void **)((char *)m + f->offset);
-  size_t elem = value_size(f->type);
+  size_t elem = tr_pbtxt_value_size(f->type);
   size_t n = *count;
   ProtobufCMessage *sub;
   int close, rc;
@@ -541,7 +541,7 @@ static int parse_singular(parser *p, ProtobufCMessage *m, const ProtobufCFieldDe
   char value[sizeof(ProtobufCBinaryData)];
   if ((rc = parse_scalar(p, f, value)) < 0)
     return rc;
-  memcpy(dst, value, value_size(f->type));
+  memcpy(dst, value, tr_pbtxt_value_size(f->type));
   mark_present(m, f);
   return 0;
 }

@@ -53,4 +53,8 @@ int tr_pbtxt_parse(const ProtobufCMessageDescriptor *desc, const char *text, siz
  * there is written), or TR_ERR_SYS(EIO) if the stream failed. */
 int tr_pbtxt_print(FILE *out, const ProtobufCMessage *msg);
 
+/* Bytes one value of a field of type t takes in an unpacked protobuf-c message (its member,
+ * or one element of its repeated array); the parser and the printer both walk by it. */
+size_t tr_pbtxt_value_size(ProtobufCType t);
+
 #endif

@@ -98,20 +98,6 @@ static int print_value(FILE *out, const ProtobufCFieldDescriptor *f, const void 
   return 0;
 }
 
-static size_t value_size(ProtobufCType t) {
-  switch (t) {
-  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
-  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64:
-    return sizeof(uint64_t);
-  case PROTOBUF_C_TYPE_DOUBLE: return sizeof(double);
-  case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
-  case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
-  case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
-  case PROTOBUF_C_TYPE_MESSAGE: return sizeof(ProtobufCMessage *);
-  default: return sizeof(uint32_t);
-  }
-}
-
 /* Whether a singular field is set, by the same rules protobuf_c_message_pack() uses. */
 static bool is_set(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
   const char *base = (const char *)m;
@@ -130,7 +116,7 @@ static bool is_set(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
   if (f->type == PROTOBUF_C_TYPE_BYTES)
     return ((const ProtobufCBinaryData *)p)->len > 0;
   static const uint8_t zero[8];
-  return memcmp(p, zero, value_size(f->type)) != 0;
+  return memcmp(p, zero, tr_pbtxt_value_size(f->type)) != 0;
 }
 
 static int print_field(FILE *out, const ProtobufCFieldDescriptor *f, const void *p, int depth) {
@@ -157,7 +143,7 @@ static int print_message(FILE *out, const ProtobufCMessage *m, int depth) {
       size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
       const char *array = *(const char *const *)field;
       for (size_t k = 0; k < n; k++) {
-        int r = print_field(out, f, array + k * value_size(f->type), depth);
+        int r = print_field(out, f, array + k * tr_pbtxt_value_size(f->type), depth);
         rc = rc ? rc : r;
       }
     } else if (is_set(m, f)) {

@@ -17,6 +17,7 @@
 #include "perfetto/trace/trace_packet.pb-c.h"
 #include "relay/fnv1a.h"
 #include "relay/tr_error.h"
+#include "relay/varint.h"
 
 #define SERVICE_SEQUENCE_ID 1u
 #define FIELD_TRACE_STATS 35u
@@ -32,19 +33,9 @@ void tr_trace_writer_buf_free(tr_trace_writer_buf *b) {
   b->len = 0;
 }
 
-static size_t put_varint(uint64_t v, uint8_t *out) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    out[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  out[n++] = (uint8_t)v;
-  return n;
-}
-
 size_t tr_trace_writer_record_header(size_t packet_len, uint8_t *out) {
   out[0] = 0x0A;
-  return 1 + put_varint(packet_len, out + 1);
+  return 1 + tr_varint_put(out + 1, packet_len);
 }
 
 static void init_header(Perfetto__Protos__TracePacket *p, int32_t uid) {
@@ -71,8 +62,8 @@ static int finish(const Perfetto__Protos__TracePacket *p, uint32_t field, const 
     return TR_ERR_NOMEM;
   out->len = perfetto__protos__trace_packet__pack(p, out->data);
   if (field) {
-    out->len += put_varint((uint64_t)field << 3 | 2, out->data + out->len);
-    out->len += put_varint(raw_len, out->data + out->len);
+    out->len += tr_varint_put(out->data + out->len, (uint64_t)field << 3 | 2);
+    out->len += tr_varint_put(out->data + out->len, raw_len);
     if (raw_len)
       memcpy(out->data + out->len, raw, raw_len);
     out->len += raw_len;

@@ -9,6 +9,7 @@
 #include "perfetto/ipc/consumer_port.pb-c.h"
 #include "relay/log.h"
 #include "relay/tr_error.h"
+#include "relay/varint.h"
 #include "service/hosts.h"
 #include "service/status.h"
 #include "service/trace_output.h"
@@ -50,16 +51,6 @@ struct flush_ctx {
 };
 
 /* ---- encoding helpers ---- */
-
-static size_t put_varint(uint64_t v, uint8_t *out) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    out[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  out[n++] = (uint8_t)v;
-  return n;
-}
 
 static void reply_msg(tr_consumer *c, uint64_t req, const ProtobufCMessage *msg, bool has_more) {
   size_t n = msg ? protobuf_c_message_get_packed_size(msg) : 0;
@@ -280,11 +271,11 @@ static void read_pump(tr_ipc_conn *conn) {
         n = READ_DATA_BUDGET - data;
       last = c->pkt_off + n == c->pkt_len;
       /* slices (2) {1: data, 2: last_slice_for_packet} */
-      inner = 1 + put_varint(n, tmp) + n + (last ? 2 : 0);
+      inner = 1 + tr_varint_put(tmp, n) + n + (last ? 2 : 0);
       c->reply[used + hl++] = 0x12;
-      hl += put_varint(inner, c->reply + used + hl);
+      hl += tr_varint_put(c->reply + used + hl, inner);
       c->reply[used + hl++] = 0x0A;
-      hl += put_varint(n, c->reply + used + hl);
+      hl += tr_varint_put(c->reply + used + hl, n);
       memcpy(c->reply + used + hl, c->pkt + c->pkt_off, n);
       used += hl + n;
       if (last) {
@@ -486,7 +477,7 @@ static void get_trace_stats(tr_ipc_conn *conn, uint64_t req, const uint8_t *args
   buf = malloc(n + 16);
   if (buf) {
     buf[used++] = 0x0A;
-    used += put_varint(n, buf + used);
+    used += tr_varint_put(buf + used, n);
     used += perfetto__protos__trace_stats__pack(st, buf + used);
     memcpy(buf + used, ext, ext_len);
     used += ext_len;
@@ -549,7 +540,7 @@ static void state_flush(state_out *o, bool has_more) {
   if (o->failed)
     return;
   hdr[hl++] = 0x0A;
-  hl += put_varint(o->used, hdr + hl);
+  hl += tr_varint_put(hdr + hl, o->used);
   memcpy(o->buf + STATE_HDR - hl, hdr, hl);
   if (tr_ipc_conn_reply(o->c->conn, o->req, true, has_more, o->buf + STATE_HDR - hl,
                         hl + o->used, -1) != 0)
