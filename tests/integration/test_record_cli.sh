@@ -29,6 +29,14 @@ rm -f /tmp/trcli.$$
 cluster_init "$1"
 cluster_hosts web-1
 cluster_start_service
+# A tracerelay service with no agent yet: the summary says so, and does not call it another
+# kind of service (issue 27).
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 1s \
+  -o "$WORK/nohost.pftrace" 2>"$WORK/nohost.log" || fail "record with no agent exited $?"
+summary=$(grep "^tracerelay record: wrote " "$WORK/nohost.log") || fail "no summary: $(cat "$WORK/nohost.log")"
+[[ "$summary" == *"; no host was connected during the session" ]] ||
+  fail "the summary with no agent does not say so: $summary"
+echo "record with no agent: $summary"
 cluster_start_agent web-1
 cluster_start_loadgen web-1 --rate 200
 sleep 1
