@@ -20,13 +20,13 @@ for b in tracerelay tracerelay-agent tracerelay-service tracerelay-loadgen trace
   [ "$out" = "$b $VERSION" ] || fail "$b --version printed '$out', not '$b $VERSION'"
 done
 
+cluster_init "$1"
 rc=0
-"$1/tracerelay" record --ring --discard -o /dev/null 2>/tmp/trcli.$$ || rc=$?
-grep -q "contradict" /tmp/trcli.$$ || fail "--ring --discard: no message ($(cat /tmp/trcli.$$))"
-rm -f /tmp/trcli.$$
+"$1/tracerelay" record --ring --discard -o /dev/null 2>"$WORK/ring-discard.log" || rc=$?
+grep -q "contradict" "$WORK/ring-discard.log" ||
+  fail "--ring --discard: no message ($(cat "$WORK/ring-discard.log"))"
 [ "$rc" = 2 ] || fail "--ring --discard exited $rc, not 2"
 
-cluster_init "$1"
 cluster_hosts web-1
 cluster_start_service
 # A tracerelay service with no agent yet: the summary says so, and does not call it another

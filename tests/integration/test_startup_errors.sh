@@ -11,8 +11,10 @@
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=$(cd "$1" && pwd)
+source "$TR_SRC/tools/cluster-lib.sh" # cluster_on_exit: stops CLUSTER_PIDS, then cluster_finish
 W=$(mktemp -d /tmp/tracerelay-startup.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+CLUSTER_RUN_DIR=$W # removed after a pass, kept after a failure
+trap cluster_on_exit EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 "$TR_SRC/certs/make-certs.sh" "$W/pki" --service-name svc --agent web-1 >/dev/null
 "$TR_SRC/certs/make-certs.sh" "$W/pki" --agent later --not-yet-valid >/dev/null
@@ -68,7 +70,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 "$BIN/tracerelay-agent" --service "127.0.0.1:$port" --service-name svc "${agent[@]}" \
   --cert "$P/agent-web-1.crt" --key "$P/agent-web-1.key" >"$W/retry.log" 2>&1 &
 AGENT=$!
-trap 'kill $AGENT 2>/dev/null || true; rm -rf "$W"' EXIT
+CLUSTER_PIDS+=("$AGENT")
 for _ in $(seq 100); do [ "$(grep -c "trying again" "$W/retry.log")" -ge 2 ] && break; sleep 0.1; done
 kill $AGENT; wait $AGENT || true
 line=$(grep -m1 "cannot connect" "$W/retry.log") || fail "no connect failure logged: $(cat "$W/retry.log")"
@@ -84,8 +86,7 @@ expect 1 "max-agents 2000 needs about 2256 open files" bash -c 'ulimit -n 512 &&
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$BIN/tracerelay-service" --listen "127.0.0.1:$port" "${svc[@]}" --cert "$P/service.crt" \
   --key "$P/service.key" --max-agents 1 >"$W/svc.log" 2>&1 &
-SVC=$!
-trap 'kill $SVC 2>/dev/null || true; rm -rf "$W"' EXIT
+CLUSTER_PIDS+=("$!")
 sleep 0.5
 for h in web-1 web-2; do
   "$BIN/tracerelay-agent" --service "127.0.0.1:$port" --service-name svc --ca "$P/ca.crt" \
@@ -106,7 +107,7 @@ echo "ok: --max-agents 1 refuses the second agent by name"
   --producer-socket "$W/mp.sock" --cert "$P/agent-web-1.crt" --key "$P/agent-web-1.key" \
   --max-producers 1 >"$W/agent-mp.log" 2>&1 &
 AGENT=$!
-trap 'kill $AGENT 2>/dev/null || true; rm -rf "$W"' EXIT
+CLUSTER_PIDS+=("$AGENT")
 for _ in $(seq 50); do [ -S "$W/mp.sock" ] && break; sleep 0.1; done
 "$BIN/tracerelay-loadgen" --socket "$W/mp.sock" --name first >"$W/lg1.log" 2>&1 &
 LG1=$!
