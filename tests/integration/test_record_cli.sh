@@ -39,6 +39,9 @@ summary=$(grep "^tracerelay record: wrote " "$WORK/nohost.log") || fail "no summ
 echo "record with no agent: $summary"
 cluster_start_agent web-1
 cluster_start_loadgen web-1 --rate 200
+header=$("$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" | head -1)
+[[ "$header" == "service tracerelay "*" on $(hostname) (tracerelay-service): "* ]] ||
+  fail "status does not name the service's own host: $header"
 sleep 1
 printf '%s\n' 'buffers { size_kb: 4096 }' 'duration_ms: 6000' \
   'data_sources { config { name: "track_event" } }' >"$WORK/config.any"
@@ -49,11 +52,15 @@ cat "$WORK/stderr.log"
 "$TR_BIN/tracerelay" inspect --json "$WORK/stdout.pftrace" >"$WORK/inspect.json" ||
   fail "the trace on stdout does not read back"
 python3 - "$WORK/inspect.json" "$WORK/stderr.log" <<'PY'
-import json, re, sys
+import json, re, socket, sys
 report, log = json.load(open(sys.argv[1])), open(sys.argv[2]).read()
 hosts = {h.get("name"): h for h in report["hosts"]}
 if "web-1" not in hosts or hosts["web-1"]["packets"] < 100:
     sys.exit(f"FAIL: web-1's packets are not in the trace on stdout: {list(hosts)}")
+# The service's own machine is named for its host and marked as the service (issue 27).
+service = f"{socket.gethostname()} (tracerelay-service)"
+if [h.get("name") for h in report["hosts"] if h["machine_id"] == 0] != [service]:
+    sys.exit(f"FAIL: machine 0 is not named '{service}': {list(hosts)}")
 progress = [l for l in log.splitlines() if re.match(r"tracerelay record: recording ", l)]
 if not progress:
     sys.exit(f"FAIL: no progress line on a non-terminal stderr:\n{log}")
