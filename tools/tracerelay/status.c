@@ -334,7 +334,7 @@ static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) 
     return;
   }
   fprintf(out, "%-16s %-30s %4s %4s %-18s %10s %9s %11s %9s %8s %9s  %s\n", "HOST", "CONNECTED",
-          "PROD", "DS", "SESSIONS", "BYTES", "CHUNKS", "OFFSET", "DRIFT", "RTT", "ERROR",
+          "PROD", "DS", "SESSIONS", "BYTES", "CHUNKS", "OFFSET", "DRIFT", "RTT", "BOUND NOW",
           "LOSSES");
   for (size_t i = 0; i < ext->n_tracerelay_hosts; i++) {
     const HostStatus *h = ext->tracerelay_hosts[i];
