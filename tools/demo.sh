@@ -21,7 +21,9 @@ while [ $# -gt 0 ]; do
 done
 [ "${TR_SKIP_INSTALL:-0}" = 1 ] || "$TR_SRC/tools/install-deps.sh" --demo
 BUILD=${TR_BUILD_DIR:-$TR_SRC/build}
-cmake -S "$TR_SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# A build tree configured before (TR_BUILD_DIR=build-test, say) keeps its own settings.
+[ -f "$BUILD/CMakeCache.txt" ] ||
+  cmake -S "$TR_SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "$BUILD" tracerelay-service tracerelay-agent tracerelay-loadgen tracerelay
 
 source "$TR_SRC/tools/cluster-lib.sh"
