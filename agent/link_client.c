@@ -15,6 +15,7 @@
 #include "agent/link_client.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +81,8 @@ struct tr_link_client {
   void *done_data;
 };
 
-static void schedule_retry(tr_link_client *lc);
+__attribute__((format(printf, 2, 3))) static void retry_later(tr_link_client *lc,
+                                                              const char *fmt, ...);
 static void check_shutdown(tr_link_client *lc);
 
 /* ---- writing ---- */
@@ -460,18 +462,16 @@ static void on_closed(tr_relay_link *link, int reason, const char *why) {
   tr_link_clock_link_down(&lc->clock); /* a follow-up owed went with this connection */
   lc->welcomed = false;
   tr_relay_agent_disconnected(&lc->agent);
-  if (lc->finishing)
+  if (lc->finishing) {
     TR_INFO("link", "link to %s:%s closed", lc->host, lc->port);
-  else if (was_up)
-    TR_WARN("link", "link to %s:%s lost: %s; %zu bytes held for resending", lc->host, lc->port,
-            reason ? why : "closed by this side", lc->agent.held_bytes);
-  else
-    TR_WARN("link", "cannot connect to %s:%s: %s", lc->host, lc->port,
-            reason ? why : "closed by this side");
-  if (lc->finishing)
     maybe_done(lc);
-  else
-    schedule_retry(lc);
+  } else if (was_up) {
+    retry_later(lc, "link to %s:%s lost: %s; %zu bytes held for resending", lc->host, lc->port,
+                reason ? why : "closed by this side", lc->agent.held_bytes);
+  } else {
+    retry_later(lc, "cannot connect to %s:%s: %s", lc->host, lc->port,
+                reason ? why : "closed by this side");
+  }
 }
 
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
@@ -483,8 +483,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     return;
   }
   if (status < 0) {
-    TR_WARN("link", "cannot resolve %s: %s", lc->host, uv_strerror(status));
-    schedule_retry(lc);
+    retry_later(lc, "cannot resolve %s: %s", lc->host, uv_strerror(status));
     return;
   }
   static const struct tr_relay_link_events events = {
@@ -495,8 +494,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
   uv_freeaddrinfo(res);
   if (rc < 0) {
     lc->link = NULL;
-    TR_WARN("link", "cannot connect to %s:%s: %s", lc->host, lc->port, tr_strerror(rc));
-    schedule_retry(lc);
+    retry_later(lc, "cannot connect to %s:%s: %s", lc->host, lc->port, tr_strerror(rc));
   }
 }
 
@@ -505,8 +503,7 @@ static void connect_now(tr_link_client *lc) {
   lc->resolve.data = lc;
   int rc = uv_getaddrinfo(lc->loop, &lc->resolve, on_resolved, lc->host, lc->port, &hints);
   if (rc < 0) {
-    TR_WARN("link", "cannot resolve %s: %s", lc->host, uv_strerror(rc));
-    schedule_retry(lc);
+    retry_later(lc, "cannot resolve %s: %s", lc->host, uv_strerror(rc));
     return;
   }
   lc->resolving = true;
@@ -514,7 +511,13 @@ static void connect_now(tr_link_client *lc) {
 
 static void on_retry(uv_timer_t *t) { connect_now(t->data); }
 
-static void schedule_retry(tr_link_client *lc) {
+/* Logs why the link is not up and connects again after the backoff, saying when. */
+static void retry_later(tr_link_client *lc, const char *fmt, ...) {
+  char why[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
   uint64_t delay = lc->backoff_min_ms;
   for (unsigned i = 0; i < lc->attempts && delay < lc->backoff_max_ms; i++)
     delay *= 2;
@@ -525,6 +528,7 @@ static void schedule_retry(tr_link_client *lc) {
   delay = delay * (80 + r % 41) / 100; /* +-20% so that agents do not reconnect in step */
   lc->attempts++;
   uv_timer_start(&lc->retry_timer, on_retry, delay, 0);
+  TR_WARN("link", "%s; trying again in %.1f s", why, (double)delay / 1000.0);
 }
 
 /* ---- the tick: heartbeats, stats, shutdown deadline ---- */

@@ -152,7 +152,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
   o->producer_socket = env != NULL && env[0] != '\0' ? env : TR_AGENT_DEFAULT_PRODUCER_SOCKET;
   o->compress = true;
   int opt, rc;
-  while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, TR_DAEMON_OPTSTRING, longopts, NULL)) != -1) {
     switch (opt) {
     case OPT_SERVICE: {
       struct tr_hostport hp;

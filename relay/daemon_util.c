@@ -50,9 +50,12 @@ int tr_daemon_common_flag(const char *prog, int opt, const char *help, char *con
   case TR_DAEMON_OPT_VERSION:
     printf("%s %s\n", prog, TR_VERSION);
     exit(0);
-  default:
-    fprintf(stderr, "%s: unknown or incomplete option '%s' (see --help)\n", prog,
-            argv[optind - 1]);
+  case ':':
+    fprintf(stderr, "%s: option '%s' needs a value (see --help)\n", prog, argv[optind - 1]);
+    return 2;
+  default: /* '?': getopt_long sets optopt to a known option's value, 0 for an unknown one */
+    fprintf(stderr, "%s: %s '%s' (see --help)\n", prog,
+            optopt ? "this option takes no value:" : "unknown option", argv[optind - 1]);
     return 2;
   }
 }

@@ -20,9 +20,14 @@
  * --log-level LEVEL, --config FILE (read before getopt by tr_config_file_args) and --help. */
 enum { TR_DAEMON_OPT_LOG_LEVEL = 1024, TR_DAEMON_OPT_CONFIG, TR_DAEMON_OPT_HELP, TR_DAEMON_OPT_VERSION };
 
+/* getopt_long's optstring for the daemons: no short options, and a leading ':' so that getopt
+ * prints nothing itself and returns ':' for a missing value (tr_daemon_common_flag says it,
+ * once). */
+#define TR_DAEMON_OPTSTRING ":"
+
 /* For a getopt_long result that is none of the daemon's own flags: one of the flags above
- * (--help prints help and exits 0), or getopt's '?' for an option that is unknown or lacks its
- * value. 0, or 2 after a message. */
+ * (--help prints help and exits 0), getopt's ':' for an option that lacks its value, or '?' for
+ * one that is unknown or given a value it does not take. 0, or 2 after a message. */
 int tr_daemon_common_flag(const char *prog, int opt, const char *help, char *const *argv);
 /* A value a flag cannot take; why (may be NULL) says what would do. Returns 2. */
 int tr_daemon_bad_value(const char *prog, const char *flag, const char *value, const char *why);

@@ -797,7 +797,7 @@ static void on_connected(uv_connect_t *req, int status) {
   if (c->closing)
     return;
   if (status < 0) {
-    close_conn(c, status, "cannot connect to %s: %s", c->peer_addr, uv_strerror(status));
+    close_conn(c, status, "%s", uv_strerror(status)); /* the caller names the peer */
     return;
   }
   start_session(c);
@@ -819,8 +819,8 @@ int tr_tls_uv_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *server_na
   format_addr(addr, c->peer_addr, sizeof c->peer_addr);
   c->connect_req.data = c;
   rc = uv_tcp_connect(&c->connect_req, &c->tcp, addr, on_connected);
-  if (rc < 0) /* reported through on_close like any other failure */
-    close_conn(c, rc, "cannot connect to %s: %s", c->peer_addr, uv_strerror(rc));
+  if (rc < 0) /* reported through on_close like any other failure; the caller names the peer */
+    close_conn(c, rc, "%s", uv_strerror(rc));
   *out = c;
   return 0;
 }

@@ -61,7 +61,7 @@ struct machine_sync { /* what remote_clock_sync packets said about one machine *
   uint32_t machine;
   bool has_offset;
   int64_t offset;
-  int64_t bound; /* -1: no usable pair */
+  int64_t round_trip; /* of the last packet's exchanges; -1: no usable pair */
 };
 
 /* Entries keyed by a pair of ids: open addressing, power-of-two size, at most half full. */
@@ -278,7 +278,7 @@ static struct machine_sync *sync_of(struct ctx *c, uint32_t machine) {
   if (i < 0)
     return NULL;
   if (c->n_syncs != before)
-    c->syncs[i] = (struct machine_sync){.machine = machine, .bound = -1};
+    c->syncs[i] = (struct machine_sync){.machine = machine, .round_trip = -1};
   return &c->syncs[i];
 }
 
@@ -291,10 +291,12 @@ static bool boottime_of(const Perfetto__Protos__ClockSnapshot *cs, uint64_t *ts)
   return false;
 }
 
-/* Half of the client and host intervals of each pair trace_processor uses, averaged: the
- * client's BOOTTIME read at the host's first reading lies between its two readings, and the
- * host's reading at the client's second lies between the host's two. */
-static int64_t sync_error_bound(const Perfetto__Protos__RemoteClockSync *rcs) {
+/* The round trip of the exchange each pair is, averaged over the pairs: the mean of the
+ * client's and the host's interval between their two readings. (Half of it bounds the offset
+ * trace_processor takes from the pair; our service's pairs span a probe's whole round trip,
+ * the agent's turnaround included, which its estimator takes out: docs/timeline.md,
+ * "Clock error bound: three figures".) */
+static int64_t sync_round_trip(const Perfetto__Protos__RemoteClockSync *rcs) {
   unsigned __int128 sum = 0;
   uint64_t pairs = 0;
   for (size_t i = 1; i < rcs->n_synced_clocks; i++) {
@@ -306,7 +308,7 @@ static int64_t sync_error_bound(const Perfetto__Protos__RemoteClockSync *rcs) {
       continue;
     if (t2c - t1c >= SYNC_PAIR_NS || t2h < t1h)
       continue;
-    sum += ((unsigned __int128)(t2c - t1c) + (t2h - t1h)) / 4;
+    sum += ((unsigned __int128)(t2c - t1c) + (t2h - t1h)) / 2;
     pairs++;
   }
   return pairs ? (int64_t)(sum / pairs) : -1;
@@ -373,7 +375,7 @@ static int collect_remote_sync(struct ctx *c, uint32_t machine,
   if (ms && offset != INT64_MIN) {
     ms->has_offset = true;
     ms->offset = offset;
-    ms->bound = sync_error_bound(rcs);
+    ms->round_trip = sync_round_trip(rcs);
   }
 done:
   free(clocks);
@@ -677,7 +679,7 @@ static int make_hosts(struct ctx *c) {
       s->domain = name_domain(c, s->domain, &name);
     struct tr_inspect_host *h = &out->hosts[i];
     *h = (struct tr_inspect_host){.machine_id = s->machine, .domain = s->domain,
-                                  .error_bound_ns = -1};
+                                  .sync_round_trip_ns = -1};
     snprintf(h->name, sizeof(h->name), "%s", name);
   }
   sort_unique(out, c->n_seqs);
@@ -689,7 +691,7 @@ static int make_hosts(struct ctx *c) {
     stats_host(out, p);
     if (find_host(out, p->machine, p->domain) < 0)
       out->hosts[n++] = (struct tr_inspect_host){.machine_id = p->machine, .domain = p->domain,
-                                                 .error_bound_ns = -1};
+                                                 .sync_round_trip_ns = -1};
   }
   sort_unique(out, n);
   for (size_t i = 0; i < c->n_seqs; i++)
@@ -876,10 +878,9 @@ static void map_host(struct ctx *c, struct tr_inspect_host *h) {
   if (s >= 0 && c->syncs[s].has_offset) {
     h->has_sync_offset = true;
     h->sync_offset_ns = c->syncs[s].offset;
-    h->error_bound_ns = c->syncs[s].bound;
+    h->sync_round_trip_ns = c->syncs[s].round_trip;
   }
-  if (h->machine_id == 0 && clock == c->out->trace_clock)
-    h->error_bound_ns = 0; /* the trace clock itself */
+  h->on_trace_clock = h->machine_id == 0 && clock == c->out->trace_clock;
   int64_t ri = index_get(&c->range_index, h->machine_id, clock, NULL);
   const struct range *r = ri >= 0 ? &c->ranges[ri] : NULL;
   int64_t a, b;

@@ -131,9 +131,11 @@ struct tr_inspect_host {
   int64_t offset_ns;           /* trace time minus host BOOTTIME at the first reading */
   double drift_ppm;            /* 0 with a single reading */
   uint64_t mapping_span_ns;    /* host BOOTTIME between the two readings */
-  int64_t error_bound_ns;      /* -1: unknown */
-  bool has_sync_offset;
-  int64_t sync_offset_ns;      /* remote_clock_sync BOOTTIME offset, remote minus host */
+  bool on_trace_clock;         /* the service's own machine, whose clock is the trace clock */
+  bool has_sync_offset;        /* from the last remote_clock_sync packet of the machine: */
+  int64_t sync_offset_ns;      /*   its BOOTTIME offset, remote minus host */
+  int64_t sync_round_trip_ns;  /*   its exchange's round trip; -1: unknown. Not an error bound:
+                                *   the host's clock error bound track has those */
   uint64_t unresolved;
   /* packets skipped as trace_processor skips them: they need the sequence's incremental state
    * (SEQ_NEEDS_INCREMENTAL_STATE) after a loss (previous_packet_dropped) and before the next

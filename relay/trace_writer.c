@@ -380,3 +380,11 @@ fail:
     perfetto__protos__system_info__free_unpacked(si, NULL);
   return TR_ERR_NOMEM;
 }
+
+int tr_trace_writer_service_system_info(Perfetto__Protos__SystemInfo **out) {
+  char host[256] = "", name[sizeof host + sizeof TR_TRACE_WRITER_SERVICE_MACHINE_MARK];
+  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
+    snprintf(host, sizeof host, "unknown host");
+  snprintf(name, sizeof name, "%s" TR_TRACE_WRITER_SERVICE_MACHINE_MARK, host);
+  return tr_trace_writer_local_system_info(name, out);
+}

@@ -6,7 +6,7 @@
  * Results are malloc'd TracePacket bytes (tr_trace_writer_buf, free with
  * tr_trace_writer_buf_free) ready to go into a ReadBuffers slice; tr_trace_writer_record_header
  * gives the `0x0A varint(len)` prefix that makes a packet a record of a trace file (reference
- * 5.1). No I/O, no clocks read except by tr_trace_writer_local_system_info (uname, sysconf). */
+ * 5.1). No I/O, no clocks read except by the *_system_info functions (uname, sysconf, hostname). */
 #ifndef TR_TRACE_WRITER_H
 #define TR_TRACE_WRITER_H
 
@@ -100,9 +100,15 @@ int tr_trace_writer_trace_stats(int32_t uid, uint64_t boottime_ns,
                                 const Perfetto__Protos__TraceStats *stats, const uint8_t *extra,
                                 size_t extra_len, tr_trace_writer_buf *out);
 
-/* The service machine's SystemInfo: utsname, page size, cpus, RAM, hz, timezone, version and
+/* This machine's SystemInfo: utsname, page size, cpus, RAM, hz, timezone, version and
  * machine_name (may be NULL). Free with protobuf_c_message_free_unpacked(info, NULL). */
 int tr_trace_writer_local_system_info(const char *machine_name,
                                       Perfetto__Protos__SystemInfo **out);
+/* What marks the service's own machine (machine_id 0) in its name: "HOSTNAME (tracerelay-service)",
+ * which no host's certificate name can be, so readers (trace_processor's machine table,
+ * `tracerelay inspect`, `tracerelay status`) tell it from the hosts. */
+#define TR_TRACE_WRITER_SERVICE_MACHINE_MARK " (tracerelay-service)"
+/* The service's own SystemInfo: tr_trace_writer_local_system_info named as above. */
+int tr_trace_writer_service_system_info(Perfetto__Protos__SystemInfo **out);
 
 #endif

@@ -641,10 +641,14 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
       }
     }
   }
-  /* tracerelay status: one HostStatus per host (service/status.h), skipped by perfetto. */
+  /* tracerelay status: the service's machine and one HostStatus per host (service/status.h),
+   * skipped by perfetto. */
+  uint8_t *bytes = NULL;
+  size_t n;
+  if (!sessions_only && tr_status_service(svc, &bytes, &n) == 0)
+    state_add_raw(&o, bytes, n);
+  free(bytes);
   for (size_t h = 0; h < svc->num_hosts && !sessions_only; h++) {
-    uint8_t *bytes;
-    size_t n;
     if (tr_status_host(svc, svc->hosts[h], c->peer.uid, &bytes, &n) == 0)
       state_add_raw(&o, bytes, n);
     free(bytes);

@@ -230,7 +230,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
   o->upstream_ca_path = o->upstream_cert_path = o->upstream_key_path = NULL;
   o->producer_socket = TR_SERVICE_DEFAULT_REGIONAL_PRODUCER_SOCKET;
   bool producer_socket_set = false, fake_clock = false;
-  while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, TR_DAEMON_OPTSTRING, longopts, NULL)) != -1) {
     switch (opt) {
     case OPT_LISTEN: {
       struct tr_hostport hp;

@@ -159,7 +159,9 @@ static const struct host_metric kHostMetrics[] = {
     {"tracerelay_host_clock_rtt_seconds", "gauge", "round trip of the best recent clock probe",
      clock_rtt},
     {"tracerelay_host_clock_error_bound_seconds", "gauge",
-     "bound of the mapping's error now (docs/timeline.md)", clock_bound},
+     "clock error bound now: how far from its true instant the trace may place this host's "
+     "next event (docs/timeline.md)",
+     clock_bound},
 };
 
 static void service_gauge(tr_prom_text *t, const char *name, const char *type, const char *help,

@@ -232,7 +232,8 @@ static void up_closed(tr_relay_link *up, int reason, const char *why) {
   p->up = NULL;
   if (p->down != NULL)
     tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
-                        "its link to the upstream closed: %s", reason ? why : "closed by us");
+                        "its link to the upstream %s:%s closed: %s", p->r->upstream_host,
+                        p->r->upstream_port, reason ? why : "closed by us");
   maybe_free_pump(p);
 }
 

@@ -39,7 +39,7 @@ int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline t
   svc->next_buffer_id = 1;
   svc->flush_durations = (tr_prom_histogram){
       .le = kFlushBounds, .n = sizeof kFlushBounds / sizeof kFlushBounds[0]};
-  return tr_trace_writer_local_system_info(NULL, &svc->system_info);
+  return tr_trace_writer_service_system_info(&svc->system_info);
 }
 
 void tr_session_service_free(tr_service *svc) {

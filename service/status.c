@@ -151,3 +151,16 @@ done:
   free(sessions);
   return rc;
 }
+
+int tr_status_service(const tr_service *svc, uint8_t **out, size_t *out_len) {
+  Tracerelay__TracingServiceStateExtension x = TRACERELAY__TRACING_SERVICE_STATE_EXTENSION__INIT;
+  x.tracerelay_service_machine = svc->system_info->machine_name;
+  *out_len = tracerelay__tracing_service_state_extension__get_packed_size(&x);
+  *out = malloc(*out_len ? *out_len : 1);
+  if (!*out) {
+    *out_len = 0;
+    return TR_ERR_NOMEM;
+  }
+  tracerelay__tracing_service_state_extension__pack(&x, *out);
+  return 0;
+}

@@ -3,8 +3,8 @@
  * `tracerelay status`: connection, producers, sessions and their buffer losses on the host,
  * link and agent counters, and the clock estimate.
  *
- * The encoding is a TracingServiceStateExtension holding ONE host (field 1000), meant to be
- * appended to a TracingServiceState's bytes: Perfetto's own clients skip the unknown field.
+ * The encoding is a TracingServiceStateExtension holding ONE host (field 1000), or the
+ * service's own machine name (field 1001), meant to be appended to a TracingServiceState's bytes: Perfetto's own clients skip the unknown field.
  * Cost O(sessions x (buffers + instances)) per host. Runs on the service's loop. */
 #ifndef TR_SERVICE_STATUS_H
 #define TR_SERVICE_STATUS_H
@@ -28,5 +28,8 @@ bool tr_status_host_clock(const tr_host *host, uint64_t boot_now, struct tr_host
  * unless it is root), into a new buffer (*out, freed by the caller with free()). TR_ERR_NOMEM. */
 int tr_status_host(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
                    size_t *out_len);
+/* Encodes the service's own part (field 1001: its machine, as its traces name it) the same
+ * way. TR_ERR_NOMEM. */
+int tr_status_service(const tr_service *svc, uint8_t **out, size_t *out_len);
 
 #endif

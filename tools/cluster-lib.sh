@@ -14,6 +14,10 @@
 #   cluster_start_loadgen web-1 [loadgen flags...]   # prints nothing; PID in LOADGEN_PID
 #   "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" ...
 # Every process started here is killed by PID, and every namespace deleted, on exit.
+# Files: without WORKDIR, cluster_init makes a fresh /tmp/tracerelay-cluster.XXXXXX. The run's
+# directory (that one, or CLUSTER_RUN_DIR when the caller set it, e.g. to the parent of several
+# WORKDIRs) is removed on exit after a pass or a skip (exit 0 or 77), and kept after a failure,
+# saying where; TR_KEEP_WORK=1 keeps it always. A given WORKDIR alone is never removed.
 # TR_WRAP (e.g. "valgrind --log-file=/tmp/vg.%p") prefixes the service and agent commands
 # (tools/valgrind.sh); the wrapper must exec or be the daemon, so that its PID is the daemon's.
 
@@ -26,8 +30,13 @@ cluster_log() { printf '[cluster] %s\n' "$*" >&2; }
 
 cluster_init() {
   TR_BIN=$(cd "$1" && pwd)
-  WORK=${2:-$(mktemp -d /tmp/tracerelay-cluster.XXXXXX)}
-  mkdir -p "$WORK"
+  if [ -n "${2:-}" ]; then
+    WORK=$2
+    mkdir -p "$WORK"
+  else
+    WORK=$(mktemp -d /tmp/tracerelay-cluster.XXXXXX)
+    CLUSTER_RUN_DIR=${CLUSTER_RUN_DIR:-$WORK}
+  fi
   CLUSTER_ID=$(printf '%04x' $((RANDOM % 65536)))
   CONSUMER_SOCK="$WORK/consumer.sock"
   SERVICE_PORT=${SERVICE_PORT:-7393}
@@ -39,8 +48,28 @@ cluster_init() {
   else
     ip netns del "tr${CLUSTER_ID}-probe"
   fi
-  trap cluster_cleanup EXIT
+  trap cluster_on_exit EXIT
   trap 'exit 130' INT TERM
+}
+
+cluster_on_exit() {
+  local status=$?
+  cluster_cleanup
+  cluster_finish "$status"
+  return $status
+}
+
+# cluster_finish STATUS: the run's directory (CLUSTER_RUN_DIR, see above) removed after a pass
+# or a skip, kept after a failure (or with TR_KEEP_WORK=1), saying where.
+cluster_finish() {
+  [ -n "${CLUSTER_RUN_DIR:-}" ] && [ -d "$CLUSTER_RUN_DIR" ] || return 0
+  if [ "${TR_KEEP_WORK:-0}" = 1 ]; then
+    cluster_log "TR_KEEP_WORK=1: this run's files are kept in $CLUSTER_RUN_DIR"
+  elif [ "$1" = 0 ] || [ "$1" = 77 ]; then
+    rm -rf "$CLUSTER_RUN_DIR"
+  else
+    cluster_log "failed (exit $1): this run's files are kept in $CLUSTER_RUN_DIR"
+  fi
 }
 
 cluster_cleanup() {

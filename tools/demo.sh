@@ -1,30 +1,35 @@
 #!/usr/bin/env bash
-# demo.sh: the main job in one command. Installs dependencies, builds tracerelay, and runs a
-# demo cluster on this machine: a service, three agents in network namespaces (on loopback
-# where namespaces are not allowed) with their own certificates and machine names, a loadgen
-# producer on each, a 10 s recording with `tracerelay record` (`tracerelay status` half-way),
-# then `tracerelay inspect` on the result. The trace is kept; everything else the demo
-# started is stopped on exit.
+# demo.sh: the main job in one command. Installs what building and running it needs (only what
+# is missing, upgrading nothing it does not need), builds tracerelay, and runs a demo cluster on
+# this machine: a service, three agents in network namespaces (on loopback where namespaces are
+# not allowed) with their own certificates and machine names, a loadgen producer on each, a 10 s
+# recording with `tracerelay record` (`tracerelay status` half-way), then `tracerelay inspect`
+# on the result. The trace and the logs are kept in a fresh /tmp/tracerelay-demo.XXXXXX, outside
+# the source tree (its closing lines say where); everything the demo started is stopped on exit.
 #   tools/demo.sh [--seconds N] [--out FILE]
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_TO_RECORD=10
-OUT="$PWD/tracerelay-demo.pftrace"
+OUT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) SECONDS_TO_RECORD=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[ "${TR_SKIP_INSTALL:-0}" = 1 ] || "$TR_SRC/tools/install-deps.sh"
+[ "${TR_SKIP_INSTALL:-0}" = 1 ] || "$TR_SRC/tools/install-deps.sh" --demo
 BUILD=${TR_BUILD_DIR:-$TR_SRC/build}
-cmake -S "$TR_SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# A build tree configured before (TR_BUILD_DIR=build-test, say) keeps its own settings.
+[ -f "$BUILD/CMakeCache.txt" ] ||
+  cmake -S "$TR_SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "$BUILD" tracerelay-service tracerelay-agent tracerelay-loadgen tracerelay
 
 source "$TR_SRC/tools/cluster-lib.sh"
-cluster_init "$BUILD/bin"
+RUN_DIR=$(mktemp -d /tmp/tracerelay-demo.XXXXXX)
+OUT=${OUT:-$RUN_DIR/tracerelay-demo.pftrace}
+cluster_init "$BUILD/bin" "$RUN_DIR"
 HOSTS=(web-1 web-2 db-1)
 cluster_hosts "${HOSTS[@]}"
 cluster_start_service
@@ -58,5 +63,5 @@ trace_processor: every host is a row of the machine table, with its own processe
 (docs/querying.md has example queries). While a cluster runs,
   tracerelay status --socket CONSUMER_SOCKET --watch
 shows each host's link, data, clock and losses (docs/troubleshooting.md).
-Logs of this run: $WORK
+Logs of this run: $WORK (remove it when done: rm -rf $WORK)
 TXT

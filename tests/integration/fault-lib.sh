@@ -12,26 +12,22 @@
 #                                       (deleted with the namespace)
 
 # fault_init BIN_DIR: cluster_init with the work dir from $TR_FAULT_WORK (kept) or a fresh one
-# (deleted on exit unless the test failed or TR_KEEP_WORK=1).
+# (deleted on exit unless the test failed or TR_KEEP_WORK=1: cluster_finish).
 fault_init() {
   cluster_init "$1" "${TR_FAULT_WORK:-}"
-  FAULT_RM_WORK=1
-  [ -z "${TR_FAULT_WORK:-}" ] && [ "${TR_KEEP_WORK:-0}" != 1 ] || FAULT_RM_WORK=0
   trap fault_cleanup EXIT
 }
 
 fault_cleanup() {
-  local status=$?
+  local status=$? f
   cluster_cleanup
-  if [ "$status" != 0 ]; then
-    cluster_log "failed: logs kept in $WORK"
+  if [ "$status" != 0 ] && [ "$status" != 77 ]; then
     for f in "$WORK"/*.log; do
       [ -f "$f" ] || continue
       echo "---- $(basename "$f") (last 15 lines)"; tail -n 15 "$f"
     done
-  elif [ "$FAULT_RM_WORK" = 1 ]; then
-    rm -rf "$WORK"
   fi
+  cluster_finish "$status"
   return $status
 }
 

@@ -210,6 +210,7 @@ static void test_two_loadgens(void **state) {
   assert_int_equal(tr_tbuf_new(64u << 20, TR_TBUF_RING_BUFFER, &e->tbuf), 0);
   strcpy(e->dir, "/tmp/tr-agent-producer-XXXXXX");
   assert_non_null(mkdtemp(e->dir));
+  print_message("files in %s (removed when the test passes, kept when it fails)\n", e->dir);
   snprintf(e->path, sizeof(e->path), "%s/producer.sock", e->dir);
   tr_producer_port_config cfg = {.queue = &e->queue,
                                  .cb = {.data = e,

@@ -44,11 +44,9 @@ PY
 
 BIN=$(cd "$1" && pwd)
 BASE=$(mktemp -d /tmp/tracerelay-order.XXXXXX)
+CLUSTER_RUN_DIR=$BASE # removed on exit after a pass, kept after a failure (cluster-lib)
 STATUS=0
 run_case "$BIN" right 0,0 0 || { echo "FAIL: a right clock reported a flow against time"; STATUS=1; }
 run_case "$BIN" wrong -50000000,0 3 || { echo "FAIL: a clock 50 ms wrong went unnoticed"; STATUS=1; }
-if [ "$STATUS" = 0 ]; then
-  [ -n "${TR_KEEP_WORK:-}" ] || rm -rf "$BASE"
-  echo "PASS: test_check_order"
-fi
+[ "$STATUS" != 0 ] || echo "PASS: test_check_order"
 exit $STATUS

@@ -46,6 +46,7 @@ source "$TR_SRC/tests/integration/common.sh"
 SERVICE_PORT=$(free_port)
 export SERVICE_PORT
 WORK_DIR=$(mktemp -d /tmp/tr-ctr.XXXXXX)
+CLUSTER_RUN_DIR=$WORK_DIR # removed by cleanup after a pass, kept after a failure
 cluster_init "$BIN" "$WORK_DIR"
 
 CT_NAME=""
@@ -63,7 +64,7 @@ cleanup() {
   cluster_cleanup
   [ -n "$IMAGE" ] && podman rmi -f "$IMAGE" >/dev/null 2>&1
   [ "$PASSED" != 1 ] && [ "$rc" -ne 77 ] && dump_logs "$WORK_DIR"
-  if [ "${TR_KEEP_WORK:-0}" = 1 ]; then log "kept $WORK_DIR"; else rm -rf "$WORK_DIR"; fi
+  cluster_finish "$rc"
   exit "$rc"
 }
 trap cleanup EXIT

@@ -53,7 +53,7 @@ static void test_json(void **state) {
       "{\"machine_id\":1969531059,\"domain\":0,",
       "\"packets\":616",
       "\"sequences\":{\"0\":1,\"1\":1,\"3\":614}",
-      "\"remote_sync_offset_ns\":-16866}",
+      "\"remote_sync_offset_ns\":-16866,\"remote_sync_round_trip_ns\":75460}",
   };
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
     if (!strstr(out, want[i]))

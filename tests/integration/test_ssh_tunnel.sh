@@ -39,6 +39,7 @@ export TR_NO_NETNS=1
 SERVICE_PORT=$(free_port)
 export SERVICE_PORT
 WORK_DIR=$(mktemp -d /tmp/tr-ssh.XXXXXX) # short: UNIX socket paths are limited to 107 bytes
+CLUSTER_RUN_DIR=$WORK_DIR # removed by cleanup after a pass, kept after a failure
 cluster_init "$BIN" "$WORK_DIR"
 
 SSH_PID=""
@@ -60,7 +61,7 @@ cleanup() {
   cluster_cleanup
   [ "$PASSED" != 1 ] && [ "$rc" -ne 77 ] && dump_logs "$WORK_DIR"
   [ "$MADE_RUN_SSHD" = 1 ] && rmdir /run/sshd
-  if [ "${TR_KEEP_WORK:-0}" = 1 ]; then log "kept $WORK_DIR"; else rm -rf "$WORK_DIR"; fi
+  cluster_finish "$rc"
   exit "$rc"
 }
 trap cleanup EXIT

@@ -11,8 +11,10 @@
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=$(cd "$1" && pwd)
+source "$TR_SRC/tools/cluster-lib.sh" # cluster_on_exit: stops CLUSTER_PIDS, then cluster_finish
 W=$(mktemp -d /tmp/tracerelay-startup.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+CLUSTER_RUN_DIR=$W # removed after a pass, kept after a failure
+trap cluster_on_exit EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 "$TR_SRC/certs/make-certs.sh" "$W/pki" --service-name svc --agent web-1 >/dev/null
 "$TR_SRC/certs/make-certs.sh" "$W/pki" --agent later --not-yet-valid >/dev/null
@@ -38,6 +40,16 @@ expect 2 "invalid value 'localhost:99999' for --service" "$BIN/tracerelay-agent"
   --service localhost:99999 "${agent[@]}" --cert "$P/agent-web-1.crt" --key "$P/agent-web-1.key"
 expect 2 "invalid value '0.0.0.0:70000' for --listen" "$BIN/tracerelay-service" \
   --listen 0.0.0.0:70000 "${svc[@]}" --cert "$P/service.crt" --key "$P/service.key"
+# A misspelled flag and a flag without its value: one line each, naming the flag (issue 27:
+# getopt's own message came before ours).
+expect_one_line() {
+  expect 2 "$@"
+  [ "$(wc -l <"$W/out")" = 1 ] || fail "$*: not one line: $(cat "$W/out")"
+}
+expect_one_line "^tracerelay-service: unknown option '--listne' (see --help)$" \
+  "$BIN/tracerelay-service" --listne 127.0.0.1:0 "${svc[@]}"
+expect_one_line "^tracerelay-agent: option '--service' needs a value (see --help)$" \
+  "$BIN/tracerelay-agent" "${agent[@]}" --service
 # Tiers: a malformed --relay-allow rule, a regional without its own certificate, and a
 # regional's flag without --upstream are refused with the fix.
 expect 2 "invalid value 'eu-\*' for --relay-allow" "$BIN/tracerelay-service" --relay-allow 'eu-*' \
@@ -52,6 +64,19 @@ expect 1 "upstream TLS setup failed" "$BIN/tracerelay-service" --listen 127.0.0.
 # Not valid yet: the agent starts (its link retries), but says so at once; stopped by timeout.
 expect 124 "is not valid yet" "$BIN/tracerelay-agent" --service 127.0.0.1:9 "${agent[@]}" \
   --cert "$P/agent-later.crt" --key "$P/agent-later.key"
+# No service at --service: the agent says once what failed and when it tries again (issue 27:
+# the address came twice, and not that it retries). Stopped once it has tried twice.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$BIN/tracerelay-agent" --service "127.0.0.1:$port" --service-name svc "${agent[@]}" \
+  --cert "$P/agent-web-1.crt" --key "$P/agent-web-1.key" >"$W/retry.log" 2>&1 &
+AGENT=$!
+CLUSTER_PIDS+=("$AGENT")
+for _ in $(seq 100); do [ "$(grep -c "trying again" "$W/retry.log")" -ge 2 ] && break; sleep 0.1; done
+kill $AGENT; wait $AGENT || true
+line=$(grep -m1 "cannot connect" "$W/retry.log") || fail "no connect failure logged: $(cat "$W/retry.log")"
+[[ "$line" =~ msg=\"cannot\ connect\ to\ 127\.0\.0\.1:$port:\ connection\ refused\;\ trying\ again\ in\ [0-9]+\.[0-9]\ s\"$ ]] ||
+  fail "the agent's connect failure does not read once and true: $line"
+echo "ok: tracerelay-agent -> $line"
 # --max-agents 2000 under an open-file limit of 512 (soft and hard): refused at start.
 expect 1 "max-agents 2000 needs about 2256 open files" bash -c 'ulimit -n 512 && exec "$@"' _ \
   "$BIN/tracerelay-service" --listen 127.0.0.1:0 "${svc[@]}" --cert "$P/service.crt" \
@@ -61,8 +86,7 @@ expect 1 "max-agents 2000 needs about 2256 open files" bash -c 'ulimit -n 512 &&
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$BIN/tracerelay-service" --listen "127.0.0.1:$port" "${svc[@]}" --cert "$P/service.crt" \
   --key "$P/service.key" --max-agents 1 >"$W/svc.log" 2>&1 &
-SVC=$!
-trap 'kill $SVC 2>/dev/null || true; rm -rf "$W"' EXIT
+CLUSTER_PIDS+=("$!")
 sleep 0.5
 for h in web-1 web-2; do
   "$BIN/tracerelay-agent" --service "127.0.0.1:$port" --service-name svc --ca "$P/ca.crt" \
@@ -83,7 +107,7 @@ echo "ok: --max-agents 1 refuses the second agent by name"
   --producer-socket "$W/mp.sock" --cert "$P/agent-web-1.crt" --key "$P/agent-web-1.key" \
   --max-producers 1 >"$W/agent-mp.log" 2>&1 &
 AGENT=$!
-trap 'kill $AGENT 2>/dev/null || true; rm -rf "$W"' EXIT
+CLUSTER_PIDS+=("$AGENT")
 for _ in $(seq 50); do [ -S "$W/mp.sock" ] && break; sleep 0.1; done
 "$BIN/tracerelay-loadgen" --socket "$W/mp.sock" --name first >"$W/lg1.log" 2>&1 &
 LG1=$!

@@ -141,6 +141,7 @@ scenario_load() {
 }
 
 BASE=$(mktemp -d /tmp/tracerelay-timeline.XXXXXX)
+CLUSTER_RUN_DIR=$BASE # removed on exit after a pass, kept after a failure (cluster-lib)
 STATUS=0
 for enc in ${TR_TIMELINE_ENCODINGS:-machines global-clocks}; do
   cluster_init "$BIN" "$BASE/$enc"
@@ -226,5 +227,5 @@ PY
   fi
   cluster_cleanup
 done
-[ "$STATUS" = 0 ] && echo "PASS: test_timeline" && rm -rf "$BASE"
+[ "$STATUS" != 0 ] || echo "PASS: test_timeline"
 exit "$STATUS"

@@ -76,7 +76,7 @@ for h in json.load(open(inspect))["hosts"]:
     if not h.get("name", "").startswith("web-") or not track:
         continue
     got = bounds.get(h["name"] + " clock error bound (us)")
-    if not got or got[0] != track["samples"] or abs(got[1] - track["max_us"]) > 1e-3:
+    if not got or got[0] != track["samples"] or abs(got[1] - track["largest_us"]) > 1e-3:
         bad.append(f"{h['name']}: bound track {got} in trace_processor, ours {track}")
 print(f"{label}: bound tracks in trace_processor: {bounds}")
 if bad:

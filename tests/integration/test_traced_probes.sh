@@ -27,6 +27,7 @@ fi
 source "$TR_SRC/tools/cluster-lib.sh"
 BOUND_US=${BOUND_US:-1000}
 BASE=$(mktemp -d /tmp/tracerelay-probes.XXXXXX)
+CLUSTER_RUN_DIR=$BASE # removed on exit after a pass, kept after a failure (cluster-lib)
 STATUS=0
 for enc in machines global-clocks; do
   cluster_init "$1" "$BASE/$enc"
@@ -99,5 +100,5 @@ PY
   if [ "$STATUS" != 0 ]; then tail -5 "$WORK/probes.log"; fi
   cluster_cleanup
 done
-[ "$STATUS" = 0 ] && echo "PASS: test_traced_probes" && rm -rf "$BASE"
+[ "$STATUS" != 0 ] || echo "PASS: test_traced_probes"
 exit "$STATUS"

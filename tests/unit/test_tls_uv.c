@@ -508,7 +508,9 @@ static void test_connect_refused_reports_on_close(void **state) {
                                      NULL, &client_cbs, &client, &conn), 0);
   RUN_UNTIL(&f.loop, client.closed, 5000);
   assert_int_equal(client.close_reason, UV_ECONNREFUSED);
-  assert_non_null(strstr(client.close_why, "127.0.0.1"));
+  /* The error alone: the caller, which knows what it dialled, names the peer (issue 27: the
+   * agent's log said the address twice). */
+  assert_string_equal(client.close_why, "connection refused");
   tr_tls_config_unref(f.scfg);
   tr_tls_config_unref(f.ccfg);
   finish_loop(&f.loop);

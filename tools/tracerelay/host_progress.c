@@ -115,6 +115,8 @@ int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap
   if (cap > 0)
     out[0] = '\0';
   Tracerelay__TraceStatsExtension *x = extension_of(st);
+  /* A tracerelay service always sends this field, hosts or not. */
+  total->tracerelay = x && x->has_tracerelay_chunks_unknown_buffer;
   for (size_t i = 0; x && cap > 0 && i < x->n_tracerelay_hosts; i++) {
     format_host(x->tracerelay_hosts[i], st, out, cap, total);
     total->hosts++;

@@ -13,11 +13,13 @@
 #ifndef TRACERELAY_HOST_PROGRESS_H
 #define TRACERELAY_HOST_PROGRESS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct host_progress_sum {
   uint64_t bytes;       /* every buffer's bytes_written */
+  bool tracerelay;      /* the reply carries our extension: it comes from a tracerelay service */
   unsigned hosts;       /* hosts in the extension (0 without it) */
   uint64_t lost_chunks; /* the hosts' losses as counted in the line, summed */
   uint64_t smb_full;    /* the hosts' session_smb_full: loss events, packet count unknown */

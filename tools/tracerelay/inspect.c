@@ -216,17 +216,18 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            h->offset_ns, h->drift_ppm, h->mapping_span_ns);
   else
     printf(",\"clock\":{\"offset_ns\":null,\"drift_ppm\":null,\"span_ns\":null");
-  if (h->error_bound_ns >= 0)
-    printf(",\"error_bound_ns\":%" PRId64, h->error_bound_ns);
-  else
-    printf(",\"error_bound_ns\":null");
   if (h->has_sync_offset)
-    printf(",\"remote_sync_offset_ns\":%" PRId64 "}", h->sync_offset_ns);
+    printf(",\"remote_sync_offset_ns\":%" PRId64, h->sync_offset_ns);
   else
-    printf(",\"remote_sync_offset_ns\":null}");
+    printf(",\"remote_sync_offset_ns\":null");
+  if (h->sync_round_trip_ns >= 0)
+    printf(",\"remote_sync_round_trip_ns\":%" PRId64 "}", h->sync_round_trip_ns);
+  else
+    printf(",\"remote_sync_round_trip_ns\":null}");
   const struct tr_trace_bound_track *bt = tr_trace_bounds_find(&r->bounds, h->name);
   if (h->name[0] && bt && bt->n_samples)
-    printf(",\"clock_error_bound_track\":{\"samples\":%zu,\"max_us\":%.3f,\"last_us\":%.3f}",
+    printf(",\"clock_error_bound_track\":{\"samples\":%zu,\"largest_us\":%.3f,"
+           "\"at_end_us\":%.3f}",
            bt->n_samples, bt->max_us, bt->samples[bt->n_samples - 1].us);
   else
     printf(",\"clock_error_bound_track\":null");
@@ -298,14 +299,20 @@ static void print_host_text(const struct tr_inspect_result *r, const struct tr_i
   } else {
     printf("no mapping to the trace clock");
   }
-  if (h->error_bound_ns >= 0)
-    printf(", error bound %" PRId64 " ns", h->error_bound_ns);
-  if (h->has_sync_offset)
-    printf(", remote_clock_sync offset %" PRId64 " ns", h->sync_offset_ns);
+  /* The bound figures a trace holds (docs/timeline.md, "Clock error bound: three figures"). */
   const struct tr_trace_bound_track *bt = tr_trace_bounds_find(&r->bounds, h->name);
-  if (h->name[0] && bt && bt->n_samples)
-    printf("\n  clock error bound track: %zu samples, max %.3f us, last %.3f us", bt->n_samples,
-           bt->max_us, bt->samples[bt->n_samples - 1].us);
+  if (h->on_trace_clock)
+    printf("\n  clock error bound: 0 (its clock is the trace clock)");
+  else if (h->name[0] && bt && bt->n_samples)
+    printf("\n  clock error bound: largest %.3f us, at the end %.3f us (its bound track, %zu "
+           "samples)", bt->max_us, bt->samples[bt->n_samples - 1].us, bt->n_samples);
+  else
+    printf("\n  clock error bound: unknown (no bound track)");
+  if (h->has_sync_offset) {
+    printf("\n  last remote_clock_sync: offset %" PRId64 " ns", h->sync_offset_ns);
+    if (h->sync_round_trip_ns >= 0)
+      printf(", round trip %.3f us", (double)h->sync_round_trip_ns / 1e3);
+  }
   if (h->name[0] && bt && bt->marks_total)
     printf("\n  link marks on its track: %" PRIu64, bt->marks_total);
   if (h->skipped_after_loss)

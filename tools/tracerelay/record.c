@@ -225,26 +225,36 @@ static Perfetto__Protos__TraceConfig *build_config(const struct options *o) {
   return cfg;
 }
 
-/* Opens the output named by -o, unless the service writes output_path itself. */
-static int open_output(const struct options *o, const Perfetto__Protos__TraceConfig *cfg) {
+/* Where the trace goes: returns 1 when record writes it (-o), 0 when the service writes the
+ * config's output_path itself, -1 after a message when neither or both are given. */
+static int check_output(const struct options *o, const Perfetto__Protos__TraceConfig *cfg) {
   bool service_path = cfg->write_into_file && cfg->output_path && cfg->output_path[0];
   if (service_path && o->out_path) {
     fprintf(stderr, "tracerelay record: the config sets output_path (%s), where the service "
                     "writes the trace; drop -o or output_path\n", cfg->output_path);
-    return -2;
-  }
-  if (service_path)
     return -1;
-  if (!o->out_path) {
-    fputs("tracerelay record: no output: give -o FILE (see tracerelay record --help)\n", stderr);
-    return -2;
   }
-  int fd = strcmp(o->out_path, "-") == 0
-               ? fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3)
-               : open(o->out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    fprintf(stderr, "tracerelay record: cannot create %s: %s\n", o->out_path, strerror(errno));
-  return fd < 0 ? -2 : fd;
+  if (!service_path && !o->out_path) {
+    fputs("tracerelay record: no output: give -o FILE (see tracerelay record --help)\n", stderr);
+    return -1;
+  }
+  return !service_path;
+}
+
+/* The output named by -o, opened by the session once the service has answered. */
+struct output {
+  const char *path;
+  int fd;
+};
+
+static int open_output(void *ctx) {
+  struct output *out = ctx;
+  out->fd = strcmp(out->path, "-") == 0
+                ? fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3)
+                : open(out->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out->fd < 0)
+    fprintf(stderr, "tracerelay record: cannot create %s: %s\n", out->path, strerror(errno));
+  return out->fd;
 }
 
 /* After the session: an output file that received nothing is not a trace, so it is removed
@@ -287,25 +297,27 @@ int cmd_record(int argc, char **argv) {
     protobuf_c_message_free_unpacked(&cfg->base, NULL);
     return status;
   }
-  int fd = open_output(&o, cfg);
-  if (fd == -2) {
+  int we_write = check_output(&o, cfg);
+  if (we_write < 0) {
     protobuf_c_message_free_unpacked(&cfg->base, NULL);
     return 1;
   }
   install_signal_handlers();
+  struct output out = {.path = o.out_path, .fd = -1};
   record_session s = {
       .socket_path = o.socket_path,
       .config = cfg,
-      .out_path = fd < 0 ? NULL : strcmp(o.out_path, "-") == 0 ? "<stdout>" : o.out_path,
-      .out_fd = fd,
-      .pass_fd = fd >= 0 && cfg->write_into_file,
+      .out_path = !we_write ? NULL : strcmp(o.out_path, "-") == 0 ? "<stdout>" : o.out_path,
+      .open_output = open_output,
+      .output_ctx = &out,
+      .pass_fd = we_write && cfg->write_into_file,
       .stop_requests = &stop_requests,
       .progress_lines = o.progress,
       .strict = o.strict,
   };
   status = record_session_run(&s);
-  if (fd >= 0)
-    status = finish_output(fd, o.out_path, status);
+  if (out.fd >= 0)
+    status = finish_output(out.fd, o.out_path, status);
   protobuf_c_message_free_unpacked(&cfg->base, NULL);
   return status;
 }

@@ -36,6 +36,7 @@ typedef Perfetto__Protos__IPCFrame IPCFrame;
 typedef struct run {
   const record_session *s;
   tr_ipc_client *c;
+  int out_fd; /* the output (s->open_output's), or -1 */
   progress prog;
   trace_sink sink;
   uint64_t enable_id, flush_id, read_id, stats_id;
@@ -134,7 +135,7 @@ static const Perfetto__Protos__IPCFrame__InvokeMethodReply *reply_to(const IPCFr
 /* Bytes the output holds so far: what the service wrote into our fd, or what we wrote. */
 static uint64_t output_bytes(const run *r) {
   struct stat st;
-  if (r->s->pass_fd && fstat(r->s->out_fd, &st) == 0)
+  if (r->s->pass_fd && fstat(r->out_fd, &st) == 0)
     return (uint64_t)st.st_size;
   return r->sink.bytes;
 }
@@ -362,7 +363,9 @@ static void print_summary(const run *r, bool service_wrote) {
                       "agent still had queued, may be missing; raise "
                       "data_source_stop_timeout_ms for a slow link): %s",
               r->stats.stop_timed_out);
-  } else if (r->have_stats)
+  } else if (r->have_stats && r->stats.tracerelay)
+    fputs("; no host was connected during the session", stderr);
+  else if (r->have_stats)
     fputs("; per-host figures: none (not a tracerelay service)", stderr);
   fputs("\n", stderr);
 }
@@ -382,15 +385,19 @@ static int connect_and_bind(run *r) {
 }
 
 int record_session_run(const record_session *s) {
-  run r = {.s = s};
+  run r = {.s = s, .out_fd = -1};
   int status;
   progress_start(&r.prog, s->progress_lines);
-  trace_sink_init(&r.sink, s->out_fd);
   if ((status = connect_and_bind(&r)))
     goto out;
+  if (s->out_path && (r.out_fd = s->open_output(s->output_ctx)) < 0) {
+    status = 1;
+    goto out;
+  }
+  trace_sink_init(&r.sink, r.out_fd); /* r's zeroed sink is freed safely before this */
   Perfetto__Protos__EnableTracingRequest req = PERFETTO__PROTOS__ENABLE_TRACING_REQUEST__INIT;
   req.trace_config = (Perfetto__Protos__TraceConfig *)s->config;
-  int rc = invoke(&r, "EnableTracing", &req.base, s->pass_fd ? s->out_fd : -1, &r.enable_id);
+  int rc = invoke(&r, "EnableTracing", &req.base, s->pass_fd ? r.out_fd : -1, &r.enable_id);
   if (rc < 0) {
     status = invoke_failed(&r, "EnableTracing", rc);
     goto out;

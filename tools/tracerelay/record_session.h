@@ -23,8 +23,12 @@ typedef struct record_session {
   const char *socket_path;
   const Perfetto__Protos__TraceConfig *config;
   const char *out_path;  /* for messages; NULL when the service writes output_path itself */
-  int out_fd;            /* where packets go, or -1 */
-  bool pass_fd;          /* write_into_file: hand out_fd to the service with EnableTracing */
+  /* Opens the output (when out_path is set), once the service has answered, so that a service
+   * that is not there leaves no file and an existing one as it was. Returns the fd where
+   * packets go, or -1 after printing why not. */
+  int (*open_output)(void *ctx);
+  void *output_ctx;
+  bool pass_fd;          /* write_into_file: hand the output to the service with EnableTracing */
   volatile sig_atomic_t *stop_requests; /* bumped by the signal handler */
   bool progress_lines;   /* --progress: progress as stderr lines even off a terminal */
   bool strict;           /* --strict: what the config asked for and no host has fails the run */

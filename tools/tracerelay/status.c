@@ -305,12 +305,21 @@ static void fmt_losses(char *out, size_t n, const struct losses *l) {
     snprintf(out, n, "none");
 }
 
+static bool no_control_chars(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f)
+      return false;
+  return true;
+}
+
 static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) {
   size_t connected = 0;
   for (size_t i = 0; i < ext->n_tracerelay_hosts; i++)
     connected += ext->tracerelay_hosts[i]->connected;
-  fprintf(out, "service %s: %zu host%s (%zu connected), %zu producer%s, %d session%s (%d started)\n",
-          st->tracing_service_version ? st->tracing_service_version : "?",
+  fprintf(out, "service %s", st->tracing_service_version ? st->tracing_service_version : "?");
+  if (ext->tracerelay_service_machine && no_control_chars(ext->tracerelay_service_machine))
+    fprintf(out, " on %s", ext->tracerelay_service_machine); /* as its traces name machine 0 */
+  fprintf(out, ": %zu host%s (%zu connected), %zu producer%s, %d session%s (%d started)\n",
           ext->n_tracerelay_hosts, ext->n_tracerelay_hosts == 1 ? "" : "s", connected,
           st->n_producers, st->n_producers == 1 ? "" : "s", st->num_sessions,
           st->num_sessions == 1 ? "" : "s", st->num_sessions_started);
@@ -325,7 +334,7 @@ static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) 
     return;
   }
   fprintf(out, "%-16s %-30s %4s %4s %-18s %10s %9s %11s %9s %8s %9s  %s\n", "HOST", "CONNECTED",
-          "PROD", "DS", "SESSIONS", "BYTES", "CHUNKS", "OFFSET", "DRIFT", "RTT", "ERROR",
+          "PROD", "DS", "SESSIONS", "BYTES", "CHUNKS", "OFFSET", "DRIFT", "RTT", "BOUND NOW",
           "LOSSES");
   for (size_t i = 0; i < ext->n_tracerelay_hosts; i++) {
     const HostStatus *h = ext->tracerelay_hosts[i];
@@ -375,6 +384,8 @@ static void json_str(FILE *out, const char *s) {
 static void print_json(FILE *out, const ServiceState *st, const StatusExt *ext) {
   fputs("{\"service\":{\"version\":", out);
   json_str(out, st->tracing_service_version);
+  fputs(",\"machine_name\":", out);
+  json_str(out, ext->tracerelay_service_machine);
   fprintf(out, ",\"num_sessions\":%d,\"num_sessions_started\":%d,\"num_producers\":%zu},",
           st->num_sessions, st->num_sessions_started, st->n_producers);
   fputs("\"sessions\":[", out);
