@@ -2,8 +2,8 @@
  * connected, sessions, and per host (label `host`, the machine name) its producers, traffic,
  * every loss counter of the trace's HostStats, disconnects, its clock mapping (offset, drift,
  * probe RTT, error bound now) and the losses of its central buffers in the sessions that exist
- * now. Each host's figures are read once per scrape, with status.c's and the sessions'
- * readers, on the loop's thread. */
+ * now; and the loop's own lag (relay/loop_lag.h). Each host's figures are read once per scrape,
+ * with status.c's and the sessions' readers, on the loop's thread. */
 #include "service/metrics.h"
 
 #include <stddef.h>
@@ -209,4 +209,14 @@ void tr_metrics_write(const tr_service *svc, tr_prom_text *t) {
     }
   }
   free(figs);
+}
+
+void tr_metrics_write_loop(const tr_loop_lag *lag, tr_prom_text *t) {
+  tr_prom_histogram_write(t, "tracerelay_service_loop_lag_seconds",
+                          "busy time of each iteration of the service's event loop: the longest "
+                          "an event arriving in it waited",
+                          tr_loop_lag_histogram(lag));
+  service_gauge(t, "tracerelay_service_loop_lag_max_seconds", "gauge",
+                "the longest busy iteration of the event loop since the service started",
+                (double)tr_loop_lag_max_ns(lag) / 1e9);
 }

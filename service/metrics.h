@@ -2,10 +2,13 @@
 #ifndef TR_SERVICE_METRICS_H
 #define TR_SERVICE_METRICS_H
 
+#include "relay/loop_lag.h"
 #include "relay/prom_text.h"
 #include "service/service.h"
 
 /* Writes every metric of svc (docs/operations.md, "Metrics") into t. */
 void tr_metrics_write(const tr_service *svc, tr_prom_text *t);
+/* The service process's own figures: how long its loop kept events waiting. */
+void tr_metrics_write_loop(const tr_loop_lag *lag, tr_prom_text *t);
 
 #endif
