@@ -2,7 +2,7 @@
  * connected, sessions, and per host (label `host`, the machine name) its producers, traffic,
  * every loss counter of the trace's HostStats, disconnects, its clock mapping (offset, drift,
  * probe RTT, error bound now) and the losses of its central buffers in the sessions that exist
- * now; and the loop's own lag (relay/loop_lag.h). Each host's figures are read once per scrape,
+ * now; and the loop's own lag (relay/loop_lag.h) and the agents' TLS handshakes. Each host's figures are read once per scrape,
  * with status.c's and the sessions' readers, on the loop's thread. */
 #include "service/metrics.h"
 
@@ -211,7 +211,8 @@ void tr_metrics_write(const tr_service *svc, tr_prom_text *t) {
   free(figs);
 }
 
-void tr_metrics_write_loop(const tr_loop_lag *lag, tr_prom_text *t) {
+void tr_metrics_write_loop(const tr_loop_lag *lag, const struct tr_tls_uv_server_stats *tls,
+                           tr_prom_text *t) {
   tr_prom_histogram_write(t, "tracerelay_service_loop_lag_seconds",
                           "busy time of each iteration of the service's event loop: the longest "
                           "an event arriving in it waited",
@@ -219,4 +220,13 @@ void tr_metrics_write_loop(const tr_loop_lag *lag, tr_prom_text *t) {
   service_gauge(t, "tracerelay_service_loop_lag_max_seconds", "gauge",
                 "the longest busy iteration of the event loop since the service started",
                 (double)tr_loop_lag_max_ns(lag) / 1e9);
+  service_gauge(t, "tracerelay_service_tls_refused_total", "counter",
+                "agent connections dropped before their TLS handshake finished (logged with "
+                "the reason)",
+                (double)tls->refused);
+  service_gauge(t, "tracerelay_service_tls_handshake_steps_on_loop_total", "counter",
+                "TLS handshake steps run on the event loop's thread (0: they all ran on workers)",
+                (double)tls->steps_on_loop);
+  service_gauge(t, "tracerelay_service_tls_handshake_steps_on_workers_total", "counter",
+                "TLS handshake steps run on worker threads", (double)tls->steps_on_workers);
 }

@@ -4,11 +4,14 @@
 
 #include "relay/loop_lag.h"
 #include "relay/prom_text.h"
+#include "relay/tls_uv.h"
 #include "service/service.h"
 
 /* Writes every metric of svc (docs/operations.md, "Metrics") into t. */
 void tr_metrics_write(const tr_service *svc, tr_prom_text *t);
-/* The service process's own figures: how long its loop kept events waiting. */
-void tr_metrics_write_loop(const tr_loop_lag *lag, tr_prom_text *t);
+/* The service process's own figures: how long its loop kept events waiting, and the agents'
+ * TLS handshakes (refused, and where their steps ran). */
+void tr_metrics_write_loop(const tr_loop_lag *lag, const struct tr_tls_uv_server_stats *tls,
+                           tr_prom_text *t);
 
 #endif

@@ -108,8 +108,11 @@ static void close_all(tr_service_daemon *d);
 
 static void render_metrics(void *data, tr_prom_text *t) {
   tr_service_daemon *d = data;
+  struct tr_tls_uv_server_stats tls = {0};
+  if (d->link != NULL)
+    tr_link_server_tls_stats(d->link, &tls);
   tr_metrics_write(&d->svc, t);
-  tr_metrics_write_loop(d->lag, t);
+  tr_metrics_write_loop(d->lag, &tls, t);
 }
 
 /* Ready once both listeners are open (start succeeded), until the shutdown. */
