@@ -455,6 +455,8 @@ bool tr_tls_uv_sent_time_pending(tr_tls_uv_conn *c, int64_t sent_ns) {
 
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *c) { return c->queued; }
 
+uint64_t tr_tls_uv_bytes_in(const tr_tls_uv_conn *c) { return c->bytes_in; }
+
 /* ---- closing ---- */
 
 static void accept_one(tr_tls_uv_server *srv);

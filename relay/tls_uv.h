@@ -113,6 +113,8 @@ int tr_tls_uv_pause_read(tr_tls_uv_conn *conn);
  * paused) or TR_ERR_CLOSED once closing. */
 int tr_tls_uv_resume_read(tr_tls_uv_conn *conn);
 bool tr_tls_uv_read_is_paused(const tr_tls_uv_conn *conn);
+/* Bytes received from the peer (ciphertext, the handshake included). */
+uint64_t tr_tls_uv_bytes_in(const tr_tls_uv_conn *conn);
 /* Ciphertext bytes handed to libuv and not yet written to the socket. */
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
 

@@ -5,6 +5,7 @@
 #include "relay/loop_lag.h"
 #include "relay/prom_text.h"
 #include "relay/tls_uv.h"
+#include "service/regional.h"
 #include "service/service.h"
 
 /* Writes every metric of svc (docs/operations.md, "Metrics") into t. */
@@ -13,5 +14,7 @@ void tr_metrics_write(const tr_service *svc, tr_prom_text *t);
  * TLS handshakes (refused, and where their steps ran). */
 void tr_metrics_write_loop(const tr_loop_lag *lag, const struct tr_tls_uv_server_stats *tls,
                            tr_prom_text *t);
+/* A regional's forwarding (its /metrics are its own agent's, with these after them). */
+void tr_metrics_write_regional(const struct tr_regional_stats *st, tr_prom_text *t);
 
 #endif

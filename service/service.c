@@ -106,6 +106,14 @@ static int make_parent_dir(const char *path) {
 
 static void close_all(tr_service_daemon *d);
 
+static void render_regional_metrics(void *data, tr_prom_text *t) {
+  tr_service_daemon *d = data;
+  struct tr_regional_stats st = {0};
+  if (d->regional != NULL)
+    tr_regional_stats(d->regional, &st);
+  tr_metrics_write_regional(&st, t);
+}
+
 static void render_metrics(void *data, tr_prom_text *t) {
   tr_service_daemon *d = data;
   struct tr_tls_uv_server_stats tls = {0};
@@ -203,6 +211,8 @@ static int start_regional(tr_service_daemon *d, const struct tr_service_daemon_o
                              .cert_path = o->upstream_cert_path,
                              .key_path = o->upstream_key_path,
                              .metrics_listen = o->metrics_listen,
+                             .metrics_more = render_regional_metrics,
+                             .metrics_more_data = d,
                              .compress = true};
   if ((rc = make_parent_dir(o->producer_socket)) != 0 ||
       (rc = tr_agent_start(d->loop, &ao, &d->agent)) != 0) {
