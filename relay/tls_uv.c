@@ -13,9 +13,11 @@
  * Handshakes run off the loop: each step (a tr_tls_handshake call on the input received so
  * far, which may run the public-key operations, 1-5 ms each on a small machine) is a
  * uv_queue_work job on libuv's worker pool. While a step runs, the worker alone touches the
- * session: the loop does not read the socket (what it read and could not feed yet waits in
- * the held input), sends nothing, and defers freeing the connection to the step's end
- * (step_done), which sends what the step produced, feeds the held input and reads again.
+ * session: the loop keeps what it reads in the held input (at most HANDSHAKE_INPUT_MAX
+ * bytes), sends nothing, and defers freeing the connection to the step's end (step_done),
+ * which sends what the step produced and feeds the held input. A peer that leaves meanwhile
+ * (a client that gave up waiting in the backlog) is noticed at once, and its step cancelled
+ * if it has not started: no public-key work for the departed.
  * A server runs at most max_handshakes at once; beyond, it leaves connections in the kernel's
  * listen backlog (libuv stops accepting while the one it took is not accepted) and takes
  * them as handshakes end, so that a storm waits rather than being refused. */
@@ -34,13 +36,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define KEEPALIVE_DELAY_S 30
+#define HANDSHAKE_NICE 10 /* opts.handshake_nice */
 #define READ_BUFFER (64 * 1024)
 /* Connections waiting for a handshake slot wait here, in the kernel (which caps it at
  * net.core.somaxconn, 4096 by default since Linux 5.4). */
 #define LISTEN_BACKLOG 4096
+/* Input a peer may send while a handshake step runs: a flight of handshake messages is a few
+ * KiB (a certificate chain at most); more is not a TLS client. */
+#define HANDSHAKE_INPUT_MAX (64 * 1024)
 
 struct tr_tls_uv_server {
   uv_tcp_t tcp;
@@ -70,6 +79,7 @@ struct tr_tls_uv_conn {
   int step_rc;              /* the step's tr_tls_handshake result */
   bool step_on_loop;        /* the last handshake step ran on the loop's thread */
   bool established;         /* the handshake is done (the loop's copy of the session's state) */
+  bool handshake_nice;      /* opts.handshake_nice */
   bool handles_closed;      /* both handles closed while stepping: step_done frees it */
   tr_tls_uv_conn *prev, *next;
   struct tr_tls_uv_callbacks cbs;
@@ -543,6 +553,8 @@ static void close_conn(tr_tls_uv_conn *c, int reason, const char *fmt, ...) {
     TR_WARN("tls", "refused connection from %s: %s", c->peer_addr, c->close_why);
   }
   uv_read_stop((uv_stream_t *)&c->tcp);
+  if (c->stepping) /* if the step has not started, it never will (step_done says so) */
+    uv_cancel((uv_req_t *)&c->step_work);
   if (c->stamp_held != NULL)
     release_held(c, false); /* in order, before the alert; no stamp matters any more */
   else if (c->stamp_hold)
@@ -605,16 +617,27 @@ static void count_step(tr_tls_uv_conn *c) {
     c->server->stats.steps_on_workers++;
 }
 
+/* A worker thread's priority below the loop's, once: the service's workers serve handshakes
+ * only, which must not take the CPU from its loop on a small machine. (An unprivileged thread
+ * cannot raise it back, so this is for pools that do nothing else.) */
+static void lower_priority(void) {
+  static _Thread_local bool lowered;
+  if (!lowered)
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), HANDSHAKE_NICE);
+  lowered = true;
+}
+
 static void run_step(uv_work_t *w) {
   tr_tls_uv_conn *c = w->data;
+  if (c->handshake_nice)
+    lower_priority();
   c->step_rc = handshake_step(c);
 }
 
 static void step_done(uv_work_t *w, int status);
 
-/* Hands the session to a worker for one handshake step; the loop stops reading meanwhile. */
+/* Hands the session to a worker for one handshake step. */
 static void queue_step(tr_tls_uv_conn *c) {
-  uv_read_stop((uv_stream_t *)&c->tcp);
   c->step_work.data = c;
   int rc = uv_queue_work(c->tcp.loop, &c->step_work, run_step, step_done);
   if (rc < 0)
@@ -660,6 +683,23 @@ static int hold(tr_tls_uv_conn *c, const unsigned char *data, size_t len) {
   c->held = copy;
   c->held_len = len;
   return 0;
+}
+
+/* Appends data[0, len) to the held input while a handshake step has the session. */
+static void hold_more(tr_tls_uv_conn *c, const unsigned char *data, size_t len) {
+  if (c->held_len + len > HANDSHAKE_INPUT_MAX) {
+    close_conn(c, TR_ERR_PROTO, "more than %d bytes sent during the TLS handshake: not a TLS "
+               "client", HANDSHAKE_INPUT_MAX);
+    return;
+  }
+  unsigned char *grown = realloc(c->held, c->held_len + len);
+  if (grown == NULL) {
+    close_conn(c, TR_ERR_NOMEM, "out of memory for %zu bytes of handshake input", len);
+    return;
+  }
+  memcpy(grown + c->held_len, data, len);
+  c->held = grown;
+  c->held_len += len;
 }
 
 /* Feeds data[0, len) to the session and drives it. If reading pauses on the way, what was not
@@ -759,7 +799,10 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
   c->read_ns = stamp != 0 ? stamp : c->read_clock_ns;
   c->bytes_in += (uint64_t)nread;
   (void)buf; /* always read_buf (on_alloc) */
-  feed_and_drive(c, read_buf, (size_t)nread);
+  if (c->stepping)
+    hold_more(c, read_buf, (size_t)nread);
+  else
+    feed_and_drive(c, read_buf, (size_t)nread);
 }
 
 /* ---- pausing ---- */
@@ -817,10 +860,10 @@ bool tr_tls_uv_read_is_paused(const tr_tls_uv_conn *c) { return c->read_paused; 
  * shows the connection to the application and delivers what followed it; then feeds the input
  * held meanwhile (which may take the next step) or reads again. */
 static void step_done(uv_work_t *w, int status) {
-  (void)status; /* never cancelled */
   tr_tls_uv_conn *c = w->data;
   c->stepping = false;
-  count_step(c);
+  if (status != UV_ECANCELED) /* cancelled: the connection closed before the step began */
+    count_step(c);
   if (c->handles_closed) {
     free_conn(c);
     return;
@@ -842,11 +885,7 @@ static void step_done(uv_work_t *w, int status) {
     if (c->closing || !drive(c) || c->read_paused)
       return;
   }
-  if (!feed_and_drive(c, c->held, c->held_len) || c->read_paused || c->stepping)
-    return;
-  rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_tcp_read);
-  if (rc < 0)
-    close_conn(c, rc, "cannot read: %s", uv_strerror(rc));
+  feed_and_drive(c, c->held, c->held_len);
 }
 
 /* Common setup of both sides once the TCP connection exists. */
@@ -860,7 +899,12 @@ static void start_session(tr_tls_uv_conn *c) {
   if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
     tr_sock_stamp_enable(&c->stamps, fd);
   uv_tcp_keepalive(&c->tcp, 1, KEEPALIVE_DELAY_S);
-  drive(c); /* the first step (a client's hello); its end starts reading */
+  int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_tcp_read);
+  if (rc < 0) {
+    close_conn(c, rc, "cannot read: %s", uv_strerror(rc));
+    return;
+  }
+  drive(c); /* the first step (a client's hello) */
 }
 
 /* A connection with its session and both handles initialised, the deadline running. */
@@ -878,6 +922,7 @@ static int conn_new(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name
   c->cbs = *cbs;
   c->data = data;
   c->loop_thread = uv_thread_self();
+  c->handshake_nice = opts->handshake_nice;
   c->handshake_timeout_ms = opts->handshake_timeout_ms;
   c->max_queued = opts->max_queued;
   snprintf(c->peer_addr, sizeof c->peer_addr, "(unknown peer)");
