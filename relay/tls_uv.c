@@ -36,13 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #define KEEPALIVE_DELAY_S 30
-#define HANDSHAKE_NICE 10 /* opts.handshake_nice */
 #define READ_BUFFER (64 * 1024)
 /* Connections waiting for a handshake slot wait here, in the kernel (which caps it at
  * net.core.somaxconn, 4096 by default since Linux 5.4). */
@@ -79,7 +75,6 @@ struct tr_tls_uv_conn {
   int step_rc;              /* the step's tr_tls_handshake result */
   bool step_on_loop;        /* the last handshake step ran on the loop's thread */
   bool established;         /* the handshake is done (the loop's copy of the session's state) */
-  bool handshake_nice;      /* opts.handshake_nice */
   bool handles_closed;      /* both handles closed while stepping: step_done frees it */
   tr_tls_uv_conn *prev, *next;
   struct tr_tls_uv_callbacks cbs;
@@ -617,20 +612,8 @@ static void count_step(tr_tls_uv_conn *c) {
     c->server->stats.steps_on_workers++;
 }
 
-/* A worker thread's priority below the loop's, once: the service's workers serve handshakes
- * only, which must not take the CPU from its loop on a small machine. (An unprivileged thread
- * cannot raise it back, so this is for pools that do nothing else.) */
-static void lower_priority(void) {
-  static _Thread_local bool lowered;
-  if (!lowered)
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), HANDSHAKE_NICE);
-  lowered = true;
-}
-
 static void run_step(uv_work_t *w) {
   tr_tls_uv_conn *c = w->data;
-  if (c->handshake_nice)
-    lower_priority();
   c->step_rc = handshake_step(c);
 }
 
@@ -922,7 +905,6 @@ static int conn_new(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name
   c->cbs = *cbs;
   c->data = data;
   c->loop_thread = uv_thread_self();
-  c->handshake_nice = opts->handshake_nice;
   c->handshake_timeout_ms = opts->handshake_timeout_ms;
   c->max_queued = opts->max_queued;
   snprintf(c->peer_addr, sizeof c->peer_addr, "(unknown peer)");

@@ -62,9 +62,6 @@ struct tr_tls_uv_options {
   unsigned handshake_timeout_ms; /* 0: TR_TLS_UV_HANDSHAKE_TIMEOUT_MS */
   size_t max_queued;             /* bytes of ciphertext queued per connection; 0: default */
   unsigned max_handshakes;       /* server: handshakes in progress at once, more wait; 0: default */
-  /* Run handshake steps at a lower priority (nice +10) than the loop: a worker thread stays
-   * there, so only for a process whose libuv worker pool serves nothing else (the service). */
-  bool handshake_nice;
 };
 
 /* Listens on addr (port 0 picks one, see tr_tls_uv_server_port) with a server config, which

@@ -590,8 +590,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
     goto fail_hosts;
   }
   struct tr_relay_link_opts link_opts = {
-      .tls = {.max_queued = TR_LINK_MAX_QUEUED, .handshake_timeout_ms = ls->hello_timeout_ms,
-              .handshake_nice = true}, /* its worker pool does nothing else */
+      .tls = {.max_queued = TR_LINK_MAX_QUEUED, .handshake_timeout_ms = ls->hello_timeout_ms},
       .heartbeat_interval_ms = opts->heartbeat_interval_ms,
       .heartbeat_timeout_ms = opts->heartbeat_timeout_ms,
       .pause_read_above = TR_LINK_MAX_QUEUED / 2,

@@ -512,7 +512,7 @@ static void test_client_refuses_wrong_service_name(void **state) {
 static void test_storm_waits_and_handshakes_run_off_the_loop(void **state) {
   (void)state;
   struct fixture f;
-  struct tr_tls_uv_options sopts = {.max_handshakes = 2, .handshake_nice = true};
+  struct tr_tls_uv_options sopts = {.max_handshakes = 2};
   fixture_start(&f, &sopts);
   struct side clients[STORM] = {0};
   tr_tls_uv_conn *conns[STORM];
