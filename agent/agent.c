@@ -503,7 +503,9 @@ static void on_port_closed_at_start(void *data) {
 
 static void render_metrics(void *data, tr_prom_text *t) {
   tr_agent *a = data;
-  tr_metrics_write(t, a->link, &a->queue, a->n_producers);
+  tr_agent_metrics_write(t, a->link, &a->queue, a->n_producers);
+  if (a->opts.metrics_more != NULL)
+    a->opts.metrics_more(a->opts.metrics_more_data, t);
 }
 
 /* Ready while the link is up (Welcomed): the producers' data flows. */

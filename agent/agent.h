@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "relay/prom_text.h"
+
 #define TR_AGENT_DEFAULT_PRODUCER_SOCKET "/run/perfetto/traced-producer.sock"
 #define TR_AGENT_DEFAULT_QUEUE_BYTES (32u << 20)
 /* The shared memory of a producer that gives no size hint: see docs/operations.md#shared-memory
@@ -47,6 +49,9 @@ struct tr_agent_opts {
   uint32_t smb_bytes; /* SMB of a producer without a size hint; 0: TR_AGENT_DEFAULT_SMB_BYTES */
   size_t max_producers; /* producers connected at once; 0: TR_AGENT_DEFAULT_MAX_PRODUCERS */
   const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
+  /* More metrics for that endpoint, written after the agent's (a regional's forwarding). */
+  void (*metrics_more)(void *data, tr_prom_text *t);
+  void *metrics_more_data;
   bool compress;
 };
 

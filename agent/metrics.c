@@ -9,8 +9,8 @@ static void one(tr_prom_text *t, const char *name, const char *type, const char 
   tr_prom_sample(t, name, NULL, value);
 }
 
-void tr_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq *queue,
-                      size_t producers) {
+void tr_agent_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq *queue,
+                            size_t producers) {
   struct tr_link_client_totals tot;
   tr_link_client_totals(lc, &tot);
   const tr_relay_agent *spill = tr_link_client_spill(lc);

@@ -10,7 +10,7 @@
 
 /* Writes the agent's metrics (docs/operations.md#metrics) from its link, its chunk queue and
  * the number of producers connected. */
-void tr_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq *queue,
-                      size_t producers);
+void tr_agent_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq *queue,
+                            size_t producers);
 
 #endif

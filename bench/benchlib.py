@@ -11,10 +11,11 @@ import time
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_s(pid):
-    """utime + stime of a process (and its threads), in seconds; 0 once it is gone."""
+def cpu_s(pid, tid=None):
+    """utime + stime of a process (and its threads), or of its thread tid (its main thread: tid =
+    pid), in seconds; 0 once it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK  # fields 14 and 15 of stat(5)
     except (FileNotFoundError, ProcessLookupError, IndexError):

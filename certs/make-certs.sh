@@ -2,7 +2,8 @@
 # make-certs.sh: the certificates tracerelay's mutually-authenticated TLS link needs.
 #
 # One directory holds one CA (ca.crt, ca.key), the service certificate (service.crt,
-# service.key) and any number of agent certificates (agent-NAME.crt, agent-NAME.key). All keys
+# service.key; more under other names with --service-file, e.g. for the regionals of tiers) and
+# any number of agent certificates (agent-NAME.crt, agent-NAME.key). All keys
 # are EC P-256, written mode 0600. Running it again is safe: an existing CA is reused and
 # existing certificates are kept unless --force is given, so agents can be added one at a time.
 # The test-only options (--expired, --not-yet-valid, --no-client-auth) exist so the TLS tests
@@ -21,6 +22,9 @@ Certificates:
                         the subjectAltName (repeatable; the first one is also the CN). Agents
                         connect with one of these names (agent --service-name).
   --localhost           also put DNS:localhost and IP:127.0.0.1 into the service certificate
+  --service-file BASE   write that service certificate as OUTDIR/BASE.{crt,key} instead of
+                        OUTDIR/service.{crt,key}: several services (a root and its regionals)
+                        get theirs from the one CA directory
   --agent NAME          issue OUTDIR/agent-NAME.{crt,key}; NAME is the agent's machine name
                         (CN and SAN dNSName), 1-64 characters of [A-Za-z0-9._-] (repeatable)
 
@@ -44,6 +48,9 @@ Other:
 Examples:
   make-certs.sh /etc/tracerelay/pki --service-name relay.example.net --agent web-1 --agent web-2
   make-certs.sh /etc/tracerelay/pki --agent web-3          # add an agent later, same CA
+  make-certs.sh /etc/tracerelay/pki --service-name relay.site-a.example.net \
+      --service-file service-site-a --agent site-a       # a regional: its service certificate
+                                                         # and its agent certificate for the root
 Copy ca.crt to every host; service.* to the service host; agent-NAME.* to host NAME only.
 EOF
 }
@@ -74,6 +81,7 @@ localhost=0
 client_eku=clientAuth
 force=0
 service_names=()
+service_file=service
 agents=()
 
 need_arg() {
@@ -84,6 +92,9 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --service-name) need_arg "$@"; valid_name "$2" || die "bad service name '$2'"; service_names+=("$2"); shift 2 ;;
     --localhost) localhost=1; shift ;;
+    --service-file) need_arg "$@"; valid_name "$2" && [[ $2 != ca && $2 != agent-* ]] ||
+        die "bad --service-file '$2': 1-64 of [A-Za-z0-9._-], not ca or agent-*"
+      service_file=$2; shift 2 ;;
     --agent) need_arg "$@"; valid_name "$2" || die "bad machine name '$2': use 1-64 of [A-Za-z0-9._-]"
       agents+=("$2"); shift 2 ;;
     --ca-name) need_arg "$@"; ca_name=$2; shift 2 ;;
@@ -120,6 +131,7 @@ elif [[ -z $not_before && -n $not_after ]]; then
   not_before=$(date -u +%Y%m%d%H%M%SZ)
 fi
 [[ $localhost -eq 0 || ${#service_names[@]} -gt 0 ]] || die "--localhost needs --service-name"
+[[ $service_file == service || ${#service_names[@]} -gt 0 ]] || die "--service-file needs --service-name"
 command -v openssl >/dev/null || die "openssl not found (apt-get install openssl)"
 
 mkdir -p "$outdir"
@@ -204,7 +216,7 @@ if [[ ${#service_names[@]} -gt 0 ]]; then
   san=""
   for n in "${service_names[@]}"; do san+="${san:+,}DNS:$n"; done
   [[ $localhost -eq 1 ]] && san+=",DNS:localhost,IP:127.0.0.1"
-  issue service "${service_names[0]}" "$(leaf_ext serverAuth "$san")"
+  issue "$service_file" "${service_names[0]}" "$(leaf_ext serverAuth "$san")"
 fi
 
 for a in "${agents[@]}"; do

@@ -438,6 +438,11 @@ void tr_relay_link_listener_set_config(tr_relay_link_listener *ls, tr_tls_config
   tr_tls_uv_server_set_config(ls->server, cfg);
 }
 
+void tr_relay_link_listener_stats(const tr_relay_link_listener *ls,
+                                  struct tr_tls_uv_server_stats *out) {
+  tr_tls_uv_server_stats(ls->server, out);
+}
+
 void tr_relay_link_listener_close(tr_relay_link_listener *ls) {
   tr_tls_uv_server_close(ls->server);
   free(ls);

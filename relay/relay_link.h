@@ -100,6 +100,9 @@ int tr_relay_link_listener_port(const tr_relay_link_listener *ls);
 int tr_relay_link_listen_addr(const char *s, struct sockaddr_storage *out);
 /* Uses cfg (referenced) for connections accepted from now on. */
 void tr_relay_link_listener_set_config(tr_relay_link_listener *ls, tr_tls_config *cfg);
+/* Its TLS server's figures (tr_tls_uv_server_stats). */
+void tr_relay_link_listener_stats(const tr_relay_link_listener *ls,
+                                  struct tr_tls_uv_server_stats *out);
 /* Stops listening and frees ls; links already open stay open. */
 void tr_relay_link_listener_close(tr_relay_link_listener *ls);
 

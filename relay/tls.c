@@ -7,7 +7,14 @@
  * mbedTLS never returns WANT_WRITE in the middle of a record, and its rule "call again with
  * the same data" never reaches our callers. Certificate checks beyond mbedTLS's own (clientAuth
  * usage must be present, the peer must carry a valid machine name) run in the verify callback
- * so that they are reported through the same verify flags. */
+ * so that they are reported through the same verify flags.
+ *
+ * Sessions of one config may run on several threads at once (tls_uv.c runs handshake steps on
+ * libuv's workers). What they share is read-only but for two things: the random generator,
+ * which mbedTLS locks when built with MBEDTLS_THREADING_C (required below), and the tables of
+ * multiples of a curve's generator that mbedTLS 2.28 makes at a group's first use and keeps in
+ * it (ecp.c, ecp_mul_comb): our key's group signs and the CA keys' groups verify in every
+ * handshake, so their tables are made here, before any session exists. */
 #include "relay/tls.h"
 
 #include "relay/log.h"
@@ -15,6 +22,7 @@
 #include "relay/tr_error.h"
 
 #include <mbedtls/ctr_drbg.h>
+#include <mbedtls/ecp.h>
 #include <mbedtls/entropy.h>
 #include <mbedtls/error.h>
 #include <mbedtls/oid.h>
@@ -30,6 +38,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#if !defined(MBEDTLS_THREADING_C)
+#error "handshakes run on worker threads: mbedTLS must be built with MBEDTLS_THREADING_C"
+#endif
 
 struct tr_tls_config {
   int refs;
@@ -122,6 +134,24 @@ static bool own_usage_ok(const mbedtls_x509_crt *crt, enum tr_tls_role role) {
                            MBEDTLS_OID_SIZE(MBEDTLS_OID_SERVER_AUTH)) == 0;
   return has_eku && mbedtls_x509_crt_check_extended_key_usage(
                         crt, MBEDTLS_OID_CLIENT_AUTH, MBEDTLS_OID_SIZE(MBEDTLS_OID_CLIENT_AUTH)) == 0;
+}
+
+/* Makes the generator table of an EC key's group now (1 x G), so that sessions on several
+ * threads only read it (see the top of the file). Other keys: nothing to do. */
+static int precompute_generator(mbedtls_pk_context *pk, mbedtls_ctr_drbg_context *drbg) {
+  if (!mbedtls_pk_can_do(pk, MBEDTLS_PK_ECDSA))
+    return 0;
+  mbedtls_ecp_group *grp = &mbedtls_pk_ec(*pk)->grp;
+  mbedtls_ecp_point r;
+  mbedtls_mpi one;
+  mbedtls_ecp_point_init(&r);
+  mbedtls_mpi_init(&one);
+  int ret = mbedtls_mpi_lset(&one, 1);
+  if (ret == 0)
+    ret = mbedtls_ecp_mul(grp, &r, &one, &grp->G, mbedtls_ctr_drbg_random, drbg);
+  mbedtls_mpi_free(&one);
+  mbedtls_ecp_point_free(&r);
+  return ret;
 }
 
 int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out, char *err,
@@ -227,6 +257,14 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
   if (ret != 0) {
     set_err(err, err_len, "cannot use certificate %s: %s", opts->cert_path,
             mbed_str(ret, why, sizeof why));
+    rc = TR_ERR_TLS;
+    goto fail;
+  }
+  ret = precompute_generator(&cfg->key, &cfg->drbg);
+  for (mbedtls_x509_crt *ca = &cfg->ca; ret == 0 && ca != NULL; ca = ca->next)
+    ret = precompute_generator(&ca->pk, &cfg->drbg);
+  if (ret != 0) {
+    set_err(err, err_len, "elliptic-curve setup failed: %s", mbed_str(ret, why, sizeof why));
     rc = TR_ERR_TLS;
     goto fail;
   }

@@ -24,7 +24,10 @@
  * returns the same code. Ciphertext the session produced while failing (a fatal alert for the
  * peer) can still be taken and sent.
  *
- * Threads: a config and the sessions made from it belong to one thread (the event loop).
+ * Threads: a config is made, referenced and freed on one thread (the event loop), and so are
+ * sessions; a session may be driven by another thread as long as one thread at a time touches
+ * it, and sessions of one config may run on several threads at once (tls.c says why that is
+ * safe: mbedTLS is built with MBEDTLS_THREADING_C, shared tables are made up front).
  * Ownership: a config is reference-counted. tr_tls_config_new() returns one reference; every
  * session holds its own. Reloading certificates (SIGHUP) is: build a new config, use it for
  * new sessions, drop the old reference; existing sessions keep the old config alive until

@@ -8,7 +8,19 @@
  *
  * Every write request carries one buffer of ciphertext: all records for one tr_tls_uv_write()
  * call, or what a handshake step or a read produced. The session's own output buffer is always
- * emptied into such a request before control returns to libuv, so records leave in order. */
+ * emptied into such a request before control returns to libuv, so records leave in order.
+ *
+ * Handshakes run off the loop: each step (a tr_tls_handshake call on the input received so
+ * far, which may run the public-key operations, 1-5 ms each on a small machine) is a
+ * uv_queue_work job on libuv's worker pool. While a step runs, the worker alone touches the
+ * session: the loop keeps what it reads in the held input (at most HANDSHAKE_INPUT_MAX
+ * bytes), sends nothing, and defers freeing the connection to the step's end (step_done),
+ * which sends what the step produced and feeds the held input. A peer that leaves meanwhile
+ * (a client that gave up waiting in the backlog) is noticed at once, and its step cancelled
+ * if it has not started: no public-key work for the departed.
+ * A server runs at most max_handshakes at once; beyond, it leaves connections in the kernel's
+ * listen backlog (libuv stops accepting while the one it took is not accepted) and takes
+ * them as handshakes end, so that a storm waits rather than being refused. */
 #include "relay/tls_uv.h"
 
 #include "relay/clock.h"
@@ -28,6 +40,12 @@
 
 #define KEEPALIVE_DELAY_S 30
 #define READ_BUFFER (64 * 1024)
+/* Connections waiting for a handshake slot wait here, in the kernel (which caps it at
+ * net.core.somaxconn, 4096 by default since Linux 5.4). */
+#define LISTEN_BACKLOG 4096
+/* Input a peer may send while a handshake step runs: a flight of handshake messages is a few
+ * KiB (a certificate chain at most); more is not a TLS client. */
+#define HANDSHAKE_INPUT_MAX (64 * 1024)
 
 struct tr_tls_uv_server {
   uv_tcp_t tcp;
@@ -38,7 +56,8 @@ struct tr_tls_uv_server {
   void *data;
   tr_tls_uv_conn *handshaking; /* list of connections not yet given to the application */
   unsigned n_handshaking;
-  uint64_t refused;
+  bool accept_held; /* libuv holds an accepted connection we left there: handshakes were full */
+  struct tr_tls_uv_server_stats stats;
   bool closing;
   bool tcp_closed;
 };
@@ -49,6 +68,14 @@ struct tr_tls_uv_conn {
   uv_connect_t connect_req;
   tr_tls_session *tls;
   tr_tls_uv_server *server; /* set while a server-side handshake runs */
+  uv_thread_t loop_thread;  /* the loop's, to tell where handshake steps run */
+  /* A handshake step on a worker (step_work): the session is the worker's until step_done. */
+  uv_work_t step_work;
+  bool stepping;
+  int step_rc;              /* the step's tr_tls_handshake result */
+  bool step_on_loop;        /* the last handshake step ran on the loop's thread */
+  bool established;         /* the handshake is done (the loop's copy of the session's state) */
+  bool handles_closed;      /* both handles closed while stepping: step_done frees it */
   tr_tls_uv_conn *prev, *next;
   struct tr_tls_uv_callbacks cbs;
   void *data;
@@ -341,7 +368,7 @@ static int submit_stamped(tr_tls_uv_conn *c, struct write_req *w, int64_t *sent_
 static int write_impl(tr_tls_uv_conn *c, const void *data, size_t len, int64_t *sent_ns) {
   if (c->closing)
     return TR_ERR_CLOSED;
-  if (!tr_tls_handshake_done(c->tls))
+  if (!c->established)
     return TR_ERR_STATE;
   if (c->queued >= c->max_queued) {
     c->want_drain = true;
@@ -433,7 +460,11 @@ bool tr_tls_uv_sent_time_pending(tr_tls_uv_conn *c, int64_t sent_ns) {
 
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *c) { return c->queued; }
 
+uint64_t tr_tls_uv_bytes_in(const tr_tls_uv_conn *c) { return c->bytes_in; }
+
 /* ---- closing ---- */
+
+static void accept_one(tr_tls_uv_server *srv);
 
 static void unlink_handshaking(tr_tls_uv_conn *c) {
   tr_tls_uv_server *srv = c->server;
@@ -448,6 +479,10 @@ static void unlink_handshaking(tr_tls_uv_conn *c) {
   c->prev = c->next = NULL;
   c->server = NULL;
   srv->n_handshaking--;
+  if (srv->accept_held && !srv->closing) { /* a slot is free: the next one waiting */
+    srv->accept_held = false;
+    accept_one(srv);
+  }
 }
 
 static void maybe_free_server(tr_tls_uv_server *srv) {
@@ -455,6 +490,12 @@ static void maybe_free_server(tr_tls_uv_server *srv) {
     tr_tls_config_unref(srv->cfg);
     free(srv);
   }
+}
+
+static void free_conn(tr_tls_uv_conn *c) {
+  tr_tls_session_free(c->tls);
+  free(c->held);
+  free(c);
 }
 
 static void on_handle_closed(uv_handle_t *h) {
@@ -467,9 +508,10 @@ static void on_handle_closed(uv_handle_t *h) {
   unlink_handshaking(c);
   if (srv != NULL && srv->closing)
     maybe_free_server(srv);
-  tr_tls_session_free(c->tls);
-  free(c->held);
-  free(c);
+  if (c->stepping)
+    c->handles_closed = true; /* the worker still has the session */
+  else
+    free_conn(c);
 }
 
 static void close_handles(tr_tls_uv_conn *c) {
@@ -502,16 +544,20 @@ static void close_conn(tr_tls_uv_conn *c, int reason, const char *fmt, ...) {
   vsnprintf(c->close_why, sizeof c->close_why, fmt, ap);
   va_end(ap);
   if (!c->app_owned && c->server != NULL && !c->server->closing) {
-    c->server->refused++;
+    c->server->stats.refused++;
     TR_WARN("tls", "refused connection from %s: %s", c->peer_addr, c->close_why);
   }
   uv_read_stop((uv_stream_t *)&c->tcp);
+  if (c->stepping) /* if the step has not started, it never will (step_done says so) */
+    uv_cancel((uv_req_t *)&c->step_work);
   if (c->stamp_held != NULL)
     release_held(c, false); /* in order, before the alert; no stamp matters any more */
   else if (c->stamp_hold)
     release_behind(c, 0);
-  /* Ship the alert or close_notify, unless the socket itself failed. */
-  if (reason == TR_ERR_TLS || reason == TR_ERR_TIMEOUT || reason == 0 || reason == TR_ERR_CLOSED)
+  /* Ship the alert or close_notify, unless the socket itself failed or a worker has the
+   * session (a handshake cut short: nothing to say). */
+  if (!c->stepping && (reason == TR_ERR_TLS || reason == TR_ERR_TIMEOUT || reason == 0 ||
+                       reason == TR_ERR_CLOSED))
     flush_cipher(c);
   if (c->writes_pending > 0)
     uv_timer_start(&c->timer, on_timer, TR_TLS_UV_CLOSE_LINGER_MS, 0);
@@ -522,8 +568,9 @@ static void close_conn(tr_tls_uv_conn *c, int reason, const char *fmt, ...) {
 void tr_tls_uv_close(tr_tls_uv_conn *c) {
   if (c->closing)
     return;
-  /* close_notify only fails when the session already failed; then there is nothing to say. */
-  int rc = tr_tls_close_notify(c->tls);
+  /* close_notify only fails when the session already failed; then there is nothing to say.
+   * During the handshake there is no session to close. */
+  int rc = c->established ? tr_tls_close_notify(c->tls) : 0;
   while (rc == TR_ERR_AGAIN && flush_cipher(c) == 0)
     rc = tr_tls_close_notify(c->tls);
   close_conn(c, 0, "closed by this side");
@@ -533,6 +580,7 @@ void tr_tls_uv_close(tr_tls_uv_conn *c) {
 
 static void handshake_complete(tr_tls_uv_conn *c) {
   uv_timer_stop(&c->timer);
+  c->established = true;
   unlink_handshaking(c);
   c->app_owned = true;
   if (c->cbs.on_connect != NULL)
@@ -546,20 +594,49 @@ static void close_on_tls_error(tr_tls_uv_conn *c, int rc) {
     close_conn(c, rc, "%s", tr_tls_last_error(c->tls));
 }
 
-/* Runs the session on the input it has: the handshake, then plaintext to on_read until it
- * needs more input or reading is paused. Returns false once the connection is closing. */
+/* One step of the handshake on the input the session has; notes which thread ran it. */
+static int handshake_step(tr_tls_uv_conn *c) {
+  int rc = tr_tls_handshake(c->tls);
+  uv_thread_t self = uv_thread_self();
+  c->step_on_loop = uv_thread_equal(&self, &c->loop_thread);
+  return rc;
+}
+
+/* Counts the step that just ended in the server's figures (on the loop's thread). */
+static void count_step(tr_tls_uv_conn *c) {
+  if (c->server == NULL)
+    return;
+  if (c->step_on_loop)
+    c->server->stats.steps_on_loop++;
+  else
+    c->server->stats.steps_on_workers++;
+}
+
+static void run_step(uv_work_t *w) {
+  tr_tls_uv_conn *c = w->data;
+  c->step_rc = handshake_step(c);
+}
+
+static void step_done(uv_work_t *w, int status);
+
+/* Hands the session to a worker for one handshake step. */
+static void queue_step(tr_tls_uv_conn *c) {
+  c->step_work.data = c;
+  int rc = uv_queue_work(c->tcp.loop, &c->step_work, run_step, step_done);
+  if (rc < 0)
+    close_conn(c, rc, "cannot run the TLS handshake: %s", uv_strerror(rc));
+  else
+    c->stepping = true;
+}
+
+/* Runs the session on the input it has: the handshake (a step on a worker, see the top of the
+ * file), then plaintext to on_read until it needs more input or reading is paused. Returns
+ * false once the connection is closing. */
 static bool drive(tr_tls_uv_conn *c) {
-  if (!tr_tls_handshake_done(c->tls)) {
-    int rc = tr_tls_handshake(c->tls);
-    if (rc == TR_ERR_AGAIN)
-      return true;
-    if (rc < 0) {
-      close_on_tls_error(c, rc);
-      return false;
-    }
-    handshake_complete(c);
-    if (c->closing)
-      return false;
+  if (!c->established) {
+    if (!c->stepping)
+      queue_step(c);
+    return !c->closing;
   }
   unsigned char plain[TR_TLS_RECORD_PLAINTEXT]; /* on_read's data lives for the call */
   while (!c->read_paused) {
@@ -591,6 +668,23 @@ static int hold(tr_tls_uv_conn *c, const unsigned char *data, size_t len) {
   return 0;
 }
 
+/* Appends data[0, len) to the held input while a handshake step has the session. */
+static void hold_more(tr_tls_uv_conn *c, const unsigned char *data, size_t len) {
+  if (c->held_len + len > HANDSHAKE_INPUT_MAX) {
+    close_conn(c, TR_ERR_PROTO, "more than %d bytes sent during the TLS handshake: not a TLS "
+               "client", HANDSHAKE_INPUT_MAX);
+    return;
+  }
+  unsigned char *grown = realloc(c->held, c->held_len + len);
+  if (grown == NULL) {
+    close_conn(c, TR_ERR_NOMEM, "out of memory for %zu bytes of handshake input", len);
+    return;
+  }
+  memcpy(grown + c->held_len, data, len);
+  c->held = grown;
+  c->held_len += len;
+}
+
 /* Feeds data[0, len) to the session and drives it. If reading pauses on the way, what was not
  * fed becomes the held input. Returns false once the connection is closing. */
 static bool feed_and_drive(tr_tls_uv_conn *c, const unsigned char *data, size_t len) {
@@ -600,7 +694,7 @@ static bool feed_and_drive(tr_tls_uv_conn *c, const unsigned char *data, size_t 
     off += tr_tls_feed_cipher(c->tls, data + off, len - off);
     if (!drive(c))
       return false;
-    if (c->read_paused)
+    if (c->read_paused || c->stepping)
       break;
   }
   int rc = hold(c, data + off, len - off);
@@ -609,6 +703,8 @@ static bool feed_and_drive(tr_tls_uv_conn *c, const unsigned char *data, size_t 
                len - off);
     return false;
   }
+  if (c->stepping)
+    return true; /* the step's end sends what it produces */
   rc = flush_cipher(c);
   if (rc < 0) {
     close_conn(c, rc, "sending failed: %s", tr_strerror(rc));
@@ -675,7 +771,7 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
   if (nread < 0) {
     if (nread != UV_EOF)
       close_conn(c, (int)nread, "receiving failed: %s", uv_strerror((int)nread));
-    else if (tr_tls_handshake_done(c->tls))
+    else if (c->established)
       close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection without close_notify");
     else
       close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection during the handshake");
@@ -686,7 +782,10 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
   c->read_ns = stamp != 0 ? stamp : c->read_clock_ns;
   c->bytes_in += (uint64_t)nread;
   (void)buf; /* always read_buf (on_alloc) */
-  feed_and_drive(c, read_buf, (size_t)nread);
+  if (c->stepping)
+    hold_more(c, read_buf, (size_t)nread);
+  else
+    feed_and_drive(c, read_buf, (size_t)nread);
 }
 
 /* ---- pausing ---- */
@@ -694,7 +793,7 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 int tr_tls_uv_pause_read(tr_tls_uv_conn *c) {
   if (c->closing)
     return TR_ERR_CLOSED;
-  if (!c->app_owned || !tr_tls_handshake_done(c->tls))
+  if (!c->app_owned || !c->established)
     return TR_ERR_STATE;
   if (c->read_paused)
     return 0;
@@ -740,6 +839,38 @@ int tr_tls_uv_resume_read(tr_tls_uv_conn *c) {
 
 bool tr_tls_uv_read_is_paused(const tr_tls_uv_conn *c) { return c->read_paused; }
 
+/* The loop's side of a handshake step: sends what it produced; once the handshake is done,
+ * shows the connection to the application and delivers what followed it; then feeds the input
+ * held meanwhile (which may take the next step) or reads again. */
+static void step_done(uv_work_t *w, int status) {
+  tr_tls_uv_conn *c = w->data;
+  c->stepping = false;
+  if (status != UV_ECANCELED) /* cancelled: the connection closed before the step began */
+    count_step(c);
+  if (c->handles_closed) {
+    free_conn(c);
+    return;
+  }
+  if (c->closing)
+    return;
+  int rc = c->step_rc;
+  if (rc < 0 && rc != TR_ERR_AGAIN) {
+    close_on_tls_error(c, rc);
+    return;
+  }
+  int sent = flush_cipher(c);
+  if (sent < 0) {
+    close_conn(c, sent, "sending failed: %s", tr_strerror(sent));
+    return;
+  }
+  if (rc == 0) {
+    handshake_complete(c);
+    if (c->closing || !drive(c) || c->read_paused)
+      return;
+  }
+  feed_and_drive(c, c->held, c->held_len);
+}
+
 /* Common setup of both sides once the TCP connection exists. */
 static void start_session(tr_tls_uv_conn *c) {
   uv_tcp_nodelay(&c->tcp, 1);
@@ -756,11 +887,7 @@ static void start_session(tr_tls_uv_conn *c) {
     close_conn(c, rc, "cannot read: %s", uv_strerror(rc));
     return;
   }
-  if (drive(c)) {
-    rc = flush_cipher(c);
-    if (rc < 0)
-      close_conn(c, rc, "sending failed: %s", tr_strerror(rc));
-  }
+  drive(c); /* the first step (a client's hello) */
 }
 
 /* A connection with its session and both handles initialised, the deadline running. */
@@ -777,6 +904,7 @@ static int conn_new(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name
   }
   c->cbs = *cbs;
   c->data = data;
+  c->loop_thread = uv_thread_self();
   c->handshake_timeout_ms = opts->handshake_timeout_ms;
   c->max_queued = opts->max_queued;
   snprintf(c->peer_addr, sizeof c->peer_addr, "(unknown peer)");
@@ -840,17 +968,14 @@ static void reject(uv_stream_t *listener) {
   uv_close((uv_handle_t *)t, free_handle);
 }
 
-static void on_connection(uv_stream_t *listener, int status) {
-  tr_tls_uv_server *srv = listener->data;
-  if (status < 0) {
-    TR_WARN("tls", "accepting a connection failed: %s", uv_strerror(status));
-    return;
-  }
+/* Takes the connection libuv accepted (and holds) and starts its handshake. */
+static void accept_one(tr_tls_uv_server *srv) {
+  uv_stream_t *listener = (uv_stream_t *)&srv->tcp;
   tr_tls_uv_conn *c;
   int rc = conn_new(srv->loop, srv->cfg, NULL, &srv->opts, &srv->cbs, srv->data, &c);
   if (rc < 0) {
     TR_WARN("tls", "cannot take a new connection: %s", tr_strerror(rc));
-    srv->refused++;
+    srv->stats.refused++;
     reject(listener);
     return;
   }
@@ -869,11 +994,22 @@ static void on_connection(uv_stream_t *listener, int status) {
   int len = sizeof ss;
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
     format_addr((struct sockaddr *)&ss, c->peer_addr, sizeof c->peer_addr);
-  if (srv->n_handshaking > srv->opts.max_handshakes) {
-    close_conn(c, TR_ERR_FULL, "%u TLS handshakes already in progress", srv->opts.max_handshakes);
+  start_session(c);
+}
+
+static void on_connection(uv_stream_t *listener, int status) {
+  tr_tls_uv_server *srv = listener->data;
+  if (status < 0) {
+    TR_WARN("tls", "accepting a connection failed: %s", uv_strerror(status));
     return;
   }
-  start_session(c);
+  /* Handshakes full: leave it with libuv, which stops accepting (the rest wait in the listen
+   * backlog) until unlink_handshaking takes it. */
+  if (srv->n_handshaking >= srv->opts.max_handshakes) {
+    srv->accept_held = true;
+    return;
+  }
+  accept_one(srv);
 }
 
 int tr_tls_uv_listen(uv_loop_t *loop, tr_tls_config *cfg, const struct sockaddr *addr,
@@ -894,7 +1030,7 @@ int tr_tls_uv_listen(uv_loop_t *loop, tr_tls_config *cfg, const struct sockaddr 
   srv->tcp.data = srv;
   int rc = uv_tcp_bind(&srv->tcp, addr, 0);
   if (rc == 0)
-    rc = uv_listen((uv_stream_t *)&srv->tcp, 128, on_connection);
+    rc = uv_listen((uv_stream_t *)&srv->tcp, LISTEN_BACKLOG, on_connection);
   if (rc < 0)
     goto fail;
   *out = srv;
@@ -925,7 +1061,9 @@ void tr_tls_uv_server_set_config(tr_tls_uv_server *srv, tr_tls_config *cfg) {
   tr_tls_config_unref(old);
 }
 
-uint64_t tr_tls_uv_server_refused(const tr_tls_uv_server *srv) { return srv->refused; }
+void tr_tls_uv_server_stats(const tr_tls_uv_server *srv, struct tr_tls_uv_server_stats *out) {
+  *out = srv->stats;
+}
 
 static void on_server_closed(uv_handle_t *h) {
   tr_tls_uv_server *srv = h->data;
@@ -944,8 +1082,12 @@ void tr_tls_uv_server_close(tr_tls_uv_server *srv) {
 
 /* ---- accessors ---- */
 
-const char *tr_tls_uv_peer_name(const tr_tls_uv_conn *c) { return tr_tls_peer_name(c->tls); }
+const char *tr_tls_uv_peer_name(const tr_tls_uv_conn *c) {
+  return c->established ? tr_tls_peer_name(c->tls) : NULL;
+}
 const char *tr_tls_uv_peer_address(const tr_tls_uv_conn *c) { return c->peer_addr; }
-const char *tr_tls_uv_ciphersuite(const tr_tls_uv_conn *c) { return tr_tls_ciphersuite(c->tls); }
+const char *tr_tls_uv_ciphersuite(const tr_tls_uv_conn *c) {
+  return c->established ? tr_tls_ciphersuite(c->tls) : NULL;
+}
 void *tr_tls_uv_get_data(const tr_tls_uv_conn *c) { return c->data; }
 void tr_tls_uv_set_data(tr_tls_uv_conn *c, void *data) { c->data = data; }

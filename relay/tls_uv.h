@@ -9,9 +9,11 @@
  * Guarantees:
  * - A server connection is shown to the application (on_connect) only after the peer proved a
  *   valid agent certificate; tr_tls_uv_peer_name() is then its machine name. Connections
- *   refused before that (bad certificate, not TLS, handshake deadline, too many handshakes at
- *   once) are logged with the peer address and the reason, and counted; the application never
- *   sees them.
+ *   refused before that (bad certificate, not TLS, handshake deadline) are logged with the peer
+ *   address and the reason, and counted; the application never sees them.
+ * - A connect storm waits rather than being refused: a server runs at most max_handshakes
+ *   handshakes at once and leaves further connections in the kernel's listen backlog (4096
+ *   deep, capped by net.core.somaxconn) until one ends; their deadline starts once taken.
  * - Memory per connection is bounded: about 200 KiB of buffers plus the write queue, which the
  *   caller bounds by honouring TR_ERR_FULL / on_drain.
  * - One close path: every connection the application was given gets exactly one on_close,
@@ -20,7 +22,10 @@
  * - Reading can be paused (tr_tls_uv_pause_read) for backpressure: nothing is lost or
  *   reordered, and a paused connection holds at most one socket read of input.
  *
- * Threads: everything runs on the loop's thread. */
+ * Threads: everything runs on the loop's thread, and every callback is made there, except the
+ * steps of the TLS handshake (mbedTLS's public-key operations), which run on libuv's worker
+ * pool (uv_queue_work) so that a storm of handshakes never stalls the loop; while a step runs,
+ * nothing on the loop touches that connection's session. */
 #ifndef TR_TLS_UV_H
 #define TR_TLS_UV_H
 
@@ -56,7 +61,7 @@ struct tr_tls_uv_callbacks {
 struct tr_tls_uv_options {
   unsigned handshake_timeout_ms; /* 0: TR_TLS_UV_HANDSHAKE_TIMEOUT_MS */
   size_t max_queued;             /* bytes of ciphertext queued per connection; 0: default */
-  unsigned max_handshakes;       /* server: handshakes in progress at once; 0: default */
+  unsigned max_handshakes;       /* server: handshakes in progress at once, more wait; 0: default */
 };
 
 /* Listens on addr (port 0 picks one, see tr_tls_uv_server_port) with a server config, which
@@ -71,8 +76,13 @@ int tr_tls_uv_server_port(const tr_tls_uv_server *srv);
 /* Uses cfg (referenced) for connections accepted from now on, e.g. after SIGHUP reloaded the
  * certificates; connections already accepted keep their config. */
 void tr_tls_uv_server_set_config(tr_tls_uv_server *srv, tr_tls_config *cfg);
-/* Connections dropped before their handshake finished. */
-uint64_t tr_tls_uv_server_refused(const tr_tls_uv_server *srv);
+/* What a server's handshakes cost and how they ended, for metrics and tests. */
+struct tr_tls_uv_server_stats {
+  uint64_t refused;          /* connections dropped before their handshake finished */
+  uint64_t steps_on_loop;    /* handshake steps (mbedTLS handshake calls) run on the loop's thread */
+  uint64_t steps_on_workers; /* ... run on worker threads */
+};
+void tr_tls_uv_server_stats(const tr_tls_uv_server *srv, struct tr_tls_uv_server_stats *out);
 /* Stops listening and drops connections still in their handshake; the server is freed once
  * its handles are closed. Connections given to the application stay open. */
 void tr_tls_uv_server_close(tr_tls_uv_server *srv);
@@ -103,6 +113,8 @@ int tr_tls_uv_pause_read(tr_tls_uv_conn *conn);
  * paused) or TR_ERR_CLOSED once closing. */
 int tr_tls_uv_resume_read(tr_tls_uv_conn *conn);
 bool tr_tls_uv_read_is_paused(const tr_tls_uv_conn *conn);
+/* Bytes received from the peer (ciphertext, the handshake included). */
+uint64_t tr_tls_uv_bytes_in(const tr_tls_uv_conn *conn);
 /* Ciphertext bytes handed to libuv and not yet written to the socket. */
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
 

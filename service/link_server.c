@@ -623,6 +623,10 @@ int tr_link_server_port(const tr_link_server *ls) {
 
 tr_hosts *tr_link_server_hosts(tr_link_server *ls) { return ls->hosts; }
 
+void tr_link_server_tls_stats(const tr_link_server *ls, struct tr_tls_uv_server_stats *out) {
+  tr_relay_link_listener_stats(ls->listener, out);
+}
+
 void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg) {
   tr_relay_link_listener_set_config(ls->listener, cfg);
   TR_INFO("link", "TLS configuration reloaded: new agent connections use it");

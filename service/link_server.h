@@ -38,6 +38,7 @@
 #include <uv.h>
 
 #include "relay/tls.h"
+#include "relay/tls_uv.h"
 #include "service/hosts.h"
 #include "service/service.h"
 
@@ -77,6 +78,8 @@ int tr_link_server_port(const tr_link_server *ls);
 tr_hosts *tr_link_server_hosts(tr_link_server *ls);
 /* Uses cfg (referenced) for connections accepted from now on; connected agents keep theirs. */
 void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg);
+/* The agents' TLS handshakes: refused, and where their steps ran (relay/tls_uv.h). */
+void tr_link_server_tls_stats(const tr_link_server *ls, struct tr_tls_uv_server_stats *out);
 /* Closes the host's connection, if any, without a Goodbye: its agent reconnects and resumes.
  * For dropping a misbehaving agent, and for the link-loss tests. */
 void tr_link_server_disconnect(tr_host *host, const char *why);

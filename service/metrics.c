@@ -2,8 +2,9 @@
  * connected, sessions, and per host (label `host`, the machine name) its producers, traffic,
  * every loss counter of the trace's HostStats, disconnects, its clock mapping (offset, drift,
  * probe RTT, error bound now) and the losses of its central buffers in the sessions that exist
- * now. Each host's figures are read once per scrape, with status.c's and the sessions'
- * readers, on the loop's thread. */
+ * now; and the loop's own lag (relay/loop_lag.h) and the agents' TLS handshakes; for a
+ * regional, its forwarding. Each host's figures are read once per scrape,
+ * with status.c's and the sessions' readers, on the loop's thread. */
 #include "service/metrics.h"
 
 #include <stddef.h>
@@ -211,4 +212,42 @@ void tr_metrics_write(const tr_service *svc, tr_prom_text *t) {
     }
   }
   free(figs);
+}
+
+void tr_metrics_write_loop(const tr_loop_lag *lag, const struct tr_tls_uv_server_stats *tls,
+                           tr_prom_text *t) {
+  tr_prom_histogram_write(t, "tracerelay_service_loop_lag_seconds",
+                          "busy time of each iteration of the service's event loop: the longest "
+                          "an event arriving in it waited",
+                          tr_loop_lag_histogram(lag));
+  service_gauge(t, "tracerelay_service_loop_lag_max_seconds", "gauge",
+                "the longest busy iteration of the event loop since the service started",
+                (double)tr_loop_lag_max_ns(lag) / 1e9);
+  service_gauge(t, "tracerelay_service_tls_refused_total", "counter",
+                "agent connections dropped before their TLS handshake finished (logged with "
+                "the reason)",
+                (double)tls->refused);
+  service_gauge(t, "tracerelay_service_tls_handshake_steps_on_loop_total", "counter",
+                "TLS handshake steps run on the event loop's thread (0: they all ran on workers)",
+                (double)tls->steps_on_loop);
+  service_gauge(t, "tracerelay_service_tls_handshake_steps_on_workers_total", "counter",
+                "TLS handshake steps run on worker threads", (double)tls->steps_on_workers);
+}
+
+void tr_metrics_write_regional(const struct tr_regional_stats *st, tr_prom_text *t) {
+  service_gauge(t, "tracerelay_regional_agents", "gauge",
+                "agents connected to this regional (said Hello)", st->agents);
+  service_gauge(t, "tracerelay_regional_agents_forwarded", "gauge",
+                "of them, welcomed by the upstream: their frames flow both ways", st->forwarded);
+  service_gauge(t, "tracerelay_regional_agents_held", "gauge",
+                "of them, read no further until their upstream queue drains (backpressure)",
+                st->held);
+  service_gauge(t, "tracerelay_regional_received_from_agents_bytes_total", "counter",
+                "bytes received from agents (TLS)", (double)st->bytes_from_agents);
+  service_gauge(t, "tracerelay_regional_received_from_upstream_bytes_total", "counter",
+                "bytes received from the upstream on the agents' links (TLS)",
+                (double)st->bytes_from_upstream);
+  service_gauge(t, "tracerelay_regional_upstream_lost_total", "counter",
+                "agents' upstream links that closed under a connected agent",
+                (double)st->upstream_lost);
 }

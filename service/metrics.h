@@ -2,10 +2,19 @@
 #ifndef TR_SERVICE_METRICS_H
 #define TR_SERVICE_METRICS_H
 
+#include "relay/loop_lag.h"
 #include "relay/prom_text.h"
+#include "relay/tls_uv.h"
+#include "service/regional.h"
 #include "service/service.h"
 
 /* Writes every metric of svc (docs/operations.md, "Metrics") into t. */
 void tr_metrics_write(const tr_service *svc, tr_prom_text *t);
+/* The service process's own figures: how long its loop kept events waiting, and the agents'
+ * TLS handshakes (refused, and where their steps ran). */
+void tr_metrics_write_loop(const tr_loop_lag *lag, const struct tr_tls_uv_server_stats *tls,
+                           tr_prom_text *t);
+/* A regional's forwarding (its /metrics are its own agent's, with these after them). */
+void tr_metrics_write_regional(const struct tr_regional_stats *st, tr_prom_text *t);
 
 #endif

@@ -53,6 +53,9 @@ struct tr_regional {
   char upstream_host[256], upstream_port[8], upstream_name[256];
   struct tr_relay_link_opts down_opts, up_opts;
   unsigned hello_timeout_ms, max_agents, agents;
+  /* Of links closed: bytes received (tr_regional_stats adds the open ones') and upstream
+   * links lost under their agent. */
+  uint64_t closed_bytes_from_agents, closed_bytes_from_upstream, upstream_lost;
   pump *pumps;
   struct tr_clock_probe_sched probes;
   uv_timer_t tick;
@@ -230,6 +233,9 @@ static void up_drain(tr_relay_link *up) {
 static void up_closed(tr_relay_link *up, int reason, const char *why) {
   pump *p = tr_relay_link_data(up);
   p->up = NULL;
+  p->r->closed_bytes_from_upstream += tr_tls_uv_bytes_in(tr_relay_link_conn(up));
+  if (p->down != NULL && !tr_relay_link_closing(p->down))
+    p->r->upstream_lost++;
   if (p->down != NULL)
     tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
                         "its link to the upstream %s:%s closed: %s", p->r->upstream_host,
@@ -393,6 +399,7 @@ static void down_closed(tr_relay_link *down, int reason, const char *why) {
   if (p == NULL)
     return;
   p->down = NULL;
+  p->r->closed_bytes_from_agents += tr_tls_uv_bytes_in(tr_relay_link_conn(down));
   if (p->counted)
     TR_INFO(COMP, "host %s disconnected: %s", p->host, reason ? why : "closed by us");
   if (p->resolving)
@@ -497,6 +504,23 @@ void tr_regional_reload_tls(tr_regional *r, tr_tls_config *cfg, tr_tls_config *u
 }
 
 unsigned tr_regional_agents(const tr_regional *r) { return r->agents; }
+
+void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out) {
+  *out = (struct tr_regional_stats){.agents = r->agents,
+                                    .bytes_from_agents = r->closed_bytes_from_agents,
+                                    .bytes_from_upstream = r->closed_bytes_from_upstream,
+                                    .upstream_lost = r->upstream_lost};
+  for (const pump *p = r->pumps; p != NULL; p = p->next) {
+    if (p->down != NULL) {
+      out->bytes_from_agents += tr_tls_uv_bytes_in(tr_relay_link_conn(p->down));
+      out->held += p->counted && tr_relay_link_input_held(p->down);
+    }
+    if (p->up != NULL) {
+      out->bytes_from_upstream += tr_tls_uv_bytes_in(tr_relay_link_conn(p->up));
+      out->forwarded += p->welcomed && p->down != NULL;
+    }
+  }
+}
 
 static void on_tick_closed(uv_handle_t *h) {
   tr_regional *r = h->data;

@@ -49,6 +49,16 @@ int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_r
 void tr_regional_reload_tls(tr_regional *r, tr_tls_config *cfg, tr_tls_config *upstream_cfg);
 /* Agents connected and forwarded now. */
 unsigned tr_regional_agents(const tr_regional *r);
+/* What the forwarding does, for the regional's /metrics (service/metrics.h). */
+struct tr_regional_stats {
+  unsigned agents;    /* agents connected that said Hello */
+  unsigned forwarded; /* of them, Welcomed by the upstream: their frames flow both ways */
+  unsigned held;      /* of them, read no further while their upstream queue drains */
+  uint64_t bytes_from_agents;   /* received from agents (TLS bytes), since the start */
+  uint64_t bytes_from_upstream; /* received from the upstream on their links, likewise */
+  uint64_t upstream_lost;       /* agents' upstream links that closed under a connected agent */
+};
+void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out);
 /* Stops listening, closes every link (agents get Goodbye SHUTDOWN and reconnect elsewhere or
  * later; the upstream sees their links drop, not end), and frees r once all are closed. */
 void tr_regional_stop(tr_regional *r);

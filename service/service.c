@@ -41,6 +41,7 @@ struct tr_service_daemon {
   bool port_open;
   tr_link_server *link;
   tr_metrics_http *metrics;
+  tr_loop_lag *lag; /* the loop's busy time per iteration, for /metrics */
   tr_tls_config *tls;
   tr_regional *regional;        /* a regional: these instead of the port and the link server */
   tr_agent *agent;
@@ -105,8 +106,21 @@ static int make_parent_dir(const char *path) {
 
 static void close_all(tr_service_daemon *d);
 
+static void render_regional_metrics(void *data, tr_prom_text *t) {
+  tr_service_daemon *d = data;
+  struct tr_regional_stats st = {0};
+  if (d->regional != NULL)
+    tr_regional_stats(d->regional, &st);
+  tr_metrics_write_regional(&st, t);
+}
+
 static void render_metrics(void *data, tr_prom_text *t) {
-  tr_metrics_write(&((tr_service_daemon *)data)->svc, t);
+  tr_service_daemon *d = data;
+  struct tr_tls_uv_server_stats tls = {0};
+  if (d->link != NULL)
+    tr_link_server_tls_stats(d->link, &tls);
+  tr_metrics_write(&d->svc, t);
+  tr_metrics_write_loop(d->lag, &tls, t);
 }
 
 /* Ready once both listeners are open (start succeeded), until the shutdown. */
@@ -127,6 +141,8 @@ static void finish(tr_service_daemon *d) {
     tr_regional_stop(d->regional);
     d->regional = NULL;
   }
+  tr_loop_lag_stop(d->lag);
+  d->lag = NULL;
   tr_tls_config_unref(d->tls);
   d->tls = NULL;
   tr_tls_config_unref(d->upstream_tls);
@@ -197,6 +213,8 @@ static int start_regional(tr_service_daemon *d, const struct tr_service_daemon_o
                              .key_path = o->upstream_key_path,
                              .ciphers = o->ciphers,
                              .metrics_listen = o->metrics_listen,
+                             .metrics_more = render_regional_metrics,
+                             .metrics_more_data = d,
                              .compress = true};
   if ((rc = make_parent_dir(o->producer_socket)) != 0 ||
       (rc = tr_agent_start(d->loop, &ao, &d->agent)) != 0) {
@@ -260,6 +278,10 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   d->port_open = true;
   tr_consumer_port_allow(&d->port, &o->consumer_access);
   if (o->metrics_listen) {
+    if ((rc = tr_loop_lag_start(loop, &d->lag)) != 0) {
+      TR_ERROR(COMP, "cannot measure the loop's lag for --metrics-listen: %s", tr_strerror(rc));
+      goto fail;
+    }
     struct tr_metrics_handlers h = {.data = d, .render = render_metrics, .not_ready = not_ready};
     if ((rc = tr_metrics_http_start(loop, o->metrics_listen, &h, &d->metrics, err, sizeof err)) !=
         0) {

@@ -6,7 +6,8 @@
 # Prometheus has scraped the figures after the record, then checks through its HTTP query API:
 # every target up; hosts connected = 2; per host, chunks and bytes received, SMB-full events
 # and disconnects equal what `tracerelay status --json` says; each agent's link_up = 1 and
-# producers = 1; the flush duration histogram holds the record's final flush. It also checks /healthz and /readyz (an agent is ready once its link is up, a
+# producers = 1; the flush duration histogram holds the record's final flush; the service's loop
+# lag histogram has iterations in it, and no TLS handshake step ran on its loop's thread. It also checks /healthz and /readyz (an agent is ready once its link is up, a
 # service at once), a 404 and a 405, and that a bad --metrics-listen is refused at start.
 # Usage: test_metrics.sh BIN_DIR. Exits 77 (skip) without prometheus or curl.
 set -euo pipefail
@@ -117,6 +118,21 @@ flushes = by("tracerelay_flush_duration_seconds_count", "instance")
 p99 = by("histogram_quantile(0.99, tracerelay_flush_duration_seconds_bucket)", "instance")
 if list(flushes.values()) != [1.0] or len(p99) != 1 or not 0 < list(p99.values())[0] <= 5:
     sys.exit(f"FAIL: flush duration histogram: count {flushes}, p99 {p99}")
+# The loop's lag: iterations observed, the histogram usable, its maximum a real duration.
+lag = by("tracerelay_service_loop_lag_seconds_count", "instance")
+lag_p99 = by("histogram_quantile(0.99, tracerelay_service_loop_lag_seconds_bucket)", "instance")
+lag_max = by("tracerelay_service_loop_lag_max_seconds", "instance")
+if (len(lag) != 1 or list(lag.values())[0] < 10 or len(lag_p99) != 1 or len(lag_max) != 1
+        or not 0 < list(lag_max.values())[0] < 60):
+    sys.exit(f"FAIL: loop lag histogram: count {lag}, p99 {lag_p99}, max {lag_max}")
+# Both agents' handshakes ran on worker threads, none on the loop's (issue 25), none refused.
+on_loop = by("tracerelay_service_tls_handshake_steps_on_loop_total", "instance")
+on_workers = by("tracerelay_service_tls_handshake_steps_on_workers_total", "instance")
+refused = by("tracerelay_service_tls_refused_total", "instance")
+if (list(on_loop.values()) != [0.0] or len(on_workers) != 1
+        or list(on_workers.values())[0] < 2 or list(refused.values()) != [0.0]):
+    sys.exit(f"FAIL: handshake steps on the loop {on_loop}, on workers {on_workers}, "
+             f"refused {refused}")
 bound = by("tracerelay_host_clock_error_bound_seconds", "host")
 if set(bound) != {"web-1", "web-2"} or any(not 0 <= b < 1 for b in bound.values()):
     sys.exit(f"FAIL: clock error bounds {bound}")

@@ -36,7 +36,8 @@
 #     what the kill cost: every writer's packets are in the trace exactly (the agents resume
 #     across the regional's restart), else the host counts the unclean exit
 #     (session_agent_exits_unclean >= 1) -- which case it was is printed; pool-b-1, pool-b-2
-#     and regional-b are exact, lossless and never disconnected.
+#     and regional-b are exact, lossless and never disconnected; record's summary counts each
+#     host once (regional-a's own agent restarted: two entries, one host).
 #  5. no AddressSanitizer/LeakSanitizer/UBSan report in any log of any phase.
 #  5. (third tree, after 4) regional-b is stopped (SIGSTOP) for 6.5 s, longer than the flush
 #     timeout (5 s) and shorter than the heartbeat timeout (8 s), while a record flushes every
@@ -375,6 +376,11 @@ kill_regional() {
   rc=0; wait "$rec_pid" || rc=$?
   echo "kill: record exit $rc after $((SECONDS - t_rec)) s:"; sed 's/^/  /' "$WORK/record.log" | tail -n 6
   [ "$rc" = 0 ] || { fail "kill: record failed (exit $rc)"; cluster_cleanup; return; }
+  # regional-a's own agent restarted with it (a retired entry and a new one): one host still.
+  local said known
+  said=$(grep -o '; [0-9]* hosts,' "$WORK/record.log" | tail -n 1 | tr -dc 0-9)
+  known=$(cluster_status_hosts | wc -l)
+  [ "$said" = "$known" ] || fail "kill: record says ${said:-no} hosts, the root knows $known"
   wait_loadgens "${lg[@]}" "${late[@]}"
   check_accounting "$WORK/kill.pftrace" pool-b-1:lossless pool-b-2:lossless regional-b:lossless \
     pool-a-1:killed pool-a-2:killed "${late_json[@]}" ||

@@ -1,6 +1,7 @@
 /* test_host_progress.c: the per-host progress text of `tracerelay record` from GetTraceStats
  * replies built as the service builds them (TraceStats bytes followed by our extension, field
- * 1000), from Perfetto's traced (no extension), and from hostile replies. */
+ * 1000), from Perfetto's traced (no extension), and from hostile replies; a host with two entries
+ * (its agent restarted) counts once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -120,6 +121,31 @@ static void test_hosts_from_the_extension(void **state) {
   free(r);
 }
 
+/* A host whose agent restarted during the session (a regional's own agent restarts with it) has
+ * two entries, the retired one and the new one: one machine, not two. */
+static void test_a_restarted_agent_is_one_host(void **state) {
+  (void)state;
+  Perfetto__Protos__TraceStats st = PERFETTO__PROTOS__TRACE_STATS__INIT;
+  Tracerelay__HostStats h[4];
+  const char *names[] = {"web-1", "regional-1", "web-2", "regional-1"};
+  Tracerelay__HostStats *hp[4];
+  for (int i = 0; i < 4; i++) {
+    tracerelay__host_stats__init(&h[i]);
+    h[i].machine_name = (char *)names[i];
+    hp[i] = &h[i];
+  }
+  Tracerelay__TraceStatsExtension x = TRACERELAY__TRACE_STATS_EXTENSION__INIT;
+  x.n_tracerelay_hosts = 4;
+  x.tracerelay_hosts = hp;
+  size_t len;
+  uint8_t *r = reply(&st, &x, &len);
+  char out[256];
+  struct host_progress_sum sum = {0};
+  assert_int_equal(host_progress_format(r, len, out, sizeof out, &sum), 0);
+  assert_int_equal(sum.hosts, 3);
+  free(r);
+}
+
 static void test_traced_has_no_hosts(void **state) {
   (void)state;
   BufferStats b;
@@ -153,6 +179,7 @@ static void test_garbage_is_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hosts_from_the_extension),
+      cmocka_unit_test(test_a_restarted_agent_is_one_host),
       cmocka_unit_test(test_traced_has_no_hosts),
       cmocka_unit_test(test_garbage_is_refused),
   };

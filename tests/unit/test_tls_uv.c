@@ -6,7 +6,8 @@
  * deadline, a client refusing the service's name, a certificate reload on a live server, and
  * read pausing (nothing delivered while paused, the sender held back by TCP, every byte intact
  * and in order across pauses taken inside on_read), and a stamped write behind a held-back
- * queue (order kept around it and the writes that wait for its stamp).
+ * queue (order kept around it and the writes that wait for its stamp), and a connect storm
+ * beyond the server's handshake limit (none refused, no handshake step on the loop's thread).
  * Every test ends with uv_loop_close() succeeding, so no handle outlives its connection. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -172,11 +173,13 @@ static void on_connect_pump(tr_tls_uv_conn *conn) {
   pump(conn);
 }
 
+#define STORM 12 /* clients connecting at once in the storm test */
+
 struct fixture {
   uv_loop_t loop;
   tr_tls_config *scfg, *ccfg;
   tr_tls_uv_server *server;
-  struct side accepted[4]; /* the server's view of the connections it accepted, in order */
+  struct side accepted[STORM]; /* the server's view of the connections it accepted, in order */
   int n_accepted;
   struct sockaddr_in addr;
 };
@@ -184,7 +187,7 @@ struct fixture {
 /* Accepted connections start with the server's data, the fixture; each gets its own side. */
 static void server_on_connect(tr_tls_uv_conn *conn) {
   struct fixture *f = tr_tls_uv_get_data(conn);
-  assert_true(f->n_accepted < 4);
+  assert_true(f->n_accepted < STORM);
   tr_tls_uv_set_data(conn, &f->accepted[f->n_accepted++]);
   on_connect(conn);
 }
@@ -215,6 +218,12 @@ static void fixture_finish(struct fixture *f) {
   tr_tls_config_unref(f->scfg);
   tr_tls_config_unref(f->ccfg);
   finish_loop(&f->loop);
+}
+
+static uint64_t server_refused(const tr_tls_uv_server *srv) {
+  struct tr_tls_uv_server_stats st;
+  tr_tls_uv_server_stats(srv, &st);
+  return st.refused;
 }
 
 /* ---- a plain TCP client ---- */
@@ -286,7 +295,8 @@ static void test_bulk_transfer_with_backpressure(void **state) {
   assert_string_equal(f.accepted[0].peer_name, "web-1");
   assert_non_null(strstr(tr_tls_uv_peer_address(f.accepted[0].conn), "127.0.0.1:"));
   assert_non_null(strstr(tr_tls_uv_ciphersuite(f.accepted[0].conn), "ECDHE-ECDSA"));
-  assert_true(client.connected);
+  /* The client takes the server's Finished in a step of its own (on a worker): later. */
+  RUN_UNTIL(&f.loop, client.connected, 5000);
   assert_string_equal(client.peer_name, "relay.test");
 
   RUN_UNTIL(&f.loop, f.accepted[0].received >= client.to_send || f.accepted[0].closed, 30000);
@@ -301,7 +311,7 @@ static void test_bulk_transfer_with_backpressure(void **state) {
   assert_int_equal(client.close_reason, TR_ERR_CLOSED);
   RUN_UNTIL(&f.loop, f.accepted[0].closed, 5000);
   assert_int_equal(f.accepted[0].close_reason, 0);
-  assert_int_equal(tr_tls_uv_server_refused(f.server), 0);
+  assert_int_equal(server_refused(f.server), 0);
   fixture_finish(&f);
 }
 
@@ -423,7 +433,7 @@ static void test_garbage_client_refused_others_unaffected(void **state) {
   struct raw raw;
   raw_connect(&f, &raw, "GET / HTTP/1.1\r\nHost: relay\r\n\r\n");
   RUN_UNTIL(&f.loop, raw.eof, 5000);
-  assert_int_equal(tr_tls_uv_server_refused(f.server), 1);
+  assert_int_equal(server_refused(f.server), 1);
 
   /* Reload: new connections use the new config, the live one is untouched. */
   tr_tls_config *reloaded = config(TR_TLS_SERVER, "service");
@@ -471,7 +481,7 @@ static void test_silent_client_times_out(void **state) {
   assert_true(took >= 250);
   assert_true(took < 2000);
   assert_int_equal(raw.received, 0);
-  assert_int_equal(tr_tls_uv_server_refused(f.server), 1);
+  assert_int_equal(server_refused(f.server), 1);
   assert_int_equal(f.n_accepted, 0);
   fixture_finish(&f);
 }
@@ -490,8 +500,41 @@ static void test_client_refuses_wrong_service_name(void **state) {
   assert_int_equal(client.close_reason, TR_ERR_TLS);
   if (strstr(client.close_why, "name mismatch") == NULL)
     fail_msg("unexpected reason: %s", client.close_why);
-  RUN_UNTIL(&f.loop, tr_tls_uv_server_refused(f.server) == 1, 5000);
+  RUN_UNTIL(&f.loop, server_refused(f.server) == 1, 5000);
   assert_int_equal(f.n_accepted, 0);
+  fixture_finish(&f);
+}
+
+/* A storm: STORM clients connect at once to a server that runs at most 2 handshakes at a time.
+ * The others wait in the listen backlog rather than being refused, and every step of every
+ * handshake ran on a worker thread, none on the loop's (where its public-key operations would
+ * stall every other connection). */
+static void test_storm_waits_and_handshakes_run_off_the_loop(void **state) {
+  (void)state;
+  struct fixture f;
+  struct tr_tls_uv_options sopts = {.max_handshakes = 2};
+  fixture_start(&f, &sopts);
+  struct side clients[STORM] = {0};
+  tr_tls_uv_conn *conns[STORM];
+  for (int i = 0; i < STORM; i++)
+    assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
+                                       NULL, &client_cbs, &clients[i], &conns[i]), 0);
+  RUN_UNTIL(&f.loop, f.n_accepted == STORM, 20000);
+  for (int i = 0; i < STORM; i++) {
+    RUN_UNTIL(&f.loop, clients[i].connected || clients[i].closed, 5000);
+    assert_true(clients[i].connected);
+    assert_string_equal(f.accepted[i].peer_name, "web-1");
+  }
+  struct tr_tls_uv_server_stats st;
+  tr_tls_uv_server_stats(f.server, &st);
+  assert_int_equal(st.refused, 0);
+  assert_int_equal(st.steps_on_loop, 0);
+  assert_true(st.steps_on_workers >= STORM);
+
+  for (int i = 0; i < STORM; i++)
+    tr_tls_uv_close(conns[i]);
+  for (int i = 0; i < STORM; i++)
+    RUN_UNTIL(&f.loop, clients[i].closed && f.accepted[i].closed, 5000);
   fixture_finish(&f);
 }
 
@@ -524,6 +567,7 @@ int main(void) {
       cmocka_unit_test(test_garbage_client_refused_others_unaffected),
       cmocka_unit_test(test_silent_client_times_out),
       cmocka_unit_test(test_client_refuses_wrong_service_name),
+      cmocka_unit_test(test_storm_waits_and_handshakes_run_off_the_loop),
       cmocka_unit_test(test_connect_refused_reports_on_close),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);

@@ -98,6 +98,26 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
            (unsigned long long)h->session_stops_timed_out);
 }
 
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Machines among the extension's hosts: a host whose agent restarted during the session has an
+ * entry per agent (the retired one and the new one), which is still one machine. */
+static unsigned count_machines(const Tracerelay__TraceStatsExtension *x) {
+  const char **names = malloc((x->n_tracerelay_hosts + 1) * sizeof *names);
+  if (names == NULL)
+    return (unsigned)x->n_tracerelay_hosts;
+  for (size_t i = 0; i < x->n_tracerelay_hosts; i++)
+    names[i] = x->tracerelay_hosts[i]->machine_name ? x->tracerelay_hosts[i]->machine_name : "";
+  qsort(names, x->n_tracerelay_hosts, sizeof *names, by_name);
+  unsigned n = 0;
+  for (size_t i = 0; i < x->n_tracerelay_hosts; i++)
+    n += i == 0 || strcmp(names[i - 1], names[i]) != 0;
+  free(names);
+  return n;
+}
+
 int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,
                          struct host_progress_sum *total) {
   Perfetto__Protos__GetTraceStatsResponse *resp =
@@ -117,10 +137,10 @@ int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap
   Tracerelay__TraceStatsExtension *x = extension_of(st);
   /* A tracerelay service always sends this field, hosts or not. */
   total->tracerelay = x && x->has_tracerelay_chunks_unknown_buffer;
-  for (size_t i = 0; x && cap > 0 && i < x->n_tracerelay_hosts; i++) {
+  for (size_t i = 0; x && cap > 0 && i < x->n_tracerelay_hosts; i++)
     format_host(x->tracerelay_hosts[i], st, out, cap, total);
-    total->hosts++;
-  }
+  if (x)
+    total->hosts = count_machines(x);
   for (size_t i = 0; x && i < x->n_tracerelay_unmatched_data_sources; i++) {
     const char *n = x->tracerelay_unmatched_data_sources[i];
     append(total->missing, sizeof total->missing, "%sdata source '%s' matched no producer on any host",

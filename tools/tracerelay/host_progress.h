@@ -20,7 +20,8 @@
 struct host_progress_sum {
   uint64_t bytes;       /* every buffer's bytes_written */
   bool tracerelay;      /* the reply carries our extension: it comes from a tracerelay service */
-  unsigned hosts;       /* hosts in the extension (0 without it) */
+  unsigned hosts;       /* machines in the extension (0 without it): a host whose agent
+                         * restarted has two entries there, counted once */
   uint64_t lost_chunks; /* the hosts' losses as counted in the line, summed */
   uint64_t smb_full;    /* the hosts' session_smb_full: loss events, packet count unknown */
   uint64_t smb_full_ms; /* their session_smb_full_ms: how long, at most */
