@@ -266,8 +266,7 @@ static int add_instance(tr_session *s, size_t hi, const tr_remote_producer *p, s
   dsc.has_trace_duration_ms = 1;
   dsc.trace_duration_ms = s->cfg->duration_ms;
   dsc.has_stop_timeout_ms = 1;
-  dsc.stop_timeout_ms = s->cfg->data_source_stop_timeout_ms ? s->cfg->data_source_stop_timeout_ms
-                                                            : TR_SESSION_DEFAULT_TIMEOUT_MS;
+  dsc.stop_timeout_ms = s->stop_timeout_ms;
   setup.has_instance_id = 1;
   setup.instance_id = in->id;
   setup.config = &dsc;
@@ -433,6 +432,10 @@ static void on_stop_timeout(uv_timer_t *t) {
   tr_session_end(s, NULL);
 }
 
+static uint32_t or_default_timeout(uint32_t timeout_ms) {
+  return timeout_ms ? timeout_ms : TR_SESSION_DEFAULT_TIMEOUT_MS;
+}
+
 static int copy_config(const Perfetto__Protos__TraceConfig *cfg,
                        Perfetto__Protos__TraceConfig **out) {
   size_t n = perfetto__protos__trace_config__get_packed_size(cfg);
@@ -517,6 +520,8 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   s->consumer_uid = consumer_uid;
   if ((rc = copy_config(cfg, &s->cfg)) != 0)
     goto fail;
+  s->stop_timeout_ms = or_default_timeout(cfg->data_source_stop_timeout_ms);
+  s->flush_timeout_ms = or_default_timeout(cfg->flush_timeout_ms);
   rc = new_output(s, output_fd, err, err_len);
   output_fd = -1; /* taken */
   if (rc != 0 || (rc = tr_session_flush_new(&s->flushes)) != 0)
@@ -639,10 +644,7 @@ void tr_session_disable(tr_session *s) {
     tr_session_end(s, NULL);
     return;
   }
-  uv_timer_start(&s->stop_timer, on_stop_timeout,
-                 s->cfg->data_source_stop_timeout_ms ? s->cfg->data_source_stop_timeout_ms
-                                                     : TR_SESSION_DEFAULT_TIMEOUT_MS,
-                 0);
+  uv_timer_start(&s->stop_timer, on_stop_timeout, s->stop_timeout_ms, 0);
 }
 
 void tr_session_end(tr_session *s, const char *error) {

@@ -60,6 +60,9 @@ struct tr_session {
   uint64_t id;
   uid_t consumer_uid;
   Perfetto__Protos__TraceConfig *cfg; /* owned */
+  /* cfg's data_source_stop_timeout_ms and flush_timeout_ms, or TR_SESSION_DEFAULT_TIMEOUT_MS
+   * where it gives none: resolved once, at enable. */
+  uint32_t stop_timeout_ms, flush_timeout_ms;
   enum tr_session_state state;
   tr_session_buffer *buffers;
   size_t num_buffers;
