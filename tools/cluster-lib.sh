@@ -30,7 +30,6 @@ cluster_init() {
   mkdir -p "$WORK"
   CLUSTER_ID=$(printf '%04x' $((RANDOM % 65536)))
   CONSUMER_SOCK="$WORK/consumer.sock"
-  SERVICE_PORT=${SERVICE_PORT:-7393}
   SERVICE_NAME=tracerelay-service
   USE_NETNS=1
   if [ "${TR_NO_NETNS:-0}" = 1 ] || ! ip netns add "tr${CLUSTER_ID}-probe" 2>/dev/null; then
@@ -38,6 +37,13 @@ cluster_init() {
     cluster_log "network namespaces unavailable: every host runs on loopback"
   else
     ip netns del "tr${CLUSTER_ID}-probe"
+  fi
+  # In namespaces the port is the cluster's own; on loopback it is shared with whatever else
+  # runs on this machine (another test, another suite): a free one, unless the caller chose.
+  if [ -z "${SERVICE_PORT:-}" ]; then
+    SERVICE_PORT=7393
+    [ "$USE_NETNS" = 1 ] || SERVICE_PORT=$(python3 -c '
+import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   fi
   trap cluster_cleanup EXIT
   trap 'exit 130' INT TERM

@@ -27,9 +27,9 @@ sys.exit(0 if all(n in hosts and hosts[n]["clock"]["synced"] for n in sys.argv[1
 run_case() { # run_case NAME LOADGEN_FAKE_CLOCK EXPECTED_EXIT
   cluster_init "$1" "$BASE/$2"
   cluster_hosts web-1 web-2
-  cluster_start_service
-  cluster_start_agent web-1
-  cluster_start_agent web-2
+  cluster_start_service || return 1 # (set -e does not stop a function called before ||)
+  cluster_start_agent web-1 || return 1
+  cluster_start_agent web-2 || return 1
   mkfifo "$WORK/flows"
   cluster_start_loadgen web-1 --name app-1 --rate 300 --flow-send "$WORK/flows"
   cluster_start_loadgen web-2 --name app-2 --rate 300 --fake-clock "$3" --flow-recv "$WORK/flows"
