@@ -49,6 +49,7 @@ void tr_session_service_free(tr_service *svc) {
   }
   free(svc->hosts);
   svc->hosts = NULL;
+  tr_session_unstopped_free(svc);
   if (svc->system_info)
     perfetto__protos__system_info__free_unpacked(svc->system_info, NULL);
   svc->system_info = NULL;
@@ -416,6 +417,14 @@ static void on_clear_period(uv_timer_t *t) {
   free(ids);
 }
 
+/* The agent never confirmed in's stop: asked again now or when it is back, unless a new agent
+ * instance took over its host entry (the instance went with the old one). */
+static void ask_again_to_stop(tr_session *s, const tr_ds_instance *in) {
+  const tr_session_host *sh = &s->hosts[in->host_index];
+  if (!sh->retired)
+    tr_session_unstopped_add(s->svc, sh->host, sh->agent_instance_id, in->producer_id, in->id);
+}
+
 static void on_stop_timeout(uv_timer_t *t) {
   tr_session *s = t->data;
   for (size_t i = 0; i < s->num_instances; i++) {
@@ -428,6 +437,7 @@ static void on_stop_timeout(uv_timer_t *t) {
     in->state = TR_DS_STOPPED;
     in->pending_request = 0;
     s->hosts[in->host_index].stops_timed_out++;
+    ask_again_to_stop(s, in);
   }
   tr_session_end(s, NULL);
 }
@@ -624,6 +634,7 @@ static void stop_instance(tr_session *s, tr_ds_instance *in) {
   if (tr_session_send(s, in->host_index, &cmd) != 0) {
     in->state = TR_DS_STOPPED;
     in->pending_request = 0;
+    ask_again_to_stop(s, in);
     notify_instance(s, in, false);
     return;
   }
@@ -775,6 +786,7 @@ void tr_session_on_host_connected(tr_service *svc, tr_host *host) {
     svc->hosts = n;
     svc->hosts[svc->num_hosts++] = host;
   }
+  tr_session_unstopped_reconnected(svc, host);
   for (tr_session *s = svc->sessions; s; s = s->next) {
     size_t hi;
     tr_session_host *sh = tr_session_find_host(s, host, &hi);
@@ -824,8 +836,10 @@ void tr_session_on_host_disconnected(tr_service *svc, tr_host *host, const char 
     tr_session_flush_on_host_gone(s, hi);
     if (s->state == TR_SESSION_STOPPING) {
       for (size_t i = 0; i < s->num_instances; i++)
-        if (s->instances[i].host_index == hi && s->instances[i].state == TR_DS_STOPPING)
+        if (s->instances[i].host_index == hi && s->instances[i].state == TR_DS_STOPPING) {
           s->instances[i].state = TR_DS_STOPPED;
+          ask_again_to_stop(s, &s->instances[i]); /* the stop may not have reached it */
+        }
       if (!stop_pending(s))
         tr_session_end(s, NULL);
     }

@@ -108,4 +108,13 @@ void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
 /* How many of the session's flushes host entry host_index did not answer in time. */
 uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index);
 
+/* session_unstopped.c's side: instances whose stop the agent never confirmed (its link was
+ * down, or dropped before the answer). _add asks the agent again now if its link is up, else
+ * remembers the instance for _reconnected, which asks the same agent instance again when it is
+ * back (and forgets what ran on a restarted one). _free is tr_session_service_free's. */
+void tr_session_unstopped_add(tr_service *svc, tr_host *host, uint64_t agent_instance_id,
+                              uint32_t producer_id, uint64_t instance_id);
+void tr_session_unstopped_reconnected(tr_service *svc, tr_host *host);
+void tr_session_unstopped_free(tr_service *svc);
+
 #endif
