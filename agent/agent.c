@@ -344,7 +344,8 @@ static int add_pending(tr_agent *a, const Tracerelay__Command *cmd, uint64_t ins
 }
 
 /* Start and stop may finish inside the port call (data sources that do not notify), so the
- * pending entry exists before the call. */
+ * pending entry exists before the call. A stop waits for the producer as long as the session's
+ * data_source_stop_timeout_ms (the setup config's stop_timeout_ms: timeout 0). */
 static int start_or_stop(tr_agent *a, const Tracerelay__Command *cmd, uint64_t instance_id,
                          bool start) {
   int rc = add_pending(a, cmd, instance_id, start);

@@ -120,7 +120,10 @@ int tr_producer_port_setup_data_source(tr_producer_port *port, uint32_t producer
   pp_instance inst = {.id = instance_id,
                       .state = PP_SETUP,
                       .notify_on_start = p->data_sources[ds]->will_notify_on_start,
-                      .notify_on_stop = p->data_sources[ds]->will_notify_on_stop};
+                      .notify_on_stop = p->data_sources[ds]->will_notify_on_stop,
+                      .stop_timeout_ms = config->stop_timeout_ms
+                                             ? config->stop_timeout_ms
+                                             : TR_PRODUCER_PORT_DEFAULT_STOP_TIMEOUT_MS};
   rc = reserve_instance(p);
   if (rc == 0)
     rc = tr_producer_shm_add_buffer(&p->shm, config->target_buffer);
@@ -202,7 +205,7 @@ int tr_producer_port_stop_data_source(tr_producer_port *port, uint32_t producer_
   if (p->instances[i].notify_on_stop) {
     p->instances[i].state = PP_STOPPING;
     p->instances[i].stop_deadline_ms =
-        uv_now(port->loop) + (timeout_ms ? timeout_ms : TR_PRODUCER_PORT_DEFAULT_STOP_TIMEOUT_MS);
+        uv_now(port->loop) + (timeout_ms ? timeout_ms : p->instances[i].stop_timeout_ms);
     pp_arm_stop_timer(port);
     return 0;
   }

@@ -128,8 +128,9 @@ int tr_producer_port_setup_data_source(tr_producer_port *port, uint32_t producer
 int tr_producer_port_start_data_source(tr_producer_port *port, uint32_t producer_id,
                                        uint64_t instance_id);
 /* Scrapes the SMB (if the producer asked for scraping), sends stop_data_source and waits up to
- * timeout_ms (0: TR_PRODUCER_PORT_DEFAULT_STOP_TIMEOUT_MS) for NotifyDataSourceStopped if the
- * descriptor promised it. */
+ * timeout_ms for NotifyDataSourceStopped if the descriptor promised it. timeout_ms 0: the
+ * stop_timeout_ms of the config given at setup (the session's data_source_stop_timeout_ms),
+ * or TR_PRODUCER_PORT_DEFAULT_STOP_TIMEOUT_MS if that config had none. */
 int tr_producer_port_stop_data_source(tr_producer_port *port, uint32_t producer_id,
                                       uint64_t instance_id, uint32_t timeout_ms);
 /* Scrapes the SMB (if the producer asked for scraping), then sends flush {instance_ids,

@@ -21,6 +21,7 @@ typedef struct pp_instance {
   pp_instance_state state;
   bool notify_on_start; /* from the descriptor at setup time */
   bool notify_on_stop;
+  uint32_t stop_timeout_ms;  /* its config's stop_timeout_ms, or the default if it gave none */
   uint64_t stop_deadline_ms; /* uv_now() time */
   uint8_t *start_cmd;        /* packed GetAsyncCommandResponse{start_data_source} */
   size_t start_cmd_len;

@@ -49,6 +49,7 @@ void tr_session_service_free(tr_service *svc) {
   }
   free(svc->hosts);
   svc->hosts = NULL;
+  tr_session_unstopped_free(svc);
   if (svc->system_info)
     perfetto__protos__system_info__free_unpacked(svc->system_info, NULL);
   svc->system_info = NULL;
@@ -266,8 +267,7 @@ static int add_instance(tr_session *s, size_t hi, const tr_remote_producer *p, s
   dsc.has_trace_duration_ms = 1;
   dsc.trace_duration_ms = s->cfg->duration_ms;
   dsc.has_stop_timeout_ms = 1;
-  dsc.stop_timeout_ms = s->cfg->data_source_stop_timeout_ms ? s->cfg->data_source_stop_timeout_ms
-                                                            : TR_SESSION_DEFAULT_TIMEOUT_MS;
+  dsc.stop_timeout_ms = s->stop_timeout_ms;
   setup.has_instance_id = 1;
   setup.instance_id = in->id;
   setup.config = &dsc;
@@ -420,6 +420,14 @@ static void on_clear_period(uv_timer_t *t) {
   free(ids);
 }
 
+/* The agent never confirmed in's stop: asked again now or when it is back, unless a new agent
+ * instance took over its host entry (the instance went with the old one). */
+static void ask_again_to_stop(tr_session *s, const tr_ds_instance *in) {
+  const tr_session_host *sh = &s->hosts[in->host_index];
+  if (!sh->retired)
+    tr_session_unstopped_add(s->svc, sh->host, sh->agent_instance_id, in->producer_id, in->id);
+}
+
 static void on_stop_timeout(uv_timer_t *t) {
   tr_session *s = t->data;
   for (size_t i = 0; i < s->num_instances; i++) {
@@ -432,8 +440,13 @@ static void on_stop_timeout(uv_timer_t *t) {
     in->state = TR_DS_STOPPED;
     in->pending_request = 0;
     s->hosts[in->host_index].stops_timed_out++;
+    ask_again_to_stop(s, in);
   }
   tr_session_end(s, NULL);
+}
+
+static uint32_t or_default_timeout(uint32_t timeout_ms) {
+  return timeout_ms ? timeout_ms : TR_SESSION_DEFAULT_TIMEOUT_MS;
 }
 
 static int copy_config(const Perfetto__Protos__TraceConfig *cfg,
@@ -520,6 +533,8 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   s->consumer_uid = consumer_uid;
   if ((rc = copy_config(cfg, &s->cfg)) != 0)
     goto fail;
+  s->stop_timeout_ms = or_default_timeout(cfg->data_source_stop_timeout_ms);
+  s->flush_timeout_ms = or_default_timeout(cfg->flush_timeout_ms);
   rc = new_output(s, output_fd, err, err_len);
   output_fd = -1; /* taken */
   if (rc != 0 || (rc = tr_session_flush_new(&s->flushes)) != 0)
@@ -622,6 +637,7 @@ static void stop_instance(tr_session *s, tr_ds_instance *in) {
   if (tr_session_send(s, in->host_index, &cmd) != 0) {
     in->state = TR_DS_STOPPED;
     in->pending_request = 0;
+    ask_again_to_stop(s, in);
     notify_instance(s, in, false);
     return;
   }
@@ -642,10 +658,7 @@ void tr_session_disable(tr_session *s) {
     tr_session_end(s, NULL);
     return;
   }
-  uv_timer_start(&s->stop_timer, on_stop_timeout,
-                 s->cfg->data_source_stop_timeout_ms ? s->cfg->data_source_stop_timeout_ms
-                                                     : TR_SESSION_DEFAULT_TIMEOUT_MS,
-                 0);
+  uv_timer_start(&s->stop_timer, on_stop_timeout, s->stop_timeout_ms, 0);
 }
 
 void tr_session_end(tr_session *s, const char *error) {
@@ -777,6 +790,7 @@ void tr_session_on_host_connected(tr_service *svc, tr_host *host) {
     svc->hosts = n;
     svc->hosts[svc->num_hosts++] = host;
   }
+  tr_session_unstopped_reconnected(svc, host);
   for (tr_session *s = svc->sessions; s; s = s->next) {
     size_t hi;
     tr_session_host *sh = tr_session_find_host(s, host, &hi);
@@ -828,8 +842,10 @@ void tr_session_on_host_disconnected(tr_service *svc, tr_host *host, const char 
     tr_session_flush_on_host_gone(s, hi);
     if (s->state == TR_SESSION_STOPPING) {
       for (size_t i = 0; i < s->num_instances; i++)
-        if (s->instances[i].host_index == hi && s->instances[i].state == TR_DS_STOPPING)
+        if (s->instances[i].host_index == hi && s->instances[i].state == TR_DS_STOPPING) {
           s->instances[i].state = TR_DS_STOPPED;
+          ask_again_to_stop(s, &s->instances[i]); /* the stop may not have reached it */
+        }
       if (!stop_pending(s))
         tr_session_end(s, NULL);
     }

@@ -61,6 +61,9 @@ struct tr_service {
    * or the timeout (tr_session_observe_flush; the metrics endpoint's
    * tracerelay_flush_duration_seconds). */
   tr_prom_histogram flush_durations;
+  /* Stops to ask again when their host is back (session_unstopped.c). */
+  struct tr_unstopped *unstopped;
+  size_t num_unstopped;
 };
 
 enum tr_session_state {

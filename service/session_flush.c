@@ -228,8 +228,7 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
       count_missed(f, in->host_index, false);
   }
   if (timeout_ms == 0)
-    timeout_ms = s->cfg->flush_timeout_ms ? s->cfg->flush_timeout_ms
-                                          : TR_SESSION_DEFAULT_TIMEOUT_MS;
+    timeout_ms = s->flush_timeout_ms;
   if (all_acked(f)) {
     /* Nothing to wait for, or only hosts that could not be asked. */
     complete(f, true);

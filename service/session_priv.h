@@ -64,6 +64,9 @@ struct tr_session {
   uint64_t id;
   uid_t consumer_uid;
   Perfetto__Protos__TraceConfig *cfg; /* owned */
+  /* cfg's data_source_stop_timeout_ms and flush_timeout_ms, or TR_SESSION_DEFAULT_TIMEOUT_MS
+   * where it gives none: resolved once, at enable. */
+  uint32_t stop_timeout_ms, flush_timeout_ms;
   enum tr_session_state state;
   tr_session_buffer *buffers;
   size_t num_buffers;
@@ -108,5 +111,14 @@ void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay_
 void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
 /* How many of the session's flushes host entry host_index did not answer in time. */
 uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index);
+
+/* session_unstopped.c's side: instances whose stop the agent never confirmed (its link was
+ * down, or dropped before the answer). _add asks the agent again now if its link is up, else
+ * remembers the instance for _reconnected, which asks the same agent instance again when it is
+ * back (and forgets what ran on a restarted one). _free is tr_session_service_free's. */
+void tr_session_unstopped_add(tr_service *svc, tr_host *host, uint64_t agent_instance_id,
+                              uint32_t producer_id, uint64_t instance_id);
+void tr_session_unstopped_reconnected(tr_service *svc, tr_host *host);
+void tr_session_unstopped_free(tr_service *svc);
 
 #endif

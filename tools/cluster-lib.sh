@@ -39,7 +39,6 @@ cluster_init() {
   fi
   CLUSTER_ID=$(printf '%04x' $((RANDOM % 65536)))
   CONSUMER_SOCK="$WORK/consumer.sock"
-  SERVICE_PORT=${SERVICE_PORT:-7393}
   SERVICE_NAME=tracerelay-service
   USE_NETNS=1
   if [ "${TR_NO_NETNS:-0}" = 1 ] || ! ip netns add "tr${CLUSTER_ID}-probe" 2>/dev/null; then
@@ -47,6 +46,13 @@ cluster_init() {
     cluster_log "network namespaces unavailable: every host runs on loopback"
   else
     ip netns del "tr${CLUSTER_ID}-probe"
+  fi
+  # In namespaces the port is the cluster's own; on loopback it is shared with whatever else
+  # runs on this machine (another test, another suite): a free one, unless the caller chose.
+  if [ -z "${SERVICE_PORT:-}" ]; then
+    SERVICE_PORT=7393
+    [ "$USE_NETNS" = 1 ] || SERVICE_PORT=$(python3 -c '
+import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   fi
   trap cluster_on_exit EXIT
   trap 'exit 130' INT TERM
@@ -189,6 +195,7 @@ cluster_start_loadgen() {
 #   cluster_start_regional REGIONAL [flags]   a regional tracerelay-service
 #   cluster_status_hosts                      every host the root knows: "NAME 1|0 PRODUCERS"
 #   cluster_wait_hosts SECONDS NAME[:N]...    until each is connected (with >= N producers)
+#   cluster_wait_session SECONDS NAME[:N]...  until each relays data in N started sessions
 # cluster_tree makes the root's namespace (svc_ns: cluster_start_service runs the root there),
 # one namespace per regional linked to the root's by a veth (10.201.R.0/24: root .1, regional
 # .2) and one per host linked to ITS regional's by a veth (10.202.H.0/24: regional .1, host
@@ -313,5 +320,26 @@ cluster_wait_hosts() { # cluster_wait_hosts SECONDS NAME[:MIN_PRODUCERS]...
   done
   cluster_log "not connected (NAME[:producers]) after $((n / 4)) s: ${missing[*]}; the root sees:"
   printf '  %s\n' "$st" >&2
+  return 1
+}
+
+# cluster_wait_session SECONDS NAME[:N]...: until each host is connected, has relayed data and
+# has a started instance in N sessions (default 1), as `status` shows it: what a test waits for
+# before it disturbs a running session (a fixed sleep would be too short on a busy machine).
+cluster_wait_session() {
+  local n=$(($1 * 4)); shift
+  for _ in $(seq "$n"); do
+    "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json 2>/dev/null | python3 -c '
+import json, sys
+hosts = {h["machine_name"]: h for h in json.load(sys.stdin)["hosts"]}
+def running(want):
+    name, _, n = want.partition(":")
+    h = hosts.get(name)
+    return h is not None and h["connected"] and h["bytes_relayed"] > 0 and sum(
+        s["state"] == "STARTED" and s["instances_started"] > 0 for s in h["sessions"]) >= int(n or 1)
+sys.exit(0 if all(running(w) for w in sys.argv[1:]) else 1)' "$@" && return 0
+    sleep 0.25
+  done
+  cluster_log "no running session (NAME[:sessions]) relaying data on all of $* after $((n / 4)) s"
   return 1
 }

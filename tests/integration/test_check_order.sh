@@ -11,16 +11,30 @@ TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$TR_SRC/tools/cluster-lib.sh"
 export TR_NO_NETNS=${TR_NO_NETNS:-1} # the clocks are what matters here, not the network
 
+wait_clocks_synced() { # wait_clocks_synced HOST...: up to 60 s for a clock estimate of each
+  for _ in $(seq 240); do
+    "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json 2>/dev/null | python3 -c '
+import json, sys
+hosts = {h["machine_name"]: h for h in json.load(sys.stdin)["hosts"]}
+sys.exit(0 if all(n in hosts and hosts[n]["clock"]["synced"] for n in sys.argv[1:]) else 1)' "$@" &&
+      return 0
+    sleep 0.25
+  done
+  cluster_log "no clock estimate for all of $* after 60 s"
+  return 1
+}
+
 run_case() { # run_case NAME LOADGEN_FAKE_CLOCK EXPECTED_EXIT
   cluster_init "$1" "$BASE/$2"
   cluster_hosts web-1 web-2
-  cluster_start_service
-  cluster_start_agent web-1
-  cluster_start_agent web-2
+  cluster_start_service || return 1 # (set -e does not stop a function called before ||)
+  cluster_start_agent web-1 || return 1
+  cluster_start_agent web-2 || return 1
   mkfifo "$WORK/flows"
   cluster_start_loadgen web-1 --name app-1 --rate 300 --flow-send "$WORK/flows"
   cluster_start_loadgen web-2 --name app-2 --rate 300 --fake-clock "$3" --flow-recv "$WORK/flows"
-  sleep 2
+  cluster_wait_hosts 30 web-1:1 web-2:1 || return 1
+  wait_clocks_synced web-1 web-2 || return 1
   "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 3s \
     -o "$WORK/trace.pftrace" >"$WORK/record.log" 2>&1 || { cat "$WORK/record.log"; return 1; }
   local rc=0

@@ -49,15 +49,23 @@ fi
 grep -q "is for machine 'web-1', not 'web-9'" "$WORK/misnamed-agent.log" || {
   echo "FAIL: the misnamed agent did not say why it refused"; cat "$WORK/misnamed-agent.log"; exit 1; }
 
-sleep 1
-"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 32mb -t 4s \
-  --progress -o "$WORK/cluster.pftrace" 2>"$WORK/record.err" || {
-  echo "FAIL: tracerelay record"; cat "$WORK/record.err"; exit 1; }
+cluster_wait_hosts 30 web-1:1 web-2:1 web-3:1 || { echo "FAIL: the loadgens did not connect"; exit 1; }
+# The session lasts until record's progress showed bytes for every host (-t 0, then SIGTERM):
+# a fixed length could end before that on a busy machine.
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 32mb -t 0 \
+  --progress -o "$WORK/cluster.pftrace" 2>"$WORK/record.err" &
+RECORD_PID=$!
+CLUSTER_PIDS+=("$RECORD_PID")
+progress_shows() { # progress_shows HOST: a progress line with bytes for HOST
+  grep -Eq "^tracerelay record: recording .* $1 ([1-9][0-9]*|0)\.[0-9] MB" "$WORK/record.err" &&
+    grep -Eq " $1 ([1-9][0-9]*\.[0-9]|0\.[1-9]) MB" "$WORK/record.err"
+}
 for h in "${HOSTS[@]}"; do
-  grep -Eq "^tracerelay record: recording .* $h ([1-9][0-9]*|0)\.[0-9] MB" "$WORK/record.err" &&
-    grep -Eq " $h ([1-9][0-9]*\.[0-9]|0\.[1-9]) MB" "$WORK/record.err" || {
-    echo "FAIL: no progress with bytes for $h"; cat "$WORK/record.err"; exit 1; }
+  for _ in $(seq 600); do progress_shows "$h" && break; sleep 0.1; done
+  progress_shows "$h" || { echo "FAIL: no progress with bytes for $h"; cat "$WORK/record.err"; exit 1; }
 done
+kill -TERM "$RECORD_PID"
+wait "$RECORD_PID" || { echo "FAIL: tracerelay record"; cat "$WORK/record.err"; exit 1; }
 
 for pid in "${LOADGENS[@]}"; do
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -102,6 +110,7 @@ print("cluster trace: every written packet present on its machine")
 PY
 
 grep -q "web-1" "$WORK/service.log" || { echo "FAIL: service log does not name web-1"; exit 1; }
+for _ in $(seq 300); do grep -Eiq "refus|reject|verify" "$WORK/service.log" && break; sleep 0.1; done
 grep -Eiq "refus|reject|verify" "$WORK/service.log" || {
   echo "FAIL: the service did not log refusing the rogue agents"; cat "$WORK/service.log"; exit 1; }
 echo "PASS: test_cluster"

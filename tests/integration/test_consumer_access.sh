@@ -57,7 +57,7 @@ sys.exit(0 if n > 0 else 1)'
 restart_service --consumer-allow-uid 4242
 cluster_start_agent web-1
 cluster_start_loadgen web-1 --name steady-1 --writers 1 --rate 200
-sleep 0.5
+cluster_wait_hosts 30 web-1:1 || fail "the loadgen did not connect"
 if record nobody "$OUT/refused.pftrace" >"$WORK/record-refused.log" 2>&1; then
   fail "nobody's record succeeded despite the allow-list"
 fi
@@ -71,7 +71,7 @@ has_web1_packets "$WORK/root-1.pftrace" || fail "root's trace has no web-1 data"
 # ---- 2: nobody's group allowed; sessions stay their owner's ----
 restart_service --consumer-allow-gid 65534
 cluster_start_loadgen web-1 --name steady-2 --writers 1 --rate 200 # one session each
-sleep 1 # the agent reconnects
+cluster_wait_hosts 30 web-1:1 || fail "the agent did not reconnect with the new loadgen"
 record nobody "$OUT/nobody.pftrace" >"$WORK/record-nobody.log" 2>&1 ||
   { cat "$WORK/record-nobody.log"; fail "nobody's record failed although its gid is allowed"; }
 [ -f "$OUT/nobody.pftrace" ] && has_web1_packets "$OUT/nobody.pftrace" ||

@@ -41,12 +41,14 @@ EVENTS=3000 # per writer, at 500 a second: the loadgen writes for 6 s
 cluster_start_loadgen web-1 --name steady-web-1 --writers "$WRITERS" --rate 500 \
   --packets "$EVENTS" --packet-size 200
 LOADGEN=$LOADGEN_PID
-sleep 0.5
-"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 64mb -t 10s \
+cluster_wait_hosts 30 web-1:1 || { echo "FAIL: the loadgen did not connect"; exit 1; }
+# The session runs until the hostile producers are done (-t 0, SIGTERM then), not for a fixed
+# time that a busy machine could outlast.
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 64mb -t 0 \
   -o "$WORK/trace.pftrace" >"$WORK/record.log" 2>&1 &
 RECORD=$!
 CLUSTER_PIDS+=("$RECORD")
-sleep 1.5
+cluster_wait_session 60 web-1 || { echo "FAIL: the session did not start"; exit 1; }
 fds_before=$(ls "/proc/$AGENT/fd" | wc -l)
 
 SEED=${TR_HOSTILE_SEED:-$RANDOM}
@@ -75,13 +77,28 @@ fds_after=$(ls "/proc/$AGENT/fd" 2>/dev/null | wc -l)
 cluster_log "agent fds: $fds_before before the attack, $fds_after after"
 [ "$fds_after" -le "$fds_before" ] || fail "the agent holds $fds_after fds, $fds_before before the attack"
 
+# The session ends once the service has the agent's count of the violations (its periodic
+# stats), which the trace's host stats must carry: corrupt-smb and steal, closed for their
+# violations, made TR_PRODUCER_PORT_MAX_VIOLATIONS (64) each at least. (random-frames is closed
+# before any InitializeConnection, as a rule: its calls count against a connection that is no
+# producer yet, and no producer's stats show them.)
+ALOG="$WORK/agent-web-1.log"
+VIOLATORS=$(grep -cE "closing connection of pid (${HPID[corrupt-smb]}|${HPID[steal]}) .*: too many ABI violations" "$ALOG" || true)
+for _ in $(seq 120); do
+  "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json 2>/dev/null | python3 -c '
+import json, sys
+h = {x["machine_name"]: x for x in json.load(sys.stdin)["hosts"]}["web-1"]
+sys.exit(0 if h["losses"]["agent_abi_violations"] >= int(sys.argv[1]) else 1)' "$((64 * VIOLATORS))" &&
+    break
+  sleep 0.25
+done
+kill -TERM "$RECORD"
 fault_wait_pid "$RECORD" 30 || fail "record did not finish"
 wait "$RECORD" || { fail "tracerelay record failed"; cat "$WORK/record.log"; }
 fault_wait_pid "$LOADGEN" 10 || fail "the loadgen did not stop"
 wait "$LOADGEN" || fail "the loadgen failed: $(tail -3 "$WORK/loadgen-web-1-0.log")"
 
 # The agent log: a close line per hostile pid, with the reason its mode provokes.
-ALOG="$WORK/agent-web-1.log"
 declare -A REASON=(
   [random-frames]="too many ABI violations|requests awaiting their reply"
   [huge-sizes]="declared frame size over the 131072-byte IPC limit"
@@ -104,10 +121,6 @@ if grep -q "closing connection of pid $LOADGEN " "$ALOG"; then
 fi
 
 # The loadgen's packets, by trusted_pid; every loss counter of the host (tracerelay inspect).
-# corrupt-smb and steal, closed for their violations, made TR_PRODUCER_PORT_MAX_VIOLATIONS (64)
-# each at least. (random-frames is closed before any InitializeConnection, as a rule: its calls
-# count against a connection that is no producer yet, and no producer's stats show them.)
-VIOLATORS=$(grep -cE "closing connection of pid (${HPID[corrupt-smb]}|${HPID[steal]}) .*: too many ABI violations" "$ALOG" || true)
 python3 - "$TR_BIN/tracerelay" "$WORK/trace.pftrace" "$WORK/loadgen-web-1-0.json" "$LOADGEN" \
   "$(IFS=,; echo "${HPID[*]}")" "$((64 * VIOLATORS))" "$TR_SRC/tools" <<'PY' || fails=$((fails + 1))
 import json, subprocess, sys, zlib

@@ -43,6 +43,7 @@ for _ in $(seq 50); do [ "$(code "http://127.0.0.1:$A1_M/readyz")" = 200 ] && br
 [ "$(code "http://127.0.0.1:$A1_M/nothing")" = 404 ] || fail "unknown path not 404"
 [ "$(code -X POST "http://127.0.0.1:$A1_M/metrics")" = 405 ] || fail "POST not 405"
 
+cluster_wait_hosts 30 web-1:1 web-2:1 || fail "the loadgens did not connect"
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 3s \
   -o "$WORK/trace.pftrace" 2>"$WORK/record.log" || fail "record failed: $(cat "$WORK/record.log")"
 "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json >"$WORK/status.json" ||

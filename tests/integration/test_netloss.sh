@@ -39,7 +39,7 @@ for h in "${HOSTS[@]}"; do
     --duration "$WRITE_S"
 done
 LOADGENS=("${CLUSTER_PIDS[@]: -3}")
-sleep 1
+cluster_wait_hosts 60 web-1:1 web-2:1 web-3:1 || { echo "FAIL: the loadgens did not connect"; exit 1; }
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 32mb \
   -t "${TRACE_S}s" -o "$WORK/netloss.pftrace" >"$WORK/record.log" 2>&1 ||
   { echo "FAIL: record failed"; cat "$WORK/record.log"; exit 1; }

@@ -39,10 +39,10 @@ summary=$(grep "^tracerelay record: wrote " "$WORK/nohost.log") || fail "no summ
 echo "record with no agent: $summary"
 cluster_start_agent web-1
 cluster_start_loadgen web-1 --rate 200
+cluster_wait_hosts 30 web-1:1 || fail "the loadgen did not connect"
 header=$("$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" | head -1)
 [[ "$header" == "service tracerelay "*" on $(hostname) (tracerelay-service): "* ]] ||
   fail "status does not name the service's own host: $header"
-sleep 1
 printf '%s\n' 'buffers { size_kb: 4096 }' 'duration_ms: 6000' \
   'data_sources { config { name: "track_event" } }' >"$WORK/config.any"
 # stdin holds the config; stdout must hold the trace and nothing else.
@@ -116,7 +116,7 @@ echo "record: warns on nosuch_ds, --strict fails on machine web-9"
 # the host whose data is missing.
 cluster_start_loadgen web-1 --rate 200 # a loadgen runs one session: a new one
 LG=$LOADGEN_PID
-sleep 1
+cluster_wait_hosts 30 web-1:1 || fail "the second loadgen did not connect"
 kill -STOP "$LG"
 rc=0
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 2s \
@@ -129,11 +129,12 @@ grep -q "instances that never started, whose data is missing from the trace, on:
 "$TR_BIN/tracerelay" inspect "$WORK/frozen.pftrace" | grep -q "1 data source instance(s) never started" ||
   fail "inspect does not show the data source instance that never started"
 
-# The service killed mid-record: record fails and removes the empty output.
-"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 20s \
+# The service killed mid-record (once record reports its session running): record fails and
+# removes the empty output.
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 0 \
   -o "$WORK/killed.pftrace" 2>"$WORK/killed.log" &
 rec=$!
-sleep 2
+for _ in $(seq 300); do grep -q "^tracerelay record: recording" "$WORK/killed.log" && break; sleep 0.1; done
 kill -KILL "$SERVICE_PID"
 rc=0; wait "$rec" || rc=$?
 cat "$WORK/killed.log"

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # test_service_restart.sh: the service dies under a session while the producers stay connected
 # (issue 13, rows 1, 2 and 3).
-# Session 1: the service is killed with SIGKILL 2 s into a 10 s record: record exits non-zero
-#   and removes its empty output (no 0-byte .pftrace left behind as if it were a trace).
+# Session 1: the service is killed with SIGKILL once the record runs (status shows it):
+#   record exits non-zero and removes its empty output (no 0-byte .pftrace left behind as if
+#   it were a trace).
 # Session 2: the service is restarted while the loadgen (never restarted, --duration 60) is
 #   still connected to the same agent: the agent stops the dead session's data source instance
 #   when the link comes back to the new service instance (the loadgen, which serves one
 #   instance, then reports and exits 0 instead of writing for a minute into a session nobody
 #   has); a new session then gets a new producer on that host exactly (every packet it wrote is
 #   in the trace, no losses), and record exits 0.
-# Session 3: SIGTERM to the service 3 s into two 30 s sessions, one read by record, one
+# Session 3: SIGTERM to the service once two sessions run, one read by record, one
 #   write_into_file: the service flushes, ends them with an error, waits for the consumers to
 #   read and only then exits 0; both records exit non-zero saying the service shut down, both
 #   traces hold the host's packets (never more than its loadgen wrote), the reading record says
@@ -29,13 +30,13 @@ cluster_start_service
 cluster_start_agent web-1
 cluster_start_loadgen web-1 --name steady --writers 1 --rate 200 --duration 60
 LOADGEN=$LOADGEN_PID; LOADGEN_LOG="$WORK/loadgen-web-1-$((LOADGEN_SEQ - 1)).log"
-sleep 1
+cluster_wait_hosts 30 web-1:1 || { echo "FAIL: the loadgen did not connect"; exit 1; }
 
 # ---- session 1: SIGKILL the service ----
-"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 10s \
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 0 \
   -o "$WORK/s1.pftrace" >"$WORK/record-1.log" 2>&1 &
 RECORD=$!; CLUSTER_PIDS+=("$RECORD")
-sleep 3
+cluster_wait_session 60 web-1 || { echo "FAIL: session 1 did not start"; exit 1; }
 kill -KILL "$SERVICE_PID"
 wait "$SERVICE_PID" 2>/dev/null || true
 fault_wait_pid "$RECORD" 5 || { echo "FAIL: record still running 5 s after the service died"; exit 1; }
@@ -63,7 +64,7 @@ grep -q "did not set up the 1 data source instance(s) still running here: stoppi
 mkdir -p "$WORK/session1"; mv "$WORK"/loadgen-* "$WORK/session1/"
 cluster_start_loadgen web-1 --name fresh --writers 2 --rate 200 --packets 400
 FRESH=$LOADGEN_PID
-sleep 0.5
+cluster_wait_hosts 30 web-1:1 || { echo "FAIL: the new loadgen did not connect"; exit 1; }
 T0=$SECONDS
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 4s \
   -o "$WORK/s2.pftrace" >"$WORK/record-2.log" 2>&1 ||
@@ -82,16 +83,16 @@ cluster_start_loadgen web-1 --name term-read --writers 1 --rate 200
 TERM_READ=$LOADGEN_PID; TERM_READ_JSON="$WORK/loadgen-web-1-$((LOADGEN_SEQ - 1)).json"
 cluster_start_loadgen web-1 --name term-file --writers 1 --rate 200 --data-source file_ds
 TERM_FILE=$LOADGEN_PID; TERM_FILE_JSON="$WORK/loadgen-web-1-$((LOADGEN_SEQ - 1)).json"
-sleep 0.5
-"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 30s \
+cluster_wait_hosts 30 web-1:2 || { echo "FAIL: the loadgens did not connect"; exit 1; }
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 0 \
   -o "$WORK/s3-read.pftrace" >"$WORK/record-3r.log" 2>&1 &
 REC_READ=$!; CLUSTER_PIDS+=("$REC_READ")
-printf 'buffers { size_kb: 8192 }\ndata_sources { config { name: "file_ds" } }\nduration_ms: 30000\nwrite_into_file: true\n' \
+printf 'buffers { size_kb: 8192 }\ndata_sources { config { name: "file_ds" } }\nwrite_into_file: true\n' \
   >"$WORK/file.pbtxt"
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" -c "$WORK/file.pbtxt" \
   -o "$WORK/s3-file.pftrace" >"$WORK/record-3f.log" 2>&1 &
 REC_FILE=$!; CLUSTER_PIDS+=("$REC_FILE")
-sleep 3
+cluster_wait_session 60 web-1:2 || { echo "FAIL: the two sessions did not start"; exit 1; }
 kill -TERM "$SERVICE_PID"
 fault_wait_pid "$SERVICE_PID" 15 || { echo "FAIL: the service did not exit after SIGTERM"; exit 1; }
 wait "$SERVICE_PID" || { echo "FAIL: the service exited non-zero after SIGTERM"; exit 1; }
@@ -144,12 +145,12 @@ h = {x["machine_name"]: x for x in json.load(sys.stdin)["hosts"]}.get("web-1", {
 print(h.get("connected"), h.get("producers"), ",".join(h.get("producer_names", [])) or "-")'
 }
 seen=""
-for _ in $(seq 100); do
+for _ in $(seq 300); do
   seen=$(status_of_web1 || true); [ "$seen" = "True 1 idle" ] && break; sleep 0.1
 done
 [ "$seen" = "True 1 idle" ] || { echo "FAIL: status before the kill: $seen"; exit 1; }
 kill -KILL "$AGENT_PID_1"; wait "$AGENT_PID_1" 2>/dev/null || true
-for _ in $(seq 150); do
+for _ in $(seq 300); do
   seen=$(status_of_web1 || true); [ "${seen%% *}" = False ] && break; sleep 0.1
 done
 [ "$seen" = "False 0 -" ] || { echo "FAIL: status of a host whose agent died: $seen"; exit 1; }

@@ -87,13 +87,19 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 "$BIN/tracerelay-service" --listen "127.0.0.1:$port" "${svc[@]}" --cert "$P/service.crt" \
   --key "$P/service.key" --max-agents 1 >"$W/svc.log" 2>&1 &
 CLUSTER_PIDS+=("$!")
-sleep 0.5
+wait_line() { # wait_line REGEX FILE: up to 30 s
+  for _ in $(seq 300); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+# web-1 first (once it is in), then web-2, which must be refused.
 for h in web-1 web-2; do
   "$BIN/tracerelay-agent" --service "127.0.0.1:$port" --service-name svc --ca "$P/ca.crt" \
     --producer-socket "$W/$h.sock" --cert "$P/agent-$h.crt" --key "$P/agent-$h.key" \
     >"$W/agent-$h.log" 2>&1 &
-  sleep 1
+  [ $h = web-2 ] || wait_line "host web-1 connected" "$W/svc.log" || fail "web-1 did not connect"
 done
+wait_line "host web-2 refused" "$W/svc.log" || true
+wait_line "host web-2 refused" "$W/agent-web-2.log" || true
 kill $(jobs -p) 2>/dev/null || true
 wait 2>/dev/null || true
 grep -q "already serves 1 agents, its --max-agents; host web-2 refused" "$W/agent-web-2.log" ||
@@ -111,7 +117,7 @@ CLUSTER_PIDS+=("$AGENT")
 for _ in $(seq 50); do [ -S "$W/mp.sock" ] && break; sleep 0.1; done
 "$BIN/tracerelay-loadgen" --socket "$W/mp.sock" --name first >"$W/lg1.log" 2>&1 &
 LG1=$!
-sleep 0.5
+wait_line "connected: first" "$W/agent-mp.log" || fail "the first producer did not connect"
 rc=0
 timeout 5 "$BIN/tracerelay-loadgen" --socket "$W/mp.sock" --name second >"$W/lg2.log" 2>&1 || rc=$?
 kill $LG1 $AGENT 2>/dev/null || true

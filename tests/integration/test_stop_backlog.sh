@@ -28,7 +28,7 @@ ip netns exec "$(host_ns "$i")" tc qdisc add dev "tr${CLUSTER_ID}h$i" root tbf \
 record_over_backlog() {
   cluster_start_loadgen web-1 --name app-web-1 --writers 2 --rate 5000 --packet-size 200
   local loadgen=$LOADGEN_PID start rc=0
-  sleep 0.5
+  cluster_wait_hosts 30 web-1:1 || { echo "FAIL: the loadgen did not connect"; exit 1; }
   start=$(date +%s%N)
   echo "data_source_stop_timeout_ms: $1" |
     "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" -c - --data-source track_event \

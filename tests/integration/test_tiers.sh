@@ -340,7 +340,9 @@ kill_regional() {
     -o "$WORK/kill.pftrace" >"$WORK/record.log" 2>&1 &
   rec_pid=$!; CLUSTER_PIDS+=("$rec_pid")
   t_rec=$SECONDS
-  sleep 3
+  cluster_wait_session 60 pool-a-1 pool-a-2 regional-a pool-b-1 pool-b-2 regional-b ||
+    die "kill: the session did not start on every host"
+  sleep 1 # mid-writing
   boottime_ns >"$WORK/kill.ns" # the root's trace clock is the real BOOTTIME
   kill -KILL "${CLUSTER_REGIONAL_PID[regional-a]}"
   wait "${CLUSTER_REGIONAL_PID[regional-a]}" 2>/dev/null || true
@@ -426,14 +428,20 @@ stall_regional() {
   done
   cluster_wait_hosts 15 pool-a-1:1 pool-b-1:1 pool-b-2:1 regional-b:1 ||
     { fail "stall: the loadgens' producers did not all reach the root"; return; }
-  "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 64mb -t 12s \
+  # The session runs until 3 s after the stall (-t 0, SIGTERM), not for a fixed 12 s that a busy
+  # machine could end before the stall does.
+  "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 64mb -t 0 \
     --flush-period 1s -o "$WORK/stall.pftrace" >"$WORK/stall-record.log" 2>&1 &
   local rec_pid=$!; CLUSTER_PIDS+=("$rec_pid")
-  sleep 2
+  cluster_wait_session 60 pool-a-1 pool-b-1 pool-b-2 regional-b ||
+    { fail "stall: the session did not start on every host"; return; }
+  sleep 1 # a flush or two before the stall
   local from; from=$(wc -l <"$WORK/service.log")
   kill -STOP "${CLUSTER_REGIONAL_PID[regional-b]}"
   sleep "$stop_s"
   kill -CONT "${CLUSTER_REGIONAL_PID[regional-b]}"
+  sleep 3 # the session carries on
+  kill -TERM "$rec_pid"
   wait "$rec_pid" || rc=$?
   [ "$rc" = 0 ] || { fail "stall: record failed (exit $rc): $(tail -n 3 "$WORK/stall-record.log")"; return; }
   local missed

@@ -34,12 +34,13 @@ PACKETS=3000
 cluster_start_loadgen web-1 --name steady-web-1 --writers 2 --rate 500 --packets "$PACKETS" \
   --packet-size 200
 LOADGEN=$LOADGEN_PID
-sleep 0.5
-"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 32mb -t 9s \
+cluster_wait_hosts 30 web-1:1 || { echo "FAIL: the loadgen did not connect"; exit 1; }
+# The session runs until every refusal is logged (-t 0, SIGTERM then), not for a fixed time.
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 32mb -t 0 \
   -o "$WORK/trace.pftrace" >"$WORK/record.log" 2>&1 &
 RECORD=$!
 CLUSTER_PIDS+=("$RECORD")
-sleep 1
+cluster_wait_session 60 web-1 || { echo "FAIL: the session did not start"; exit 1; }
 
 ADDR2="$(service_addr_for 2)" # the attackers run on host web-2's side of the network
 NS2="$(host_ns 2)"
@@ -73,31 +74,38 @@ in_ns "$NS2" bash -c "timeout 5 openssl s_client -quiet -tls1_2 -connect $ADDR2:
   -cert $WORK/pki/agent-noclient.crt -key $WORK/pki/agent-noclient.key -CAfile $WORK/pki/ca.crt \
   </dev/null >$WORK/openssl-noclient.log 2>&1" || true
 
-wait "$RECORD" || { echo "FAIL: tracerelay record"; cat "$WORK/record.log"; exit 1; }
-fault_wait_pid "$LOADGEN" 10 || { echo "FAIL: loadgen did not finish"; exit 1; }
-
 LOG="$WORK/service.log"
-fails=0
-expect_log() { # expect_log WHAT REGEX
-  if ! grep -Eq "$2" "$LOG"; then
-    echo "FAIL: no service log line for $1 (wanted /$2/)"; fails=$((fails + 1))
-  else
-    echo "ok: $1: $(grep -Em1 "$2" "$LOG" | sed 's/.*msg=//')"
-  fi
-}
 # The attackers' address as the service sees it: web-2's end of its veth.
 A="10\\.200\\.2\\.2:[0-9]+"
 if [ "$USE_NETNS" != 1 ]; then A="127\\.0\\.0\\.1:[0-9]+"; fi
-expect_log "expired certificate" "refused connection from $A: .*certificate 'old-host' expired"
-expect_log "not-yet-valid certificate" "refused connection from $A: .*'new-host'.*not valid (yet|before)"
-expect_log "duplicate host" "closing the link of web-1 \\($A\\): host web-1 is already connected"
-expect_log "plain TCP garbage" "refused connection from $A: the peer is not speaking TLS"
-expect_log "slow-loris (handshake deadline)" \
+EXPECT=( # WHAT REGEX pairs: a service log line for each peer
+  "expired certificate" "refused connection from $A: .*certificate 'old-host' expired"
+  "not-yet-valid certificate" "refused connection from $A: .*'new-host'.*not valid (yet|before)"
+  "duplicate host" "closing the link of web-1 \\($A\\): host web-1 is already connected"
+  "plain TCP garbage" "refused connection from $A: the peer is not speaking TLS"
+  "slow-loris (handshake deadline)"
   "refused connection from $A: TLS handshake not finished after $HS_MS ms \\(0 bytes received\\)"
-expect_log "certificate without clientAuth" \
-  "refused connection from $A: .*'noclient'.*missing the clientAuth usage"
-expect_log "TLS but no Hello (Hello deadline)" \
+  "certificate without clientAuth" "refused connection from $A: .*'noclient'.*missing the clientAuth usage"
+  "TLS but no Hello (Hello deadline)"
   "closing the link of web-3 \\($A\\): protocol error: no Hello within $HS_MS ms"
+)
+all_logged() {
+  local i
+  for ((i = 1; i < ${#EXPECT[@]}; i += 2)); do grep -Eq "${EXPECT[i]}" "$LOG" || return 1; done
+}
+for _ in $(seq 300); do all_logged && break; sleep 0.1; done # up to 30 s
+kill -TERM "$RECORD"
+wait "$RECORD" || { echo "FAIL: tracerelay record"; cat "$WORK/record.log"; exit 1; }
+fault_wait_pid "$LOADGEN" 10 || { echo "FAIL: loadgen did not finish"; exit 1; }
+
+fails=0
+for ((i = 0; i < ${#EXPECT[@]}; i += 2)); do
+  if ! grep -Eq "${EXPECT[i + 1]}" "$LOG"; then
+    echo "FAIL: no service log line for ${EXPECT[i]} (wanted /${EXPECT[i + 1]}/)"; fails=$((fails + 1))
+  else
+    echo "ok: ${EXPECT[i]}: $(grep -Em1 "${EXPECT[i + 1]}" "$LOG" | sed 's/.*msg=//')"
+  fi
+done
 # web-1 was never disturbed: one connection, never dropped.
 n=$(grep -c "host web-1 connected from" "$LOG" || true)
 [ "$n" = 1 ] || { echo "FAIL: web-1 connected $n times (its link was disturbed)"; fails=$((fails + 1)); }

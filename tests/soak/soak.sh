@@ -55,7 +55,7 @@ while [ "$SECONDS" -lt "$T_END" ]; do
     cluster_start_loadgen "$h" --name "lg-$h" --writers 2 --rate 300 --duration 4
     LG[$h]=$LOADGEN_PID
   done
-  sleep 0.3
+  cluster_wait_hosts 15 web-1:1 web-2:1 web-3:1 || cluster_log "session $S: not every loadgen is connected"
   "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 16mb -t 5s \
     -o "$D/trace.pftrace" >"$D/record.log" 2>&1 &
   REC=$!

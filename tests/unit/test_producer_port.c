@@ -9,7 +9,8 @@
  *    the SDK used, as the SDK would; every chunk must come out in the queue.
  * 2. Every rejection path, each answered by an error reply and counted, while a second
  *    producer keeps working; a producer over the violation limit is disconnected alone.
- * 3. Emulated chunks, patches, flush acks after data, scraping, the stop timeout. */
+ * 3. Emulated chunks, patches, flush acks after data, scraping, the stop timeout (the one a
+ *    stop names, else the one its config gave at setup). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -401,11 +402,15 @@ static void map_smb(client *c) {
 
 /* The agent sets up and starts instance `instance` of "ds" into `buffer`; the client takes
  * the SMB from the first setup_tracing. */
-static void start_ds(env *e, client *c, uint64_t instance, uint32_t buffer) {
+/* Sets up and starts data source "ds" with stop_timeout_ms in its config (0: none given). */
+static void start_ds_stop_timeout(env *e, client *c, uint64_t instance, uint32_t buffer,
+                                  uint32_t stop_timeout_ms) {
   Perfetto__Protos__DataSourceConfig cfg = PERFETTO__PROTOS__DATA_SOURCE_CONFIG__INIT;
   cfg.name = "ds";
   cfg.has_target_buffer = true;
   cfg.target_buffer = buffer;
+  cfg.has_stop_timeout_ms = stop_timeout_ms != 0;
+  cfg.stop_timeout_ms = stop_timeout_ms;
   bool first = c->smb == NULL;
   assert_int_equal(tr_producer_port_setup_data_source(e->port, c->id, instance, &cfg), 0);
   assert_int_equal(tr_producer_port_start_data_source(e->port, c->id, instance), 0);
@@ -426,6 +431,10 @@ static void start_ds(env *e, client *c, uint64_t instance, uint32_t buffer) {
   assert_int_equal(cmd->cmd_case, PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__CMD_START_DATA_SOURCE);
   assert_int_equal(cmd->start_data_source->new_instance_id, instance);
   perfetto__protos__get_async_command_response__free_unpacked(cmd, NULL);
+}
+
+static void start_ds(env *e, client *c, uint64_t instance, uint32_t buffer) {
+  start_ds_stop_timeout(e, c, instance, buffer, 0);
 }
 
 static void register_writer(env *e, client *c, uint32_t writer, uint32_t buffer) {
@@ -980,6 +989,20 @@ static void test_patches_flush_and_scrape(void **state) {
   client_close(&b);
 }
 
+static void expect_stop_command(env *e, client *c) {
+  Perfetto__Protos__GetAsyncCommandResponse *cmd = next_command(e, c);
+  assert_int_equal(cmd->cmd_case, PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__CMD_STOP_DATA_SOURCE);
+  perfetto__protos__get_async_command_response__free_unpacked(cmd, NULL);
+}
+
+static void notify_stopped(env *e, client *c, uint64_t instance_id) {
+  Perfetto__Protos__NotifyDataSourceStoppedRequest n =
+      PERFETTO__PROTOS__NOTIFY_DATA_SOURCE_STOPPED_REQUEST__INIT;
+  n.has_data_source_id = true;
+  n.data_source_id = instance_id;
+  expect_reply(e, c, invoke(c, M_NOTIFY_STOPPED, &n.base, false), true);
+}
+
 static void test_stop_timeout_and_commands(void **state) {
   env *e = *state;
   client a;
@@ -994,20 +1017,33 @@ static void test_stop_timeout_and_commands(void **state) {
   start_ds(e, &a, 7, 1);
   assert_int_equal(e->num_started, 1); /* no will_notify_on_start: at once */
   assert_int_equal(tr_producer_port_stop_data_source(e->port, a.id, 7, 30), 0);
-  Perfetto__Protos__GetAsyncCommandResponse *cmd = next_command(e, &a);
-  assert_int_equal(cmd->cmd_case, PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__CMD_STOP_DATA_SOURCE);
-  perfetto__protos__get_async_command_response__free_unpacked(cmd, NULL);
+  expect_stop_command(e, &a);
   assert_int_equal(e->num_stopped, 0);
   pump(e, 80);
   assert_int_equal(e->num_stopped, 1);
   assert_true(e->stopped_timed_out[0]);
   /* a late notification is ignored */
-  Perfetto__Protos__NotifyDataSourceStoppedRequest n =
-      PERFETTO__PROTOS__NOTIFY_DATA_SOURCE_STOPPED_REQUEST__INIT;
-  n.has_data_source_id = true;
-  n.data_source_id = 7;
-  expect_reply(e, &a, invoke(&a, M_NOTIFY_STOPPED, &n.base, false), true);
+  notify_stopped(e, &a, 7);
   assert_int_equal(e->num_stopped, 1);
+  client_close(&a);
+}
+
+/* Issue 24: a stop without a timeout of its own (the agent's, for the service's
+ * stop_data_source) waits as long as the instance's config says: the session's
+ * data_source_stop_timeout_ms. The port used to give every producer 5 s, so a producer that
+ * confirmed after 6 s of a 20 s stop timeout was reported as timed out. */
+static void test_stop_waits_the_configs_timeout(void **state) {
+  env *e = *state;
+  client a;
+  handshake(e, &a, "a", true);
+  start_ds_stop_timeout(e, &a, 7, 1, 20000);
+  assert_int_equal(tr_producer_port_stop_data_source(e->port, a.id, 7, 0), 0);
+  expect_stop_command(e, &a);
+  pump(e, 6000); /* past the port's 5 s default, well inside the config's 20 s */
+  assert_int_equal(e->num_stopped, 0);
+  notify_stopped(e, &a, 7);
+  assert_int_equal(e->num_stopped, 1);
+  assert_false(e->stopped_timed_out[0]);
   client_close(&a);
 }
 
@@ -1023,6 +1059,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_too_many_violations_disconnects, setup_env, teardown_env),
       cmocka_unit_test_setup_teardown(test_patches_flush_and_scrape, setup_env, teardown_env),
       cmocka_unit_test_setup_teardown(test_stop_timeout_and_commands, setup_env, teardown_env),
+      cmocka_unit_test_setup_teardown(test_stop_waits_the_configs_timeout, setup_env,
+                                      teardown_env),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

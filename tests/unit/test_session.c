@@ -5,8 +5,9 @@
  * session's one buffer, and nothing else (machine_name_filter honoured); that the consumer
  * hears of each instance and of all started once the last start is answered; that a host
  * connecting after the session started, or a producer appearing later, gets the data sources
- * set up and started, and its chunks land in its own central buffer; and that a deferred start
- * waits for tr_session_start. */
+ * set up and started, and its chunks land in its own central buffer; that a deferred start
+ * waits for tr_session_start; and that a stop the agent never confirmed is asked again when
+ * the same agent is back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -312,6 +313,63 @@ static void test_losses_are_per_session(void **state) {
   fx_teardown();
 }
 
+/* The instance id of the last command of kind `what` to host i (0 if none). */
+static uint64_t last_instance(size_t i, Tracerelay__Command__CmdCase what) {
+  uint64_t id = 0;
+  for (size_t k = 0; k < fx_num_sent; k++)
+    if (fx_sent[k].what == what && fx_sent[k].host == &fx_hosts[i])
+      id = fx_sent[k].instance_id;
+  return id;
+}
+
+/* Issue 24: a stop the agent never got (its link was down as the session stopped, or dropped
+ * before the answer) left the producer writing for a session that no longer existed, until the
+ * service restarted. host-a's link drops after its stop went out, host-b's is down when the
+ * session stops, host-c's agent restarts while away: once the stop timeout ended the session,
+ * host-a and host-b are asked again when they are back (once), host-c is not. */
+static void test_unconfirmed_stop_asked_again(void **state) {
+  const char *const names[] = {"track_event", NULL};
+  struct fx_config cfg;
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 1, kTrackEvent);
+  fx_make_host(1, "host-b", 1, kTrackEvent);
+  fx_make_host(2, "host-c", 1, kTrackEvent);
+  for (size_t i = 0; i < 3; i++)
+    fx_connect(i);
+  fx_config(&cfg, names);
+  cfg.cfg.has_data_source_stop_timeout_ms = 1;
+  cfg.cfg.data_source_stop_timeout_ms = 20;
+  tr_session *s = fx_enable(&cfg);
+  for (size_t i = 0; i < 3; i++)
+    fx_answer(i, START);
+  uint64_t on_a = last_instance(0, START), on_b = last_instance(1, START);
+
+  fx_disconnect(1);
+  fx_disconnect(2);
+  tr_session_disable(s);
+  assert_int_equal(fx_count(0, STOP), 1);
+  assert_int_equal(fx_count(1, STOP) + fx_count(2, STOP), 0); /* their links are down */
+  fx_disconnect(0); /* before host-a answered */
+  while (!fx_observed.ended)
+    uv_run(&fx_loop, UV_RUN_ONCE); /* the 20 ms stop timeout */
+  assert_int_equal(tr_session_get_state(s), TR_SESSION_STOPPED);
+
+  fx_connect(0);
+  assert_int_equal(fx_count(0, STOP), 2);
+  assert_int_equal(last_instance(0, STOP), on_a);
+  fx_connect(1);
+  assert_int_equal(fx_count(1, STOP), 1);
+  assert_int_equal(last_instance(1, STOP), on_b);
+  fx_hosts[2].agent_instance_id++; /* host-c's agent restarted: its instance is gone */
+  fx_connect(2);
+  assert_int_equal(fx_count(2, STOP), 0);
+  fx_disconnect(0);
+  fx_connect(0); /* asked once */
+  assert_int_equal(fx_count(0, STOP), 2);
+  fx_teardown();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fan_out_to_every_host),
@@ -320,6 +378,7 @@ int main(void) {
       cmocka_unit_test(test_deferred_start),
       cmocka_unit_test(test_losses_are_per_session),
       cmocka_unit_test(test_unconfirmed_stop_is_counted),
+      cmocka_unit_test(test_unconfirmed_stop_asked_again),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,7 @@ typedef struct run {
   uint64_t instance_id;
   uint64_t start_ns;
   uint64_t end_ns;
+  uint64_t stop_due_ns; /* --stop-delay: when the stop asked for is confirmed (0: none asked) */
 } run;
 
 static uint64_t mono_ns(void) {
@@ -108,18 +109,25 @@ static int stop_load(run *r) {
   return rc < 0 ? rc : sent;
 }
 
+/* Confirms the stop the service asked for once --stop-delay has passed since. */
+static int stop_when_due(run *r) {
+  if (!r->stop_due_ns || mono_ns() < r->stop_due_ns)
+    return 0;
+  int rc = stop_load(r);
+  return rc < 0 ? rc : lg_session_notify_stopped(&r->session, r->instance_id);
+}
+
 static int handle(run *r, const Perfetto__Protos__GetAsyncCommandResponse *cmd) {
   switch (cmd->cmd_case) {
   case PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__CMD_SETUP_TRACING:
     return setup_tracing(r, cmd->setup_tracing);
   case PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__CMD_START_DATA_SOURCE:
     return start_data_source(r, cmd->start_data_source);
-  case PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__CMD_STOP_DATA_SOURCE: {
-    if (!r->running || cmd->stop_data_source->instance_id != r->instance_id)
+  case PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__CMD_STOP_DATA_SOURCE:
+    if (!r->running || cmd->stop_data_source->instance_id != r->instance_id || r->stop_due_ns)
       return 0;
-    int rc = stop_load(r);
-    return rc < 0 ? rc : lg_session_notify_stopped(&r->session, r->instance_id);
-  }
+    r->stop_due_ns = mono_ns() + (uint64_t)(r->opt->stop_delay_s * 1e9);
+    return stop_when_due(r);
   case PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__CMD_FLUSH: {
     /* The SDK commits what its writers hold, then acks; moves and patches go first. */
     int rc = r->running ? lg_load_flush(&r->load) : 0;
@@ -197,6 +205,8 @@ int main(int argc, char **argv) {
       rc = handle(&r, cmd);
       perfetto__protos__get_async_command_response__free_unpacked(cmd, NULL);
     }
+    if (rc >= 0)
+      rc = stop_when_due(&r);
   }
   if (rc < 0)
     TR_ERROR("loadgen", "producer session on %s ended: %s", opt.socket_path, tr_strerror(rc));

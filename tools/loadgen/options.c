@@ -58,6 +58,9 @@ static const char kHelp[] =
     "                         (terminating_flow_ids) on its next slice, stamped after the read;\n"
     "                         with a --flow-send loadgen on another host, every flow truly goes\n"
     "                         forward in time (`tracerelay inspect --check-order` checks it).\n"
+    "  --stop-delay S         test feature: confirm a stop (NotifyDataSourceStopped) S seconds\n"
+    "                         after the service asked for it, writing on meanwhile, as a data\n"
+    "                         source whose teardown takes that long (default 0: at once).\n"
     "  --help                 print this text.\n"
     "  --version              print the version.\n"
     "\n"
@@ -97,7 +100,7 @@ static int parse_double(const char *flag, const char *s, double *out) {
 int lg_options_parse(int argc, char **argv, lg_options *o) {
   enum { SOCKET = 256, NAME, DATA_SOURCE, WRITERS, RATE, PACKET_SIZE, DURATION, PACKETS,
          FAKE_CLOCK, PAGE_SIZE, SMB_SIZE, CHUNKS_PER_PAGE, NO_FLUSH, STATS_JSON, FLOW_SEND,
-         FLOW_RECV, COMMIT_LATENCY, HELP, VERSION };
+         FLOW_RECV, COMMIT_LATENCY, STOP_DELAY, HELP, VERSION };
   static const struct option longopts[] = {
       {"socket", required_argument, NULL, SOCKET},
       {"name", required_argument, NULL, NAME},
@@ -116,6 +119,7 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
       {"flow-send", required_argument, NULL, FLOW_SEND},
       {"flow-recv", required_argument, NULL, FLOW_RECV},
       {"commit-latency", no_argument, NULL, COMMIT_LATENCY},
+      {"stop-delay", required_argument, NULL, STOP_DELAY},
       {"help", no_argument, NULL, HELP},
       {"version", no_argument, NULL, VERSION},
       {NULL, 0, NULL, 0},
@@ -168,6 +172,7 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
     case FLOW_SEND: o->flow_send = optarg; break;
     case FLOW_RECV: o->flow_recv = optarg; break;
     case COMMIT_LATENCY: o->commit_latency = true; break;
+    case STOP_DELAY: rc = parse_double("--stop-delay", optarg, &o->stop_delay_s); break;
     case HELP: fputs(kHelp, stdout); return 1;
     case VERSION: printf("tracerelay-loadgen %s\n", TR_VERSION); return 1;
     default:

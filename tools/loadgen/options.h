@@ -24,6 +24,7 @@ typedef struct lg_options {
   const char *stats_json;
   bool commit_latency; /* sample commit-to-free latency (commit_latency.h) */
   const char *flow_send, *flow_recv; /* FIFO paths, or NULL (tools/loadgen/flows.h) */
+  double stop_delay_s; /* confirm a stop this long after it came (0: at once) */
 } lg_options;
 
 /* Returns 0 with *o filled, 1 if --help or --version was printed, or TR_ERR_CONFIG after
