@@ -48,6 +48,12 @@ typedef struct out_host {
   struct tr_clocksync_sync_pair clock_sync_last; /* the last one written */
   bool clock_anchored; /* machines: its clock anchor is written (tr_trace_writer_clock_anchor):
                         * its ClockSnapshots and data may follow */
+  /* machines: host BOOTTIME at and below which no edge may come any more: a read pass wrote
+   * the host's data up to about there (read_horizon), which trace_processor converted with the
+   * edges before it as it read them, or its bound track is written up to there with those
+   * edges (bound_from). An edge written later below either would place that data elsewhere
+   * than trace_processor does, and beyond the bound its track shows. */
+  int64_t read_horizon;
   /* The host's clock error bound track: host BOOTTIME sampled up to, the last value written
    * (0: none yet), and in `machines` the offsets (service minus host) of the newest two
    * remote_clock_sync edges written, [0] the newest. */
@@ -378,12 +384,17 @@ static int add_clock_syncs(tr_trace_output *o, tr_packet_list *out, bool final) 
     }
     /* In slices of SYNC_MAX_PER_PASS: a session read only at its end has them all at once. */
     do {
+      struct tr_clocksync_sync_pair after = sh->clock_sync_last;
+      int64_t floor = sh->bound_from - 1 > sh->read_horizon ? sh->bound_from - 1 : sh->read_horizon;
       if (to <= sh->clock_sync_from)
         break;
+      if (after.update_remote < floor)
+        after.update_remote = floor;
       n = tr_clocksync_best_exchanges(sh->host->clock, sh->clock_sync_from, to, SYNC_PERIOD_NS,
-                                      &sh->clock_sync_last, ex, SYNC_MAX_PER_PASS);
+                                      &after, ex, SYNC_MAX_PER_PASS);
       if (n <= 0)
         break;
+      sh->clock_sync_last = after;
       for (int i = 0; i < n; i++) {
         struct tr_clocksync_sync_pair pair;
         tr_trace_writer_buf p;
@@ -527,11 +538,35 @@ static int build_head(tr_trace_output *o) {
   return rc ? rc : add_clocks(o, &r->svc, r->final);
 }
 
+/* The host time of the service's present plus the error bound there: the host stamped no data
+ * that a pass has read by now any later (its clock's mapping inverted by two Newton steps). */
+static int64_t host_present(const struct tr_clocksync *clock) {
+  int64_t now = (int64_t)tr_clock_boottime_ns(), h = now - tr_clocksync_offset_ns(clock), s;
+  for (int i = 0; i < 2 && tr_clocksync_map(clock, h, &s) == 0; i++)
+    h -= s - now;
+  int64_t bound = tr_clocksync_error_bound(clock, h);
+  return bound > 0 ? h + bound : h;
+}
+
+/* machines, once a pass has read the buffers: how far each host's data it read reaches. */
+static void note_read_horizons(tr_trace_output *o) {
+  for (size_t h = 0; h < o->num_hosts && o->p.timeline == TR_TIMELINE_MACHINES; h++) {
+    out_host *first = &o->hosts[first_entry(o, h)];
+    if (!o->hosts[h].host->clock || tr_clocksync_frontier(o->hosts[h].host->clock) < 0 ||
+        !(o->reader.final || tr_trace_output_host_anchored(o, h)))
+      continue;
+    int64_t horizon = host_present(o->hosts[h].host->clock);
+    if (horizon > first->read_horizon)
+      first->read_horizon = horizon;
+  }
+}
+
 static int build_tail(tr_trace_output *o) {
   out_reader *r = &o->reader;
   tr_trace_writer_buf p;
   int rc;
 
+  note_read_horizons(o);
   free_svc(r);
   tr_trace_output_add_event(o, TR_TW_READ_TRACING_BUFFERS_COMPLETED);
   if ((rc = add_events(o, &r->svc)) != 0 || (rc = tr_packet_list_reserve(&r->svc, 1)) != 0)
