@@ -282,6 +282,13 @@ int64_t tr_timeline_output_exported_to(const tr_timeline_out *tl, size_t index) 
   return index < tl->n_hosts && tl->hosts[index].started ? tl->hosts[index].export_from : -1;
 }
 
+int64_t tr_timeline_output_converted(const tr_timeline_out *tl, size_t index, int64_t host_ts) {
+  const tl_host *th = index < tl->n_hosts ? &tl->hosts[index] : NULL;
+  if (!th || !th->exported || host_ts < th->last_host)
+    return -1;
+  return th->last_service + (host_ts - th->last_host);
+}
+
 /* ---- host packets ---- */
 
 int tr_timeline_output_packet(tr_timeline_out *tl, size_t index, const tr_host *host,

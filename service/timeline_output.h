@@ -33,7 +33,7 @@ tr_timeline_out *tr_timeline_output_new(enum tr_timeline timeline, int32_t uid,
                                         tr_tbuf_seqids *seqids, int64_t start_ns);
 void tr_timeline_output_free(tr_timeline_out *tl);
 
-/* Appends to out, for host entry index (the newest entry of its host), in `global-clocks` the
+/* Appends to out, for host entry index (the first entry of its host), in `global-clocks` the
  * cross-host snapshots covering its BOOTTIME from where the last call stopped up to a little
  * past the host's present (final: past the estimator's frontier too). Called for each read pass
  * and for the clock journal. 0 or TR_ERR_NOMEM. */
@@ -43,6 +43,9 @@ int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_ho
  * before its first export. Beyond the estimator's frontier an export is the estimator's plan
  * at the time, which later probes re-plan: only that state's bound describes it. */
 int64_t tr_timeline_output_exported_to(const tr_timeline_out *tl, size_t index);
+/* Where trace_processor puts host BOOTTIME host_ts (at or after the last breakpoint written for
+ * host entry index): by that breakpoint's offset. -1 before it or before any. */
+int64_t tr_timeline_output_converted(const tr_timeline_out *tl, size_t index, int64_t host_ts);
 /* Appends the HostClockSnapshots host sent since the session started and since the last call,
  * as packets of host entry index. 0 or TR_ERR_NOMEM. */
 int tr_timeline_output_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,

@@ -63,6 +63,11 @@ typedef struct out_host {
   int64_t bound_last_ns;
   int bound_edges;
   int64_t bound_edge_offset[2];
+  /* global-clocks: the trace time the breakpoints written put bound_from at, and the value in
+   * effect there. A re-planned mapping keys later samples lower (at its own trace time), below
+   * events converted by the earlier breakpoints: samples keyed below cover_ts show at least
+   * cover_ns. */
+  int64_t cover_ts, cover_ns;
 } out_host;
 
 typedef struct out_event {
@@ -290,6 +295,8 @@ static int add_bound_samples(const tr_trace_output *o, out_host *sh, tr_packet_l
     est = est_end > est ? est_end : est;
     if (knot > est)
       b += knot - est;
+    if (ts < sh->cover_ts && b < sh->cover_ns)
+      b = sh->cover_ns;
     b = (b + BOUND_QUANTUM_NS - 1) / BOUND_QUANTUM_NS * BOUND_QUANTUM_NS;
     if (sh->bound_last_ns && b <= sh->bound_last_ns && b * 5 >= sh->bound_last_ns * 4)
       continue;
@@ -349,6 +356,10 @@ static int add_bounds(tr_trace_output *o, tr_packet_list *out, bool final) {
       continue;
     if ((rc = add_bound_samples(o, sh, out, to)) != 0)
       return rc;
+    if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS) {
+      sh->cover_ts = tr_timeline_output_converted(o->timeline, h, sh->bound_from);
+      sh->cover_ns = sh->bound_last_ns;
+    }
   }
   return 0;
 }
@@ -457,8 +468,10 @@ static int add_timeline(tr_trace_output *o, tr_packet_list *out, bool final) {
     int rc;
     if (!newest_entry(o, h))
       continue;
+    /* The export goes on from the host's first entry's state, which its bounds follow. */
     if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS &&
-        (rc = tr_timeline_output_cross_host(o->timeline, h, host, out, final)) < 0)
+        (rc = tr_timeline_output_cross_host(o->timeline, first_entry(o, h), host, out,
+                                            final)) < 0)
       return rc;
     if (tr_trace_output_host_anchored(o, h) &&
         (rc = tr_timeline_output_host_snapshots(o->timeline, h, host, out)) < 0)
