@@ -364,6 +364,28 @@ static int add_bounds(tr_trace_output *o, tr_packet_list *out, bool final) {
   return 0;
 }
 
+/* machines, final pass, a host without any exchange in the session (its probes' answers never
+ * came through, as on a starved host behind a saturated link): the estimator's mapping at the
+ * session's start as its one edge, so its data resolves (trace_processor would otherwise take
+ * the two BOOTTIMEs as aligned), within the bound its track then shows. */
+static int add_mapped_edge(tr_trace_output *o, out_host *sh, tr_packet_list *out) {
+  struct tr_clocksync_breakpoint bp = {.host_ts = sh->clock_sync_from + 3};
+  struct tr_clocksync_sync_pair pair;
+  tr_trace_writer_buf p;
+  int rc;
+  if (!sh->clock_sync_started || tr_clocksync_map(sh->host->clock, bp.host_ts, &bp.service_ts) != 0 ||
+      bp.service_ts < 3)
+    return 0;
+  if ((rc = tr_packet_list_reserve(out, 1)) != 0)
+    return rc;
+  tr_clocksync_pair_from_breakpoint(&bp, &pair);
+  if ((rc = push(out, tr_trace_writer_remote_clock_sync(o->p.uid, sh->host->machine_id, &pair, &p),
+                 &p)) != 0)
+    return rc;
+  sh->clock_sync_last = pair;
+  return bound_edge_written(o, sh, out, &pair);
+}
+
 /* remote_clock_sync packets (machines timeline): the best real exchanges of each host since
  * the session started (trace_processor converts data stamped before the first one by it), one
  * packet per exchange and per SYNC_PERIOD_NS of host time, so trace_processor gets one
@@ -422,6 +444,8 @@ static int add_clock_syncs(tr_trace_output *o, tr_packet_list *out, bool final) 
           return rc;
       }
     } while (n == SYNC_MAX_PER_PASS);
+    if (final && sh->bound_edges == 0 && (rc = add_mapped_edge(o, sh, out)) != 0)
+      return rc;
     if ((rc = add_clock_anchor(o, sh, out, final)) != 0)
       return rc;
   }
