@@ -46,6 +46,13 @@ int64_t tr_timeline_output_exported_to(const tr_timeline_out *tl, size_t index);
 /* Where trace_processor puts host BOOTTIME host_ts (at or after the last breakpoint written for
  * host entry index): by that breakpoint's offset. -1 before it or before any. */
 int64_t tr_timeline_output_converted(const tr_timeline_out *tl, size_t index, int64_t host_ts);
+/* How far beyond TR_TIMELINE_TOLERANCE_NS trace_processor's conversion may stray from the
+ * mapping over host BOOTTIME [from, to] (0 mostly): where the last call found the mapping
+ * re-planned below a breakpoint already written, it left the next ones out (each series must
+ * stay monotonic; for a host with little drift the next one may be a second away), and
+ * trace_processor applies that breakpoint there. The bound track adds it. */
+int64_t tr_timeline_output_held_excess(const tr_timeline_out *tl, size_t index, int64_t from,
+                                       int64_t to);
 /* Appends the HostClockSnapshots host sent since the session started and since the last call,
  * as packets of host entry index. 0 or TR_ERR_NOMEM. */
 int tr_timeline_output_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,

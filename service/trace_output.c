@@ -289,6 +289,8 @@ static int add_bound_samples(const tr_trace_output *o, out_host *sh, tr_packet_l
     if (est < 0 || est_end < 0 || ts < 0)
       continue;
     b = b_end > b ? b_end : b;
+    if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS) /* breakpoints left out there */
+      b += tr_timeline_output_held_excess(o->timeline, (size_t)(sh - o->hosts), h, end);
     /* A knot inside the step can peak above both ends: its excess over the ends' estimator
      * bound is added (the encoding's share is the ends'). */
     int64_t knot = tr_clocksync_knot_bound_max(sh->host->clock, h, end);
