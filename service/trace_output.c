@@ -366,12 +366,11 @@ static int add_bounds(tr_trace_output *o, tr_packet_list *out, bool final) {
   return 0;
 }
 
-/* machines, final pass, a host without any exchange in the session (its probes' answers never
- * came through, as on a starved host behind a saturated link): the estimator's mapping at the
- * session's start as its one edge, so its data resolves (trace_processor would otherwise take
- * the two BOOTTIMEs as aligned), within the bound its track then shows. */
-static int add_mapped_edge(tr_trace_output *o, out_host *sh, tr_packet_list *out) {
-  struct tr_clocksync_breakpoint bp = {.host_ts = sh->clock_sync_from + 3};
+/* machines: the estimator's mapping at host time `at` as an edge (its PING at `at`): the
+ * trace's only mapping there, converted by trace_processor within the bound the track then
+ * shows. */
+static int add_mapped_edge(tr_trace_output *o, out_host *sh, tr_packet_list *out, int64_t at) {
+  struct tr_clocksync_breakpoint bp = {.host_ts = at + 3};
   struct tr_clocksync_sync_pair pair;
   tr_trace_writer_buf p;
   int rc;
@@ -446,7 +445,16 @@ static int add_clock_syncs(tr_trace_output *o, tr_packet_list *out, bool final) 
           return rc;
       }
     } while (n == SYNC_MAX_PER_PASS);
-    if (final && sh->bound_edges == 0 && (rc = add_mapped_edge(o, sh, out)) != 0)
+    /* A host without any exchange in the session (its answers never came through, as on a
+     * starved host behind a saturated link) gets its mapping at the session's start: its data
+     * resolves (trace_processor would otherwise take the two BOOTTIMEs as aligned). And data a
+     * pass wrote past the last edge (the frontier lags the present behind a saturated link)
+     * was converted by that edge's offset: the edges below it can no longer come (the floor
+     * above), so the data after it gets the mapping there (its plan past the frontier). */
+    if (final && sh->bound_edges == 0 && (rc = add_mapped_edge(o, sh, out, sh->clock_sync_from)) != 0)
+      return rc;
+    if (sh->bound_edges > 0 && sh->clock_sync_last.update_remote < sh->read_horizon &&
+        (rc = add_mapped_edge(o, sh, out, sh->read_horizon + 1)) != 0)
       return rc;
     if ((rc = add_clock_anchor(o, sh, out, final)) != 0)
       return rc;
