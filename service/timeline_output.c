@@ -51,6 +51,7 @@ typedef struct tl_host {
    * up to held_dev from the mapping. */
   int64_t held_from, held_to, held_dev;
   bool held_open; /* held_from is set, held_to not yet */
+  int64_t held_reach; /* the latest trace time a held range's conversion reached */
   uint64_t invalid;
 } tl_host;
 
@@ -211,9 +212,10 @@ int tr_timeline_output_host_snapshots(tr_timeline_out *tl, size_t index, const t
 /* Ends the held range at host time `to`, where trace_processor's conversion by the last
  * breakpoint written stops. */
 static void close_held(tl_host *th, const struct tr_clocksync *est, int64_t to) {
-  int64_t m, dev;
+  int64_t m, dev, reach = th->last_service + (to - 1 - th->last_host);
   th->held_to = to;
   th->held_open = false;
+  th->held_reach = reach > th->held_reach ? reach : th->held_reach;
   if (tr_clocksync_map(est, to - 1, &m) == 0 &&
       (dev = th->last_service + (to - 1 - th->last_host) - m) > th->held_dev)
     th->held_dev = dev;
@@ -312,11 +314,12 @@ int64_t tr_timeline_output_exported_to(const tr_timeline_out *tl, size_t index) 
   return index < tl->n_hosts && tl->hosts[index].started ? tl->hosts[index].export_from : -1;
 }
 
-int64_t tr_timeline_output_converted(const tr_timeline_out *tl, size_t index, int64_t host_ts) {
+int64_t tr_timeline_output_reach(const tr_timeline_out *tl, size_t index, int64_t host_ts) {
   const tl_host *th = index < tl->n_hosts ? &tl->hosts[index] : NULL;
   if (!th || !th->exported || host_ts < th->last_host)
     return -1;
-  return th->last_service + (host_ts - th->last_host);
+  int64_t at = th->last_service + (host_ts - th->last_host);
+  return at > th->held_reach ? at : th->held_reach;
 }
 
 int64_t tr_timeline_output_held_excess(const tr_timeline_out *tl, size_t index, int64_t from,

@@ -43,9 +43,11 @@ int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_ho
  * before its first export. Beyond the estimator's frontier an export is the estimator's plan
  * at the time, which later probes re-plan: only that state's bound describes it. */
 int64_t tr_timeline_output_exported_to(const tr_timeline_out *tl, size_t index);
-/* Where trace_processor puts host BOOTTIME host_ts (at or after the last breakpoint written for
- * host entry index): by that breakpoint's offset. -1 before it or before any. */
-int64_t tr_timeline_output_converted(const tr_timeline_out *tl, size_t index, int64_t host_ts);
+/* The latest trace time at which trace_processor puts any host BOOTTIME of host entry index
+ * up to host_ts (at or after the last breakpoint written): by that breakpoint's offset, or
+ * further where a range whose breakpoints were left out was converted by an earlier one (it
+ * lies above the mapping). -1 before the last breakpoint or before any. */
+int64_t tr_timeline_output_reach(const tr_timeline_out *tl, size_t index, int64_t host_ts);
 /* How far beyond TR_TIMELINE_TOLERANCE_NS trace_processor's conversion may stray from the
  * mapping over host BOOTTIME [from, to] (0 mostly): where the last call found the mapping
  * re-planned below a breakpoint already written, it left the next ones out (each series must

@@ -63,10 +63,10 @@ typedef struct out_host {
   int64_t bound_last_ns;
   int bound_edges;
   int64_t bound_edge_offset[2];
-  /* global-clocks: the trace time the breakpoints written put bound_from at, and the value in
-   * effect there. A re-planned mapping keys later samples lower (at its own trace time), below
-   * events converted by the earlier breakpoints: samples keyed below cover_ts show at least
-   * cover_ns. */
+  /* global-clocks: the latest trace time the breakpoints written put a host time below
+   * bound_from at, and the value in effect there. A re-planned mapping keys later samples
+   * lower (at its own trace time), below events converted by the earlier breakpoints: samples
+   * keyed below cover_ts show at least cover_ns. */
   int64_t cover_ts, cover_ns;
 } out_host;
 
@@ -359,7 +359,7 @@ static int add_bounds(tr_trace_output *o, tr_packet_list *out, bool final) {
     if ((rc = add_bound_samples(o, sh, out, to)) != 0)
       return rc;
     if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS) {
-      sh->cover_ts = tr_timeline_output_converted(o->timeline, h, sh->bound_from);
+      sh->cover_ts = tr_timeline_output_reach(o->timeline, h, sh->bound_from);
       sh->cover_ns = sh->bound_last_ns;
     }
   }
