@@ -322,6 +322,31 @@ int64_t tr_timeline_output_reach(const tr_timeline_out *tl, size_t index, int64_
   return at > th->held_reach ? at : th->held_reach;
 }
 
+int tr_timeline_output_hold_to(tr_timeline_out *tl, size_t index, const tr_host *host,
+                               int64_t to) {
+  tl_host *th = host_state(tl, index);
+  const struct tr_clocksync *est = host->clock;
+  if (!th)
+    return TR_ERR_NOMEM;
+  if (!est || !th->exported || to <= th->export_from)
+    return 0;
+  if (!tl->bp && !(tl->bp = malloc(EXPORT_CAP * sizeof *tl->bp)))
+    return TR_ERR_NOMEM;
+  /* The mapping at its knots in the range (a tolerance no drift reaches: knots and ends only),
+   * where the distance from the last breakpoint's line peaks. */
+  int n = tr_clocksync_export(est, th->export_from, to - 1, HOST_MAX, tl->bp, EXPORT_CAP);
+  if (n < 0)
+    return 0;
+  th->held_from = th->export_from;
+  th->held_dev = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t dev = llabs(th->last_service + (tl->bp[i].host_ts - th->last_host) - tl->bp[i].service_ts);
+    th->held_dev = dev > th->held_dev ? dev : th->held_dev;
+  }
+  close_held(th, est, to);
+  return 0;
+}
+
 int64_t tr_timeline_output_held_excess(const tr_timeline_out *tl, size_t index, int64_t from,
                                        int64_t to) {
   const tl_host *th = index < tl->n_hosts ? &tl->hosts[index] : NULL;

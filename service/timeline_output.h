@@ -55,6 +55,13 @@ int64_t tr_timeline_output_reach(const tr_timeline_out *tl, size_t index, int64_
  * trace_processor applies that breakpoint there. The bound track adds it. */
 int64_t tr_timeline_output_held_excess(const tr_timeline_out *tl, size_t index, int64_t from,
                                        int64_t to);
+/* The final pass's data can reach past the mapping its head exported (data that arrived while
+ * the pass was read, as a reconnecting agent's backlog): trace_processor converts it by the
+ * last breakpoint. Makes host entry index's export from there up to host BOOTTIME `to` a held
+ * range (tr_timeline_output_held_excess), with no breakpoint written: one after that data
+ * would have our resolver place it elsewhere than trace_processor. 0 or TR_ERR_NOMEM. */
+int tr_timeline_output_hold_to(tr_timeline_out *tl, size_t index, const tr_host *host,
+                               int64_t to);
 /* Appends the HostClockSnapshots host sent since the session started and since the last call,
  * as packets of host entry index. 0 or TR_ERR_NOMEM. */
 int tr_timeline_output_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,

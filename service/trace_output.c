@@ -608,6 +608,28 @@ static void note_read_horizons(tr_trace_output *o) {
   }
 }
 
+/* The final pass: its data can reach past the clocks its head wrote (data that arrived while it
+ * was read, as a reconnecting agent's backlog), converted by the last edge or breakpoint. Too
+ * late for clock data (it would come after that data, which trace_processor has converted):
+ * the bound tracks are extended to the hosts' present instead, with that conversion's error. */
+static int bound_final_reach(tr_trace_output *o, tr_packet_list *out) {
+  for (size_t h = 0; h < o->num_hosts; h++) {
+    out_host *sh = &o->hosts[h];
+    int rc;
+    if (host_listed_before(o, h) || !sh->host->clock || !sh->bound_started ||
+        tr_clocksync_frontier(sh->host->clock) < 0 ||
+        (o->p.timeline == TR_TIMELINE_MACHINES && sh->bound_edges == 0))
+      continue;
+    int64_t to = host_present(sh->host->clock) + 1;
+    if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS &&
+        (rc = tr_timeline_output_hold_to(o->timeline, h, sh->host, to)) != 0)
+      return rc;
+    if ((rc = add_bound_samples(o, sh, out, to)) != 0)
+      return rc;
+  }
+  return 0;
+}
+
 static int build_tail(tr_trace_output *o) {
   out_reader *r = &o->reader;
   tr_trace_writer_buf p;
@@ -615,6 +637,8 @@ static int build_tail(tr_trace_output *o) {
 
   note_read_horizons(o);
   free_svc(r);
+  if (r->final && (rc = bound_final_reach(o, &r->svc)) != 0)
+    return rc;
   tr_trace_output_add_event(o, TR_TW_READ_TRACING_BUFFERS_COMPLETED);
   if ((rc = add_events(o, &r->svc)) != 0 || (rc = tr_packet_list_reserve(&r->svc, 1)) != 0)
     return rc;
