@@ -736,11 +736,13 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
       }
       bool take = mapped || (!best->outlier && (best->edge_ok || skipped >= EDGE_MAX_SKIPPED));
       tr_clocksync_pair_from_exchange(&edge, &pair);
+      /* Not after `after`: at or below where the caller can no longer have one, as skipped. */
+      take = take && pair.ping_remote > last.update_remote &&
+             pair.ping_service > last.update_service;
       if (!take) {
         if (!best->outlier)
           skipped_h[skipped++ % EDGE_MAX_SKIPPED] = best->h;
-      } else if (n < cap && pair.ping_remote > last.update_remote &&
-                 pair.ping_service > last.update_service) {
+      } else if (n < cap) {
         out[n++] = edge;
         last = pair;
         skipped = 0;

@@ -173,7 +173,10 @@ int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64
  * not come strictly after the previous one on both clocks: TP makes a remote clock that goes
  * backwards target-only, so one such pair would cut the host off the timeline. `after` (may be
  * NULL) is the last pair written before, by an earlier call, and is updated to the last one of
- * this call. The candidates are the bests of each
+ * this call; a caller may raise its update_remote above that pair's (a host time below which
+ * no edge may come any more, as the service's writer does once data or bound samples there are
+ * out): then no pair's PING is at or below it, and a candidate that would have been written
+ * there counts as skipped. The candidates are the bests of each
  * exchange_period_ns (the last `exchanges` of them, plus the open period's) and, before those,
  * the window bests; a best is an outlier by the window rule against the fit's smallest rtt at
  * the time its period closed. Each one becomes an edge on its own, its offset unsmoothed, so a

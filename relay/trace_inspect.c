@@ -77,6 +77,9 @@ struct pair_index {
 struct ctx {
   struct tr_inspect_result *out;
   struct tr_clockgraph *g;
+  /* Fed in pass 2 as the packets come (when there is a callback): the clock data read so far,
+   * with which trace_processor converts a timestamp when it reads it. */
+  struct tr_clockgraph *g_read;
   struct seq_state *seqs;
   size_t n_seqs, cap_seqs;
   struct pair_index seq_index, range_index, sync_index;
@@ -218,6 +221,22 @@ static int reject(struct ctx *c, uint64_t index) {
   return 0;
 }
 
+/* The snapshot's clocks for the graph, into clocks (TR_CLOCKGRAPH_MAX_CLOCKS); false for one the
+ * graph must not see: no clock, too many, an incremental clock that is not a sequence's. */
+static bool snapshot_clocks(const Perfetto__Protos__ClockSnapshot *cs,
+                            struct tr_clockgraph_clock *clocks) {
+  if (cs->n_clocks == 0 || cs->n_clocks > TR_CLOCKGRAPH_MAX_CLOCKS)
+    return false;
+  for (size_t i = 0; i < cs->n_clocks; i++) {
+    const Perfetto__Protos__ClockSnapshot__Clock *k = cs->clocks[i];
+    if (k->is_incremental && !is_seq_clock(k->clock_id))
+      return false; /* only sequence clocks may be incremental */
+    clocks[i] = (struct tr_clockgraph_clock){k->clock_id, k->timestamp, k->unit_multiplier_ns,
+                                             false};
+  }
+  return true;
+}
+
 static int collect_snapshot(struct ctx *c, struct seq_state *s,
                             const Perfetto__Protos__ClockSnapshot *cs, uint64_t index) {
   c->out->clock_snapshots++;
@@ -225,20 +244,15 @@ static int collect_snapshot(struct ctx *c, struct seq_state *s,
       tr_clockgraph_set_trace_clock(c->g, (uint32_t)cs->primary_trace_clock) == 0)
     c->out->trace_clock = (uint32_t)cs->primary_trace_clock;
   size_t n = cs->n_clocks;
-  if (n == 0 || n > TR_CLOCKGRAPH_MAX_CLOCKS)
-    return reject(c, index);
   struct tr_clockgraph_clock clocks[TR_CLOCKGRAPH_MAX_CLOCKS];
+  if (!snapshot_clocks(cs, clocks))
+    return reject(c, index);
   uint32_t first_global = 0;
   bool has_builtin = false;
   for (size_t i = 0; i < n; i++) {
-    const Perfetto__Protos__ClockSnapshot__Clock *k = cs->clocks[i];
-    if (k->is_incremental && !is_seq_clock(k->clock_id))
-      return reject(c, index); /* only sequence clocks may be incremental */
-    clocks[i] = (struct tr_clockgraph_clock){k->clock_id, k->timestamp, k->unit_multiplier_ns,
-                                             false};
-    has_builtin |= k->clock_id < SEQ_CLOCK_FIRST;
-    if (k->clock_id >= SEQ_CLOCK_END && !first_global)
-      first_global = k->clock_id;
+    has_builtin |= clocks[i].clock_id < SEQ_CLOCK_FIRST;
+    if (clocks[i].clock_id >= SEQ_CLOCK_END && !first_global)
+      first_global = clocks[i].clock_id;
   }
   int rc = tr_clockgraph_add_snapshot(c->g, s->machine, s->seq, clocks, n);
   if (rc == TR_ERR_NOMEM)
@@ -255,7 +269,7 @@ static int collect_snapshot(struct ctx *c, struct seq_state *s,
 }
 
 /* GLOBAL/LOCAL ftrace clocks: the bundle's pair of readings ties clock 64 to BOOTTIME. */
-static int collect_ftrace(struct ctx *c, struct seq_state *s,
+static int collect_ftrace(struct tr_clockgraph *g, struct seq_state *s,
                           const Perfetto__Protos__FtraceEventBundle *b) {
   if (!b->has_ftrace_clock || (b->ftrace_clock != PERFETTO__PROTOS__FTRACE_CLOCK__FTRACE_CLOCK_GLOBAL &&
                                b->ftrace_clock != PERFETTO__PROTOS__FTRACE_CLOCK__FTRACE_CLOCK_LOCAL))
@@ -266,7 +280,7 @@ static int collect_ftrace(struct ctx *c, struct seq_state *s,
   struct tr_clockgraph_clock clocks[2] = {
       {TR_CLOCK_BOOTTIME, (uint64_t)b->boot_timestamp, 1, false},
       {FTRACE_SEQ_CLOCK, (uint64_t)b->ftrace_timestamp, 1, false}};
-  int rc = tr_clockgraph_add_snapshot(c->g, s->machine, s->seq, clocks, 2);
+  int rc = tr_clockgraph_add_snapshot(g, s->machine, s->seq, clocks, 2);
   return rc == TR_ERR_NOMEM ? rc : 0; /* trace_processor ignores a bad pair too */
 }
 
@@ -330,9 +344,12 @@ static void collect_service_mark(struct ctx *c, uint32_t machine,
   snprintf(m->name, sizeof m->name, "%s", te->name);
 }
 
-static int collect_remote_sync(struct ctx *c, uint32_t machine,
-                               const Perfetto__Protos__RemoteClockSync *rcs) {
-  c->out->remote_clock_syncs++;
+/* A remote_clock_sync packet of machine into graph g: c->g in pass 1, which also notes its
+ * readings and offset for the host summaries, or c->g_read in pass 2. */
+static int add_remote_sync(struct ctx *c, struct tr_clockgraph *g, uint32_t machine,
+                           const Perfetto__Protos__RemoteClockSync *rcs) {
+  bool collecting = g == c->g;
+  c->out->remote_clock_syncs += collecting;
   if (machine == 0 || rcs->n_synced_clocks == 0)
     return 0;
   size_t total = 0;
@@ -355,8 +372,8 @@ static int collect_remote_sync(struct ctx *c, uint32_t machine,
     for (size_t j = 0; j < syncs[i].n_client; j++, k++) {
       *k = (struct tr_clockgraph_clock){side[0]->clocks[j]->clock_id,
                                         side[0]->clocks[j]->timestamp, 1, false};
-      if (!is_seq_clock(k->clock_id) && (rc = note_range(c, machine, k->clock_id,
-                                                         k->timestamp)) < 0)
+      if (collecting && !is_seq_clock(k->clock_id) &&
+          (rc = note_range(c, machine, k->clock_id, k->timestamp)) < 0)
         goto done;
     }
     syncs[i].host = k;
@@ -366,9 +383,11 @@ static int collect_remote_sync(struct ctx *c, uint32_t machine,
                                         side[1]->clocks[j]->timestamp, 1, false};
   }
   int64_t offset = INT64_MIN; /* stays so when no offset was computed */
-  rc = tr_clockgraph_add_remote_sync(c->g, machine, syncs, rcs->n_synced_clocks, &offset);
-  if (rc == TR_ERR_NOMEM)
+  rc = tr_clockgraph_add_remote_sync(g, machine, syncs, rcs->n_synced_clocks, &offset);
+  if (rc == TR_ERR_NOMEM || !collecting) {
+    rc = rc == TR_ERR_NOMEM ? rc : 0;
     goto done;
+  }
   c->out->sync_edges += rc > 0 ? (uint64_t)rc : 0;
   struct machine_sync *ms = sync_of(c, machine);
   rc = ms ? 0 : TR_ERR_NOMEM;
@@ -563,10 +582,10 @@ static int collect(struct ctx *c, const Perfetto__Protos__TracePacket *p, uint64
     rc = collect_snapshot(c, s, p->clock_snapshot, index);
     break;
   case PERFETTO__PROTOS__TRACE_PACKET__DATA_FTRACE_EVENTS:
-    rc = collect_ftrace(c, s, p->ftrace_events);
+    rc = collect_ftrace(c->g, s, p->ftrace_events);
     break;
   case PERFETTO__PROTOS__TRACE_PACKET__DATA_REMOTE_CLOCK_SYNC:
-    rc = collect_remote_sync(c, s->machine, p->remote_clock_sync);
+    rc = add_remote_sync(c, c->g, s->machine, p->remote_clock_sync);
     break;
   case PERFETTO__PROTOS__TRACE_PACKET__DATA_SYSTEM_INFO:
     rc = collect_name(c, s->machine, p->system_info);
@@ -755,6 +774,12 @@ static void resolve_point(struct ctx *c, struct seq_state *s, struct tr_inspect_
   }
   pt->status = tr_clockgraph_convert(c->g, s->machine, pt->clock_id, s->seq, pt->clock_ts,
                                      &pt->trace_ts);
+  pt->read_trace_ts = pt->trace_ts;
+  /* What cannot convert yet trace_processor defers (as the full graph resolves it). */
+  int64_t read_ts;
+  if (c->g_read && tr_clockgraph_convert(c->g_read, s->machine, pt->clock_id, s->seq,
+                                         pt->clock_ts, &read_ts) == 0)
+    pt->read_trace_ts = read_ts;
   emit(c, pt);
 }
 
@@ -825,6 +850,27 @@ static void resolve_ftrace(struct ctx *c, struct seq_state *s,
   }
 }
 
+/* The packet's clock data into c->g_read, before its own timestamp is read (a snapshot that pass
+ * 1's graph refused is left out here too). */
+static int read_clock_data(struct ctx *c, struct seq_state *s,
+                           const Perfetto__Protos__TracePacket *p, bool rejected) {
+  struct tr_clockgraph_clock clocks[TR_CLOCKGRAPH_MAX_CLOCKS];
+  int rc = 0;
+  switch (p->data_case) {
+  case PERFETTO__PROTOS__TRACE_PACKET__DATA_CLOCK_SNAPSHOT:
+    if (!rejected && snapshot_clocks(p->clock_snapshot, clocks))
+      rc = tr_clockgraph_add_snapshot(c->g_read, s->machine, s->seq, clocks,
+                                      p->clock_snapshot->n_clocks);
+    return rc == TR_ERR_NOMEM ? rc : 0;
+  case PERFETTO__PROTOS__TRACE_PACKET__DATA_FTRACE_EVENTS:
+    return collect_ftrace(c->g_read, s, p->ftrace_events);
+  case PERFETTO__PROTOS__TRACE_PACKET__DATA_REMOTE_CLOCK_SYNC:
+    return add_remote_sync(c, c->g_read, s->machine, p->remote_clock_sync);
+  default:
+    return 0;
+  }
+}
+
 static int resolve(struct ctx *c, const Perfetto__Protos__TracePacket *p, uint64_t index,
                    uint64_t offset) {
   struct seq_state *s = seq_get(c, machine_of(p), seq_of(p)); /* exists since pass 1 */
@@ -837,6 +883,8 @@ static int resolve(struct ctx *c, const Perfetto__Protos__TracePacket *p, uint64
   bool rejected = c->next_rejected < c->n_rejected && c->rejected[c->next_rejected] == index;
   c->next_rejected += rejected;
   int rc;
+  if (c->g_read && (rc = read_clock_data(c, s, p, rejected)) < 0)
+    return rc;
   if (p->data_case == PERFETTO__PROTOS__TRACE_PACKET__DATA_CLOCK_SNAPSHOT && !rejected &&
       (rc = resolve_snapshot(s, p->clock_snapshot)) < 0)
     return rc;
@@ -965,6 +1013,9 @@ int tr_inspect_trace(const void *data, size_t len, tr_inspect_cb cb, void *arg,
     goto done;
   for (size_t i = 0; i < c.n_seqs; i++) /* pass 2 rebuilds sequence state from the start */
     c.seqs[i].has_default = false;
+  if (cb && ((rc = tr_clockgraph_init(&c.g_read)) < 0 ||
+             (rc = tr_clockgraph_set_trace_clock(c.g_read, out->trace_clock)) < 0))
+    goto done;
   if ((rc = pass(&c, data, len, resolve)) < 0)
     goto done;
   rc = finish_hosts(&c);
@@ -982,6 +1033,7 @@ done:
   free(c.syncs);
   free(c.stats);
   tr_clockgraph_free(c.g);
+  tr_clockgraph_free(c.g_read);
   return rc;
 }
 

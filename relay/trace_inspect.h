@@ -17,7 +17,10 @@
  * remote_clock_sync to the clock graph (relay/clock_graph.h) and learns the trace clock
  * (primary_trace_clock of machine 0's snapshots, else BOOTTIME of machine 0); the second resolves
  * every timestamp in file order. So a packet written before the snapshot that links its clock
- * still resolves, as trace_processor's deferred packets do.
+ * still resolves, as trace_processor's deferred packets do. With a callback, the second pass
+ * also resolves each timestamp with only the clock data read so far, as trace_processor
+ * converts it when it reads the packet (tr_inspect_point.read_trace_ts): the two differ where
+ * a writer put clock data after data it covers (tests check that they never do).
  *
  * Hosts: a host is a machine_id plus, on machine 0 (the `global-clocks` encoding has no
  * machine_id), a clock domain: the first global clock id (>= 128) a sequence stamps its packets
@@ -76,6 +79,11 @@ struct tr_inspect_point {
                        TR_ERR_STATE incremental clock without a base, TR_ERR_UNSUPPORTED ftrace
                        clock UNKNOWN, TR_ERR_INVAL sequence clock without sequence or overflow */
   int64_t trace_ts; /* valid when status is 0 */
+  /* The same with only the clock data written before it in the file (and in its own packet),
+   * where that links its clock already: trace_processor converts a timestamp when it reads the
+   * packet (and defers one it cannot convert yet), so this is where it puts it. The two differ
+   * where clock data lands in the file after data it covers. Valid when status is 0. */
+  int64_t read_trace_ts;
 };
 
 /* Called for every packet that has a timestamp and every ftrace event, in file order. */

@@ -46,6 +46,12 @@ typedef struct tl_host {
   int64_t export_from;        /* host BOOTTIME the next export starts at */
   bool exported;
   int64_t last_host, last_service; /* the last breakpoint written */
+  /* Where the last call left breakpoints out (host BOOTTIME [held_from, held_to)): the mapping
+   * was re-planned below the last one written, which trace_processor applies there instead,
+   * up to held_dev from the mapping. */
+  int64_t held_from, held_to, held_dev;
+  bool held_open; /* held_from is set, held_to not yet */
+  int64_t held_reach; /* the latest trace time a held range's conversion reached */
   uint64_t invalid;
 } tl_host;
 
@@ -203,14 +209,37 @@ int tr_timeline_output_host_snapshots(tr_timeline_out *tl, size_t index, const t
 
 /* ---- cross-host snapshots ---- */
 
+/* Ends the held range at host time `to`, where trace_processor's conversion by the last
+ * breakpoint written stops. */
+static void close_held(tl_host *th, const struct tr_clocksync *est, int64_t to) {
+  int64_t m, dev, reach = th->last_service + (to - 1 - th->last_host);
+  th->held_to = to;
+  th->held_open = false;
+  th->held_reach = reach > th->held_reach ? reach : th->held_reach;
+  if (tr_clocksync_map(est, to - 1, &m) == 0 &&
+      (dev = th->last_service + (to - 1 - th->last_host) - m) > th->held_dev)
+    th->held_dev = dev;
+}
+
 static int push_breakpoint(const tr_timeline_out *tl, tr_packet_list *out, tl_host *th,
-                           const tr_rewrite_host *rw, const struct tr_clocksync_breakpoint *bp) {
+                           const tr_rewrite_host *rw, const struct tr_clocksync *est,
+                           const struct tr_clocksync_breakpoint *bp) {
   uint8_t pkt[TR_REWRITE_SNAPSHOT_MAX], uid[11];
   int len, rc;
   size_t ul = 0;
   uint64_t v = (uint64_t)(int64_t)tl->uid; /* trusted_uid (3), sign-extended as protobuf */
-  if (th->exported && (bp->host_ts <= th->last_host || bp->service_ts <= th->last_service))
+  if (th->exported && (bp->host_ts <= th->last_host || bp->service_ts <= th->last_service)) {
+    /* Left-out breakpoints include every knot, so the conversion's distance from the mapping
+     * (linear between them) peaks at one of them or at the range's end (close_held). */
+    int64_t dev = th->last_service + (bp->host_ts - th->last_host) - bp->service_ts;
+    if (!th->held_open && th->held_to <= th->held_from)
+      th->held_from = bp->host_ts;
+    th->held_open = true; /* a second run in one call merges with the first */
+    th->held_dev = dev > th->held_dev ? dev : th->held_dev;
     return 0;
+  }
+  if (th->held_open)
+    close_held(th, est, bp->host_ts); /* trace_processor takes this one from here on */
   len = tr_rewrite_cross_host_snapshot(rw, bp->service_ts, bp->host_ts, pkt, sizeof pkt);
   if (len < 0)
     return 0;
@@ -256,6 +285,7 @@ int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_ho
     to = HOST_MAX;
   if (!tl->bp && !(tl->bp = malloc(EXPORT_CAP * sizeof *tl->bp)))
     return TR_ERR_NOMEM;
+  th->held_from = th->held_to = th->held_dev = 0;
   for (int64_t step = EXPORT_STEP_NS; th->export_from <= to;) {
     int64_t end = th->export_from + step - 1 < to ? th->export_from + step - 1 : to;
     int n = tr_clocksync_export(est, th->export_from, end, TR_TIMELINE_TOLERANCE_NS, tl->bp,
@@ -271,15 +301,61 @@ int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_ho
     if ((rc = tr_packet_list_reserve(out, (size_t)n)) < 0)
       return rc;
     for (int i = 0; i < n; i++)
-      if ((rc = push_breakpoint(tl, out, th, rw, &tl->bp[i])) < 0)
+      if ((rc = push_breakpoint(tl, out, th, rw, est, &tl->bp[i])) < 0)
         return rc;
     th->export_from = end + 1;
   }
+  if (th->held_open)
+    close_held(th, est, th->export_from); /* the next call goes on from there */
   return 0;
 }
 
 int64_t tr_timeline_output_exported_to(const tr_timeline_out *tl, size_t index) {
   return index < tl->n_hosts && tl->hosts[index].started ? tl->hosts[index].export_from : -1;
+}
+
+int64_t tr_timeline_output_reach(const tr_timeline_out *tl, size_t index, int64_t host_ts) {
+  const tl_host *th = index < tl->n_hosts ? &tl->hosts[index] : NULL;
+  if (!th || !th->exported || host_ts < th->last_host)
+    return -1;
+  int64_t at = th->last_service + (host_ts - th->last_host);
+  return at > th->held_reach ? at : th->held_reach;
+}
+
+int tr_timeline_output_hold_to(tr_timeline_out *tl, size_t index, const tr_host *host,
+                               int64_t to) {
+  tl_host *th = host_state(tl, index);
+  const struct tr_clocksync *est = host->clock;
+  if (!th)
+    return TR_ERR_NOMEM;
+  if (!est || !th->exported || to <= th->export_from)
+    return 0;
+  if (!tl->bp && !(tl->bp = malloc(EXPORT_CAP * sizeof *tl->bp)))
+    return TR_ERR_NOMEM;
+  /* The mapping at its knots in the range (a tolerance no drift reaches: knots and ends only),
+   * where the distance from the last breakpoint's line peaks. */
+  int n = tr_clocksync_export(est, th->export_from, to - 1, HOST_MAX, tl->bp, EXPORT_CAP);
+  if (n < 0)
+    return 0;
+  th->held_from = th->export_from;
+  th->held_dev = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t dev = llabs(th->last_service + (tl->bp[i].host_ts - th->last_host) - tl->bp[i].service_ts);
+    th->held_dev = dev > th->held_dev ? dev : th->held_dev;
+  }
+  close_held(th, est, to);
+  return 0;
+}
+
+int64_t tr_timeline_output_held_excess(const tr_timeline_out *tl, size_t index, int64_t from,
+                                       int64_t to) {
+  const tl_host *th = index < tl->n_hosts ? &tl->hosts[index] : NULL;
+  /* The track is keyed by the mapping's trace time, which runs up to held_dev behind the
+   * conversion there: the samples that far past the range are read for its events too. */
+  if (!th || th->held_to <= th->held_from || th->held_dev <= TR_TIMELINE_TOLERANCE_NS ||
+      to < th->held_from || from >= th->held_to + th->held_dev)
+    return 0;
+  return th->held_dev - TR_TIMELINE_TOLERANCE_NS;
 }
 
 /* ---- host packets ---- */

@@ -33,7 +33,7 @@ tr_timeline_out *tr_timeline_output_new(enum tr_timeline timeline, int32_t uid,
                                         tr_tbuf_seqids *seqids, int64_t start_ns);
 void tr_timeline_output_free(tr_timeline_out *tl);
 
-/* Appends to out, for host entry index (the newest entry of its host), in `global-clocks` the
+/* Appends to out, for host entry index (the first entry of its host), in `global-clocks` the
  * cross-host snapshots covering its BOOTTIME from where the last call stopped up to a little
  * past the host's present (final: past the estimator's frontier too). Called for each read pass
  * and for the clock journal. 0 or TR_ERR_NOMEM. */
@@ -43,6 +43,25 @@ int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_ho
  * before its first export. Beyond the estimator's frontier an export is the estimator's plan
  * at the time, which later probes re-plan: only that state's bound describes it. */
 int64_t tr_timeline_output_exported_to(const tr_timeline_out *tl, size_t index);
+/* The latest trace time at which trace_processor puts any host BOOTTIME of host entry index
+ * up to host_ts (at or after the last breakpoint written): by that breakpoint's offset, or
+ * further where a range whose breakpoints were left out was converted by an earlier one (it
+ * lies above the mapping). -1 before the last breakpoint or before any. */
+int64_t tr_timeline_output_reach(const tr_timeline_out *tl, size_t index, int64_t host_ts);
+/* How far beyond TR_TIMELINE_TOLERANCE_NS trace_processor's conversion may stray from the
+ * mapping over host BOOTTIME [from, to] (0 mostly): where the last call found the mapping
+ * re-planned below a breakpoint already written, it left the next ones out (each series must
+ * stay monotonic; for a host with little drift the next one may be a second away), and
+ * trace_processor applies that breakpoint there. The bound track adds it. */
+int64_t tr_timeline_output_held_excess(const tr_timeline_out *tl, size_t index, int64_t from,
+                                       int64_t to);
+/* The final pass's data can reach past the mapping its head exported (data that arrived while
+ * the pass was read, as a reconnecting agent's backlog): trace_processor converts it by the
+ * last breakpoint. Makes host entry index's export from there up to host BOOTTIME `to` a held
+ * range (tr_timeline_output_held_excess), with no breakpoint written: one after that data
+ * would have our resolver place it elsewhere than trace_processor. 0 or TR_ERR_NOMEM. */
+int tr_timeline_output_hold_to(tr_timeline_out *tl, size_t index, const tr_host *host,
+                               int64_t to);
 /* Appends the HostClockSnapshots host sent since the session started and since the last call,
  * as packets of host entry index. 0 or TR_ERR_NOMEM. */
 int tr_timeline_output_host_snapshots(tr_timeline_out *tl, size_t index, const tr_host *host,

@@ -48,6 +48,12 @@ typedef struct out_host {
   struct tr_clocksync_sync_pair clock_sync_last; /* the last one written */
   bool clock_anchored; /* machines: its clock anchor is written (tr_trace_writer_clock_anchor):
                         * its ClockSnapshots and data may follow */
+  /* machines: host BOOTTIME at and below which no edge may come any more: a read pass wrote
+   * the host's data up to about there (read_horizon), which trace_processor converted with the
+   * edges before it as it read them, or its bound track is written up to there with those
+   * edges (bound_from). An edge written later below either would place that data elsewhere
+   * than trace_processor does, and beyond the bound its track shows. */
+  int64_t read_horizon;
   /* The host's clock error bound track: host BOOTTIME sampled up to, the last value written
    * (0: none yet), and in `machines` the offsets (service minus host) of the newest two
    * remote_clock_sync edges written, [0] the newest. */
@@ -57,6 +63,11 @@ typedef struct out_host {
   int64_t bound_last_ns;
   int bound_edges;
   int64_t bound_edge_offset[2];
+  /* global-clocks: the latest trace time the breakpoints written put a host time below
+   * bound_from at, and the value in effect there. A re-planned mapping keys later samples
+   * lower (at its own trace time), below events converted by the earlier breakpoints: samples
+   * keyed below cover_ts show at least cover_ns. */
+  int64_t cover_ts, cover_ns;
 } out_host;
 
 typedef struct out_event {
@@ -278,12 +289,16 @@ static int add_bound_samples(const tr_trace_output *o, out_host *sh, tr_packet_l
     if (est < 0 || est_end < 0 || ts < 0)
       continue;
     b = b_end > b ? b_end : b;
+    if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS) /* breakpoints left out there */
+      b += tr_timeline_output_held_excess(o->timeline, (size_t)(sh - o->hosts), h, end);
     /* A knot inside the step can peak above both ends: its excess over the ends' estimator
      * bound is added (the encoding's share is the ends'). */
     int64_t knot = tr_clocksync_knot_bound_max(sh->host->clock, h, end);
     est = est_end > est ? est_end : est;
     if (knot > est)
       b += knot - est;
+    if (ts < sh->cover_ts && b < sh->cover_ns)
+      b = sh->cover_ns;
     b = (b + BOUND_QUANTUM_NS - 1) / BOUND_QUANTUM_NS * BOUND_QUANTUM_NS;
     if (sh->bound_last_ns && b <= sh->bound_last_ns && b * 5 >= sh->bound_last_ns * 4)
       continue;
@@ -343,8 +358,33 @@ static int add_bounds(tr_trace_output *o, tr_packet_list *out, bool final) {
       continue;
     if ((rc = add_bound_samples(o, sh, out, to)) != 0)
       return rc;
+    if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS) {
+      sh->cover_ts = tr_timeline_output_reach(o->timeline, h, sh->bound_from);
+      sh->cover_ns = sh->bound_last_ns;
+    }
   }
   return 0;
+}
+
+/* machines: the estimator's mapping at host time `at` as an edge (its PING at `at`): the
+ * trace's only mapping there, converted by trace_processor within the bound the track then
+ * shows. */
+static int add_mapped_edge(tr_trace_output *o, out_host *sh, tr_packet_list *out, int64_t at) {
+  struct tr_clocksync_breakpoint bp = {.host_ts = at + 3};
+  struct tr_clocksync_sync_pair pair;
+  tr_trace_writer_buf p;
+  int rc;
+  if (!sh->clock_sync_started || tr_clocksync_map(sh->host->clock, bp.host_ts, &bp.service_ts) != 0 ||
+      bp.service_ts < 3)
+    return 0;
+  if ((rc = tr_packet_list_reserve(out, 1)) != 0)
+    return rc;
+  tr_clocksync_pair_from_breakpoint(&bp, &pair);
+  if ((rc = push(out, tr_trace_writer_remote_clock_sync(o->p.uid, sh->host->machine_id, &pair, &p),
+                 &p)) != 0)
+    return rc;
+  sh->clock_sync_last = pair;
+  return bound_edge_written(o, sh, out, &pair);
 }
 
 /* remote_clock_sync packets (machines timeline): the best real exchanges of each host since
@@ -378,12 +418,17 @@ static int add_clock_syncs(tr_trace_output *o, tr_packet_list *out, bool final) 
     }
     /* In slices of SYNC_MAX_PER_PASS: a session read only at its end has them all at once. */
     do {
+      struct tr_clocksync_sync_pair after = sh->clock_sync_last;
+      int64_t floor = sh->bound_from - 1 > sh->read_horizon ? sh->bound_from - 1 : sh->read_horizon;
       if (to <= sh->clock_sync_from)
         break;
+      if (after.update_remote < floor)
+        after.update_remote = floor;
       n = tr_clocksync_best_exchanges(sh->host->clock, sh->clock_sync_from, to, SYNC_PERIOD_NS,
-                                      &sh->clock_sync_last, ex, SYNC_MAX_PER_PASS);
+                                      &after, ex, SYNC_MAX_PER_PASS);
       if (n <= 0)
         break;
+      sh->clock_sync_last = after;
       for (int i = 0; i < n; i++) {
         struct tr_clocksync_sync_pair pair;
         tr_trace_writer_buf p;
@@ -400,6 +445,17 @@ static int add_clock_syncs(tr_trace_output *o, tr_packet_list *out, bool final) 
           return rc;
       }
     } while (n == SYNC_MAX_PER_PASS);
+    /* A host without any exchange in the session (its answers never came through, as on a
+     * starved host behind a saturated link) gets its mapping at the session's start: its data
+     * resolves (trace_processor would otherwise take the two BOOTTIMEs as aligned). And data a
+     * pass wrote past the last edge (the frontier lags the present behind a saturated link)
+     * was converted by that edge's offset: the edges below it can no longer come (the floor
+     * above), so the data after it gets the mapping there (its plan past the frontier). */
+    if (final && sh->bound_edges == 0 && (rc = add_mapped_edge(o, sh, out, sh->clock_sync_from)) != 0)
+      return rc;
+    if (sh->bound_edges > 0 && sh->clock_sync_last.update_remote < sh->read_horizon &&
+        (rc = add_mapped_edge(o, sh, out, sh->read_horizon + 1)) != 0)
+      return rc;
     if ((rc = add_clock_anchor(o, sh, out, final)) != 0)
       return rc;
   }
@@ -446,8 +502,10 @@ static int add_timeline(tr_trace_output *o, tr_packet_list *out, bool final) {
     int rc;
     if (!newest_entry(o, h))
       continue;
+    /* The export goes on from the host's first entry's state, which its bounds follow. */
     if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS &&
-        (rc = tr_timeline_output_cross_host(o->timeline, h, host, out, final)) < 0)
+        (rc = tr_timeline_output_cross_host(o->timeline, first_entry(o, h), host, out,
+                                            final)) < 0)
       return rc;
     if (tr_trace_output_host_anchored(o, h) &&
         (rc = tr_timeline_output_host_snapshots(o->timeline, h, host, out)) < 0)
@@ -527,12 +585,60 @@ static int build_head(tr_trace_output *o) {
   return rc ? rc : add_clocks(o, &r->svc, r->final);
 }
 
+/* The host time of the service's present plus the error bound there: the host stamped no data
+ * that a pass has read by now any later (its clock's mapping inverted by two Newton steps). */
+static int64_t host_present(const struct tr_clocksync *clock) {
+  int64_t now = (int64_t)tr_clock_boottime_ns(), h = now - tr_clocksync_offset_ns(clock), s;
+  for (int i = 0; i < 2 && tr_clocksync_map(clock, h, &s) == 0; i++)
+    h -= s - now;
+  int64_t bound = tr_clocksync_error_bound(clock, h);
+  return bound > 0 ? h + bound : h;
+}
+
+/* machines, once a pass has read the buffers: how far each host's data it read reaches. */
+static void note_read_horizons(tr_trace_output *o) {
+  for (size_t h = 0; h < o->num_hosts && o->p.timeline == TR_TIMELINE_MACHINES; h++) {
+    out_host *first = &o->hosts[first_entry(o, h)];
+    if (!o->hosts[h].host->clock || tr_clocksync_frontier(o->hosts[h].host->clock) < 0 ||
+        !(o->reader.final || tr_trace_output_host_anchored(o, h)))
+      continue;
+    int64_t horizon = host_present(o->hosts[h].host->clock);
+    if (horizon > first->read_horizon)
+      first->read_horizon = horizon;
+  }
+}
+
+/* The final pass: its data can reach past the clocks its head wrote (data that arrived while it
+ * was read, as a reconnecting agent's backlog), converted by the last edge or breakpoint. Too
+ * late for clock data (it would come after that data, which trace_processor has converted):
+ * the bound tracks are extended to the hosts' present instead, with that conversion's error. */
+static int bound_final_reach(tr_trace_output *o, tr_packet_list *out) {
+  for (size_t h = 0; h < o->num_hosts; h++) {
+    out_host *sh = &o->hosts[h];
+    int rc;
+    if (host_listed_before(o, h) || !sh->host->clock || !sh->bound_started ||
+        tr_clocksync_frontier(sh->host->clock) < 0 ||
+        (o->p.timeline == TR_TIMELINE_MACHINES && sh->bound_edges == 0))
+      continue;
+    int64_t to = host_present(sh->host->clock) + 1;
+    if (o->p.timeline == TR_TIMELINE_GLOBAL_CLOCKS &&
+        (rc = tr_timeline_output_hold_to(o->timeline, h, sh->host, to)) != 0)
+      return rc;
+    if ((rc = add_bound_samples(o, sh, out, to)) != 0)
+      return rc;
+  }
+  return 0;
+}
+
 static int build_tail(tr_trace_output *o) {
   out_reader *r = &o->reader;
   tr_trace_writer_buf p;
   int rc;
 
+  note_read_horizons(o);
   free_svc(r);
+  if (r->final && (rc = bound_final_reach(o, &r->svc)) != 0)
+    return rc;
   tr_trace_output_add_event(o, TR_TW_READ_TRACING_BUFFERS_COMPLETED);
   if ((rc = add_events(o, &r->svc)) != 0 || (rc = tr_packet_list_reserve(&r->svc, 1)) != 0)
     return rc;

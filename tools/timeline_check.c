@@ -12,14 +12,18 @@
  * median, p99 and max of |error| in microseconds, the signed median, and two kinds of
  * violation: an event whose |error| exceeds the bound, and an order inversion (two events of one
  * sequence whose trace times run against their host times). Events that did not resolve count
- * as violations too; --allow-inversions still counts and prints inversions but does not fail
+ * as violations too, and so do events that trace_processor, which converts a timestamp when it
+ * reads the packet, would put elsewhere than the whole trace's clock data does (clock data
+ * written after data it covers: tr_inspect_point.read_trace_ts; then what this checks is not
+ * what the viewer shows); --allow-inversions still counts and prints inversions but does not fail
  * on them (trace_processor's constant offset per remote_clock_sync edge or per ClockSnapshot
  * steps back there when the host's clock runs fast, so two events closer than the step can
  * swap; see tests/integration/test_timeline.sh). Exit 0 when there is none and every named host has events, 1 otherwise,
  * 2 on bad arguments or an unreadable trace. It also compares each event's |error| with the
  * clock error bound the trace itself shows for that host at that instant (the service's bound
  * track, relay/trace_bounds.h) and counts the events beyond it and those before the track's
- * first sample; --check-own-bound makes either a violation (the bound must be honest). --dump FILE writes one line per checked event,
+ * first sample, and reports the bound's width at the events (median, p99: what honesty costs);
+ * --check-own-bound makes either a violation (the bound must be honest). --dump FILE writes one line per checked event,
  * "NAME TRUE_NS ERROR_NS" (true instant on the service's BOOTTIME, signed error), to see where
  * in time the error is. */
 #include <errno.h>
@@ -42,10 +46,14 @@ struct host {
   double *err; /* signed errors in ns */
   size_t n, cap;
   uint64_t unresolved, over_bound, inversions;
+  uint64_t read_moved; /* events trace_processor, reading in file order, puts elsewhere */
+  int64_t first_read_moved_ns; /* the first one's difference (ours minus file order) */
   const struct tr_trace_bound_track *own; /* the trace's bound track of this host, or NULL */
   bool own_looked_up; /* the tracks are complete once the resolver's first pass is over */
   uint64_t beyond_own, no_own;
   double worst_own_ratio; /* largest |error| / own bound */
+  double *own_ns;         /* the own bound at each event that has one, in ns */
+  size_t n_own, cap_own;
 };
 
 struct seq_last {
@@ -106,6 +114,20 @@ static struct seq_last *seq_of(struct ctx *c, uint32_t host, uint32_t seq) {
   return &c->seqs[c->n_seqs++];
 }
 
+/* Appends v to *a (n used, cap allocated); false when out of memory. */
+static bool push_value(double **a, size_t *n, size_t *cap, double v) {
+  if (*n == *cap) {
+    size_t grown = *cap ? 2 * *cap : 4096;
+    double *g = realloc(*a, grown * sizeof *g);
+    if (!g)
+      return false;
+    *a = g;
+    *cap = grown;
+  }
+  (*a)[(*n)++] = v;
+  return true;
+}
+
 static void check_own_bound(struct ctx *c, struct host *h, int64_t trace_ts, double err_ns) {
   if (!h->own_looked_up) {
     h->own = tr_trace_bounds_find(&c->res->bounds, h->name);
@@ -116,6 +138,8 @@ static void check_own_bound(struct ctx *c, struct host *h, int64_t trace_ts, dou
     h->no_own++;
     return;
   }
+  if (!push_value(&h->own_ns, &h->n_own, &h->cap_own, us * 1e3))
+    c->oom = 1;
   if (fabs(err_ns) > us * 1e3)
     h->beyond_own++;
   if (us > 0 && fabs(err_ns) / (us * 1e3) > h->worst_own_ratio)
@@ -135,6 +159,8 @@ static void on_point(const struct tr_inspect_point *p, void *arg) {
     return;
   }
   double e = (double)(p->trace_ts - truth);
+  if (p->read_trace_ts != p->trace_ts && !h->read_moved++)
+    h->first_read_moved_ns = p->trace_ts - p->read_trace_ts;
   if (c->dump)
     fprintf(c->dump, "%s %lld %lld\n", h->name, (long long)truth, (long long)(p->trace_ts - truth));
   if (fabs(e) > (double)c->bound_ns)
@@ -148,17 +174,8 @@ static void on_point(const struct tr_inspect_point *p, void *arg) {
     h->inversions++;
   s->clock_ts = p->clock_ts;
   s->trace_ts = p->trace_ts;
-  if (h->n == h->cap) {
-    size_t n = h->cap ? 2 * h->cap : 4096;
-    double *g = realloc(h->err, n * sizeof *g);
-    if (!g) {
-      c->oom = 1;
-      return;
-    }
-    h->err = g;
-    h->cap = n;
-  }
-  h->err[h->n++] = e;
+  if (!push_value(&h->err, &h->n, &h->cap, e))
+    c->oom = 1;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -284,27 +301,35 @@ int main(int argc, char **argv) {
             c.oom ? "out of memory" : tr_strerror(rc));
     return 2;
   }
-  size_t total = 0;
-  for (size_t h = 0; h < c.n_hosts; h++)
+  size_t total = 0, total_own = 0;
+  for (size_t h = 0; h < c.n_hosts; h++) {
     total += c.hosts[h].n;
+    total_own += c.hosts[h].n_own;
+  }
   double *all = calloc(total ? total : 1, sizeof *all);
-  if (!all) {
+  double *all_own = calloc(total_own ? total_own : 1, sizeof *all_own);
+  if (!all || !all_own) {
     fprintf(stderr, "tracerelay-timeline-check: out of memory\n");
     return 2;
   }
-  size_t k = 0;
-  uint64_t unresolved = 0, over = 0, inv = 0, beyond_own = 0;
+  size_t k = 0, k_own = 0;
+  uint64_t unresolved = 0, over = 0, inv = 0, beyond_own = 0, beyond_own_all = 0, moved = 0;
   if (json)
     printf("{\"bound_us\": %.3f, \"hosts\": {", (double)c.bound_ns / 1e3);
   for (size_t h = 0; h < c.n_hosts; h++) {
     struct host *x = &c.hosts[h];
-    struct summary s;
+    struct summary s, w;
     summarize(x->err, x->n, &s);
-    for (size_t j = 0; j < x->n; j++)
-      all[k++] = x->err[j];
+    summarize(x->own_ns, x->n_own, &w);
+    memcpy(all + k, x->err, x->n * sizeof *all);
+    k += x->n;
+    memcpy(all_own + k_own, x->own_ns, x->n_own * sizeof *all_own);
+    k_own += x->n_own;
     unresolved += x->unresolved;
     over += x->over_bound;
     inv += x->inversions;
+    moved += x->read_moved;
+    beyond_own_all += x->beyond_own;
     if (check_own)
       beyond_own += x->beyond_own + x->no_own;
     if (x->n == 0)
@@ -312,42 +337,56 @@ int main(int argc, char **argv) {
     if (json)
       printf("%s\"%s\": {\"events\": %zu, \"median_us\": %.3f, \"p99_us\": %.3f, \"max_us\": "
              "%.3f, \"signed_median_us\": %.3f, \"over_bound\": %llu, \"inversions\": %llu, "
-             "\"unresolved\": %llu, \"own_bound_max_us\": %.3f, \"beyond_own_bound\": %llu, "
+             "\"unresolved\": %llu, \"elsewhere_in_file_order\": %llu, "
+             "\"own_bound_max_us\": %.3f, \"own_bound_median_us\": %.3f, "
+             "\"own_bound_p99_us\": %.3f, \"beyond_own_bound\": %llu, "
              "\"before_own_bound\": %llu, \"worst_error_to_own_bound\": %.3f}",
              h ? ", " : "", x->name, s.n, s.median_us, s.p99_us, s.max_us, s.signed_median_us,
              (unsigned long long)x->over_bound, (unsigned long long)x->inversions,
-             (unsigned long long)x->unresolved, x->own ? x->own->max_us : -1.0,
-             (unsigned long long)x->beyond_own, (unsigned long long)x->no_own,
+             (unsigned long long)x->unresolved, (unsigned long long)x->read_moved,
+             x->own ? x->own->max_us : -1.0, w.median_us,
+             w.p99_us, (unsigned long long)x->beyond_own, (unsigned long long)x->no_own,
              x->worst_own_ratio);
     else
       printf("%-12s events %8zu  |error| median %8.3f us  p99 %8.3f us  max %8.3f us  "
-             "(signed median %+.3f us)  over bound %llu  order inversions %llu  unresolved %llu\n",
+             "(signed median %+.3f us)  over bound %llu  order inversions %llu  unresolved %llu  "
+             "elsewhere in file order %llu (first by %lld ns)\n"
+             "%-12s own bound: median %.3f us, p99 %.3f us, max %.3f us, events beyond it %llu, "
+             "before its first sample %llu, worst |error|/bound %.3f\n",
              x->name, s.n, s.median_us, s.p99_us, s.max_us, s.signed_median_us,
              (unsigned long long)x->over_bound, (unsigned long long)x->inversions,
-             (unsigned long long)x->unresolved);
-    if (!json)
-      printf("%-12s own bound: max %.3f us, events beyond it %llu, before its first sample %llu, "
-             "worst |error|/bound %.3f\n",
-             x->name, x->own ? x->own->max_us : -1.0, (unsigned long long)x->beyond_own,
+             (unsigned long long)x->unresolved, (unsigned long long)x->read_moved,
+             (long long)x->first_read_moved_ns, x->name, w.median_us, w.p99_us,
+             x->own ? x->own->max_us : -1.0, (unsigned long long)x->beyond_own,
              (unsigned long long)x->no_own, x->worst_own_ratio);
   }
-  struct summary s;
+  struct summary s, w;
   summarize(all, k, &s);
-  if (unresolved || over || beyond_own || (inv && !allow_inversions))
+  summarize(all_own, k_own, &w); /* the bound's width at the events: the price of honesty */
+  if (unresolved || over || beyond_own || moved || (inv && !allow_inversions))
     status = 1;
   if (json)
     printf("}, \"all\": {\"events\": %zu, \"median_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f, "
-           "\"violations\": %llu}, \"ok\": %s}\n",
-           s.n, s.median_us, s.p99_us, s.max_us, (unsigned long long)(unresolved + over + inv + beyond_own),
+           "\"own_bound_median_us\": %.3f, \"own_bound_p99_us\": %.3f, \"beyond_own_bound\": %llu, "
+           "\"unresolved\": %llu, \"elsewhere_in_file_order\": %llu, \"violations\": %llu}, "
+           "\"ok\": %s}\n",
+           s.n, s.median_us, s.p99_us, s.max_us, w.median_us, w.p99_us,
+           (unsigned long long)beyond_own_all, (unsigned long long)unresolved,
+           (unsigned long long)moved,
+           (unsigned long long)(unresolved + over + inv + beyond_own + moved),
            status == 0 ? "true" : "false");
   else
     printf("%-12s events %8zu  |error| median %8.3f us  p99 %8.3f us  max %8.3f us  bound %.1f "
-           "us  violations %llu: %s\n",
-           "all", s.n, s.median_us, s.p99_us, s.max_us, (double)c.bound_ns / 1e3,
-           (unsigned long long)(unresolved + over + inv + beyond_own), status == 0 ? "OK" : "FAIL");
+           "us  own bound median %.3f us, p99 %.3f us  violations %llu: %s\n",
+           "all", s.n, s.median_us, s.p99_us, s.max_us, (double)c.bound_ns / 1e3, w.median_us,
+           w.p99_us, (unsigned long long)(unresolved + over + inv + beyond_own + moved),
+           status == 0 ? "OK" : "FAIL");
   free(all);
-  for (size_t h = 0; h < c.n_hosts; h++)
+  free(all_own);
+  for (size_t h = 0; h < c.n_hosts; h++) {
     free(c.hosts[h].err);
+    free(c.hosts[h].own_ns);
+  }
   free(c.seqs);
   if (c.dump)
     fclose(c.dump);

@@ -18,14 +18,24 @@
 #   random 0..TR_TIMELINE_JITTER_US (default 500) to each direction; crowd (issue 14): besides
 #   the four hosts, TR_TIMELINE_CROWD (default 200) idle agents, each with its own certificate,
 #   connected to the same service from its own namespace (all in every session's fan-out and
-#   all probed). saturated needs namespaces (exit 77 without).
+#   all probed); starved (issue 24): saturated, plus CPU-burning loops at 3x the CPU count
+#   (TR_TIMELINE_BURNERS overrides) beside the agents, loadgens and service for the whole
+#   recording, so every process waits for a CPU. saturated and starved need namespaces (exit
+#   77 without).
+# TR_TIMELINE_DEBUG=1 runs the service at --log-level debug (every probe's four timestamps in
+#   its log, kept with TR_TIMELINE_KEEP).
 #   SECONDS: trace length per encoding (default 20; bench/bench_timeline.sh runs 60).
 #   TR_TIMELINE_ENCODINGS: the encodings to record, in turn (default "machines global-clocks").
 #   SUMMARY_FILE: the checker's JSON per encoding is appended there, one line each.
 # TR_TIMELINE_KEEP=DIR keeps, per encoding, the trace (DIR/ENC.pftrace) and the checker's
 # per-event dump (DIR/ENC.dump), for test_trace_processor.sh.
 # TR_TIMELINE_PERFETTO=/path/to/perfetto records with Perfetto's CLI instead of `tracerelay
-# record`, with write_into_file and a read pass every 500 ms.
+# record`, with write_into_file and a read pass every 500 ms; TR_TIMELINE_FILE_PERIOD_MS=N keeps
+# `tracerelay record` but sets write_into_file with a read pass every N ms (the service writes
+# the file in passes, as for Perfetto's CLI). In every mode the checker also fails on any event
+# that trace_processor, converting each timestamp with the clock data read so far, would put
+# elsewhere than the whole trace's clock data does (a pass writing clock data below data an
+# earlier pass wrote).
 # Bounds (largest |error| allowed), from the environment:
 #   BOUND_GLOBAL_US (default 1000): global-clocks follows the estimator's mapping to within
 #     TR_TIMELINE_TOLERANCE_NS, so the bound is the estimator's, RTT/2 plus drift uncertainty,
@@ -63,8 +73,8 @@ fi
 
 SCENARIO=${TR_TIMELINE_SCENARIO:-idle}
 BUFFER=64mb # per host; the saturated links carry about 2.5 MB/s each
-[ "$SCENARIO" = saturated ] && BUFFER=$((4 * SECONDS_PER_TRACE))mb
-case "$SCENARIO" in idle | saturated | busy | asym | jitter | crowd) ;; *)
+case "$SCENARIO" in saturated | starved) BUFFER=$((4 * SECONDS_PER_TRACE))mb ;; esac
+case "$SCENARIO" in idle | saturated | starved | busy | asym | jitter | crowd) ;; *)
   echo "unknown TR_TIMELINE_SCENARIO '$SCENARIO'"; exit 2 ;; esac
 
 # Before the agents start: link limits, proxies, agent flags.
@@ -72,8 +82,8 @@ scenario_links() {
   AGENT_ARGS=()
   local i h port ns
   case "$SCENARIO" in
-  saturated)
-    [ "$USE_NETNS" = 1 ] || { echo "SKIP: the saturated scenario needs network namespaces"; exit 77; }
+  saturated | starved)
+    [ "$USE_NETNS" = 1 ] || { echo "SKIP: the $SCENARIO scenario needs network namespaces"; exit 77; }
     AGENT_ARGS=(--no-compress)
     for i in "${!HOSTS[@]}"; do
       ip netns exec "$(host_ns $((i + 1)))" tc qdisc add dev "tr${CLUSTER_ID}h$((i + 1))" root tbf \
@@ -126,18 +136,52 @@ wait_all_connected() { # wait_all_connected N: up to 120 s
 scenario_load() {
   local h i
   case "$SCENARIO" in
-  saturated)
+  saturated | starved)
     for h in "${HOSTS[@]}"; do
       cluster_start_loadgen "$h" --name "flood-$h" --writers 2 --rate 2000 --packet-size 2000 \
         --fake-clock "${FAKE[$h]}"
     done ;;
-  busy)
-    for i in $(seq "$(nproc)"); do
-      $(ns_prefix "$(host_ns $(((i - 1) % ${#HOSTS[@]} + 1)))") timeout "$((SECONDS_PER_TRACE + 20))" \
-        sh -c 'while :; do :; done' &
-      CLUSTER_PIDS+=("$!")
-    done ;;
+  busy) start_burners "$(nproc)" ;;
   esac
+  [ "$SCENARIO" != starved ] || start_burners "${TR_TIMELINE_BURNERS:-$((3 * $(nproc)))}"
+}
+
+# N busy loops, spread over the host namespaces, each ending by itself after the recording
+# (cluster_cleanup ends them sooner).
+start_burners() {
+  local i
+  for i in $(seq "$1"); do
+    $(ns_prefix "$(host_ns $(((i - 1) % ${#HOSTS[@]} + 1)))") timeout "$((SECONDS_PER_TRACE + 20))" \
+      sh -c 'while :; do :; done' &
+    CLUSTER_PIDS+=("$!")
+  done
+}
+
+# summary_line ENCODING STEP: one JSON line for the bench in SUMMARY, written whole in one
+# append: the service's status and the checker's verdict, or, when the checker's output is not
+# JSON (STEP, e.g. "checker exit 2" on an unreadable trace, or a crash), "check": null with why.
+summary_line() {
+  python3 - "$SUMMARY" "$1" "$SCENARIO" "$2" "$WORK/status.json" "$WORK/check.json" \
+    "$WORK/check.err" "$WORK" <<'PY'
+import json, os, sys
+summary, enc, scenario, step, status, check, err, work = sys.argv[1:]
+def load(path):
+    try:
+        return json.load(open(path)), None
+    except (OSError, ValueError) as e:
+        return None, e
+row = {"encoding": enc, "scenario": scenario, "status": load(status)[0]}
+row["check"], why = load(check)
+if row["check"] is None:
+    out = open(check, errors="replace").read() if os.path.exists(check) else ""
+    row["check_error"] = (f"{step} ({why}): "
+                          f"{open(err, errors='replace').read()[-500:].strip()} "
+                          f"[stdout {len(out)} bytes: {out[:200]!r}] (kept in {work})")
+line = (json.dumps(row) + "\n").encode()
+fd = os.open(summary, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+os.write(fd, line)
+os.close(fd)
+PY
 }
 
 BASE=$(mktemp -d /tmp/tracerelay-timeline.XXXXXX)
@@ -146,7 +190,9 @@ STATUS=0
 for enc in ${TR_TIMELINE_ENCODINGS:-machines global-clocks}; do
   cluster_init "$BIN" "$BASE/$enc"
   cluster_hosts "${HOSTS[@]}"
-  cluster_start_service --timeline "$enc"
+  SERVICE_ARGS=(--timeline "$enc")
+  [ "${TR_TIMELINE_DEBUG:-0}" = 1 ] && SERVICE_ARGS+=(--log-level debug)
+  cluster_start_service "${SERVICE_ARGS[@]}"
   scenario_links
   for h in "${HOSTS[@]}"; do
     cluster_start_agent "$h" --fake-clock "${FAKE[$h]}" "${AGENT_ARGS[@]}"
@@ -172,11 +218,17 @@ for enc in ${TR_TIMELINE_ENCODINGS:-machines global-clocks}; do
     # The producers clear their incremental state every second, as a lossy trace needs: after
     # a loss, trace_processor skips a sequence's packets until its next clear (saturated).
     echo 'incremental_state_config { clear_period_ms: 1000 }' >"$WORK/cfg.pbtxt"
+    if [ -n "${TR_TIMELINE_FILE_PERIOD_MS:-}" ]; then
+      printf '%s\n' 'write_into_file: true' \
+        "file_write_period_ms: $TR_TIMELINE_FILE_PERIOD_MS" >>"$WORK/cfg.pbtxt"
+    fi
     record=("$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" -c "$WORK/cfg.pbtxt"
             --data-source track_event -b "$BUFFER" -t "${SECONDS_PER_TRACE}s")
   fi
   "${record[@]}" -o "$WORK/trace.pftrace" >"$WORK/record.log" 2>&1 || {
-    echo "FAIL: record ($enc)"; cat "$WORK/record.log"; STATUS=1; cluster_cleanup; continue; }
+    echo "FAIL: record ($enc)"; cat "$WORK/record.log"; STATUS=1
+    [ -z "$SUMMARY" ] || { cp "$WORK/record.log" "$WORK/check.err"; summary_line "$enc" "record failed"; }
+    cluster_cleanup; continue; }
   # The probes' round trips as the service measured them, for the bench's summary.
   "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json >"$WORK/status.json" 2>/dev/null || true
   BOUND_US=${BOUND_GLOBAL_US:-1000}
@@ -191,15 +243,15 @@ for enc in ${TR_TIMELINE_ENCODINGS:-machines global-clocks}; do
   fi
   if [ -n "${TR_TIMELINE_KEEP:-}" ]; then
     cp "$WORK/trace.pftrace" "$TR_TIMELINE_KEEP/$enc.pftrace"
+    cp "$WORK/service.log" "$TR_TIMELINE_KEEP/$enc.service.log"
     "$TR_BIN/tracerelay-timeline-check" --bound-us "$BOUND_US" --dump "$TR_TIMELINE_KEEP/$enc.dump" \
       "${args[@]}" >/dev/null || true
   fi
   if [ -n "$SUMMARY" ]; then
-    printf '{"encoding": "%s", "scenario": "%s", "status": %s, "check": ' "$enc" "$SCENARIO" \
-      "$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' \
-         "$WORK/status.json" 2>/dev/null || echo null)" >>"$SUMMARY"
-    "$TR_BIN/tracerelay-timeline-check" --json --bound-us "$BOUND_US" "${args[@]}" | tr -d '\n' >>"$SUMMARY" || true
-    printf '}\n' >>"$SUMMARY"
+    crc=0
+    "$TR_BIN/tracerelay-timeline-check" --json --bound-us "$BOUND_US" "${args[@]}" \
+      >"$WORK/check.json" 2>"$WORK/check.err" || crc=$?
+    summary_line "$enc" "checker exit $crc"
   fi
   # The host's own clock domains are in its data: its agent's snapshots resolve. No flow
   # between two hosts arrives before it departs by more than the two hosts' clock error bounds
