@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "agent/link_client.h"
-#include "agent/metrics.h"
+#include "agent/agent_metrics.h"
 #include "relay/metrics_http.h"
 #include "relay/log.h"
 #include "relay/producer_port.h"

@@ -1,7 +1,7 @@
-/* metrics.c: the agent's Prometheus metrics: the link's state and how often it came up, the
+/* agent_metrics.c: the agent's Prometheus metrics: the link's state and how often it came up, the
  * producers connected, how full the chunk queue and the spill queue are, and the agent's loss
  * counters (the same figures the trace's HostStats carry for this host). */
-#include "agent/metrics.h"
+#include "agent/agent_metrics.h"
 
 static void one(tr_prom_text *t, const char *name, const char *type, const char *help,
                 double value) {

@@ -1,4 +1,4 @@
-/* metrics.h: the agent's Prometheus metrics (--metrics-listen, relay/metrics_http.h). */
+/* agent_metrics.h: the agent's Prometheus metrics (--metrics-listen, relay/metrics_http.h). */
 #ifndef TR_AGENT_METRICS_H
 #define TR_AGENT_METRICS_H
 
