@@ -350,10 +350,11 @@ int tr_timeline_output_hold_to(tr_timeline_out *tl, size_t index, const tr_host 
 int64_t tr_timeline_output_held_excess(const tr_timeline_out *tl, size_t index, int64_t from,
                                        int64_t to) {
   const tl_host *th = index < tl->n_hosts ? &tl->hosts[index] : NULL;
-  /* The track is keyed by the mapping's trace time, which runs up to held_dev behind the
-   * conversion there: the samples that far past the range are read for its events too. */
+  /* The track is keyed by the mapping's trace time, which runs up to held_dev from the
+   * conversion there: the samples that far either side of the range are read for its events
+   * too. */
   if (!th || th->held_to <= th->held_from || th->held_dev <= TR_TIMELINE_TOLERANCE_NS ||
-      to < th->held_from || from >= th->held_to + th->held_dev)
+      to < th->held_from - th->held_dev || from >= th->held_to + th->held_dev)
     return 0;
   return th->held_dev - TR_TIMELINE_TOLERANCE_NS;
 }
