@@ -72,6 +72,7 @@ struct tr_tls_uv_conn {
   /* A handshake step on a worker (step_work): the session is the worker's until step_done. */
   uv_work_t step_work;
   bool stepping;
+  bool eof_in_handshake; /* the peer's EOF came while a step had input still to read */
   int step_rc;              /* the step's tr_tls_handshake result */
   bool step_on_loop;        /* the last handshake step ran on the loop's thread */
   bool established;         /* the handshake is done (the loop's copy of the session's state) */
@@ -773,6 +774,8 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
       close_conn(c, (int)nread, "receiving failed: %s", uv_strerror((int)nread));
     else if (c->established)
       close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection without close_notify");
+    else if (c->stepping)
+      c->eof_in_handshake = true; /* the bytes before it (an alert saying why) come first */
     else
       close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection during the handshake");
     return;
@@ -868,7 +871,10 @@ static void step_done(uv_work_t *w, int status) {
     if (c->closing || !drive(c) || c->read_paused)
       return;
   }
-  feed_and_drive(c, c->held, c->held_len);
+  if (feed_and_drive(c, c->held, c->held_len) && c->eof_in_handshake && !c->stepping)
+    close_conn(c, TR_ERR_CLOSED, c->established
+                                     ? "the peer closed the TCP connection without close_notify"
+                                     : "the peer closed the TCP connection during the handshake");
 }
 
 /* Common setup of both sides once the TCP connection exists. */
