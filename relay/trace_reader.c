@@ -9,6 +9,7 @@
 #include <zstd.h>
 
 #include "relay/tr_error.h"
+#include "relay/varint.h"
 
 #define PACKET_FIELD 1 /* Trace.packet */
 
@@ -45,16 +46,7 @@ static int fail(struct tr_trace_reader *r, int code, uint64_t offset, int64_t in
 
 /* 0 and *v, or -1 if the varint is cut short or longer than 10 bytes. */
 static int read_varint(struct tr_trace_cursor *c, uint64_t *v) {
-  uint64_t x = 0;
-  for (unsigned shift = 0; shift < 70 && c->pos < c->len; shift += 7) {
-    uint8_t b = c->data[c->pos++];
-    x |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *v = x;
-      return 0;
-    }
-  }
-  return -1;
+  return tr_varint_get(c->data, c->len, &c->pos, v) ? 0 : -1;
 }
 
 /* Skips one field of wire type wt, or returns the reason it cannot. */

@@ -33,6 +33,7 @@
 #include "relay/fnv1a.h"
 #include "relay/ipc_frame.h"
 #include "relay/tr_error.h"
+#include "relay/varint.h"
 #include "service/consumer_port.h"
 
 #define CHUNKS_PER_HOST 24
@@ -81,16 +82,6 @@ void tr_link_server_probe_clock(tr_host *host) {
   (void)host;
 }
 
-static size_t put_varint(uint64_t v, uint8_t *out) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    out[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  out[n++] = (uint8_t)v;
-  return n;
-}
-
 /* Chunks of PACKETS_PER_CHUNK packets {8: timestamp, 900 (for_testing) is avoided: a plain
  * timestamp + timestamp_clock_id packet decodes with Perfetto's protos}. */
 static void commit_chunks(tr_host *host, uint32_t target_buffer) {
@@ -101,7 +92,7 @@ static void commit_chunks(tr_host *host, uint32_t target_buffer) {
       uint8_t pkt[32];
       size_t pl = 0;
       pkt[pl++] = 0x40; /* timestamp */
-      pl += put_varint(1000000ull * (c * PACKETS_PER_CHUNK + p + 1), pkt + pl);
+      pl += tr_varint_put(pkt + pl, 1000000ull * (c * PACKETS_PER_CHUNK + p + 1));
       pkt[pl++] = 0xd0; /* timestamp_clock_id (58) = BOOTTIME */
       pkt[pl++] = 0x03;
       pkt[pl++] = 6;
@@ -299,7 +290,7 @@ static void handle(client_result *r, IPCFrame *f, uint64_t observe_req, uint64_t
       if (s->last_slice_for_packet) {
         uint8_t head[11];
         head[0] = 0x0A;
-        size_t hl = 1 + put_varint(*packet_len, head + 1);
+        size_t hl = 1 + tr_varint_put(head + 1, *packet_len);
         trace_append(r, head, hl);
         trace_append(r, *packet, *packet_len);
         *packet_len = 0;

@@ -18,6 +18,7 @@
 #include "relay/ipc_client.h"
 #include "relay/ipc_frame.h"
 #include "relay/tr_error.h"
+#include "relay/varint.h"
 #include "tools/tracerelay/commands.h"
 #include "tracerelay/tracerelay_status.pb-c.h"
 
@@ -65,14 +66,10 @@ void cmd_status_usage(FILE *out) {
 /* ---- query ---- */
 
 static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-  *v = 0;
-  for (unsigned shift = 0; shift < 64 && *p < end; shift += 7) {
-    uint8_t b = *(*p)++;
-    *v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      return true;
-  }
-  return false;
+  size_t pos = 0;
+  bool ok = tr_varint_get(*p, (size_t)(end - *p), &pos, v);
+  *p += pos;
+  return ok;
 }
 
 /* Appends the payload of every service_state (field 1) of a QueryServiceStateResponse:
