@@ -55,7 +55,8 @@ fault_wait_pid() { # fault_wait_pid PID SECONDS
 }
 
 # fault_check_accounting TRACE MODE HOST...: MODE "lossless" wants every written packet in the
-# trace and no counted loss; "exact" wants written = in trace + counted lost (packets), and
+# trace and no counted loss but a producer's own drops in its full shared memory (a busy
+# machine; said when it happens); "exact" wants written = in trace + counted lost (packets), and
 # prints the figures. Extra python checks may follow on stdin-less env: FAULT_EXPECT_LOSS=HOST,...
 # names hosts that must have counted losses (the test would prove nothing otherwise).
 fault_check_accounting() {
@@ -88,8 +89,19 @@ for h in hosts:
     if mode == "lossless":
         if got != written:
             failures.append(f"{h}: {written} packets written, {got} in the trace")
-        if losses or lost_pk:
+        # On a busy machine the agent may not keep up with a producer, whose writer then drops
+        # packets in its full shared memory: its own, counted by it and marked in the trace
+        # (at most one mark per dropped packet). A precondition of "lossless" that a starved
+        # machine cannot give: said, not failed. Anything else lost is the relay's.
+        writer_marks = {"trace_writer_packet_loss", "previous_packet_dropped"}
+        relay_losses = {k: v for k, v in losses.items()
+                        if not (k in writer_marks and v <= dropped_smb)}
+        if relay_losses or lost_pk:
             failures.append(f"{h}: losses reported on a lossless run: {losses} {counted}")
+        elif losses:
+            print(f"{h}: note: its producer dropped {dropped_smb} packets in its full shared "
+                  f"memory (the machine was too busy for the agent to keep up with it); marked "
+                  f"in the trace ({losses}), nothing else lost")
     else:
         if got + lost_pk != written:
             failures.append(f"{h}: written {written} != in trace {got} + counted lost {lost_pk}"
