@@ -17,11 +17,11 @@
 
 #include "agent/link_client.h"
 #include "agent/agent_metrics.h"
-#include "relay/metrics_http.h"
-#include "relay/log.h"
-#include "relay/producer_port.h"
-#include "relay/tls.h"
-#include "relay/tr_error.h"
+#include "relay/daemon/metrics_http.h"
+#include "relay/base/log.h"
+#include "relay/producer/producer_port.h"
+#include "relay/link/tls.h"
+#include "relay/base/tr_error.h"
 
 #define DRAIN_MAX_MS 2000u /* at most this (or half the shutdown timeout) for the stops */
 

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "relay/prom_text.h"
+#include "relay/daemon/prom_text.h"
 
 #define TR_AGENT_DEFAULT_PRODUCER_SOCKET "/run/perfetto/traced-producer.sock"
 #define TR_AGENT_DEFAULT_QUEUE_BYTES (32u << 20)
@@ -40,7 +40,7 @@ struct tr_agent_opts {
   const char *service;      /* HOST:PORT */
   const char *service_name; /* NULL: the HOST of service */
   const char *ca_path, *cert_path, *key_path;
-  const char *ciphers; /* --cipher: the AEAD ciphers to offer (relay/tls_ciphers.h); NULL: all */
+  const char *ciphers; /* --cipher: the AEAD ciphers to offer (relay/link/tls_ciphers.h); NULL: all */
   /* If set, the certificate must carry this name: the agent refuses to start (or to reload)
    * a certificate under another. The service only ever uses the certificate's name. */
   const char *machine_name;

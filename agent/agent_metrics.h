@@ -1,12 +1,12 @@
-/* agent_metrics.h: the agent's Prometheus metrics (--metrics-listen, relay/metrics_http.h). */
+/* agent_metrics.h: the agent's Prometheus metrics (--metrics-listen, relay/daemon/metrics_http.h). */
 #ifndef TR_AGENT_METRICS_H
 #define TR_AGENT_METRICS_H
 
 #include <stddef.h>
 
 #include "agent/link_client.h"
-#include "relay/chunk_queue.h"
-#include "relay/prom_text.h"
+#include "relay/producer/chunk_queue.h"
+#include "relay/daemon/prom_text.h"
 
 /* Writes the agent's metrics (docs/operations.md#metrics) from its link, its chunk queue and
  * the number of producers connected. */

@@ -1,12 +1,12 @@
 /* batch_builder.c: ChunkBatches packed and compressed on a worker thread (batch_builder.h): the
- * job that carries queue entries to the worker, which maps them to items (relay/chunk_item.h)
+ * job that carries queue entries to the worker, which maps them to items (relay/producer/chunk_item.h)
  * and encodes them. */
 #include "agent/batch_builder.h"
 
 #include <stdlib.h>
 
-#include "relay/chunk_item.h"
-#include "relay/tr_error.h"
+#include "relay/producer/chunk_item.h"
+#include "relay/base/tr_error.h"
 
 #define ITEM_OVERHEAD 64 /* protobuf envelope of one item, an upper estimate */
 

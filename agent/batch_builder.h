@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "relay/chunk_queue.h"
-#include "relay/relay_frame.h"
+#include "relay/producer/chunk_queue.h"
+#include "relay/link/relay_frame.h"
 
 /* A built batch, handed to on_built on the loop's thread. On success (rc == 0) the callee owns
  * frame and tally. On failure the entries are lost; entries and bytes say how many. */

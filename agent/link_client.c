@@ -2,7 +2,7 @@
  *
  * The client owns three timers (batching, reconnect, a 100 ms tick for heartbeats, stats and
  * the shutdown deadline), at most one name resolution and at most one connection: a relay link
- * (relay/relay_link.h), which carries the frames, heartbeats and the one close path; this file
+ * (relay/link/relay_link.h), which carries the frames, heartbeats and the one close path; this file
  * gives the frames their meaning. A connection ends only in the link's on_closed, which
  * schedules the next attempt. Beside it: link_clock.c answers clock probes and sends clock
  * snapshots, link_stats.c builds AgentStats, link_instances.c remembers what the service set
@@ -27,12 +27,12 @@
 #include "agent/link_ordered.h"
 #include "agent/link_stats.h"
 #include "agent/system_info.h"
-#include "relay/hostport.h"
-#include "relay/log.h"
-#include "relay/relay_frame.h"
-#include "relay/relay_link.h"
-#include "relay/relay_session.h"
-#include "relay/tr_error.h"
+#include "relay/base/hostport.h"
+#include "relay/base/log.h"
+#include "relay/link/relay_frame.h"
+#include "relay/link/relay_link.h"
+#include "relay/link/relay_session.h"
+#include "relay/base/tr_error.h"
 
 #define TICK_MS 100
 #define STATS_PERIOD_MS 1000
@@ -607,7 +607,7 @@ void tr_link_client_shutdown(tr_link_client *lc, unsigned timeout_ms, void (*don
   check_shutdown(lc);
 }
 
-/* --service, checked by the agent's flag parser already (relay/hostport.h). */
+/* --service, checked by the agent's flag parser already (relay/base/hostport.h). */
 static int parse_service(tr_link_client *lc, const char *s) {
   struct tr_hostport hp;
   int rc = tr_hostport_parse(s, false, &hp);

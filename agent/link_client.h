@@ -39,9 +39,9 @@
 #include "agent/link_clock.h"
 #include "agent/link_ordered.h"
 #include "agent/link_stats.h"
-#include "relay/chunk_queue.h"
-#include "relay/relay_session.h"
-#include "relay/tls.h"
+#include "relay/producer/chunk_queue.h"
+#include "relay/link/relay_session.h"
+#include "relay/link/tls.h"
 #include "tracerelay/relay.pb-c.h"
 
 #define TR_LINK_BATCH_BYTES (1u << 20)

@@ -1,7 +1,7 @@
 /* link_clock.c: the agent's side of the link's clocks (see link_clock.h). */
 #include "agent/link_clock.h"
 
-#include "relay/clock.h"
+#include "relay/clock/clock.h"
 
 void tr_link_clock_init(tr_link_clock *c, uv_loop_t *loop, uint64_t snapshot_interval_ms) {
   *c = (tr_link_clock){.loop = loop};

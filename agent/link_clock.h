@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "relay/relay_link.h"
+#include "relay/link/relay_link.h"
 
 /* A probe's ClockFollowUp waits this long after the answer, so that the service reads the
  * answer's segment alone and its receive stamp is the answer's arrival, not the follow-up's. */

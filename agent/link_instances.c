@@ -4,7 +4,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "relay/log.h"
+#include "relay/base/log.h"
 
 static void forget(tr_link_instances *t, uint32_t producer_id, bool all_of_producer,
                    uint64_t instance_id) {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 int tr_link_ordered_push(tr_link_ordered *q, const struct tr_link_ordered_frame *what,
                          uint64_t wait_qseq, bool batched, uint64_t after_seq) {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 int tr_link_stats_set_producer(tr_link_stats *s, uint32_t producer_id,
                                const struct tr_link_producer_counts *c) {

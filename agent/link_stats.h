@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "relay/chunk_queue.h"
-#include "relay/relay_session.h"
+#include "relay/producer/chunk_queue.h"
+#include "relay/link/relay_session.h"
 #include "tracerelay/relay.pb-c.h"
 
 /* A producer's ABI violations and SMB-full findings so far (monotonic). */

@@ -7,13 +7,13 @@
 #include <string.h>
 
 #include "agent/agent.h"
-#include "relay/clock.h"
-#include "relay/config_file.h"
-#include "relay/hostport.h"
-#include "relay/daemon_util.h"
-#include "relay/log.h"
-#include "relay/tls.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/daemon/config_file.h"
+#include "relay/base/hostport.h"
+#include "relay/daemon/daemon_util.h"
+#include "relay/base/log.h"
+#include "relay/link/tls.h"
+#include "relay/base/tr_error.h"
 
 #define PROG "tracerelay-agent"
 #define SHUTDOWN_TIMEOUT_MS 5000u
@@ -114,7 +114,7 @@ static int parse_mb(const char *s, size_t *out) {
   return 0;
 }
 
-/* --config FILE: its flags go before the command line's (relay/config_file.h). */
+/* --config FILE: its flags go before the command line's (relay/daemon/config_file.h). */
 static tr_config_file config;
 static char **config_argv;
 

@@ -9,8 +9,8 @@
 
 #include "agent/agent.h"
 #include "bench/emu_producer.h"
-#include "relay/log.h"
-#include "relay/tr_error.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
 
 #define LOG_COMP "many_agents"
 #define PATH_BYTES 256

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "relay/producer_shm.h"
-#include "relay/tr_error.h"
+#include "relay/producer/producer_shm.h"
+#include "relay/base/tr_error.h"
 
 #define SMB_SIZE (4u << 20)
 #define BATCH 32

@@ -14,8 +14,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "relay/ipc_recv.h"
-#include "relay/tr_error.h"
+#include "relay/producer/ipc_recv.h"
+#include "relay/base/tr_error.h"
 
 struct emu_ipc {
   uv_poll_t poll;

@@ -1,9 +1,9 @@
 /* emu_ipc.h: one Perfetto IPC client connection on a libuv loop, for the in-process producers
  * of bench/many_agents (emu_producer.h), where a thousand of them share one loop thread and so
- * cannot use the blocking clients of relay/ipc_client.h or tools/loadgen/ipc_conn.h.
+ * cannot use the blocking clients of relay/producer/ipc_client.h or tools/loadgen/ipc_conn.h.
  *
- * A non-blocking AF_UNIX socket watched by a uv_poll_t, as relay/ipc_host.c does on the other
- * end: frames (relay/ipc_frame.h) out through a bounded send buffer, frames and SCM_RIGHTS fds
+ * A non-blocking AF_UNIX socket watched by a uv_poll_t, as relay/producer/ipc_host.c does on the other
+ * end: frames (relay/producer/ipc_frame.h) out through a bounded send buffer, frames and SCM_RIGHTS fds
  * in through a bounded frame reader (one maximal frame). Received fds follow Perfetto's rule:
  * the last one that arrived is kept until the handler that expects it takes it.
  *
@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <uv.h>
 
-#include "relay/ipc_frame.h"
+#include "relay/producer/ipc_frame.h"
 
 /* Unsent bytes one connection may hold: a producer that cannot write this much to its agent
  * has lost it (ours send a few hundred bytes per event and flush). */

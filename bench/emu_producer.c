@@ -14,9 +14,9 @@
 #include "perfetto/common/commit_data_request.pb-c.h"
 #include "perfetto/ipc/producer_port.pb-c.h"
 #include "bench/emu_ipc.h"
-#include "relay/clock.h"
-#include "relay/log.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
 #include "tools/loadgen/packet.h"
 #include "tools/loadgen/smb_writer.h"
 

@@ -15,8 +15,8 @@
 #include <sys/resource.h>
 
 #include "bench/agent_group.h"
-#include "relay/log.h"
-#include "relay/tr_error.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
 
 #define MAX_AGENTS 100000u
 #define MAX_LOOPS 64u

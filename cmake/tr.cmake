@@ -1,5 +1,5 @@
 # Helpers shared by every CMakeLists.txt: one static library per relay/ module, and cmocka tests.
-# Include paths are rooted at the project, so code says #include "relay/ipc_frame.h".
+# Include paths are rooted at the project, so code says #include "relay/producer/ipc_frame.h".
 
 # tr_module(NAME SOURCES a.c b.c DEPS other_module PkgConfig::X)
 function(tr_module name)

@@ -1,12 +1,12 @@
 /* fuzz_config_file.c: libFuzzer target for the daemons' config file parser
- * (relay/config_file.h). Besides memory safety it checks the contract: every entry has a
+ * (relay/daemon/config_file.h). Besides memory safety it checks the contract: every entry has a
  * well-formed key, a line number within the input, and survives the argv it builds. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/config_file.h"
-#include "relay/tr_error.h"
+#include "relay/daemon/config_file.h"
+#include "relay/base/tr_error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   tr_config_file cf;

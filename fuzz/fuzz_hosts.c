@@ -1,6 +1,6 @@
 /* fuzz_hosts.c: the service's side of the relay link past frame decoding: what an agent's
  * RelayFrames do to the host table (service/hosts.c) and to the batch sequence bookkeeping
- * (relay/relay_session.c), dispatched as link_server.c's on_frame does: Hello (agent
+ * (relay/link/relay_session.c), dispatched as link_server.c's on_frame does: Hello (agent
  * instances, acked_seq, system info copies), ProducerUpdate (producers and their descriptor
  * copies, resync), ChunkBatch (seq bookkeeping and items), CommandReply (held until their
  * batch, released in order), AgentStats. The sessions' side of the upward calls is a stub that
@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/log.h"
-#include "relay/relay_frame.h"
-#include "relay/relay_session.h"
+#include "relay/base/log.h"
+#include "relay/link/relay_frame.h"
+#include "relay/link/relay_session.h"
 #include "service/hosts.h"
 
 static tr_relay_codec codec;

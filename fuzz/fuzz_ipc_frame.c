@@ -1,4 +1,4 @@
-/* fuzz_ipc_frame.c: libFuzzer target for the IPC frame reader and codec (relay/ipc_frame.h).
+/* fuzz_ipc_frame.c: libFuzzer target for the IPC frame reader and codec (relay/producer/ipc_frame.h).
  * The first input byte picks the piece size; the rest is used twice: as one IPCFrame payload
  * (decode, re-encode, decode again), and as a byte stream pushed through tr_ipc_reader in
  * pieces of that size, with every frame it yields decoded and re-encoded. */
@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "relay/ipc_frame.h"
+#include "relay/producer/ipc_frame.h"
 
 static void decode_and_reencode(const uint8_t *payload, size_t len) {
   Perfetto__Protos__IPCFrame *f = tr_ipc_frame_decode(payload, len);

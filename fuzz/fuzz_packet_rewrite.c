@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/packet_rewrite.h"
-#include "relay/tr_error.h"
+#include "relay/trace/packet_rewrite.h"
+#include "relay/base/tr_error.h"
 
 static tr_rewrite_host host;
 

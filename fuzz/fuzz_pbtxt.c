@@ -1,4 +1,4 @@
-/* fuzz_pbtxt.c: libFuzzer target for the text-format parser and printer (relay/pbtxt.h).
+/* fuzz_pbtxt.c: libFuzzer target for the text-format parser and printer (relay/reading/pbtxt.h).
  *
  * The first byte picks the message type (TraceConfig, or TracePacket for oneofs, doubles and
  * 64-bit ints); the rest is the text. Besides memory safety it checks the printer's contract:
@@ -10,7 +10,7 @@
 
 #include "perfetto/config/trace_config.pb-c.h"
 #include "perfetto/trace/trace_packet.pb-c.h"
-#include "relay/pbtxt.h"
+#include "relay/reading/pbtxt.h"
 
 static char *print(const ProtobufCMessage *m, size_t *len) {
   char *text = NULL;

@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "perfetto/ipc/producer_port.pb-c.h"
-#include "relay/pb_valid.h"
-#include "relay/producer_shm.h"
-#include "relay/tr_error.h"
+#include "relay/base/pb_valid.h"
+#include "relay/producer/producer_shm.h"
+#include "relay/base/tr_error.h"
 
 #define SMB_PAGES 4u
 #define SMB_PAGE_SIZE 4096u

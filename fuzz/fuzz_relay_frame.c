@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "relay/relay_frame.h"
+#include "relay/link/relay_frame.h"
 
 #define CAP (64u << 10)
 #define MAX_PIECES 256

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/chunk.h"
-#include "relay/smb.h"
+#include "relay/trace/chunk.h"
+#include "relay/producer/smb.h"
 
 #define MAX_PAGE TR_SMB_MAX_PAGE_SIZE
 

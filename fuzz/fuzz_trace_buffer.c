@@ -1,4 +1,4 @@
-/* fuzz_trace_buffer.c: drives the central buffer (relay/trace_buffer.c) with a fuzzer-chosen
+/* fuzz_trace_buffer.c: drives the central buffer (relay/trace/trace_buffer.c) with a fuzzer-chosen
  * run of writes, re-commits, patches and reads over a few sequences in a small ring, and
  * checks what must always hold: every packet emitted is valid and fits the buffer, and after
  * the final read every chunk stored is accounted for as read, overwritten or dropped unpatched. */
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/packet_trusted.h"
-#include "relay/trace_buffer.h"
+#include "relay/trace/packet_trusted.h"
+#include "relay/trace/trace_buffer.h"
 
 struct input {
   const uint8_t *p;

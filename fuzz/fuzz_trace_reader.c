@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "relay/trace_inspect.h"
+#include "relay/reading/trace_inspect.h"
 
 static void touch(const struct tr_inspect_point *p, void *arg) {
   uint64_t *sum = arg;

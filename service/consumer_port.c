@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include "perfetto/ipc/consumer_port.pb-c.h"
-#include "relay/log.h"
-#include "relay/tr_error.h"
-#include "relay/varint.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
+#include "relay/base/varint.h"
 #include "service/hosts.h"
 #include "service/status.h"
 #include "service/trace_output.h"

@@ -18,7 +18,7 @@
 
 #include <sys/types.h>
 
-#include "relay/ipc_host.h"
+#include "relay/producer/ipc_host.h"
 #include "service/session.h"
 
 #define TR_CONSUMER_DEFAULT_MODE 0660

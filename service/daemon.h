@@ -24,7 +24,7 @@ struct tr_service_daemon_opts {
   tr_consumer_access consumer_access; /* --consumer-allow-uid/-gid; empty: file mode only */
   unsigned handshake_timeout_ms;      /* TLS handshake, then Hello; 0: the default */
   const char *ca_path, *cert_path, *key_path;
-  const char *ciphers; /* --cipher (relay/tls_ciphers.h), on every link, upstream too; NULL: all */
+  const char *ciphers; /* --cipher (relay/link/tls_ciphers.h), on every link, upstream too; NULL: all */
   enum tr_timeline timeline;
   const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
   unsigned max_agents;        /* 0: TR_LINK_DEFAULT_MAX_AGENTS */

@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/fnv1a.h"
-#include "relay/log.h"
-#include "relay/relay_frame.h"
-#include "relay/tls.h"
-#include "relay/tr_error.h"
+#include "relay/base/fnv1a.h"
+#include "relay/base/log.h"
+#include "relay/link/relay_frame.h"
+#include "relay/link/tls.h"
+#include "relay/base/tr_error.h"
 
 /* What one agent instance reported in its latest AgentStats, summed over producers. */
 typedef struct agent_counters {

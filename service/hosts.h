@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "relay/relay_session.h"
+#include "relay/link/relay_session.h"
 #include "service/service.h"
 
 #define TR_HOSTS_MAX_PRODUCERS 4096

@@ -1,13 +1,13 @@
 /* link_server.c: the service's end of the relay link (see link_server.h for the contract).
  *
- * One tr_link_peer per relay link (relay/relay_link.h) that finished its TLS handshake, freed
+ * One tr_link_peer per relay link (relay/link/relay_link.h) that finished its TLS handshake, freed
  * in the link's on_closed. The link core owns the connection: frames in and out, heartbeats,
  * backpressure, Goodbye and the one close path; this file gives the frames their meaning.
  * What must outlive a connection (the batch sequence, held replies, producers, the clock
  * estimate) lives in the host table (hosts.c). One timer per server drives heartbeats and
  * clock probes for every peer: O(peers) every TICK_MS (the probes' schedule every
  * TICK_SESSION_MS while a session runs).
- * Who is probed when, and what an answer means, is relay/clock_probe.c; this file sends the
+ * Who is probed when, and what an answer means, is relay/clock/clock_probe.c; this file sends the
  * probes and feeds the completed exchanges to the host's estimator. */
 #include "service/link_server.h"
 
@@ -16,14 +16,14 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "relay/clock.h"
-#include "relay/clock_probe.h"
-#include "relay/clocksync.h"
-#include "relay/log.h"
-#include "relay/relay_frame.h"
-#include "relay/relay_link.h"
-#include "relay/relay_session.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/clock/clock_probe.h"
+#include "relay/clock/clocksync.h"
+#include "relay/base/log.h"
+#include "relay/link/relay_frame.h"
+#include "relay/link/relay_link.h"
+#include "relay/link/relay_session.h"
+#include "relay/base/tr_error.h"
 #include "service/relay_allow.h"
 
 #define TICK_MS 50
@@ -82,7 +82,7 @@ static void send_ack(tr_link_peer *p) {
     p->acked = stored;
 }
 
-/* ---- clock probes: the transport's side of relay/clock_probe.h ---- */
+/* ---- clock probes: the transport's side of relay/clock/clock_probe.h ---- */
 
 static int probe_send(void *data, uint64_t probe_id, int64_t *t1) {
   tr_link_peer *p = data;
@@ -298,7 +298,7 @@ static void on_relayed_exchange(tr_link_peer *p, const Tracerelay__RelayedClockE
   struct tr_clocksync_probe in = {.t1 = (int64_t)x->t1, .t2 = (int64_t)x->t2,
                                   .t3 = (int64_t)x->t3, .t4 = (int64_t)x->t4,
                                   .t3_late = x->has_t3_late && x->t3_late};
-  const uint64_t limit = 1ull << 62; /* as a probe's answer (relay/clock_probe.h) */
+  const uint64_t limit = 1ull << 62; /* as a probe's answer (relay/clock/clock_probe.h) */
   if (!x->has_t1 || !x->has_t2 || !x->has_t3 || !x->has_t4 || x->t1 >= limit ||
       x->t2 >= limit || x->t3 >= limit || x->t4 >= limit || in.t3 < in.t2 || in.t4 < in.t1) {
     tr_relay_link_protocol_error(p->link, "relayed clock exchange with times missing or out of order");

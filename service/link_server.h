@@ -12,7 +12,7 @@
  *   the chunk / patch / flush_ack events in batch order; one BatchAck per read burst.
  * - CommandReply is held until its after_seq batch was processed (across reconnects of the
  *   same agent instance), so a reply never overtakes the data before it.
- * - ClockProbe (the exchange and the schedule: relay/clock_probe.h): one probe in flight per
+ * - ClockProbe (the exchange and the schedule: relay/clock/clock_probe.h): one probe in flight per
  *   host, 10 at 50 ms after Welcome, then one a second (while a session runs, every 5 ms to
  *   1 s: as often as the host's drift needs to move its clock by at most 1 us between probes),
  *   plus tr_link_server_probe_clock on demand; at most 8 a millisecond over all hosts, round robin
@@ -29,7 +29,7 @@
  *   processed and reading resumes. An agent that reads nothing for the heartbeat timeout is closed as
  *   overloaded.
  * - Disconnect: host->link = NULL, stats.disconnects++, the host_disconnected event.
- * Every connection ends through one path (relay/relay_link.h, whose core this file uses as
+ * Every connection ends through one path (relay/link/relay_link.h, whose core this file uses as
  * the agent's end does). */
 #ifndef TR_LINK_SERVER_H
 #define TR_LINK_SERVER_H
@@ -37,8 +37,8 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "relay/tls.h"
-#include "relay/tls_uv.h"
+#include "relay/link/tls.h"
+#include "relay/link/tls_uv.h"
 #include "service/hosts.h"
 #include "service/service.h"
 
@@ -78,7 +78,7 @@ int tr_link_server_port(const tr_link_server *ls);
 tr_hosts *tr_link_server_hosts(tr_link_server *ls);
 /* Uses cfg (referenced) for connections accepted from now on; connected agents keep theirs. */
 void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg);
-/* The agents' TLS handshakes: refused, and where their steps ran (relay/tls_uv.h). */
+/* The agents' TLS handshakes: refused, and where their steps ran (relay/link/tls_uv.h). */
 void tr_link_server_tls_stats(const tr_link_server *ls, struct tr_tls_uv_server_stats *out);
 /* Closes the host's connection, if any, without a Goodbye: its agent reconnects and resumes.
  * For dropping a misbehaving agent, and for the link-loss tests. */

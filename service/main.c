@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/clock.h"
-#include "relay/config_file.h"
-#include "relay/hostport.h"
-#include "relay/daemon_util.h"
-#include "relay/log.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/daemon/config_file.h"
+#include "relay/base/hostport.h"
+#include "relay/daemon/daemon_util.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
 #include "service/daemon.h"
 
 #define PROG "tracerelay-service"
@@ -148,7 +148,7 @@ static int bad(const char *flag, const char *value, const char *why) {
   return tr_daemon_bad_value(PROG, flag, value, why);
 }
 
-/* --config FILE: its flags go before the command line's (relay/config_file.h). SIGHUP
+/* --config FILE: its flags go before the command line's (relay/daemon/config_file.h). SIGHUP
  * re-reads it; every argv built stays allocated until exit, since opts point into them. */
 static tr_config_file config;
 static char **config_argvs[64];

@@ -1,8 +1,8 @@
-/* metrics.c: the service's Prometheus metrics (--metrics-listen, relay/metrics_http.h): hosts
+/* metrics.c: the service's Prometheus metrics (--metrics-listen, relay/daemon/metrics_http.h): hosts
  * connected, sessions, and per host (label `host`, the machine name) its producers, traffic,
  * every loss counter of the trace's HostStats, disconnects, its clock mapping (offset, drift,
  * probe RTT, error bound now) and the losses of its central buffers in the sessions that exist
- * now; and the loop's own lag (relay/loop_lag.h) and the agents' TLS handshakes; for a
+ * now; and the loop's own lag (relay/daemon/loop_lag.h) and the agents' TLS handshakes; for a
  * regional, its forwarding. Each host's figures are read once per scrape,
  * with status.c's and the sessions' readers, on the loop's thread. */
 #include "service/metrics.h"
@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "relay/clock.h"
+#include "relay/clock/clock.h"
 #include "service/hosts.h"
 #include "service/status.h"
 

@@ -1,10 +1,10 @@
-/* metrics.h: the service's Prometheus metrics (metrics.c), for relay/metrics_http.h. */
+/* metrics.h: the service's Prometheus metrics (metrics.c), for relay/daemon/metrics_http.h. */
 #ifndef TR_SERVICE_METRICS_H
 #define TR_SERVICE_METRICS_H
 
-#include "relay/loop_lag.h"
-#include "relay/prom_text.h"
-#include "relay/tls_uv.h"
+#include "relay/daemon/loop_lag.h"
+#include "relay/daemon/prom_text.h"
+#include "relay/link/tls_uv.h"
 #include "service/regional.h"
 #include "service/service.h"
 

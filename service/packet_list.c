@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 int tr_packet_list_reserve(tr_packet_list *l, size_t more) {
   if (l->cap - l->n >= more)

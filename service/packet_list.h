@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "relay/packet_trusted.h"
-#include "relay/trace_writer.h"
+#include "relay/trace/packet_trusted.h"
+#include "relay/trace/trace_writer.h"
 
 typedef struct tr_output_packet {
   const uint8_t *data; /* valid until the next tr_trace_output_next of the pass */

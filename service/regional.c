@@ -9,15 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/clock.h"
-#include "relay/clock_probe.h"
-#include "relay/clocksync.h"
-#include "relay/hostport.h"
-#include "relay/log.h"
-#include "relay/relay_frame.h"
-#include "relay/relay_link.h"
-#include "relay/relay_session.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/clock/clock_probe.h"
+#include "relay/clock/clocksync.h"
+#include "relay/base/hostport.h"
+#include "relay/base/log.h"
+#include "relay/link/relay_frame.h"
+#include "relay/link/relay_link.h"
+#include "relay/link/relay_session.h"
+#include "relay/base/tr_error.h"
 #include "service/link_server.h"
 
 #define COMP "regional"
@@ -88,7 +88,7 @@ static void maybe_free_pump(pump *p) {
   maybe_free_regional(r);
 }
 
-/* ---- clock probes of the agents: the transport's side of relay/clock_probe.h ---- */
+/* ---- clock probes of the agents: the transport's side of relay/clock/clock_probe.h ---- */
 
 static int probe_send(void *data, uint64_t probe_id, int64_t *t1) {
   pump *p = data;

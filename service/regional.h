@@ -7,10 +7,10 @@
  * certificate's, never a message), forwards its Hello upstream, and answers it with the
  * upstream's Welcome; from then on every frame goes through in order both ways, re-encoded
  * but not interpreted (batches stay compressed), except:
- * - clock probes: the regional probes its agents itself (relay/clock_probe.h, as the service
+ * - clock probes: the regional probes its agents itself (relay/clock/clock_probe.h, as the service
  *   does, always at the session rate) and sends each completed exchange upstream as a
  *   RelayedClockExchange; the upstream composes it with its own measurement of the regional's
- *   clock (relay/clocksync.h, tr_clocksync_relay_exchange);
+ *   clock (relay/clock/clocksync.h, tr_clocksync_relay_exchange);
  * - heartbeats: each link keeps its own.
  * Nothing is stored here: batches are acknowledged by the upstream end to end, so an agent
  * keeps what the upstream did not acknowledge in its spill queue across a regional's restart.
@@ -27,7 +27,7 @@
 
 #include <uv.h>
 
-#include "relay/tls.h"
+#include "relay/link/tls.h"
 
 #define TR_REGIONAL_UPSTREAM_QUEUE (16u << 20) /* an upstream link's queue bound */
 

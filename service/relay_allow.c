@@ -4,7 +4,7 @@
 #include <fnmatch.h>
 #include <string.h>
 
-#include "relay/tls.h"
+#include "relay/link/tls.h"
 
 int tr_relay_allow_add(tr_relay_allow *a, const char *spec, const char **why) {
   const char *eq = strchr(spec, '=');

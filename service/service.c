@@ -17,14 +17,14 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include "relay/log.h"
-#include "relay/tls.h"
-#include "relay/tr_error.h"
+#include "relay/base/log.h"
+#include "relay/link/tls.h"
+#include "relay/base/tr_error.h"
 #include "agent/agent.h"
 #include "service/consumer_port.h"
 #include "service/link_server.h"
 #include "service/regional.h"
-#include "relay/metrics_http.h"
+#include "relay/daemon/metrics_http.h"
 #include "service/metrics.h"
 
 #define SHUTDOWN_READ_MS 5000u /* consumers may read what was flushed for this long */

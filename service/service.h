@@ -21,8 +21,8 @@
 
 #include "perfetto/common/data_source_descriptor.pb-c.h"
 #include "perfetto/trace/system_info.pb-c.h"
-#include "relay/clock.h"
-#include "relay/clocksync.h"
+#include "relay/clock/clock.h"
+#include "relay/clock/clocksync.h"
 #include "tracerelay/relay.pb-c.h"
 
 typedef struct tr_service tr_service;

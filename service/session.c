@@ -13,10 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "relay/chunk_item.h"
-#include "relay/log.h"
-#include "relay/pb_valid.h"
-#include "relay/tr_error.h"
+#include "relay/producer/chunk_item.h"
+#include "relay/base/log.h"
+#include "relay/base/pb_valid.h"
+#include "relay/base/tr_error.h"
 #include "service/hosts.h"
 
 #define COMP "session"

@@ -29,8 +29,8 @@
 
 #include "perfetto/common/trace_stats.pb-c.h"
 #include "perfetto/config/trace_config.pb-c.h"
-#include "relay/prom_text.h"
-#include "relay/trace_writer.h"
+#include "relay/daemon/prom_text.h"
+#include "relay/trace/trace_writer.h"
 #include "service/service.h"
 #include "service/trace_output.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/log.h"
-#include "relay/tr_error.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
 #include "service/hosts.h"
 
 #define COMP "session"

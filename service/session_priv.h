@@ -5,7 +5,7 @@
 #ifndef TR_SESSION_PRIV_H
 #define TR_SESSION_PRIV_H
 
-#include "relay/trace_buffer.h"
+#include "relay/trace/trace_buffer.h"
 #include "service/session.h"
 
 enum tr_ds_state { TR_DS_SETUP, TR_DS_STARTING, TR_DS_STARTED, TR_DS_STOPPING, TR_DS_STOPPED };

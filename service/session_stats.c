@@ -14,7 +14,7 @@
 
 #include <stdlib.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 #include "service/hosts.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"
 

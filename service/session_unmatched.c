@@ -4,7 +4,7 @@
  * (trace_output.c), so that a misspelled name is never a silent, empty trace. */
 #include <string.h>
 
-#include "relay/log.h"
+#include "relay/base/log.h"
 #include "service/session_priv.h"
 #include "service/service.h"
 

@@ -7,7 +7,7 @@
  * with it). The list is the service's, since the session may be freed long before. */
 #include <stdlib.h>
 
-#include "relay/log.h"
+#include "relay/base/log.h"
 #include "service/session_priv.h"
 #include "service/service.h"
 

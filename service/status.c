@@ -3,9 +3,9 @@
 
 #include <stdlib.h>
 
-#include "relay/clock.h"
-#include "relay/clocksync.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/clock/clocksync.h"
+#include "relay/base/tr_error.h"
 #include "service/hosts.h"
 #include "tracerelay/tracerelay_status.pb-c.h"
 

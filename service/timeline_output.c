@@ -6,7 +6,7 @@
  * (tr_host.clock_snapshots, filled by hosts.c). Each call (the clock journal's, a read pass's) takes those
  * received since the session started and not yet written, as packets of that host: `machines`, on sequence 1 with the host's
  * machine_id (TP scopes them to the machine); `global-clocks`, rewritten to the host's global
- * ids (relay/packet_rewrite.h) on a sequence of their own (the (host entry, producer 0) key of
+ * ids (relay/trace/packet_rewrite.h) on a sequence of their own (the (host entry, producer 0) key of
  * the session's sequence ids: producer ids are never 0), without primary_trace_clock.
  *
  * Cross-host snapshots (`global-clocks`). Per host, the estimator's mapping exported as
@@ -25,11 +25,11 @@
 #include <string.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
-#include "relay/clock.h"
-#include "relay/clocksync.h"
-#include "relay/log.h"
-#include "relay/packet_rewrite.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/clock/clocksync.h"
+#include "relay/base/log.h"
+#include "relay/trace/packet_rewrite.h"
+#include "relay/base/tr_error.h"
 
 #define COMP "timeline"
 #define EXPORT_BEFORE_START_NS 1000000000ll /* data stamped just before the session started */

@@ -1,6 +1,6 @@
 /* timeline_output.h: what the trace output adds for the timeline (docs/timeline.md), beside the
  * packets themselves: the hosts' own clock snapshots (both encodings) and, in `global-clocks`,
- * the rewrite of every host packet (relay/packet_rewrite.h) and the cross-host ClockSnapshots
+ * the rewrite of every host packet (relay/trace/packet_rewrite.h) and the cross-host ClockSnapshots
  * from each host's clock estimator (service/timeline_output.c).
  *
  * One tr_timeline_out per session's read side (service/trace_output.c, which alone calls it),
@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "relay/sequence_ids.h"
+#include "relay/trace/sequence_ids.h"
 #include "service/packet_list.h"
 #include "service/service.h"
 

@@ -20,8 +20,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "relay/log.h"
-#include "relay/tr_error.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
 
 #define COMP "output"
 #define FILE_CHUNK (64u * 1024u)
@@ -223,7 +223,7 @@ void tr_trace_output_add_host_mark(tr_trace_output *o, const tr_host *host,
 
 /* ---- the clock error bound tracks (docs/querying.md) ----
  * Per host, a counter of how far the trace may place the host's events from their true
- * instants: the estimator's bound on its mapping M (relay/clocksync.h), plus how far
+ * instants: the estimator's bound on its mapping M (relay/clock/clocksync.h), plus how far
  * trace_processor's conversion in this encoding may stray from M: the breakpoints' tolerance
  * in `global-clocks`; in `machines`, |h + edge offset - M(h)| for the newest two edges (near
  * an edge, which one trace_processor takes depends on the reading it keys the edge by). The

@@ -26,8 +26,8 @@
 #include <uv.h>
 
 #include "perfetto/config/trace_config.pb-c.h"
-#include "relay/trace_buffer.h"
-#include "relay/trace_writer.h"
+#include "relay/trace/trace_buffer.h"
+#include "relay/trace/trace_writer.h"
 #include "service/packet_list.h"
 #include "service/service.h"
 #include "service/timeline_output.h"

@@ -8,12 +8,33 @@
 # inside of module x for its own files, is module x too. Every other service/ header a file
 # includes is an edge from its module to that one.
 #
-# Usage: tools/module-deps.sh [DIR]   (default service/; agent/ is checked the same way)
-# Prints the modules, those the others build on first; exits 1 and names the modules of a
-# circle (tsort's message) if there is one, or each file that includes another module's
-# x_priv.h (only x.c and x_*.c may).
+# relay/ is checked by folder instead: each of its folders (relay/base, relay/clock, ...) may
+# include only its own headers and those of the folders that relay/CMakeLists.txt adds before it.
+#
+# Usage: tools/module-deps.sh [DIR]   (default service/; agent/ is checked the same way, relay/
+# by folder)
+# Prints the modules (or folders), those the others build on first; exits 1 and names the
+# modules of a circle (tsort's message) if there is one, each file that includes another
+# module's x_priv.h (only x.c and x_*.c may), or each relay/ include of a later folder.
 set -eu
 dir=${1:-$(dirname "$0")/../service}
+if [ "$(basename "$(cd "$dir" && pwd)")" = relay ]; then
+  order=$(sed -n 's/^add_subdirectory(\([a-z_]*\))$/\1/p' "$dir/CMakeLists.txt")
+  rank() { echo "$order" | grep -n -x "$1" | cut -d: -f1; }
+  bad=0
+  for f in "$dir"/*/*.c "$dir"/*/*.h; do
+    own=$(basename "$(dirname "$f")")
+    for used in $(grep -o '^#include "relay/[a-z_]*/' "$f" | sed 's|.*relay/||; s|/$||' | sort -u); do
+      if [ -z "$(rank "$used")" ] || [ "$(rank "$used")" -gt "$(rank "$own")" ]; then
+        echo "${f#"$dir"/} (relay/$own) includes relay/$used/, which comes after it"
+        bad=1
+      fi
+    done
+  done
+  [ "$bad" = 0 ] || exit 1
+  echo "$order"
+  exit 0
+fi
 pfx=$(basename "$(cd "$dir" && pwd)") # the include path's directory: service or agent
 edges=$(mktemp)
 trap 'rm -f "$edges"' EXIT

@@ -6,7 +6,7 @@
  *
  * Every host NAME ran its loadgen with `--fake-clock OFFSET_NS,DRIFT_PPM` while the service ran
  * on the real clocks, so a loadgen event stamped f on its host's (simulated) BOOTTIME truly
- * happened at service BOOTTIME t = fake^-1(f) (relay/clock.h). The checker resolves the trace
+ * happened at service BOOTTIME t = fake^-1(f) (relay/clock/clock.h). The checker resolves the trace
  * with tr_inspect_trace, as trace_processor would, and for every track event of a named host
  * compares where it landed (trace time) with t. It prints, per host and overall, the count, the
  * median, p99 and max of |error| in microseconds, the signed median, and two kinds of
@@ -21,7 +21,7 @@
  * swap; see tests/integration/test_timeline.sh). Exit 0 when there is none and every named host has events, 1 otherwise,
  * 2 on bad arguments or an unreadable trace. It also compares each event's |error| with the
  * clock error bound the trace itself shows for that host at that instant (the service's bound
- * track, relay/trace_bounds.h) and counts the events beyond it and those before the track's
+ * track, relay/reading/trace_bounds.h) and counts the events beyond it and those before the track's
  * first sample, and reports the bound's width at the events (median, p99: what honesty costs);
  * --check-own-bound makes either a violation (the bound must be honest). --dump FILE writes one line per checked event,
  * "NAME TRUE_NS ERROR_NS" (true instant on the service's BOOTTIME, signed error), to see where
@@ -33,9 +33,9 @@
 #include <string.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
-#include "relay/clock.h"
-#include "relay/trace_inspect.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/reading/trace_inspect.h"
+#include "relay/base/tr_error.h"
 
 #define MAX_HOSTS 64
 

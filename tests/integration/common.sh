@@ -84,7 +84,7 @@ wait_loadgen() {
   [ -n "$WRITTEN" ] || { log "no packets_written in $json"; exit 1; }
 }
 
-# Low 32 bits of FNV-1a-64 of the name, 0 -> 1 (relay/fnv1a.h tr_machine_id).
+# Low 32 bits of FNV-1a-64 of the name, 0 -> 1 (relay/base/fnv1a.h tr_machine_id).
 machine_id() {
   local s=$1 h=$((0xcbf29ce484222325)) i c
   for ((i = 0; i < ${#s}; i++)); do

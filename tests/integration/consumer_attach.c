@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "perfetto/ipc/consumer_port.pb-c.h"
-#include "relay/ipc_client.h"
-#include "relay/ipc_frame.h"
-#include "relay/tr_error.h"
+#include "relay/producer/ipc_client.h"
+#include "relay/producer/ipc_frame.h"
+#include "relay/base/tr_error.h"
 #include "tests/integration/test_consumer.h"
 
 #define WAIT_MS 3000

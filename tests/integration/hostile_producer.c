@@ -48,8 +48,8 @@
 
 #include "perfetto/common/commit_data_request.pb-c.h"
 #include "perfetto/ipc/producer_port.pb-c.h"
-#include "relay/ipc_frame.h"
-#include "relay/tr_error.h"
+#include "relay/producer/ipc_frame.h"
+#include "relay/base/tr_error.h"
 
 #define PAGE_HEADER 8u
 #define CHUNK_HEADER 8u

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 struct link_event link_events[LINK_STUB_MAX_EVENTS];
 size_t link_n_events;

@@ -2,7 +2,7 @@
  * tracerelay-loadgen processes (2 writers each) connect over a real socket to a producer port
  * running in this test's loop; their data sources are registered, set up, started, flushed
  * while they write, and stopped. The chunk queue is drained as the relay link would, into one
- * central buffer (relay/trace_buffer.h), which reassembles the packets. Every packet must be
+ * central buffer (relay/trace/trace_buffer.h), which reassembles the packets. Every packet must be
  * accounted for, per producer: the loadgen's packets_written (--stats-json) = packets
  * reassembled + packets the agent dropped (none here: the queue is large, and its drop
  * counters must say 0), with no loss reported by the central buffer.
@@ -25,9 +25,9 @@
 
 #include <cmocka.h>
 
-#include "relay/producer_port.h"
-#include "relay/trace_buffer.h"
-#include "relay/tr_error.h"
+#include "relay/producer/producer_port.h"
+#include "relay/trace/trace_buffer.h"
+#include "relay/base/tr_error.h"
 
 #define NUM_LOADGENS 2
 #define FLUSH_ID_BASE 100

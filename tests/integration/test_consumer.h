@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 #include "perfetto/ipc/consumer_port.pb-c.h"
-#include "relay/ipc_client.h"
-#include "relay/tr_error.h"
+#include "relay/producer/ipc_client.h"
+#include "relay/base/tr_error.h"
 
 /* Packs m and invokes method with it; *id gets the request id. 0, or < 0. */
 static inline int test_consumer_invoke(tr_ipc_client *c, const char *method,

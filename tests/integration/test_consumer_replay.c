@@ -30,10 +30,10 @@
 
 #include "perfetto/ipc/consumer_port.pb-c.h"
 #include "perfetto/trace/trace.pb-c.h"
-#include "relay/fnv1a.h"
-#include "relay/ipc_frame.h"
-#include "relay/tr_error.h"
-#include "relay/varint.h"
+#include "relay/base/fnv1a.h"
+#include "relay/producer/ipc_frame.h"
+#include "relay/base/tr_error.h"
+#include "relay/base/varint.h"
 #include "service/consumer_port.h"
 
 #define CHUNKS_PER_HOST 24

@@ -23,8 +23,8 @@
 
 #include "agent/link_client.h"
 #include "link_stub.h"
-#include "relay/log.h"
-#include "relay/tr_error.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
 #include "service/link_server.h"
 #include "tests/unit/test_certs.h"
 

@@ -1,6 +1,6 @@
 /* test_loadgen_abi.c: runs tracerelay-loadgen against a tiny fake Perfetto service written here
  * (no agent involved) and checks what it writes with a minimal chunk reader of our own, so the
- * loadgen is held to the ABI (reference sections 2 and 4), not to relay/smb.c.
+ * loadgen is held to the ABI (reference sections 2 and 4), not to relay/producer/smb.c.
  *
  * The fake service speaks just enough ProducerPort: BindServiceReply with the 12 methods, the
  * InitializeConnection reply, setup_tracing with a memfd SMB (SCM_RIGHTS), setup and start of the
@@ -30,7 +30,7 @@
 #include "perfetto/common/commit_data_request.pb-c.h"
 #include "perfetto/ipc/producer_port.pb-c.h"
 #include "perfetto/trace/trace_packet.pb-c.h"
-#include "relay/ipc_frame.h"
+#include "relay/producer/ipc_frame.h"
 
 #define PAGE_SIZE 4096u
 #define MAX_CHUNKS 8192

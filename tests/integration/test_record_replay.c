@@ -28,7 +28,7 @@
 
 #include "perfetto/config/trace_config.pb-c.h"
 #include "perfetto/ipc/consumer_port.pb-c.h"
-#include "relay/ipc_frame.h"
+#include "relay/producer/ipc_frame.h"
 
 typedef Perfetto__Protos__IPCFrame IPCFrame;
 

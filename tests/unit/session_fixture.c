@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 uv_loop_t fx_loop;
 tr_service fx_svc;

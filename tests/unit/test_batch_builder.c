@@ -14,9 +14,9 @@
 #include <uv.h>
 
 #include "agent/batch_builder.h"
-#include "relay/chunk.h"
-#include "relay/relay_frame.h"
-#include "relay/tr_error.h"
+#include "relay/trace/chunk.h"
+#include "relay/link/relay_frame.h"
+#include "relay/base/tr_error.h"
 
 #define PAYLOAD 1000
 

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "relay/tls.h"
+#include "relay/link/tls.h"
 
 /* Makes /tmp/<name>.XXXXXX into dir (dir_len bytes) and runs make-certs.sh there with args
  * (e.g. "--service-name relay.test --agent web-1"). 0, or -1 on any failure. */

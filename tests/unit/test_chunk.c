@@ -1,4 +1,4 @@
-/* test_chunk.c: chunk header and fragment parsing (relay/chunk.h), first on hand-built
+/* test_chunk.c: chunk header and fragment parsing (relay/trace/chunk.h), first on hand-built
  * payloads for every rule, then on the real SDK-written chunks of the producer-emulated
  * captures, checked against their chunks.json tables and against the trace traced wrote. */
 #include <setjmp.h>
@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "perfetto/common/commit_data_request.pb-c.h"
-#include "relay/chunk.h"
-#include "relay/ipc_frame.h"
-#include "relay/tr_error.h"
+#include "relay/trace/chunk.h"
+#include "relay/producer/ipc_frame.h"
+#include "relay/base/tr_error.h"
 
 /* ---- hand-built payloads ---- */
 

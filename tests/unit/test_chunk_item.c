@@ -1,4 +1,4 @@
-/* test_chunk_item.c: the relay link's item wire mapping both ways (relay/chunk_item.h): a
+/* test_chunk_item.c: the relay link's item wire mapping both ways (relay/producer/chunk_item.h): a
  * queued chunk becomes a Chunk item with every header field, its trusted ids and its payload,
  * and that item becomes the same central-buffer write; a patch's bytes survive the wire's
  * little-endian word both ways; a flush ack keeps its ids; out-of-range values a hostile agent
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/chunk_item.h"
+#include "relay/producer/chunk_item.h"
 
 static tr_chunkq_entry *chunk_entry(void) {
   tr_chunkq q;

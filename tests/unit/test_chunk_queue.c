@@ -1,4 +1,4 @@
-/* test_chunk_queue.c: the agent's outgoing queue (relay/chunk_queue.h): order, sequence
+/* test_chunk_queue.c: the agent's outgoing queue (relay/producer/chunk_queue.h): order, sequence
  * numbers, trimming, the byte bound and per-producer drop counters. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,8 +8,8 @@
 
 #include <string.h>
 
-#include "relay/chunk_queue.h"
-#include "relay/tr_error.h"
+#include "relay/producer/chunk_queue.h"
+#include "relay/base/tr_error.h"
 
 static tr_chunkq_chunk chunk_meta(uint32_t producer, uint32_t id, uint8_t flags) {
   return (tr_chunkq_chunk){

@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "relay/clock.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/base/tr_error.h"
 
 static int teardown(void **state) {
   (void)state;

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/clock_graph.h"
-#include "relay/clocksync.h"
-#include "relay/tr_error.h"
+#include "relay/reading/clock_graph.h"
+#include "relay/clock/clocksync.h"
+#include "relay/base/tr_error.h"
 
 enum { REALTIME = 1, REALTIME_COARSE = 2, MONOTONIC = 3, MONOTONIC_COARSE = 4, MONOTONIC_RAW = 5,
        BOOTTIME = 6, TSC = 9 };

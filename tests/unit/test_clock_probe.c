@@ -8,8 +8,8 @@
 
 #include <string.h>
 
-#include "relay/clock_probe.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock_probe.h"
+#include "relay/base/tr_error.h"
 
 #define START_MS 10000 /* the loop's clock is never near 0 */
 #define MAX_PEERS 1000

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/clocksync.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clocksync.h"
+#include "relay/base/tr_error.h"
 
 #define SEC 1000000000LL
 #define MS 1000000LL

@@ -1,4 +1,4 @@
-/* test_config_file.c: the daemons' config file format (relay/config_file.h): entries, comments,
+/* test_config_file.c: the daemons' config file format (relay/daemon/config_file.h): entries, comments,
  * quotes, errors with line numbers, limits, and the argv it builds for getopt. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,8 +10,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "relay/config_file.h"
-#include "relay/tr_error.h"
+#include "relay/daemon/config_file.h"
+#include "relay/base/tr_error.h"
 
 static int parse(const char *text, tr_config_file *cf, char *err) {
   return tr_config_file_parse(text, strlen(text), cf, err, 256);

@@ -1,4 +1,4 @@
-/* test_flow_order.c: the flow table behind `inspect --check-order` (relay/flow_order.h): which
+/* test_flow_order.c: the flow table behind `inspect --check-order` (relay/reading/flow_order.h): which
  * flows cross hosts, with which ends, whatever order the ends come in; growth keeps them all. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "relay/flow_order.h"
+#include "relay/reading/flow_order.h"
 
 struct seen {
   size_t n;

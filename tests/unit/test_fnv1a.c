@@ -5,8 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "relay/fnv1a.h"
-#include "relay/tr_error.h"
+#include "relay/base/fnv1a.h"
+#include "relay/base/tr_error.h"
 
 static void test_known_vectors(void **state) {
   (void)state;

@@ -1,4 +1,4 @@
-/* test_hostport.c: the one parser of --service and --listen (relay/hostport.h). */
+/* test_hostport.c: the one parser of --service and --listen (relay/base/hostport.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,8 +7,8 @@
 
 #include <cmocka.h>
 
-#include "relay/hostport.h"
-#include "relay/tr_error.h"
+#include "relay/base/hostport.h"
+#include "relay/base/tr_error.h"
 
 static void ok(const char *s, bool listen, const char *host, unsigned port) {
   struct tr_hostport hp;

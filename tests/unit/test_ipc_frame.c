@@ -1,4 +1,4 @@
-/* test_ipc_frame.c: the bounded IPC frame reader and the IPCFrame codec (relay/ipc_frame.h),
+/* test_ipc_frame.c: the bounded IPC frame reader and the IPCFrame codec (relay/producer/ipc_frame.h),
  * on hand-made frames and on every frame of the recorded Perfetto v58.2 traffic. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "relay/ipc_frame.h"
-#include "relay/tr_error.h"
+#include "relay/producer/ipc_frame.h"
+#include "relay/base/tr_error.h"
 
 /* BindService("ProducerPort"), request_id 1: the reference's example (section 1.1). */
 static const uint8_t bind_producer[] = {0x12, 0x00, 0x00, 0x00, 0x10, 0x01, 0x1a, 0x0e,

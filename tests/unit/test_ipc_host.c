@@ -1,5 +1,5 @@
-/* test_ipc_host.c: the libuv IPC host (relay/ipc_host.h) against the blocking client
- * (relay/ipc_client.h) and raw sockets replaying recorded Perfetto v58.2 bytes. The test
+/* test_ipc_host.c: the libuv IPC host (relay/producer/ipc_host.h) against the blocking client
+ * (relay/producer/ipc_client.h) and raw sockets replaying recorded Perfetto v58.2 bytes. The test
  * drives the host's loop itself (uv_run NOWAIT between client steps), so everything runs on
  * one thread and in a fixed order. */
 #include <setjmp.h>
@@ -25,10 +25,10 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "relay/ipc_client.h"
-#include "relay/ipc_frame.h"
-#include "relay/ipc_host.h"
-#include "relay/tr_error.h"
+#include "relay/producer/ipc_client.h"
+#include "relay/producer/ipc_frame.h"
+#include "relay/producer/ipc_host.h"
+#include "relay/base/tr_error.h"
 
 #define STREAM_CHUNK (100 * 1024)
 #define STREAM_CHUNKS 160 /* 16 MB: twice the default output cap, so draining is required */

@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "agent/link_ordered.h"
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 #include <string.h>
 

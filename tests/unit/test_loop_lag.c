@@ -1,4 +1,4 @@
-/* test_loop_lag.c: relay/loop_lag.h on a real libuv loop.
+/* test_loop_lag.c: relay/daemon/loop_lag.h on a real libuv loop.
  *
  * A timer callback that keeps the loop busy for 30 ms (it spins on the clock) must show up as
  * an iteration of at least 30 ms: in the maximum and in the histogram's buckets above 20 ms.
@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "relay/loop_lag.h"
+#include "relay/daemon/loop_lag.h"
 
 #define STALL_NS 30000000ull /* 30 ms */
 

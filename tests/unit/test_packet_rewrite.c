@@ -1,4 +1,4 @@
-/* test_packet_rewrite.c: the global-clocks rewrite (relay/packet_rewrite.h), rule by rule on
+/* test_packet_rewrite.c: the global-clocks rewrite (relay/trace/packet_rewrite.h), rule by rule on
  * packets built with protobuf-c, on the SDK packets of a recorded v58.2 trace, on ftrace bundles,
  * on malformed input, and the service's cross-host ClockSnapshot. Every check compares bytes
  * where the rule promises bytes: only the fields concerned may differ. */
@@ -12,10 +12,10 @@
 #include <cmocka.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
-#include "relay/clock.h"
-#include "relay/fnv1a.h"
-#include "relay/packet_rewrite.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/base/fnv1a.h"
+#include "relay/trace/packet_rewrite.h"
+#include "relay/base/tr_error.h"
 
 #define MACHINE "web-3"
 #define G(name) tr_global_clock_id(MACHINE, name)
@@ -102,7 +102,7 @@ static void test_host_init_and_ids(void **state) {
   assert_int_equal(tr_rewrite_host_init(&h, "x", many, TR_REWRITE_SHARED_MAX + 1),
                    TR_ERR_TOO_BIG);
 
-  /* Named builtins hash their relay/clock.h name, everything else its decimal id. */
+  /* Named builtins hash their relay/clock/clock.h name, everything else its decimal id. */
   assert_int_equal(tr_rewrite_clock_id(&host, TR_CLOCK_BOOTTIME), G("BOOTTIME"));
   assert_int_equal(tr_rewrite_clock_id(&host, TR_CLOCK_REALTIME_COARSE), G("REALTIME_COARSE"));
   assert_int_equal(tr_rewrite_clock_id(&host, 9), G("9"));

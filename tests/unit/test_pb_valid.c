@@ -2,7 +2,7 @@
  * input fuzz/corpus/ipc_frame/crash-overlong-tag-field0): protobuf-c 1.4 accepts field number
  * 0 behind an over-long tag varint, keeps it as an unknown field, and re-encodes it as a short
  * tag it then refuses itself. Our decoders of outside input (IPC frames, producer requests,
- * relay frames) must refuse such messages (relay/pb_valid.h), and still keep honest unknown
+ * relay frames) must refuse such messages (relay/base/pb_valid.h), and still keep honest unknown
  * fields. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,9 +14,9 @@
 #include <cmocka.h>
 
 #include "perfetto/common/data_source_descriptor.pb-c.h"
-#include "relay/ipc_frame.h"
-#include "relay/pb_valid.h"
-#include "relay/relay_frame.h"
+#include "relay/producer/ipc_frame.h"
+#include "relay/base/pb_valid.h"
+#include "relay/link/relay_frame.h"
 
 /* The payload the fuzzer found: request_id 3, msg_invoke_method_reply { field 0 (tag 0x81
  * 0x00, fixed64) }. */

@@ -1,4 +1,4 @@
-/* test_pbtxt.c: the text-format parser and printer (relay/pbtxt.h).
+/* test_pbtxt.c: the text-format parser and printer (relay/reading/pbtxt.h).
  *
  * The recorded CLI configs must pack to the trace_config the real `perfetto` CLI sent (minus the
  * fields it adds); every syntax form and every error path is exercised on TraceConfig and on a
@@ -19,8 +19,8 @@
 #include "perfetto/ipc/consumer_port.pb-c.h"
 #include "perfetto/ipc/wire_protocol.pb-c.h"
 #include "perfetto/trace/trace_packet.pb-c.h"
-#include "relay/pbtxt.h"
-#include "relay/tr_error.h"
+#include "relay/reading/pbtxt.h"
+#include "relay/base/tr_error.h"
 
 /* ---- a descriptor for the types the project's protos do not use ---- */
 

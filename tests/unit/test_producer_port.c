@@ -1,4 +1,4 @@
-/* test_producer_port.c: the producer port (relay/producer_port.h) over a real socket, in a
+/* test_producer_port.c: the producer port (relay/producer/producer_port.h) over a real socket, in a
  * libuv loop this test drives.
  *
  * 1. Replay: the real SDK producer's frames (tests/vectors/ipc/producer-unix.to-service.bin)
@@ -31,10 +31,10 @@
 #include <cmocka.h>
 
 #include "perfetto/ipc/producer_port.pb-c.h"
-#include "relay/ipc_frame.h"
-#include "relay/log.h"
-#include "relay/producer_port.h"
-#include "relay/tr_error.h"
+#include "relay/producer/ipc_frame.h"
+#include "relay/base/log.h"
+#include "relay/producer/producer_port.h"
+#include "relay/base/tr_error.h"
 
 #define MAX_EVENTS 64
 

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "relay/prom_text.h"
+#include "relay/daemon/prom_text.h"
 
 /* Bucket edges are inclusive (le), buckets are written cumulative, +Inf holds everything. */
 static void test_histogram(void **state) {

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/chunk.h"
-#include "relay/relay_frame.h"
-#include "relay/tr_error.h"
+#include "relay/trace/chunk.h"
+#include "relay/link/relay_frame.h"
+#include "relay/base/tr_error.h"
 
 static uint8_t *heartbeat_frame(uint64_t ts, size_t *len) {
   Tracerelay__Heartbeat hb;

@@ -1,4 +1,4 @@
-/* test_relay_link.c: the relay link core (relay/relay_link.h) over real TLS on 127.0.0.1,
+/* test_relay_link.c: the relay link core (relay/link/relay_link.h) over real TLS on 127.0.0.1,
  * both ends in one libuv loop, as the agent and the service use it.
  *
  * Covers frames both ways in order (Hello, Welcome, numbered heartbeats, a stamped send), a
@@ -16,8 +16,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "relay/relay_link.h"
-#include "relay/tr_error.h"
+#include "relay/link/relay_link.h"
+#include "relay/base/tr_error.h"
 #include "tests/unit/test_certs.h"
 
 #include <stdio.h>

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/relay_session.h"
-#include "relay/tr_error.h"
+#include "relay/link/relay_session.h"
+#include "relay/base/tr_error.h"
 
 #define ID 0x1234abcdull
 #define FRAME 300u

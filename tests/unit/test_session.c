@@ -16,7 +16,7 @@
 
 #include <string.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 #include "session_fixture.h"
 
 #define SETUP TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE

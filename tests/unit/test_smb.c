@@ -1,4 +1,4 @@
-/* test_smb.c: the SMB (relay/smb.h): memfd creation and seals, adoption of a producer's fd,
+/* test_smb.c: the SMB (relay/producer/smb.h): memfd creation and seals, adoption of a producer's fd,
  * geometry choice and validation, the page word and chunk state machine, scraping. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,8 +16,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "relay/smb.h"
-#include "relay/tr_error.h"
+#include "relay/producer/smb.h"
+#include "relay/base/tr_error.h"
 
 #define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 

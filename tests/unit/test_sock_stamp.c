@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "relay/clock.h"
-#include "relay/sock_stamp.h"
+#include "relay/clock/clock.h"
+#include "relay/link/sock_stamp.h"
 
 #include <errno.h>
 #include <netinet/in.h>

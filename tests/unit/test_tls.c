@@ -9,9 +9,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "relay/tls.h"
-#include "relay/tls_ciphers.h"
-#include "relay/tr_error.h"
+#include "relay/link/tls.h"
+#include "relay/link/tls_ciphers.h"
+#include "relay/base/tr_error.h"
 
 #include <mbedtls/ssl_ciphersuites.h>
 

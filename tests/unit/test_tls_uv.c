@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "relay/tls_uv.h"
-#include "relay/tr_error.h"
+#include "relay/link/tls_uv.h"
+#include "relay/base/tr_error.h"
 #include "tests/unit/test_certs.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* test_trace_bounds.c: reading the hosts' clock error bound tracks back (relay/trace_bounds.h):
+/* test_trace_bounds.c: reading the hosts' clock error bound tracks back (relay/reading/trace_bounds.h):
  * what the service writes is found under its host, look-alikes are not, and the value at a time
  * is the last sample at or before it. */
 #include <setjmp.h>
@@ -11,8 +11,8 @@
 #include <cmocka.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
-#include "relay/trace_bounds.h"
-#include "relay/trace_writer.h"
+#include "relay/reading/trace_bounds.h"
+#include "relay/trace/trace_writer.h"
 
 typedef Perfetto__Protos__TracePacket Packet;
 

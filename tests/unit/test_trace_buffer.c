@@ -1,4 +1,4 @@
-/* test_trace_buffer.c: one test per invariant of the central buffer (relay/trace_buffer.c),
+/* test_trace_buffer.c: one test per invariant of the central buffer (relay/trace/trace_buffer.c),
  * plus the trusted slice, the producer packet check and sequence id allocation. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
-#include "relay/chunk.h"
-#include "relay/packet_trusted.h"
-#include "relay/sequence_ids.h"
-#include "relay/trace_buffer.h"
-#include "relay/tr_error.h"
+#include "relay/trace/chunk.h"
+#include "relay/trace/packet_trusted.h"
+#include "relay/trace/sequence_ids.h"
+#include "relay/trace/trace_buffer.h"
+#include "relay/base/tr_error.h"
 
 #define FIRST TR_CHUNK_FIRST_CONTINUES
 #define LAST TR_CHUNK_LAST_CONTINUES

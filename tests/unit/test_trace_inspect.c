@@ -21,11 +21,11 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "relay/clock.h"
-#include "relay/fnv1a.h"
-#include "relay/tr_error.h"
-#include "relay/trace_inspect.h"
-#include "relay/trace_reader.h"
+#include "relay/clock/clock.h"
+#include "relay/base/fnv1a.h"
+#include "relay/base/tr_error.h"
+#include "relay/reading/trace_inspect.h"
+#include "relay/reading/trace_reader.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"
 
 #define GUEST 1969531059u

@@ -17,10 +17,10 @@
 #include <string.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
-#include "relay/clock.h"
-#include "relay/clocksync.h"
-#include "relay/trace_writer.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/clock/clocksync.h"
+#include "relay/trace/trace_writer.h"
+#include "relay/base/tr_error.h"
 #include "service/trace_output.h"
 
 #define NUM_BUFFERS 2

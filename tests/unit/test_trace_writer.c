@@ -1,4 +1,4 @@
-/* test_trace_writer.c: the service's own packets (relay/trace_writer.h) decode as Perfetto
+/* test_trace_writer.c: the service's own packets (relay/trace/trace_writer.h) decode as Perfetto
  * TracePackets with the service's trusted fields, and the record framing is `0x0A varint`. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
-#include "relay/fnv1a.h"
-#include "relay/trace_writer.h"
+#include "relay/base/fnv1a.h"
+#include "relay/trace/trace_writer.h"
 
 typedef Perfetto__Protos__TracePacket Packet;
 

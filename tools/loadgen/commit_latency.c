@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 #define SAMPLE_EVERY_NS 1000000ull /* one sample per millisecond at most */
 #define POLL_NS 20000L

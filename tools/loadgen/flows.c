@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "relay/log.h"
-#include "relay/tr_error.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
 
 /* O_RDWR: opening a FIFO so never waits for the other end (Linux). */
 static int open_fifo(const char *path) {

@@ -10,8 +10,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "relay/ipc_recv.h"
-#include "relay/tr_error.h"
+#include "relay/producer/ipc_recv.h"
+#include "relay/base/tr_error.h"
 
 int lg_conn_open(lg_conn *c, const char *path) {
   memset(c, 0, sizeof(*c));

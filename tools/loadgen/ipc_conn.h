@@ -2,10 +2,10 @@
  * AF_UNIX socket: frames out, frames and SCM_RIGHTS fds in, and a wake-up that other threads
  * use to make the IPC thread send their commits at once.
  *
- * relay/ipc_client.h is not used because it cannot be woken while it waits for a frame: writer
+ * relay/producer/ipc_client.h is not used because it cannot be woken while it waits for a frame: writer
  * threads hand chunks to the IPC thread as the SDK's do, and a polling wait would delay every
  * commit and cap the load a benchmark can generate. Frames are encoded and decoded by
- * relay/ipc_frame.h.
+ * relay/producer/ipc_frame.h.
  *
  * Only lg_conn_wake may be called from other threads; everything else belongs to the IPC
  * thread. Received fds follow Perfetto's rule: the last fd that arrived is kept until the
@@ -13,7 +13,7 @@
 #ifndef LG_IPC_CONN_H
 #define LG_IPC_CONN_H
 
-#include "relay/ipc_frame.h"
+#include "relay/producer/ipc_frame.h"
 
 typedef struct lg_conn {
   int fd;

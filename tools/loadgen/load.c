@@ -7,8 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "relay/clock.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/base/tr_error.h"
 
 static uint64_t mono_ns(void) {
   struct timespec ts;
@@ -36,7 +36,7 @@ static bool stopped(lg_load *load) {
   return stop;
 }
 
-/* Timestamps go through relay/clock.h so that --fake-clock applies to every one of them. */
+/* Timestamps go through relay/clock/clock.h so that --fake-clock applies to every one of them. */
 static int boottime(uint64_t *ts) { return tr_clock_read(TR_CLOCK_BOOTTIME, ts); }
 
 static void *writer_main(void *arg) {

@@ -10,9 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "relay/clock.h"
-#include "relay/log.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
 #include "tools/loadgen/commit_latency.h"
 #include "tools/loadgen/load.h"
 #include "tools/loadgen/options.h"

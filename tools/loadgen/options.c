@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay/clock.h"
-#include "relay/tr_error.h"
+#include "relay/clock/clock.h"
+#include "relay/base/tr_error.h"
 
 #define MAX_WRITERS 1024
 #define MAX_PACKET_SIZE (16u << 20)
@@ -40,7 +40,7 @@ static const char kHelp[] =
     "                         stops the data source; with them, the loadgen still waits for it.\n"
     "  --fake-clock OFF_NS,DRIFT_PPM\n"
     "                         test feature: every timestamp is read from a simulated clock\n"
-    "                         t + t*DRIFT_PPM/1e6 + OFF_NS of the real one (relay/clock.h).\n"
+    "                         t + t*DRIFT_PPM/1e6 + OFF_NS of the real one (relay/clock/clock.h).\n"
     "  --page-size KB         SMB page size hint for the service (multiple of 4; default none).\n"
     "  --smb-size KB          SMB size hint for the service (default none).\n"
     "                         The service decides both; the SMB it sends is what is used.\n"

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 enum {
   /* TracePacket */

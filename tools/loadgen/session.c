@@ -6,8 +6,8 @@
 #include <sys/random.h>
 
 #include "perfetto/common/commit_data_request.pb-c.h"
-#include "relay/log.h"
-#include "relay/tr_error.h"
+#include "relay/base/log.h"
+#include "relay/base/tr_error.h"
 #include "tools/loadgen/commit_latency.h"
 
 #define SESSION_TIMEOUT_MS 10000

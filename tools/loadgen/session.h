@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "perfetto/ipc/producer_port.pb-c.h"
-#include "relay/ipc_frame.h"
+#include "relay/producer/ipc_frame.h"
 #include "tools/loadgen/ipc_conn.h"
 #include "tools/loadgen/smb_writer.h"
 

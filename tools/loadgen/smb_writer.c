@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the SMB ABI is little-endian");
 

@@ -1,5 +1,5 @@
 /* smb_writer.h: the producer side of Perfetto's shared-memory ABI (reference section 4), written
- * independently of relay/smb.h and relay/chunk.h so that the loadgen checks our agent against the
+ * independently of relay/producer/smb.h and relay/trace/chunk.h so that the loadgen checks our agent against the
  * ABI rather than against ourselves. It behaves as the Perfetto SDK's SharedMemoryArbiter and
  * TraceWriter do:
  * - pages are partitioned on first use with a CAS 0 -> layout<<28 (Div1 by default, like the SDK);

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdbool.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 void lg_stats_add(lg_stats *st, const lg_writer_stats *w) {
   st->writers[st->num_writers++] = *w;

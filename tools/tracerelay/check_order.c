@@ -4,8 +4,8 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "relay/flow_order.h"
-#include "relay/tr_error.h"
+#include "relay/reading/flow_order.h"
+#include "relay/base/tr_error.h"
 
 #define SHOWN_MAX 20 /* violations listed one by one */
 

@@ -1,6 +1,6 @@
 /* check_order.h: `tracerelay inspect --check-order`: flows that cross hosts, and any whose
- * arrival the merged timeline puts before its departure (relay/flow_order.h), measured against
- * the two hosts' clock error bounds as the trace shows them (relay/trace_bounds.h). */
+ * arrival the merged timeline puts before its departure (relay/reading/flow_order.h), measured against
+ * the two hosts' clock error bounds as the trace shows them (relay/reading/trace_bounds.h). */
 #ifndef TRACERELAY_CHECK_ORDER_H
 #define TRACERELAY_CHECK_ORDER_H
 
@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "relay/trace_inspect.h"
+#include "relay/reading/trace_inspect.h"
 
 struct order_check;
 

@@ -1,5 +1,5 @@
 /* inspect.c: `tracerelay inspect TRACE`: reads a Perfetto trace, puts every timestamp on the trace
- * clock with tracerelay's own resolver (relay/trace_inspect.h) and prints, per host, packets,
+ * clock with tracerelay's own resolver (relay/reading/trace_inspect.h) and prints, per host, packets,
  * sequences, time range, losses, clock mapping and unresolved packets; `--json` prints the same
  * for scripts and `--packets` adds one line per timestamp. */
 #include <errno.h>
@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "relay/clock.h"
-#include "relay/tr_error.h"
-#include "relay/trace_inspect.h"
+#include "relay/clock/clock.h"
+#include "relay/base/tr_error.h"
+#include "relay/reading/trace_inspect.h"
 #include "tools/tracerelay/check_order.h"
 #include "tools/tracerelay/commands.h"
 

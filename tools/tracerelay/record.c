@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "relay/pbtxt.h"
+#include "relay/reading/pbtxt.h"
 #include "tools/tracerelay/commands.h"
 #include "tools/tracerelay/record_config.h"
 #include "tools/tracerelay/record_session.h"

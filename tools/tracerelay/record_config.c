@@ -11,8 +11,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "relay/pbtxt.h"
-#include "relay/tr_error.h"
+#include "relay/reading/pbtxt.h"
+#include "relay/base/tr_error.h"
 
 typedef Perfetto__Protos__TraceConfig TraceConfig;
 typedef Perfetto__Protos__TraceConfig__BufferConfig BufferConfig;

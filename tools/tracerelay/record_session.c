@@ -17,9 +17,9 @@
 #include <sys/stat.h>
 
 #include "perfetto/ipc/consumer_port.pb-c.h"
-#include "relay/ipc_client.h"
-#include "relay/ipc_frame.h"
-#include "relay/tr_error.h"
+#include "relay/producer/ipc_client.h"
+#include "relay/producer/ipc_frame.h"
+#include "relay/base/tr_error.h"
 #include "tools/tracerelay/host_progress.h"
 #include "tools/tracerelay/progress.h"
 #include "tools/tracerelay/trace_sink.h"

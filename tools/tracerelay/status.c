@@ -15,10 +15,10 @@
 
 #include "perfetto/common/tracing_service_state.pb-c.h"
 #include "perfetto/ipc/consumer_port.pb-c.h"
-#include "relay/ipc_client.h"
-#include "relay/ipc_frame.h"
-#include "relay/tr_error.h"
-#include "relay/varint.h"
+#include "relay/producer/ipc_client.h"
+#include "relay/producer/ipc_frame.h"
+#include "relay/base/tr_error.h"
+#include "relay/base/varint.h"
 #include "tools/tracerelay/commands.h"
 #include "tracerelay/tracerelay_status.pb-c.h"
 

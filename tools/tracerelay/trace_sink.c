@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "relay/tr_error.h"
+#include "relay/base/tr_error.h"
 
 void trace_sink_init(trace_sink *s, int fd) {
   memset(s, 0, sizeof *s);

@@ -1,0 +1,176 @@
+/* chunk_queue.c: a singly-linked FIFO of malloc'd entries with a byte budget and drop counters
+ * per producer and target buffer. See chunk_queue.h for the guarantees. */
+#include "relay/producer/chunk_queue.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay/base/tr_error.h"
+
+void tr_chunkq_init(tr_chunkq *q, size_t max_bytes) {
+  memset(q, 0, sizeof(*q));
+  q->max_bytes = max_bytes;
+  q->next_seq = 1;
+}
+
+void tr_chunkq_free(tr_chunkq *q) {
+  tr_chunkq_entry *e;
+  while ((e = tr_chunkq_pop(q)) != NULL)
+    tr_chunkq_entry_free(e);
+  free(q->drops);
+  q->drops = NULL;
+  q->num_drops = q->cap_drops = 0;
+}
+
+size_t tr_chunkq_entry_cost(size_t len) {
+  return sizeof(tr_chunkq_entry) + len;
+}
+
+/* The counters of a producer and target buffer, created on their first drop. NULL only if that
+ * allocation fails: the drop then shows in the total alone. */
+static tr_chunkq_drops *drops_for(tr_chunkq *q, uint32_t producer_id, uint32_t target_buffer) {
+  for (size_t i = 0; i < q->num_drops; i++)
+    if (q->drops[i].producer_id == producer_id && q->drops[i].target_buffer == target_buffer)
+      return &q->drops[i];
+  if (q->num_drops == q->cap_drops) {
+    size_t cap = q->cap_drops ? 2 * q->cap_drops : 8;
+    tr_chunkq_drops *d = realloc(q->drops, cap * sizeof(*d));
+    if (!d)
+      return NULL;
+    q->drops = d;
+    q->cap_drops = cap;
+  }
+  tr_chunkq_drops *d = &q->drops[q->num_drops++];
+  memset(d, 0, sizeof(*d));
+  d->producer_id = producer_id;
+  d->target_buffer = target_buffer;
+  return d;
+}
+
+tr_chunkq_drops tr_chunkq_drops_of(const tr_chunkq *q, uint32_t producer_id) {
+  tr_chunkq_drops sum = {.producer_id = producer_id};
+  for (size_t i = 0; i < q->num_drops; i++) {
+    const tr_chunkq_drops *d = &q->drops[i];
+    if (d->producer_id != producer_id)
+      continue;
+    sum.chunks += d->chunks;
+    sum.bytes += d->bytes;
+    sum.packets += d->packets;
+    sum.patches += d->patches;
+    sum.flush_acks += d->flush_acks;
+  }
+  return sum;
+}
+
+/* Allocates an entry if `cost` fits under `limit`; NULL with *rc set otherwise. */
+static tr_chunkq_entry *new_entry(tr_chunkq *q, size_t len, size_t limit, int *rc) {
+  size_t cost = tr_chunkq_entry_cost(len);
+  if (q->bytes > limit || cost > limit - q->bytes) {
+    *rc = TR_ERR_FULL;
+    return NULL;
+  }
+  tr_chunkq_entry *e = malloc(cost);
+  if (!e) {
+    *rc = TR_ERR_NOMEM;
+    return NULL;
+  }
+  memset(e, 0, sizeof(*e));
+  e->len = len;
+  return e;
+}
+
+static void append(tr_chunkq *q, tr_chunkq_entry *e, tr_chunkq_kind kind) {
+  e->kind = kind;
+  e->seq = q->next_seq++;
+  e->next = NULL;
+  if (q->tail)
+    q->tail->next = e;
+  else
+    q->head = e;
+  q->tail = e;
+  q->len++;
+  q->bytes += tr_chunkq_entry_cost(e->len);
+}
+
+static size_t control_limit(const tr_chunkq *q) {
+  return q->max_bytes + q->max_bytes / 8;
+}
+
+int tr_chunkq_push_chunk(tr_chunkq *q, const tr_chunkq_chunk *c, const uint8_t *payload,
+                         size_t payload_len, size_t used) {
+  if (used > payload_len)
+    return TR_ERR_INVAL;
+  size_t len = (c->header.flags & TR_CHUNK_NEEDS_PATCHING) ? payload_len : used;
+  int rc = 0;
+  tr_chunkq_entry *e = new_entry(q, len, q->max_bytes, &rc);
+  if (!e) {
+    tr_chunkq_drops *d = drops_for(q, c->producer_id, c->target_buffer);
+    uint32_t begun = tr_chunk_packets_begun(payload, len, c->header.count, c->header.flags,
+                                            c->incomplete);
+    if (d) {
+      d->chunks++;
+      d->bytes += len;
+      d->packets += begun;
+    }
+    q->total.chunks++;
+    q->total.bytes += len;
+    q->total.packets += begun;
+    return rc;
+  }
+  e->u.chunk = *c;
+  memcpy(e->data, payload, len);
+  append(q, e, TR_CHUNKQ_CHUNK);
+  return 0;
+}
+
+int tr_chunkq_push_patch(tr_chunkq *q, const tr_chunkq_patch *p) {
+  int rc = 0;
+  tr_chunkq_entry *e = new_entry(q, 0, control_limit(q), &rc);
+  if (!e) {
+    tr_chunkq_drops *d = drops_for(q, p->producer_id, p->target_buffer);
+    if (d)
+      d->patches++;
+    q->total.patches++;
+    return rc;
+  }
+  e->u.patch = *p;
+  append(q, e, TR_CHUNKQ_PATCH);
+  return 0;
+}
+
+int tr_chunkq_push_flush_ack(tr_chunkq *q, uint32_t producer_id, uint64_t request_id) {
+  int rc = 0;
+  tr_chunkq_entry *e = new_entry(q, 0, control_limit(q), &rc);
+  if (!e) {
+    tr_chunkq_drops *d = drops_for(q, producer_id, 0);
+    if (d)
+      d->flush_acks++;
+    q->total.flush_acks++;
+    return rc;
+  }
+  e->u.flush_ack.producer_id = producer_id;
+  e->u.flush_ack.request_id = request_id;
+  append(q, e, TR_CHUNKQ_FLUSH_ACK);
+  return 0;
+}
+
+const tr_chunkq_entry *tr_chunkq_peek(const tr_chunkq *q) {
+  return q->head;
+}
+
+tr_chunkq_entry *tr_chunkq_pop(tr_chunkq *q) {
+  tr_chunkq_entry *e = q->head;
+  if (!e)
+    return NULL;
+  q->head = e->next;
+  if (!q->head)
+    q->tail = NULL;
+  e->next = NULL;
+  q->len--;
+  q->bytes -= tr_chunkq_entry_cost(e->len);
+  return e;
+}
+
+void tr_chunkq_entry_free(tr_chunkq_entry *e) {
+  free(e);
+}
