@@ -22,6 +22,15 @@ def cpu_s(pid, tid=None):
         return 0.0
 
 
+def stime_s(pid):
+    """The kernel's CPU time for a process (its system calls), in seconds; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[12]) / TICK  # field 15 of stat(5)
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return 0.0
+
+
 def machine_busy_s():
     """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
     with open("/proc/stat") as f:

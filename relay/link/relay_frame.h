@@ -29,7 +29,7 @@
 /* Room left in a frame for the batch envelope, so a batch whose items fit under
  * max_frame - TR_RELAY_BATCH_HEADROOM can always be sent uncompressed too. */
 #define TR_RELAY_BATCH_HEADROOM 64u
-#define TR_RELAY_ZSTD_LEVEL_DEFAULT 1
+#define TR_RELAY_ZSTD_LEVEL_DEFAULT (-1)
 /* Decoding a message may allocate at most this many times its encoded size (plus 4 KiB):
  * enough for any honest frame (a 4-byte patch entry is the worst case, ~6x), and a ceiling
  * for frames made of empty sub-messages. */
@@ -64,7 +64,8 @@ typedef struct tr_relay_codec {
   size_t max_frame; /* frames built are at most this long; decompression cap */
 } tr_relay_codec;
 
-/* level: zstd level (TR_RELAY_ZSTD_LEVEL_DEFAULT = 1, fast); max_frame as for the reader. */
+/* level: zstd level (TR_RELAY_ZSTD_LEVEL_DEFAULT = -1, chosen by bench/bench_zstd_levels: the
+ * least CPU per MB on both ends of levels -1 to 3; bench/README.md); max_frame as for the reader. */
 int tr_relay_codec_init(tr_relay_codec *c, int level, size_t max_frame);
 void tr_relay_codec_free(tr_relay_codec *c);
 
