@@ -812,6 +812,8 @@ void tr_session_on_host_connected(tr_service *svc, tr_host *host) {
         sh->gone = true;
         for (size_t b = 0; b < s->num_buffers; b++)
           sh->drops_at_end[b] = tr_hosts_buffer_drops(host, s->buffers[b].global_id);
+        sh->smb_full_at_end = host->stats.agent_smb_full;
+        sh->smb_full_ns_at_end = host->stats.agent_smb_full_ns;
         for (size_t i = 0; i < s->num_instances; i++)
           if (s->instances[i].host_index == hi)
             s->instances[i].state = TR_DS_STOPPED;

@@ -37,6 +37,8 @@ typedef struct tr_session_host {
   uint64_t chunks_refused;
   uint64_t smb_full_at_start; /* the host's agent_smb_full when it joined the session */
   uint64_t smb_full_ns_at_start; /* and its agent_smb_full_ns */
+  uint64_t smb_full_at_end;      /* both when it was retired: its successor counts on */
+  uint64_t smb_full_ns_at_end;
   /* Per buffer of the session, what the host's agent had dropped of its chunks when the entry
    * joined, and when it was retired: the entry's own losses lie between. */
   tr_host_buffer_drops *drops_at_start; /* [num_buffers] */

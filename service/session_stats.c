@@ -114,15 +114,13 @@ static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) 
   h->session_agent_exits_unclean = sh->agent_exits_unclean;
   h->has_session_stops_timed_out = 1;
   h->session_stops_timed_out = sh->stops_timed_out;
+  uint64_t smb_full = sh->retired ? sh->smb_full_at_end : st->agent_smb_full;
+  uint64_t smb_full_ns = sh->retired ? sh->smb_full_ns_at_end : st->agent_smb_full_ns;
   h->has_session_smb_full = 1;
-  h->session_smb_full = st->agent_smb_full > sh->smb_full_at_start
-                            ? st->agent_smb_full - sh->smb_full_at_start
-                            : 0;
+  h->session_smb_full = since(smb_full, sh->smb_full_at_start);
   h->has_session_smb_full_ms = 1;
-  h->session_smb_full_ms = st->agent_smb_full_ns > sh->smb_full_ns_at_start
-                               ? (st->agent_smb_full_ns - sh->smb_full_ns_at_start + 999999u) /
-                                     1000000u /* rounded up: still an upper bound */
-                               : 0;
+  /* rounded up: still an upper bound */
+  h->session_smb_full_ms = (since(smb_full_ns, sh->smb_full_ns_at_start) + 999999u) / 1000000u;
   h->has_session_instances_not_started = 1;
   for (size_t i = 0; i < s->num_instances; i++) {
     const tr_ds_instance *in = &s->instances[i];

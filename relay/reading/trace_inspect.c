@@ -48,9 +48,14 @@ struct range { /* readings of one non-sequence clock of one machine */
   uint64_t lo, hi;
 };
 
-struct pending_stats { /* TraceStats losses, collected in pass 1, given to hosts after it */
+/* TraceStats losses, collected in pass 1, given to hosts after it. The service writes a
+ * TraceStats at the end of every read pass, each with its counters since the session began:
+ * only the last one of a sequence counts (as trace_processor keeps the last), the earlier ones
+ * only in trace_stats_packets. */
+struct pending_stats {
   bool by_name;       /* from the per-host extension, else for the packet's sequence */
-  size_t seq;         /* index in seqs when !by_name */
+  size_t seq;         /* index in seqs of the TraceStats packet's sequence */
+  uint64_t packet;    /* which TraceStats packet of the trace, from 1 */
   uint32_t machine;   /* HostStats.machine_id */
   uint32_t domain;    /* resolved in make_hosts */
   char name[TR_INSPECT_NAME_MAX];
@@ -94,6 +99,7 @@ struct ctx {
   size_t n_syncs, cap_syncs;
   struct pending_stats *stats;
   size_t n_stats, cap_stats;
+  uint64_t n_trace_stats; /* TraceStats packets seen */
   tr_inspect_cb cb;
   void *arg;
 };
@@ -428,16 +434,25 @@ static void add_buffer(struct tr_inspect_losses *l,
   l->patches_failed += b->patches_failed;
 }
 
+static void take_max(uint64_t *to, uint64_t v) {
+  if (v > *to)
+    *to = v;
+}
+
+/* One HostStats entry into l. A host whose agent restarted during the session has two entries
+ * (the retired one and its successor) in one TraceStats: the host's own counters (link, agent
+ * and flush figures since it first connected) are the same host's in both and are taken once,
+ * the session_ and _packets figures are each entry's own and add up. */
 static void add_host_counters(struct tr_inspect_losses *l, const Tracerelay__HostStats *h) {
   l->has_host_stats = true;
-  l->connected = h->connected;
-  l->link_lost_chunks += h->link_lost_chunks;
-  l->link_lost_bytes += h->link_lost_bytes;
-  l->agent_queue_dropped_chunks += h->agent_queue_dropped_chunks;
-  l->agent_spill_dropped_chunks += h->agent_spill_dropped_chunks;
-  l->agent_smb_full += h->agent_smb_full;
-  l->agent_abi_violations += h->agent_abi_violations;
-  l->flushes_missed += h->flushes_missed;
+  l->connected |= h->connected;
+  take_max(&l->link_lost_chunks, h->link_lost_chunks);
+  take_max(&l->link_lost_bytes, h->link_lost_bytes);
+  take_max(&l->agent_queue_dropped_chunks, h->agent_queue_dropped_chunks);
+  take_max(&l->agent_spill_dropped_chunks, h->agent_spill_dropped_chunks);
+  take_max(&l->agent_smb_full, h->agent_smb_full);
+  take_max(&l->agent_abi_violations, h->agent_abi_violations);
+  take_max(&l->flushes_missed, h->flushes_missed);
   l->session_chunks_refused += h->session_chunks_refused;
   l->session_flushes_missed += h->session_flushes_missed;
   l->session_disconnects += h->session_disconnects;
@@ -445,7 +460,7 @@ static void add_host_counters(struct tr_inspect_losses *l, const Tracerelay__Hos
   l->session_smb_full_ms += h->session_smb_full_ms;
   l->session_agent_exits_unclean += h->session_agent_exits_unclean;
   l->session_stops_timed_out += h->session_stops_timed_out;
-  l->session_instances_not_started = h->session_instances_not_started; /* the latest */
+  l->session_instances_not_started += h->session_instances_not_started;
   l->agent_queue_dropped_packets += h->agent_queue_dropped_packets;
   l->agent_spill_dropped_packets += h->agent_spill_dropped_packets;
   l->session_packets_lost_in_gaps += h->session_packets_lost_in_gaps;
@@ -527,6 +542,26 @@ static void describe_missing(char *out, size_t cap, const Tracerelay__TraceStats
                              used ? "; " : "", x->tracerelay_machines_not_connected[i]);
 }
 
+/* The entry of hs's host among those of the TraceStats packet at own (a host whose agent
+ * restarted is listed twice), or a new one; NULL when out of memory. */
+static struct pending_stats *host_entry(struct ctx *c, size_t own,
+                                        const Tracerelay__HostStats *hs) {
+  const char *name = hs->machine_name ? hs->machine_name : "";
+  for (size_t i = own + 1; i < c->n_stats; i++)
+    if (c->stats[i].machine == hs->machine_id && strncmp(c->stats[i].name, name,
+                                                         sizeof c->stats[i].name - 1) == 0)
+      return &c->stats[i];
+  struct pending_stats *p = new_stats(c);
+  if (!p)
+    return NULL;
+  p->by_name = true;
+  p->seq = c->stats[own].seq;
+  p->packet = c->stats[own].packet;
+  p->machine = hs->machine_id;
+  snprintf(p->name, sizeof(p->name), "%s", name);
+  return p;
+}
+
 /* Losses of one TraceStats: the extension's hosts get their own BufferStats entries and
  * counters; the packet's sequence gets the totals and every entry no host claimed. */
 static int collect_stats(struct ctx *c, size_t seq, const Perfetto__Protos__TraceStats *ts) {
@@ -537,18 +572,16 @@ static int collect_stats(struct ctx *c, size_t seq, const Perfetto__Protos__Trac
   if (!claimed || !new_stats(c))
     goto done;
   c->stats[own].seq = seq;
+  c->stats[own].packet = ++c->n_trace_stats;
   c->stats[own].l = (struct tr_inspect_losses){
       .trace_stats_packets = 1, .chunks_discarded = ts->chunks_discarded,
       .patches_discarded = ts->patches_discarded, .invalid_packets = ts->invalid_packets,
       .flushes_failed = ts->flushes_failed};
   for (size_t i = 0; x && i < x->n_tracerelay_hosts; i++) {
     const Tracerelay__HostStats *hs = x->tracerelay_hosts[i];
-    struct pending_stats *p = new_stats(c);
+    struct pending_stats *p = host_entry(c, own, hs);
     if (!p)
       goto done;
-    p->by_name = true;
-    p->machine = hs->machine_id;
-    snprintf(p->name, sizeof(p->name), "%s", hs->machine_name ? hs->machine_name : "");
     add_host_counters(&p->l, hs);
     for (size_t k = 0; k < hs->n_buffer_stats_index; k++) {
       uint32_t b = hs->buffer_stats_index[k];
@@ -715,14 +748,23 @@ static int make_hosts(struct ctx *c) {
   sort_unique(out, n);
   for (size_t i = 0; i < c->n_seqs; i++)
     c->seqs[i].host = (uint32_t)find_host(out, c->seqs[i].machine, c->seqs[i].domain);
+  uint64_t *last = calloc(c->n_seqs + 1, sizeof *last); /* per sequence, its last TraceStats */
+  if (!last)
+    return TR_ERR_NOMEM;
+  for (size_t i = 0; i < c->n_stats; i++)
+    take_max(&last[c->stats[i].seq], c->stats[i].packet);
   for (size_t i = 0; i < c->n_stats; i++) {
     const struct pending_stats *p = &c->stats[i];
     struct tr_inspect_host *h =
         &out->hosts[p->by_name ? find_host(out, p->machine, p->domain) : c->seqs[p->seq].host];
-    add_losses(&h->losses, &p->l);
+    if (p->packet == last[p->seq])
+      add_losses(&h->losses, &p->l);
+    else
+      h->losses.trace_stats_packets += p->l.trace_stats_packets;
     if (!h->name[0])
       snprintf(h->name, sizeof(h->name), "%s", p->name);
   }
+  free(last);
   for (size_t i = 0; i < c->n_names; i++) { /* the first SystemInfo of a machine names it */
     int64_t h = find_host(out, c->names[i].machine, 0);
     if (h >= 0 && !c->names[i].used && !out->hosts[h].name[0])

@@ -313,6 +313,41 @@ static void test_losses_are_per_session(void **state) {
   fx_teardown();
 }
 
+/* A host whose agent restarted during the session is listed twice in TraceStats, the retired
+ * entry and its successor: each counts the SMB-full events of its own life (3, then 4), so
+ * that their sum is the session's (the retired entry used to count the successor's too). */
+static void test_restarted_agent_counts_smb_full_once(void **state) {
+  struct fx_config cfg;
+  tr_host *h = &fx_hosts[0];
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 1, kTrackEvent);
+  fx_connect(0);
+  h->stats.agent_smb_full = 2; /* before the session */
+  h->stats.agent_smb_full_ns = 2000000;
+  fx_config(&cfg, (const char *const[]){"track_event", NULL});
+  tr_session *s = fx_enable(&cfg);
+  h->stats.agent_smb_full = 2 + 3;
+  h->stats.agent_smb_full_ns = 5000000;
+  fx_disconnect(0);
+  h->agent_instance_id++; /* the agent restarted */
+  fx_connect(0);
+  h->stats.agent_smb_full = 2 + 3 + 4;
+  h->stats.agent_smb_full_ns = 9000000;
+  struct fx_stats st;
+  fx_stats(s, &st);
+  assert_int_equal(st.ext->n_tracerelay_hosts, 2);
+  uint64_t events = 0, ms = 0;
+  for (size_t i = 0; i < 2; i++) {
+    events += st.ext->tracerelay_hosts[i]->session_smb_full;
+    ms += st.ext->tracerelay_hosts[i]->session_smb_full_ms;
+  }
+  assert_int_equal(events, 3 + 4);
+  assert_int_equal(ms, 3 + 4);
+  fx_stats_free(&st);
+  fx_teardown();
+}
+
 /* The instance id of the last command of kind `what` to host i (0 if none). */
 static uint64_t last_instance(size_t i, Tracerelay__Command__CmdCase what) {
   uint64_t id = 0;
@@ -377,6 +412,7 @@ int main(void) {
       cmocka_unit_test(test_producer_joining_late),
       cmocka_unit_test(test_deferred_start),
       cmocka_unit_test(test_losses_are_per_session),
+      cmocka_unit_test(test_restarted_agent_counts_smb_full_once),
       cmocka_unit_test(test_unconfirmed_stop_is_counted),
       cmocka_unit_test(test_unconfirmed_stop_asked_again),
   };

@@ -417,8 +417,10 @@ static void pack_into(struct buf *b, const ProtobufCMessage *m) {
 }
 
 /* A TraceStats on the service's sequence: buffer i overwrote 10^i chunks; the extension gives
- * buffer 1 to guestA (machine_id), 2 to hostB (global-clocks) and nothing to ghost. */
-static void add_host_stats(struct buf *b) {
+ * buffer 1 to guestA (machine_id), 2 to hostB (global-clocks) and nothing to ghost. Each
+ * host's link lost 5 + i + later chunks; with restarted, hostB is listed a second time (its
+ * agent restarted: the retired entry, with the same host counters and its own session ones). */
+static void add_host_stats(struct buf *b, uint64_t later, bool restarted) {
   Perfetto__Protos__TraceStats ts = PERFETTO__PROTOS__TRACE_STATS__INIT;
   Perfetto__Protos__TraceStats__BufferStats bs[3], *bsp[3];
   for (int i = 0; i < 3; i++) {
@@ -429,10 +431,11 @@ static void add_host_stats(struct buf *b) {
   }
   ts.n_buffer_stats = 3;
   ts.buffer_stats = bsp;
-  Tracerelay__HostStats hs[3], *hsp[3];
-  const char *names[3] = {"guestA", "hostB", "ghost"};
-  uint32_t index[3] = {1, 2, 0};
-  for (int i = 0; i < 3; i++) {
+  Tracerelay__HostStats hs[4], *hsp[4];
+  const char *names[4] = {"guestA", "hostB", "ghost", "hostB"};
+  uint32_t index[4] = {1, 2, 0, 0};
+  int n_hosts = restarted ? 4 : 3;
+  for (int i = 0; i < n_hosts; i++) {
     tracerelay__host_stats__init(&hs[i]);
     hs[i].machine_name = (char *)names[i];
     hs[i].has_machine_id = true;
@@ -442,13 +445,13 @@ static void add_host_stats(struct buf *b) {
     hs[i].n_buffer_stats_index = i < 2;
     hs[i].buffer_stats_index = &index[i];
     hs[i].has_link_lost_chunks = true;
-    hs[i].link_lost_chunks = 5 + (uint64_t)i;
+    hs[i].link_lost_chunks = 5 + (uint64_t)(i == 3 ? 1 : i) + later;
     hs[i].has_session_disconnects = true;
     hs[i].session_disconnects = (uint64_t)i;
     hsp[i] = &hs[i];
   }
   Tracerelay__TraceStatsExtension x = TRACERELAY__TRACE_STATS_EXTENSION__INIT;
-  x.n_tracerelay_hosts = 3;
+  x.n_tracerelay_hosts = (size_t)n_hosts;
   x.tracerelay_hosts = hsp;
   struct buf stats = {0}, pkt = {0};
   pack_into(&stats, &ts.base);
@@ -482,7 +485,7 @@ static void test_host_stats(void **state) {
   p.has_trusted_packet_sequence_id = true;
   p.trusted_packet_sequence_id = 3;
   append_packet(&b, &p);
-  add_host_stats(&b);
+  add_host_stats(&b, 0, false);
 
   struct tr_inspect_result r;
   assert_int_equal(tr_inspect_trace(b.data, b.len, NULL, NULL, &r), 0);
@@ -506,6 +509,32 @@ static void test_host_stats(void **state) {
   assert_false(gh->losses.connected);
   assert_int_equal(gh->losses.session_disconnects, 2);
   assert_int_equal(gh->losses.chunks_overwritten, 0);
+  tr_inspect_result_free(&r);
+  free(b.data);
+}
+
+/* Every read pass ends with a TraceStats of the counters so far: only the last counts. A
+ * host listed twice in it (its agent restarted) has its host counters once, its session
+ * counters (disconnects 1 and 3) from both entries. */
+static void test_host_stats_last_pass(void **state) {
+  (void)state;
+  struct buf b = {0};
+  add_snapshot(&b, SVC_SEQ, clk(TR_CLOCK_BOOTTIME, 1000, false), clk(64, 9000, false), true, 0,
+               -1);
+  add_host_stats(&b, 0, false);
+  add_host_stats(&b, 10, true);
+  struct tr_inspect_result r;
+  assert_int_equal(tr_inspect_trace(b.data, b.len, NULL, NULL, &r), 0);
+  const struct tr_inspect_host *svc = host(&r, 0, 0),
+                               *ga = host(&r, tr_machine_id("guestA"), 0),
+                               *hb = host(&r, tr_machine_id("hostB"), 0);
+  assert_int_equal(svc->losses.trace_stats_packets, 2);
+  assert_int_equal(svc->losses.chunks_overwritten, 1); /* not 2: the last pass's */
+  assert_int_equal(ga->losses.link_lost_chunks, 15);
+  assert_int_equal(ga->losses.chunks_overwritten, 10);
+  assert_int_equal(hb->losses.link_lost_chunks, 16); /* once, not 32 */
+  assert_int_equal(hb->losses.session_disconnects, 1 + 3);
+  assert_true(hb->losses.connected);
   tr_inspect_result_free(&r);
   free(b.data);
 }
@@ -703,6 +732,7 @@ int main(void) {
       cmocka_unit_test(test_relay_emulated),
       cmocka_unit_test(test_global_clocks),
       cmocka_unit_test(test_host_stats),
+      cmocka_unit_test(test_host_stats_last_pass),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_skipped_and_concatenated),
       cmocka_unit_test(test_compressed),
