@@ -17,8 +17,8 @@
 #include "relay/clock/clock.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
-#include "tools/loadgen/packet.h"
-#include "tools/loadgen/smb_writer.h"
+#include "tools/loadgen_writer/packet.h"
+#include "tools/loadgen_writer/smb_writer.h"
 
 #define LOG_COMP "emu_producer"
 #define PENDING_COMMITS 8 /* SMB writer commits per CommitData at most */

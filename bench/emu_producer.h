@@ -10,7 +10,7 @@
  * - setup_data_source: nothing to do;
  * - start_data_source: NotifyDataSourceStarted; with a rate, RegisterTraceWriter and events
  *   written into the shared memory at that rate by the loadgen's own SMB writer
- *   (tools/loadgen/smb_writer.h, packet.h: real TrackEvent packets, chunks, fragments and
+ *   (tools/loadgen_writer/smb_writer.h, packet.h: real TrackEvent packets, chunks, fragments and
  *   patches), committed with CommitData when a chunk fills, as the SDK does;
  * - flush: commits the chunk being written, then CommitData{flush_request_id} (one frame);
  * - stop_data_source: ends the sequence, commits, NotifyDataSourceStopped;

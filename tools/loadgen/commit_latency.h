@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "tools/loadgen/smb_writer.h"
+#include "tools/loadgen_writer/smb_writer.h"
 
 typedef struct lg_latency lg_latency;
 

@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 #include "tools/loadgen/flows.h"
-#include "tools/loadgen/packet.h"
-#include "tools/loadgen/smb_writer.h"
+#include "tools/loadgen_writer/packet.h"
+#include "tools/loadgen_writer/smb_writer.h"
 
 typedef struct lg_load_config {
   unsigned writers;

@@ -17,7 +17,7 @@
 #include "tools/loadgen/load.h"
 #include "tools/loadgen/options.h"
 #include "tools/loadgen/session.h"
-#include "tools/loadgen/smb_writer.h"
+#include "tools/loadgen_writer/smb_writer.h"
 #include "tools/loadgen/stats.h"
 
 #define COMMAND_WAIT_MS 200

@@ -19,7 +19,7 @@
 #include "perfetto/ipc/producer_port.pb-c.h"
 #include "relay/producer/ipc_frame.h"
 #include "tools/loadgen/ipc_conn.h"
-#include "tools/loadgen/smb_writer.h"
+#include "tools/loadgen_writer/smb_writer.h"
 
 typedef struct lg_session_config {
   const char *producer_name;

@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 #include "tools/loadgen/commit_latency.h"
-#include "tools/loadgen/smb_writer.h"
+#include "tools/loadgen_writer/smb_writer.h"
 
 typedef struct lg_writer_stats {
   uint32_t writer_id;

@@ -1,7 +1,7 @@
 /* smb_writer.c: the producer side of the shared-memory ABI (see smb_writer.h for the rules it
  * follows and why). Page and chunk-header words are shared with the service and touched only
  * with atomics; everything else in a chunk is ours while it is BeingWritten. */
-#include "tools/loadgen/smb_writer.h"
+#include "tools/loadgen_writer/smb_writer.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* packet.c: encodes the loadgen's TracePackets field by field into a trace writer (see packet.h).
  * Field numbers are Perfetto's (reference sections 5.2, 5.3, protos/perfetto/trace). */
-#include "tools/loadgen/packet.h"
+#include "tools/loadgen_writer/packet.h"
 
 #include <stdio.h>
 #include <string.h>

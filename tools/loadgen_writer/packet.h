@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "tools/loadgen/smb_writer.h"
+#include "tools/loadgen_writer/smb_writer.h"
 
 /* Debug annotation names, interned as iids 1..3 on every sequence. */
 #define LG_ANNOTATION_WRITER "writer"
