@@ -8,6 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Protobuf wire types (the low 3 bits of a field's tag), and the largest field number. */
+#define TR_WIRE_VARINT 0u
+#define TR_WIRE_FIXED64 1u
+#define TR_WIRE_BYTES 2u
+#define TR_WIRE_FIXED32 5u
+#define TR_WIRE_MAX_FIELD 0x1FFFFFFFu
+
 /* The most bytes a 64-bit varint takes. */
 #define TR_VARINT_MAX 10
 

@@ -16,12 +16,6 @@
 #include "relay/base/tr_error.h"
 #include "relay/base/varint.h"
 
-#define WIRE_VARINT 0u
-#define WIRE_FIXED64 1u
-#define WIRE_BYTES 2u
-#define WIRE_FIXED32 5u
-#define MAX_FIELD 0x1FFFFFFFu
-
 /* TracePacket */
 #define PACKET_FTRACE_EVENTS 1u
 #define PACKET_CLOCK_SNAPSHOT 6u
@@ -54,8 +48,8 @@
 
 struct field {
   uint32_t num, wire;
-  uint64_t value;      /* WIRE_VARINT */
-  const uint8_t *data; /* WIRE_BYTES payload */
+  uint64_t value;      /* TR_WIRE_VARINT */
+  const uint8_t *data; /* TR_WIRE_BYTES payload */
   size_t len;
   const uint8_t *raw; /* the whole field, tag included, as it came */
   size_t raw_len;
@@ -93,7 +87,7 @@ static int next_field(const uint8_t *buf, size_t len, size_t *pos, struct field 
     return 0;
   size_t start = *pos;
   uint64_t tag;
-  if (!tr_varint_get(buf, len, pos, &tag) || (tag >> 3) == 0 || (tag >> 3) > MAX_FIELD)
+  if (!tr_varint_get(buf, len, pos, &tag) || (tag >> 3) == 0 || (tag >> 3) > TR_WIRE_MAX_FIELD)
     return TR_ERR_DECODE;
   f->num = (uint32_t)(tag >> 3);
   f->wire = (uint32_t)(tag & 7);
@@ -101,19 +95,19 @@ static int next_field(const uint8_t *buf, size_t len, size_t *pos, struct field 
   f->data = NULL;
   f->len = 0;
   switch (f->wire) {
-  case WIRE_VARINT:
+  case TR_WIRE_VARINT:
     if (!tr_varint_get(buf, len, pos, &f->value))
       return TR_ERR_DECODE;
     break;
-  case WIRE_FIXED64:
-  case WIRE_FIXED32: {
-    size_t width = f->wire == WIRE_FIXED64 ? 8 : 4;
+  case TR_WIRE_FIXED64:
+  case TR_WIRE_FIXED32: {
+    size_t width = f->wire == TR_WIRE_FIXED64 ? 8 : 4;
     if (len - *pos < width)
       return TR_ERR_DECODE;
     *pos += width;
     break;
   }
-  case WIRE_BYTES: {
+  case TR_WIRE_BYTES: {
     uint64_t n;
     if (!tr_varint_get(buf, len, pos, &n) || n > len - *pos)
       return TR_ERR_DECODE;
@@ -146,7 +140,7 @@ static void put_tag(struct sink *s, uint32_t num, uint32_t wire) {
 }
 
 static void put_varint_field(struct sink *s, uint32_t num, uint64_t v) {
-  put_tag(s, num, WIRE_VARINT);
+  put_tag(s, num, TR_WIRE_VARINT);
   put_varint(s, v);
 }
 
@@ -164,7 +158,7 @@ static int put_message(struct sink *s, uint32_t num, encode_fn encode, void *ctx
   int rc = encode(ctx, in, len, &size);
   if (rc < 0)
     return rc;
-  put_tag(s, num, WIRE_BYTES);
+  put_tag(s, num, TR_WIRE_BYTES);
   put_varint(s, size.n);
   return encode(ctx, in, len, s);
 }
@@ -214,7 +208,7 @@ uint32_t tr_rewrite_clock_id(const tr_rewrite_host *host, uint32_t clock_id) {
  * Protobuf readers truncate a wider varint to the field's 32 bits; so do we. */
 static int put_clock_id_field(struct sink *s, const tr_rewrite_host *host,
                               const struct field *f) {
-  if (f->wire != WIRE_VARINT)
+  if (f->wire != TR_WIRE_VARINT)
     return TR_ERR_DECODE;
   uint32_t id = (uint32_t)f->value;
   uint32_t mapped = tr_rewrite_clock_id(host, id);
@@ -273,7 +267,7 @@ static int encode_snapshot(void *ctx, const uint8_t *in, size_t len, struct sink
       put_raw(s, &f);
       continue;
     }
-    if (f.wire != WIRE_BYTES)
+    if (f.wire != TR_WIRE_BYTES)
       return TR_ERR_DECODE;
     if ((rc = put_message(s, SNAPSHOT_CLOCKS, encode_clock, ctx, f.data, f.len)) < 0)
       return rc;
@@ -315,7 +309,7 @@ static int put_bundle(struct sink *s, const tr_rewrite_host *host, const struct 
     if (f.num != BUNDLE_FTRACE_CLOCK && f.num != BUNDLE_FTRACE_TIMESTAMP &&
         f.num != BUNDLE_BOOT_TIMESTAMP)
       continue;
-    if (f.wire != WIRE_VARINT)
+    if (f.wire != TR_WIRE_VARINT)
       return TR_ERR_DECODE;
     if (f.num == BUNDLE_FTRACE_CLOCK) {
       clock = f.value;
@@ -357,7 +351,7 @@ static int put_top_field(struct sink *s, const tr_rewrite_host *host, const stru
   case PACKET_TIMESTAMP:
   case PACKET_SEQUENCE_FLAGS:
   case PACKET_INCREMENTAL_STATE_CLEARED:
-    if (f->wire != WIRE_VARINT)
+    if (f->wire != TR_WIRE_VARINT)
       return TR_ERR_DECODE;
     if (f->num == PACKET_TIMESTAMP)
       pf->has_timestamp = true;
@@ -371,7 +365,7 @@ static int put_top_field(struct sink *s, const tr_rewrite_host *host, const stru
     pf->clock_id = (uint32_t)f->value;
     return put_clock_id_field(s, host, f);
   case PACKET_DEFAULTS: {
-    if (f->wire != WIRE_BYTES)
+    if (f->wire != TR_WIRE_BYTES)
       return TR_ERR_DECODE;
     struct defaults_ctx d = {host, 0};
     int rc = put_message(s, PACKET_DEFAULTS, encode_defaults, &d, f->data, f->len);
@@ -380,12 +374,12 @@ static int put_top_field(struct sink *s, const tr_rewrite_host *host, const stru
     return rc;
   }
   case PACKET_CLOCK_SNAPSHOT:
-    if (f->wire != WIRE_BYTES)
+    if (f->wire != TR_WIRE_BYTES)
       return TR_ERR_DECODE;
     return put_message(s, PACKET_CLOCK_SNAPSHOT, encode_snapshot, (void *)host, f->data,
                        f->len);
   case PACKET_FTRACE_EVENTS:
-    if (f->wire != WIRE_BYTES)
+    if (f->wire != TR_WIRE_BYTES)
       return TR_ERR_DECODE;
     return put_bundle(s, host, f, &pf->anchor);
   default:
@@ -406,7 +400,7 @@ static int encode_clock_pair(void *ctx, const uint8_t *in, size_t len, struct si
   (void)len;
   const struct two_clocks *c = ctx;
   for (int i = 0; i < 2; i++) {
-    put_tag(s, SNAPSHOT_CLOCKS, WIRE_BYTES);
+    put_tag(s, SNAPSHOT_CLOCKS, TR_WIRE_BYTES);
     put_varint(s, 2 + tr_varint_len(c->id[i]) + tr_varint_len(c->ts[i]));
     put_varint_field(s, CLOCK_ID, c->id[i]);
     put_varint_field(s, CLOCK_TIMESTAMP, c->ts[i]);

@@ -7,14 +7,8 @@
 #include "relay/base/tr_error.h"
 #include "relay/base/varint.h"
 
-#define WIRE_VARINT 0u
-#define WIRE_FIXED64 1u
-#define WIRE_BYTES 2u
-#define WIRE_FIXED32 5u
-#define MAX_FIELD 0x1FFFFFFFu
-
 static size_t put_field(uint8_t *p, uint32_t field, uint64_t v) {
-  size_t n = tr_varint_put(p, (uint64_t)field << 3 | WIRE_VARINT);
+  size_t n = tr_varint_put(p, (uint64_t)field << 3 | TR_WIRE_VARINT);
   return n + tr_varint_put(p + n, v);
 }
 
@@ -51,24 +45,24 @@ int tr_tbuf_validate_packet(const uint8_t *packet, size_t len) {
     if (!tr_varint_get(packet, len, &pos, &tag))
       return TR_ERR_DECODE;
     uint64_t field = tag >> 3;
-    if (field == 0 || field > MAX_FIELD)
+    if (field == 0 || field > TR_WIRE_MAX_FIELD)
       return TR_ERR_DECODE;
     if (reserved_to_service(field))
       return TR_ERR_PERM;
     switch (tag & 7) {
-    case WIRE_VARINT:
+    case TR_WIRE_VARINT:
       if (!tr_varint_get(packet, len, &pos, &v))
         return TR_ERR_DECODE;
       break;
-    case WIRE_FIXED64:
-    case WIRE_FIXED32: {
-      size_t width = (tag & 7) == WIRE_FIXED64 ? 8 : 4;
+    case TR_WIRE_FIXED64:
+    case TR_WIRE_FIXED32: {
+      size_t width = (tag & 7) == TR_WIRE_FIXED64 ? 8 : 4;
       if (len - pos < width)
         return TR_ERR_DECODE;
       pos += width;
       break;
     }
-    case WIRE_BYTES:
+    case TR_WIRE_BYTES:
       if (!tr_varint_get(packet, len, &pos, &v) || v > len - pos)
         return TR_ERR_DECODE;
       pos += (size_t)v;
