@@ -102,6 +102,7 @@ static void test_hosts_from_the_extension(void **state) {
   assert_string_equal(sum.agent_crashed, "web-2 (1)");
   assert_string_equal(sum.stop_timed_out, "web-1 (2)");
   assert_string_equal(sum.not_started, "");
+  assert_string_equal(sum.down, "web-2");
 
   /* Cut short: whatever fits, still a string. */
   char small[8];
@@ -122,7 +123,8 @@ static void test_hosts_from_the_extension(void **state) {
 }
 
 /* A host whose agent restarted during the session (a regional's own agent restarts with it) has
- * two entries, the retired one and the new one: one machine, not two. */
+ * two entries, the retired one (down) and the new one: one machine, not two, up, and its
+ * host-wide losses (5 chunks the agent dropped, in both entries) counted once. */
 static void test_a_restarted_agent_is_one_host(void **state) {
   (void)state;
   Perfetto__Protos__TraceStats st = PERFETTO__PROTOS__TRACE_STATS__INIT;
@@ -132,8 +134,12 @@ static void test_a_restarted_agent_is_one_host(void **state) {
   for (int i = 0; i < 4; i++) {
     tracerelay__host_stats__init(&h[i]);
     h[i].machine_name = (char *)names[i];
+    h[i].has_connected = 1;
+    h[i].connected = i != 1; /* the retired entry */
     hp[i] = &h[i];
   }
+  h[1].has_agent_queue_dropped_chunks = h[3].has_agent_queue_dropped_chunks = 1;
+  h[1].agent_queue_dropped_chunks = h[3].agent_queue_dropped_chunks = 5;
   Tracerelay__TraceStatsExtension x = TRACERELAY__TRACE_STATS_EXTENSION__INIT;
   x.n_tracerelay_hosts = 4;
   x.tracerelay_hosts = hp;
@@ -143,6 +149,9 @@ static void test_a_restarted_agent_is_one_host(void **state) {
   struct host_progress_sum sum = {0};
   assert_int_equal(host_progress_format(r, len, out, sizeof out, &sum), 0);
   assert_int_equal(sum.hosts, 3);
+  assert_int_equal(sum.lost_chunks, 5);
+  assert_string_equal(sum.down, "");
+  assert_null(strstr(out, "(down)"));
   free(r);
 }
 

@@ -51,11 +51,22 @@ static Tracerelay__TraceStatsExtension *extension_of(const TraceStats *st) {
   return x;
 }
 
+/* What an entry shares with the other entries of its machine: a host whose agent restarted
+ * during the session has two (the retired one and its successor), with the same host-wide
+ * counters (link and agent drops since the host first connected) and each its own buffers. */
+struct machine_of_entry {
+  bool first;     /* the machine's first entry: its host-wide counters are counted here */
+  bool connected; /* some entry of the machine is connected */
+};
+
 /* Appends one host's part of the line; adds its losses to *total. */
-static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, char *out,
-                        size_t cap, struct host_progress_sum *total) {
-  uint64_t bytes = 0, lost = h->agent_queue_dropped_chunks + h->agent_spill_dropped_chunks +
-                              h->link_lost_chunks;
+static void format_host(const Tracerelay__HostStats *h, struct machine_of_entry m,
+                        const TraceStats *st, char *out, size_t cap,
+                        struct host_progress_sum *total) {
+  uint64_t bytes = 0,
+           lost = m.first ? h->agent_queue_dropped_chunks + h->agent_spill_dropped_chunks +
+                                h->link_lost_chunks
+                          : 0;
   for (size_t i = 0; i < h->n_buffer_stats_index; i++) {
     uint32_t k = h->buffer_stats_index[i];
     if (k >= st->n_buffer_stats)
@@ -76,8 +87,12 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
     append(out, cap, " (agent killed: %llu)", (unsigned long long)h->session_agent_exits_unclean);
   if (h->session_stops_timed_out)
     append(out, cap, " (stop timed out: %llu)", (unsigned long long)h->session_stops_timed_out);
-  if (h->has_connected && !h->connected)
+  bool down = h->has_connected && !m.connected;
+  if (down)
     append(out, cap, " (down)");
+  if (down && m.first)
+    append(total->down, sizeof total->down, "%s%s", total->down[0] ? ", " : "",
+           printable_name(h->machine_name) ? h->machine_name : "?");
   total->lost_chunks += lost;
   total->smb_full += h->session_smb_full;
   total->smb_full_ms += h->session_smb_full_ms;
@@ -98,24 +113,43 @@ static void format_host(const Tracerelay__HostStats *h, const TraceStats *st, ch
            (unsigned long long)h->session_stops_timed_out);
 }
 
-static int by_name(const void *a, const void *b) {
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
+struct named_entry {
+  const char *name;
+  size_t index;
+};
+
+static int by_name_then_index(const void *a, const void *b) {
+  const struct named_entry *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x->index > y->index) - (x->index < y->index);
 }
 
-/* Machines among the extension's hosts: a host whose agent restarted during the session has an
- * entry per agent (the retired one and the new one), which is still one machine. */
-static unsigned count_machines(const Tracerelay__TraceStatsExtension *x) {
-  const char **names = malloc((x->n_tracerelay_hosts + 1) * sizeof *names);
-  if (names == NULL)
-    return (unsigned)x->n_tracerelay_hosts;
-  for (size_t i = 0; i < x->n_tracerelay_hosts; i++)
-    names[i] = x->tracerelay_hosts[i]->machine_name ? x->tracerelay_hosts[i]->machine_name : "";
-  qsort(names, x->n_tracerelay_hosts, sizeof *names, by_name);
-  unsigned n = 0;
-  for (size_t i = 0; i < x->n_tracerelay_hosts; i++)
-    n += i == 0 || strcmp(names[i - 1], names[i]) != 0;
-  free(names);
-  return n;
+/* Each entry's machine (m[i] for entry i), grouped by name; returns the machines, or 0 when
+ * out of memory (then every entry stands for its own machine). */
+static unsigned group_machines(const Tracerelay__TraceStatsExtension *x,
+                               struct machine_of_entry *m) {
+  size_t n = x->n_tracerelay_hosts;
+  for (size_t i = 0; i < n; i++)
+    m[i] = (struct machine_of_entry){true, x->tracerelay_hosts[i]->connected};
+  struct named_entry *e = malloc((n + 1) * sizeof *e);
+  if (e == NULL)
+    return 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *name = x->tracerelay_hosts[i]->machine_name;
+    e[i] = (struct named_entry){name ? name : "", i};
+  }
+  qsort(e, n, sizeof *e, by_name_then_index);
+  unsigned machines = 0;
+  for (size_t start = 0, end; start < n; start = end) {
+    bool connected = false;
+    for (end = start; end < n && strcmp(e[end].name, e[start].name) == 0; end++)
+      connected |= m[e[end].index].connected;
+    for (size_t k = start; k < end; k++)
+      m[e[k].index] = (struct machine_of_entry){k == start, connected};
+    machines++;
+  }
+  free(e);
+  return machines;
 }
 
 int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap,
@@ -137,10 +171,14 @@ int host_progress_format(const uint8_t *reply, size_t len, char *out, size_t cap
   Tracerelay__TraceStatsExtension *x = extension_of(st);
   /* A tracerelay service always sends this field, hosts or not. */
   total->tracerelay = x && x->has_tracerelay_chunks_unknown_buffer;
-  for (size_t i = 0; x && cap > 0 && i < x->n_tracerelay_hosts; i++)
-    format_host(x->tracerelay_hosts[i], st, out, cap, total);
-  if (x)
-    total->hosts = count_machines(x);
+  struct machine_of_entry *m = x ? calloc(x->n_tracerelay_hosts + 1, sizeof *m) : NULL;
+  if (x && m) {
+    unsigned machines = group_machines(x, m);
+    total->hosts = machines ? machines : (unsigned)x->n_tracerelay_hosts;
+    for (size_t i = 0; cap > 0 && i < x->n_tracerelay_hosts; i++)
+      format_host(x->tracerelay_hosts[i], m[i], st, out, cap, total);
+  }
+  free(m);
   for (size_t i = 0; x && i < x->n_tracerelay_unmatched_data_sources; i++) {
     const char *n = x->tracerelay_unmatched_data_sources[i];
     append(total->missing, sizeof total->missing, "%sdata source '%s' matched no producer on any host",

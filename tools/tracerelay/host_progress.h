@@ -37,6 +37,9 @@ struct host_progress_sum {
   /* "web-1 (1)": hosts with data source instances that had not confirmed their stop when the
    * session's stop timeout ran out (their last data may be missing), "" when there is none */
   char stop_timed_out[256];
+  /* "web-3, web-4": machines whose link was down when the stats were taken (at the end of a
+   * session: what they had not relayed by then is missing, count unknown), "" when none */
+  char down[256];
 };
 
 /* Decodes the reply_proto of a GetTraceStats reply. Writes "web-1 4.1 MB  web-2 0.3 MB

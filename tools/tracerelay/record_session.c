@@ -363,6 +363,10 @@ static void print_summary(const run *r, bool service_wrote) {
                       "agent still had queued, may be missing; raise "
                       "data_source_stop_timeout_ms for a slow link): %s",
               r->stats.stop_timed_out);
+    if (r->stats.down[0])
+      fprintf(stderr, "\ntracerelay record: warning: hosts whose link was down at the end (what "
+                      "they had not relayed by then is missing, packet count unknown): %s",
+              r->stats.down);
   } else if (r->have_stats && r->stats.tracerelay)
     fputs("; no host was connected during the session", stderr);
   else if (r->have_stats)
@@ -426,6 +430,8 @@ int record_session_run(const record_session *s) {
     status = errorf(&r, "--strict: an agent was killed or crashed during the session");
   else if (s->strict && r.stats.stop_timed_out[0])
     status = errorf(&r, "--strict: some data sources did not confirm their stop in time");
+  else if (s->strict && r.stats.down[0])
+    status = errorf(&r, "--strict: some hosts' links were down at the end");
 out:
   progress_clear(&r.prog);
   trace_sink_free(&r.sink);
