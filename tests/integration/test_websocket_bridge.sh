@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# test_websocket_bridge.sh: a whole cluster recorded from the Perfetto UI's "Record new trace"
+# page, through Perfetto's own websocket_bridge pointed at the service's consumer socket
+# (docs/querying.md#recording-from-the-perfetto-ui). Three hosts with loadgens; the bridge
+# runs in the service's network namespace (its port, 8037, is fixed: there it is the
+# cluster's own) with PERFETTO_CONSUMER_SOCK_NAME naming the consumer socket; ui_record.py
+# speaks to it as the UI v58.2 does (management connection and QueryServiceState, then
+# EnableTracing, GetTraceStats every second, Stop = Flush + DisableTracing, ReadBuffers).
+# Two sessions: one stopped with Stop once every host relays data and the page shows a buffer
+# usage, one that ends with its duration. Each trace must name every host and hold exactly
+# the packets its loadgens wrote, with no losses and 0 unresolved timestamps; the preflight
+# must list every host's producer.
+# Runs only when TR_WEBSOCKET_BRIDGE names a websocket_bridge binary (Perfetto is not built
+# here: docs/compat.md says how to get one); exit 77 (skipped) otherwise.
+# Usage: test_websocket_bridge.sh BIN_DIR
+set -euo pipefail
+TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BRIDGE_BIN=${TR_WEBSOCKET_BRIDGE:-}
+if [ -z "$BRIDGE_BIN" ] || [ ! -x "$BRIDGE_BIN" ]; then
+  echo "SKIP: set TR_WEBSOCKET_BRIDGE=/path/to/websocket_bridge to run this test"
+  exit 77
+fi
+source "$TR_SRC/tools/cluster-lib.sh"
+cluster_init "$1"
+HOSTS=(web-1 web-2 web-3)
+cluster_hosts "${HOSTS[@]}"
+BNS=$(svc_ns)
+if [ -z "$BNS" ] && [ -n "$(ss -Hltn 'sport = :8037' 2>/dev/null)" ]; then
+  echo "SKIP: no network namespaces here and port 8037 (websocket_bridge's, fixed) is in use"
+  exit 77
+fi
+cluster_start_service
+for h in "${HOSTS[@]}"; do cluster_start_agent "$h" --machine-name "$h"; done
+
+PERFETTO_CONSUMER_SOCK_NAME=$CONSUMER_SOCK $(ns_prefix "$BNS") "$BRIDGE_BIN" \
+  >"$WORK/bridge.log" 2>&1 &
+CLUSTER_PIDS+=($!)
+for _ in $(seq 100); do grep -q "Listening on" "$WORK/bridge.log" && break; sleep 0.1; done
+grep -q "Listening on" "$WORK/bridge.log" ||
+  { echo "FAIL: websocket_bridge is not listening"; cat "$WORK/bridge.log"; exit 1; }
+
+# start_loadgens RUN: one loadgen per host (2 writers, at most 1500 events each).
+start_loadgens() {
+  LOADGENS=()
+  for h in "${HOSTS[@]}"; do
+    cluster_start_loadgen "$h" --name "app-$h" --writers 2 --rate 2000 --packets 1500 \
+      --packet-size 200
+    LOADGENS+=("$LOADGEN_PID")
+  done
+  cluster_wait_hosts 30 web-1:1 web-2:1 web-3:1 || { echo "FAIL: $1: loadgens not connected"; exit 1; }
+}
+
+# check_trace RUN: the loadgens have ended with the session; the trace holds what they wrote.
+check_trace() {
+  local run=$1 pid
+  for pid in "${LOADGENS[@]}"; do
+    for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    wait "$pid" || { echo "FAIL: $run: loadgen $pid did not stop cleanly"; exit 1; }
+  done
+  "$TR_BIN/tracerelay" inspect --json "$WORK/$run.pftrace" >"$WORK/$run.inspect.json" ||
+    { echo "FAIL: $run: tracerelay inspect cannot read the UI's trace"; exit 1; }
+  mkdir -p "$WORK/$run.loadgens"
+  mv "$WORK"/loadgen-*.json "$WORK/$run.loadgens/"
+  python3 - "$WORK" "$run" "${HOSTS[@]}" <<'PY'
+import glob, json, sys
+work, run, hosts = sys.argv[1], sys.argv[2], sys.argv[3:]
+ui = json.load(open(f"{work}/{run}.summary.json"))
+report = json.load(open(f"{work}/{run}.inspect.json"))
+machines = {m.get("name"): m for m in report["hosts"]}
+fail = []
+state = ui["preflight"]["last_state"]
+listed = {(p["name"], p["machine_name"]) for p in state["producers"]}
+print(f"{run}: preflight: {ui['preflight']['replies']} QueryServiceState replies, "
+      f"#producers {len(state['producers'])}, #datasources {state['data_sources']}, "
+      f"buffer usage polls {ui['buffer_usage']}")
+for h in hosts:
+    if (f"app-{h}", h) not in listed:
+        fail.append(f"the preflight lists no producer app-{h} on machine {h}: {sorted(listed)}")
+    written = sum(json.load(open(f))["total"]["packets_written"]
+                  for f in glob.glob(f"{work}/{run}.loadgens/loadgen-{h}-*.json"))
+    m = machines.get(h)
+    if m is None:
+        fail.append(f"machine {h} missing from the trace (machines: {sorted(machines)})")
+        continue
+    got = sum(n for seq, n in m["sequences"].items() if int(seq) >= 2)
+    lost = {k: v for k, v in m["losses"].items() if k != "trace_stats_packets" and v}
+    print(f"{run}: {h}: loadgen wrote {written} packets, the UI's trace holds {got}, "
+          f"losses {lost or 'none'}, unresolved {m.get('unresolved', 0)}")
+    if got != written or not written:
+        fail.append(f"{h}: {written} packets written, {got} in the trace")
+    if lost:
+        fail.append(f"{h}: losses on a lossless run: {lost}")
+    if m.get("unresolved", 0):
+        fail.append(f"{h}: {m['unresolved']} packets with unresolvable timestamps")
+if fail:
+    print(f"FAIL: {run}:\n  " + "\n  ".join(fail))
+    sys.exit(1)
+PY
+}
+
+ui_record() { # ui_record RUN [ui_record.py flags]: in the bridge's namespace
+  local run=$1; shift
+  $(ns_prefix "$BNS") python3 "$TR_SRC/tests/integration/ui_record.py" \
+    --out "$WORK/$run.pftrace" --summary "$WORK/$run.summary.json" --category loadgen "$@"
+}
+
+# Run 1: the Stop button, pressed once every host relays data and the page shows its buffer
+# usage (a long duration, so that Stop ends it).
+start_loadgens stop
+mkfifo "$WORK/stop.ctl"
+ui_record stop --duration-ms 600000 <"$WORK/stop.ctl" >"$WORK/stop.out" 2>"$WORK/stop.err" &
+UI_PID=$!
+CLUSTER_PIDS+=("$UI_PID")
+exec 3>"$WORK/stop.ctl"
+for _ in $(seq 300); do
+  grep -q "buffer usage [0-9]" "$WORK/stop.out" && break
+  kill -0 "$UI_PID" 2>/dev/null || break
+  sleep 0.1
+done
+grep -q "buffer usage [0-9]" "$WORK/stop.out" ||
+  { echo "FAIL: stop: no buffer usage shown"; cat "$WORK/stop.out" "$WORK/stop.err"; exit 1; }
+cluster_wait_session 60 web-1 web-2 web-3 || { echo "FAIL: stop: hosts not recording"; exit 1; }
+echo stop >&3
+exec 3>&-
+wait "$UI_PID" || { echo "FAIL: stop: the UI's recording"; cat "$WORK/stop.err"; exit 1; }
+check_trace stop
+
+# Run 2: the session ends with its duration (the page's default flow), read back at once.
+start_loadgens duration
+ui_record duration --duration-ms 2000 </dev/null >"$WORK/duration.out" 2>"$WORK/duration.err" ||
+  { echo "FAIL: duration: the UI's recording"; cat "$WORK/duration.err"; exit 1; }
+check_trace duration
+echo "PASS: test_websocket_bridge"
