@@ -6,8 +6,9 @@
 # cluster's own) with PERFETTO_CONSUMER_SOCK_NAME naming the consumer socket; ui_record.py
 # speaks to it as the UI v58.2 does (management connection and QueryServiceState, then
 # EnableTracing, GetTraceStats every second, Stop = Flush + DisableTracing, ReadBuffers).
-# Two sessions: one stopped with Stop once every host relays data and the page shows a buffer
-# usage, one that ends with its duration. Each trace must name every host and hold exactly
+# Three sessions: one of a data source no host has, whose buffer usage must read 0 % (not
+# NaN %); one stopped with Stop once every host relays data and the page shows a buffer usage;
+# one that ends with its duration. The last two traces must name every host and hold exactly
 # the packets its loadgens wrote, with no losses and 0 unresolved timestamps; the preflight
 # must list every host's producer.
 # Runs only when TR_WEBSOCKET_BRIDGE names a websocket_bridge binary (Perfetto is not built
@@ -104,25 +105,46 @@ ui_record() { # ui_record RUN [ui_record.py flags]: in the bridge's namespace
     --out "$WORK/$run.pftrace" --summary "$WORK/$run.summary.json" --category loadgen "$@"
 }
 
-# Run 1: the Stop button, pressed once every host relays data and the page shows its buffer
-# usage (a long duration, so that Stop ends it).
+# ui_record_stopped RUN [ui_record.py flags]: the Stop button, pressed once the page shows a
+# buffer usage and every host relays data in a started session (when loadgens run); a long
+# duration, so that Stop ends it.
+ui_record_stopped() {
+  local run=$1; shift
+  mkfifo "$WORK/$run.ctl"
+  ui_record "$run" --duration-ms 600000 "$@" <"$WORK/$run.ctl" >"$WORK/$run.out" \
+    2>"$WORK/$run.err" &
+  UI_PID=$!
+  CLUSTER_PIDS+=("$UI_PID")
+  exec 3>"$WORK/$run.ctl"
+  for _ in $(seq 300); do
+    grep -q "buffer usage" "$WORK/$run.out" && break
+    kill -0 "$UI_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q "buffer usage" "$WORK/$run.out" ||
+    { echo "FAIL: $run: no buffer usage shown"; cat "$WORK/$run.out" "$WORK/$run.err"; exit 1; }
+  if [ "${#LOADGENS[@]}" -gt 0 ]; then
+    cluster_wait_session 60 web-1 web-2 web-3 || { echo "FAIL: $run: hosts not recording"; exit 1; }
+  fi
+  echo stop >&3
+  exec 3>&-
+  wait "$UI_PID" || { echo "FAIL: $run: the UI's recording"; cat "$WORK/$run.err"; exit 1; }
+}
+
+# Run 0: a data source no host has (the Linux page's ftrace without traced_probes anywhere):
+# the page's buffer usage must read 0 %, as with traced, not NaN % (no buffer_stats at all).
+LOADGENS=()
+ui_record_stopped unmatched --data-source linux.ftrace
+BAD=$(grep "buffer usage" "$WORK/unmatched.out" | grep -v "buffer usage 0 %" || true)
+[ -z "$BAD" ] || { echo "FAIL: unmatched: the page shows '${BAD%%$'\n'*}' (0 % expected)"; exit 1; }
+echo "unmatched: the page's buffer usage reads $(grep -m1 "buffer usage" "$WORK/unmatched.out" |
+  sed 's/ui_record: buffer usage //') with no host's data"
+
+# Run 1: Stop, with every host's loadgen.
 start_loadgens stop
-mkfifo "$WORK/stop.ctl"
-ui_record stop --duration-ms 600000 <"$WORK/stop.ctl" >"$WORK/stop.out" 2>"$WORK/stop.err" &
-UI_PID=$!
-CLUSTER_PIDS+=("$UI_PID")
-exec 3>"$WORK/stop.ctl"
-for _ in $(seq 300); do
-  grep -q "buffer usage [0-9]" "$WORK/stop.out" && break
-  kill -0 "$UI_PID" 2>/dev/null || break
-  sleep 0.1
-done
+ui_record_stopped stop
 grep -q "buffer usage [0-9]" "$WORK/stop.out" ||
-  { echo "FAIL: stop: no buffer usage shown"; cat "$WORK/stop.out" "$WORK/stop.err"; exit 1; }
-cluster_wait_session 60 web-1 web-2 web-3 || { echo "FAIL: stop: hosts not recording"; exit 1; }
-echo stop >&3
-exec 3>&-
-wait "$UI_PID" || { echo "FAIL: stop: the UI's recording"; cat "$WORK/stop.err"; exit 1; }
+  { echo "FAIL: stop: $(grep -m1 "buffer usage" "$WORK/stop.out")"; exit 1; }
 check_trace stop
 
 # Run 2: the session ends with its duration (the page's default flow), read back at once.

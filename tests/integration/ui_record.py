@@ -20,7 +20,8 @@ than an InvokeMethodReply is an error. A summary goes to --summary as JSON; exit
 trace was written, 1 otherwise (the error on stderr).
 
 Usage: ui_record.py --url ws://127.0.0.1:8037/traced --out TRACE --summary JSON
-                    [--duration-ms N] [--buffer-kb N] [--category C]... [--timeout S]"""
+                    [--duration-ms N] [--buffer-kb N] [--data-source NAME] [--category C]...
+                    [--timeout S]"""
 import argparse
 import base64
 import hashlib
@@ -265,10 +266,13 @@ def preflight(url, timeout):
 
 def trace_config(args):
     """The TraceConfig the page builds (trace_config_builder.ts toTraceConfig()) for the mode
-    "Stop when full" and the Perfetto SDK probe: one DISCARD buffer, track_event with "*"
-    disabled and the chosen categories enabled, no target_buffer."""
-    te = fb(1, "*") + b"".join(fb(2, c) for c in args.category)
-    ds = fb(1, fb(1, "track_event") + fb(113, te))
+    "Stop when full": one DISCARD buffer, no target_buffer; the Perfetto SDK probe's track_event
+    with "*" disabled and the chosen categories enabled, or another data source by name."""
+    if args.data_source == "track_event":
+        te = fb(1, "*") + b"".join(fb(2, c) for c in args.category)
+        ds = fb(1, fb(1, "track_event") + fb(113, te))
+    else:
+        ds = fb(1, fb(1, args.data_source))
     return fb(1, fv(1, args.buffer_kb) + fv(4, 2)) + fb(2, ds) + fv(3, args.duration_ms)
 
 
@@ -374,6 +378,7 @@ def main():
     ap.add_argument("--summary", required=True)
     ap.add_argument("--duration-ms", type=int, default=10000)  # the page's defaults
     ap.add_argument("--buffer-kb", type=int, default=64 * 1024)
+    ap.add_argument("--data-source", default="track_event")
     ap.add_argument("--category", action="append", default=[])
     ap.add_argument("--timeout", type=float, default=120)
     args = ap.parse_args()
