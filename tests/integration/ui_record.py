@@ -77,6 +77,7 @@ class WebSocket:
         if hdrs.get("sec-websocket-accept") != want:
             raise ProtocolError("handshake: wrong Sec-WebSocket-Accept")
         self.closed = False
+        self.partial = b""  # a fragmented message's first frames
 
     def fileno(self):
         return self.sock.fileno()
@@ -125,7 +126,7 @@ class WebSocket:
     def messages(self):
         """Reads once from the socket; returns the whole binary messages now complete."""
         self._fill()
-        out, partial = [], getattr(self, "_partial", b"")
+        out, partial = [], self.partial
         while (fr := self._frame()) is not None:
             fin, op, payload = fr
             if op == 8:
@@ -141,7 +142,7 @@ class WebSocket:
                 if fin:
                     out.append(partial)
                     partial = b""
-        self._partial = partial
+        self.partial = partial
         return out
 
     def close(self):
@@ -245,8 +246,12 @@ def preflight(url, timeout):
     QueryServiceStateResponse, as ServiceStateMerger does."""
     mgmt = TracingProtocol(url, timeout)
     chunks, done = [], []
-    mgmt.invoke("QueryServiceState", b"",
-                lambda ok, more, r: (chunks.append(r), None if more else done.append(1)))
+    def on_state(ok, more, reply):
+        chunks.append(reply)
+        if not more:
+            done.append(True)
+
+    mgmt.invoke("QueryServiceState", b"", on_state)
     deadline = time.monotonic() + timeout
     while not done:
         if not select.select([mgmt.ws], [], [], max(0, deadline - time.monotonic()))[0]:
@@ -257,7 +262,7 @@ def preflight(url, timeout):
     if not states:
         raise ProtocolError("Failed to decode QueryServiceStateResponse")
     summary = {"replies": len(chunks), "bytes": len(merged),
-               # what protobufjs before 8 builds: the last service_state replaces the others
+               # what the page builds (protobufjs 7.6.5): the last service_state only
                "last_state": service_state(states[-1]),
                # what a merging decoder builds: every element of every reply
                "merged_state": service_state(b"".join(states))}
@@ -327,6 +332,10 @@ def record(args, summary):
         log("Tracing stopped. Reading back data")
         ipc.invoke("ReadBuffers", b"", on_trace_data)
 
+    def on_flushed(ok, more, reply):
+        log("Flush complete, stopping trace")
+        ipc.invoke("DisableTracing", b"", lambda *_: None)
+
     def on_stats(ok, more, reply):
         pct = buffer_usage(reply)
         summary["buffer_usage"].append(pct)
@@ -351,9 +360,7 @@ def record(args, summary):
             if line.strip() == "stop" and state["name"] == "RECORDING":
                 state["name"] = "STOPPING"
                 log("Flushing data sources")
-                ipc.invoke("Flush", fv(2, UI_FLUSH_FLAGS), lambda ok, more, r: (
-                    log("Flush complete, stopping trace"),
-                    ipc.invoke("DisableTracing", b"", lambda *_: None)))
+                ipc.invoke("Flush", fv(2, UI_FLUSH_FLAGS), on_flushed)
         if time.monotonic() >= next_poll:
             if state["name"] == "RECORDING":
                 ipc.invoke("GetTraceStats", b"", on_stats)
