@@ -10,6 +10,7 @@
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
 #include "relay/base/varint.h"
+#include "relay/producer/ipc_frame.h"
 #include "service/hosts.h"
 #include "service/status.h"
 #include "service/trace_output.h"
@@ -20,7 +21,9 @@
 #define READ_DATA_BUDGET (32u * 1024u)
 #define READ_REPLY_CAP (64u * 1024u) /* + one slice of READ_DATA_BUDGET: < 128 KiB */
 #define READ_HIGH_WATER (512u * 1024u)
-#define STATE_REPLY_CAP (64u * 1024u)
+/* Where traced cuts its QueryServiceState replies (kIPCBufferSize - 128): a state that fits one
+ * traced reply fits one of ours, which matters to the Perfetto UI (see query_service_state). */
+#define STATE_REPLY_CAP (TR_IPC_MAX_FRAME - 128u)
 
 typedef struct flush_ctx flush_ctx;
 
@@ -522,7 +525,9 @@ static void observe_events(tr_ipc_conn *conn, uint64_t req, const uint8_t *args,
  * TracingServiceState, as traced builds its chunks): Perfetto's client decodes every reply
  * with a cppgen parser for which a repeated singular service_state replaces the previous one
  * (clearing its repeated fields), so a second service_state in one reply would hide the
- * producers and data sources of the first. ---- */
+ * producers and data sources of the first. The Perfetto UI concatenates the replies and
+ * decodes them once with protobufjs (7.6.5 in v58.2), for which too the last service_state
+ * replaces the others: it sees everything only when there is one reply. ---- */
 
 #define STATE_HDR 6u /* room for 0x0A + the varint of a length below 2^32 */
 

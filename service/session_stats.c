@@ -4,8 +4,10 @@
  * each host, what the config matched nowhere).
  *
  * Layout (protos/tracerelay/tracerelay_stats.proto): TraceStats.buffer_stats has one entry
- * per (buffer, host entry that received data), buffer-major; the extension field 1000 lists
- * every host entry with its link/agent counters and which buffer_stats entries are its.
+ * per (buffer, host entry that received data), buffer-major, and for a buffer no host has
+ * written yet one empty entry of its per-host size that is no host's (traced reports every
+ * buffer; the Perfetto UI shows "NaN %" buffer usage without one); the extension field 1000
+ * lists every host entry with its link/agent counters and which buffer_stats entries are its.
  * Cost O(buffers x host entries + instances x host entries) per call.
  *
  * Also what the live status and the metrics show of a host in a session (its instances, its
@@ -79,6 +81,14 @@ static void fill_buffer_stats(Perfetto__Protos__TraceStats__BufferStats *o,
   SET(abi_violations);
   SET(trace_writer_packet_loss);
 #undef SET
+}
+
+/* Whether some host entry of the session has written into buffer b (has its central buffer). */
+static bool buffer_written(const tr_session *s, size_t b) {
+  for (size_t h = 0; h < s->num_hosts; h++)
+    if (s->hosts[h].tbufs[b])
+      return true;
+  return false;
 }
 
 static uint64_t since(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
@@ -158,13 +168,16 @@ static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {
     ptrs[h] = &hosts[h];
   }
   /* buffer_stats are buffer-major: walk them in that order to number them. */
-  for (size_t b = 0; b < s->num_buffers; b++)
+  for (size_t b = 0; b < s->num_buffers; b++) {
+    if (!buffer_written(s, b))
+      bs_index++; /* its empty entry, no host's */
     for (size_t h = 0; h < nh; h++) {
       if (!s->hosts[h].tbufs[b])
         continue;
       hosts[h].buffer_stats_index[hosts[h].n_buffer_stats_index++] = bs_index++;
       hosts[h].buffer_index[hosts[h].n_buffer_index++] = (uint32_t)b;
     }
+  }
   x.n_tracerelay_hosts = nh;
   x.tracerelay_hosts = ptrs;
   x.has_tracerelay_chunks_unknown_buffer = 1;
@@ -202,11 +215,16 @@ int tr_session_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uint8_t 
   if (!st)
     return TR_ERR_NOMEM;
   perfetto__protos__trace_stats__init(st);
-  bs = calloc(s->num_buffers * s->num_hosts + 1, sizeof *bs);
-  st->buffer_stats = calloc(s->num_buffers * s->num_hosts + 1, sizeof *st->buffer_stats);
+  bs = calloc(s->num_buffers * (s->num_hosts + 1) + 1, sizeof *bs);
+  st->buffer_stats = calloc(s->num_buffers * (s->num_hosts + 1) + 1, sizeof *st->buffer_stats);
   if (!bs || !st->buffer_stats)
     goto fail;
-  for (size_t b = 0; b < s->num_buffers; b++)
+  for (size_t b = 0; b < s->num_buffers; b++) {
+    if (!buffer_written(s, b)) {
+      fill_buffer_stats(&bs[n], &(tr_tbuf_stats){.buffer_size = s->buffers[b].size});
+      st->buffer_stats[n] = &bs[n];
+      n++;
+    }
     for (size_t h = 0; h < s->num_hosts; h++) {
       tr_tbuf_stats t;
       if (!s->hosts[h].tbufs[b])
@@ -219,6 +237,7 @@ int tr_session_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uint8_t 
       invalid += t.invalid_packets;
       n++;
     }
+  }
   st->n_buffer_stats = n;
   invalid += tr_trace_output_invalid_packets(s->output);
   if (n == 0)

@@ -179,6 +179,39 @@ static void test_host_joining_late(void **state) {
   fx_teardown();
 }
 
+/* Before any host has written into a buffer, the TraceStats still has one entry for it, with
+ * its size and nothing written, belonging to no host: traced reports every buffer, and the
+ * Perfetto UI's record page shows its "Buffer usage" as used / size over the entries (NaN %
+ * with none). Once a host writes, the entry is that host's. */
+static void test_stats_before_any_data(void **state) {
+  struct fx_config cfg;
+  struct fx_stats st;
+  tr_session *s;
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 1, kTrackEvent);
+  fx_connect(0);
+  fx_config(&cfg, (const char *const[]){"track_event", NULL});
+  s = fx_enable(&cfg);
+  fx_answer(0, START);
+  fx_stats(s, &st);
+  assert_int_equal(st.stats->n_buffer_stats, 1);
+  assert_true(st.stats->buffer_stats[0]->has_buffer_size);
+  assert_int_equal(st.stats->buffer_stats[0]->buffer_size, 1024 * 1024);
+  assert_int_equal(st.stats->buffer_stats[0]->bytes_written, 0);
+  assert_int_equal(st.ext->n_tracerelay_hosts, 1);
+  assert_int_equal(st.ext->tracerelay_hosts[0]->n_buffer_stats_index, 0);
+  fx_stats_free(&st);
+
+  send_chunk(0, fx_sent[0].target_buffer);
+  fx_stats(s, &st);
+  assert_int_equal(st.stats->n_buffer_stats, 1);
+  assert_int_equal(st.stats->buffer_stats[0]->chunks_written, 1);
+  assert_int_equal(st.ext->tracerelay_hosts[0]->n_buffer_stats_index, 1);
+  fx_stats_free(&st);
+  fx_teardown();
+}
+
 static void test_producer_joining_late(void **state) {
   const char *const late[3] = {"track_event", NULL};
   struct fx_config cfg;
@@ -409,6 +442,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fan_out_to_every_host),
       cmocka_unit_test(test_host_joining_late),
+      cmocka_unit_test(test_stats_before_any_data),
       cmocka_unit_test(test_producer_joining_late),
       cmocka_unit_test(test_deferred_start),
       cmocka_unit_test(test_losses_are_per_session),
