@@ -1,7 +1,7 @@
 /* hosts.h: the service's host table: one tr_host per machine name, kept for the service's
  * whole life so that a host's stats, producers and clock estimate survive reconnects.
  *
- * The fields of the public tr_host (service.h) are written here only and read elsewhere (the
+ * The fields of the public tr_host (host.h) are written here only and read elsewhere (the
  * link server reports its connection and batches through the tr_hosts_link_* and
  * tr_hosts_batch_* functions). Besides the tr_host, each entry holds what only the link
  * needs across connections: the batch sequence bookkeeping of its agent instance
@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "relay/link/relay_session.h"
-#include "service/service.h"
+#include "service/link_calls.h"
 
 #define TR_HOSTS_MAX_PRODUCERS 4096
 #define TR_HOSTS_MAX_HELD_FRAMES 1024

@@ -1,6 +1,6 @@
 /* link_server.h: the service's end of the relay link (docs/relay-protocol.md): accepts agents
  * over mutually-authenticated TLS and turns their frames into the upward calls of struct
- * tr_link_events (service.h).
+ * tr_link_events (link_calls.h).
  *
  * Per agent connection:
  * - identity: the machine name is the one in the agent's certificate (tr_tls_uv_peer_name),
@@ -40,7 +40,7 @@
 #include "relay/link/tls.h"
 #include "relay/link/tls_uv.h"
 #include "service/hosts.h"
-#include "service/service.h"
+#include "service/link_calls.h"
 
 #define TR_LINK_DEFAULT_PORT 7393
 #define TR_LINK_MAX_QUEUED (1u << 20)
@@ -66,7 +66,7 @@ struct tr_link_server_opts {
 
 #define TR_LINK_DEFAULT_MAX_AGENTS 4096u
 
-/* Listens and returns the server. ev's upward calls (service.h) are made with svc; both must
+/* Listens and returns the server. ev's upward calls (link_calls.h) are made with svc; both must
  * outlive the server. TR_ERR_CONFIG for an
  * unparsable address, else the tr_tls_uv_listen error (e.g. address in use); a message naming
  * the address is logged. */

@@ -1,6 +1,6 @@
 /* session.c: tracing sessions (see session.h): config checks, fan-out of data sources to every
  * matching producer of every host, chunks into the per-(buffer, host) central buffers, stop,
- * and the link's upward calls (tr_session_link_events, service.h).
+ * and the link's upward calls (tr_session_link_events, link_calls.h).
  *
  * Costs: a chunk finds its session buffer by a walk over sessions and their buffers
  * (O(sessions * buffers), both small) and its host entry by a walk over the session's hosts;
@@ -773,7 +773,7 @@ bool tr_session_has_host(const tr_session *s, const tr_host *host) {
   return false;
 }
 
-/* ---- calls from the link server (service.h) ---- */
+/* ---- calls from the link server (link_calls.h) ---- */
 
 bool tr_session_any(const tr_service *svc) { return svc->num_sessions > 0; }
 

@@ -31,7 +31,7 @@
 #include "perfetto/config/trace_config.pb-c.h"
 #include "relay/daemon/prom_text.h"
 #include "relay/trace/trace_writer.h"
-#include "service/service.h"
+#include "service/link_calls.h"
 #include "service/trace_output.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"
 
@@ -40,6 +40,8 @@
 #define TR_SESSION_DEFAULT_TIMEOUT_MS 5000u
 #define TR_SESSION_MIN_FILE_PERIOD_MS 100u
 #define TR_SESSION_MAX_DURATION_MS (7u * 24 * 3600 * 1000)
+
+typedef struct tr_session tr_session; /* opaque: session_priv.h */
 
 /* Written by session.c alone (it makes it: tr_session_service_init); the other files read it. */
 struct tr_service {
@@ -87,7 +89,7 @@ struct tr_session_flush_counts {
   int final_outcome; /* of the flush that ended the session: 0 none, 1 ok, 2 failed */
 };
 
-/* The sessions' side of the link's upward calls (service.h), for tr_link_server_start. */
+/* The sessions' side of the link's upward calls (link_calls.h), for tr_link_server_start. */
 extern const struct tr_link_events tr_session_link_events;
 
 /* Those calls, also made directly by tests that stand in for the link. */

@@ -9,7 +9,6 @@
 
 #include "relay/base/log.h"
 #include "service/session_priv.h"
-#include "service/service.h"
 
 #define COMP "session"
 #define MAX_UNSTOPPED 4096u

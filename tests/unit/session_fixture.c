@@ -27,7 +27,7 @@ static Perfetto__Protos__DataSourceDescriptor descs[FX_MAX_HOSTS][FX_MAX_PRODUCE
 static Perfetto__Protos__DataSourceDescriptor *desc_ptrs[FX_MAX_HOSTS][FX_MAX_PRODUCERS][2];
 static int fake_link; /* what a connected host's link points at: never dereferenced */
 
-/* ---- the link's down-calls (service.h) ---- */
+/* ---- the link's down-calls (link_calls.h) ---- */
 
 int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   struct fx_sent *e;

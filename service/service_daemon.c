@@ -1,7 +1,7 @@
-/* service.c: tracerelay-service assembled (see daemon.h): service state (session.c), the
- * consumer port (consumer_port.c) and the agents' link server (link_server.c) on one loop;
- * or, as a regional (--upstream), the forwarding of agents (regional.c) and an agent of its
- * own (agent/agent.h) for its machine and clock.
+/* service_daemon.c: tracerelay-service assembled (see service_daemon.h): service state
+ * (session.c), the consumer port (consumer_port.c) and the agents' link server (link_server.c)
+ * on one loop; or, as a regional (--upstream), the forwarding of agents (regional.c) and an
+ * agent of its own (agent/agent.h) for its machine and clock.
  *
  * Shutdown order matters: sessions are flushed first while the agents are still connected,
  * then ended (their consumers get an error saying why), then the consumer socket closes (which
@@ -9,7 +9,7 @@
  * session that points at them, and the service state must outlive the link server, which
  * reports its last disconnects from the loop after tr_link_server_stop: hence
  * tr_service_daemon_free once the loop has ended. */
-#include "service/daemon.h"
+#include "service/service_daemon.h"
 
 #include <errno.h>
 #include <stdlib.h>
