@@ -1,8 +1,10 @@
 /* link_calls.h: the calls between the link (link_server.c, and hosts.c for producers and
  * held replies) and the tracing sessions (session.c), both ways, each through a table of
- * function pointers so that either side can be replaced by a test or a fuzzer: upward,
- * struct tr_link_events, which session.c fills; downward, the plain functions below, which
- * link_server.c defines. Everything runs on one libuv loop; nothing here is thread-safe. */
+ * function pointers that the other side is given, so that either side can be replaced by a
+ * test or a fuzzer: upward, struct tr_link_events, which session.c fills and the link server
+ * is started with; downward, struct tr_link_commands, which link_server.c fills and the
+ * sessions' state is made with. Everything runs on one libuv loop; nothing here is
+ * thread-safe. */
 #ifndef TR_SERVICE_LINK_CALLS_H
 #define TR_SERVICE_LINK_CALLS_H
 
@@ -34,11 +36,17 @@ struct tr_link_events {
   bool (*any_session)(const tr_service *svc);
 };
 
-/* Downward, defined in link_server.c: queue a command for the host's agent. The caller keeps ownership of cmd.
- * Returns TR_ERR_CLOSED if the host is not connected. */
-int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd);
-/* Asks the host's agent to answer a clock probe now (before a flush or a start), if connected
- * and its last probe is older than its session probe period (younger is fresh enough). */
-void tr_link_server_probe_clock(tr_host *host);
+/* Downward calls: what the sessions ask of a host's agent. link_server.c implements them
+ * (tr_link_server_commands); the session tests give their own. Each is safe to call for a
+ * host that is not connected. */
+struct tr_link_commands {
+  /* Queues a command for the host's agent; the caller keeps ownership of cmd. TR_ERR_CLOSED
+   * if the host is not connected. */
+  int (*send_command)(tr_host *host, const Tracerelay__Command *cmd);
+  /* Asks the host's agent to answer a clock probe now (before a flush or a start), if
+   * connected and its last probe is older than its session probe period (younger is fresh
+   * enough). */
+  void (*probe_clock)(tr_host *host);
+};
 
 #endif

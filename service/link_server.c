@@ -534,7 +534,7 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- the public side ---- */
 
-int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+static int send_command(tr_host *host, const Tracerelay__Command *cmd) {
   if (host->link == NULL)
     return TR_ERR_CLOSED;
   tr_relay_link *link = host->link->link;
@@ -545,11 +545,14 @@ int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   return tr_relay_link_closing(link) ? TR_ERR_CLOSED : rc;
 }
 
-void tr_link_server_probe_clock(tr_host *host) {
+static void probe_clock(tr_host *host) {
   tr_link_peer *p = host->link;
   if (p != NULL)
     tr_clock_probe_request(&p->ls->probes, &p->probe, uv_now(p->ls->loop));
 }
+
+const struct tr_link_commands tr_link_server_commands = {.send_command = send_command,
+                                                         .probe_clock = probe_clock};
 
 void tr_link_server_disconnect(tr_host *host, const char *why) {
   if (host->link != NULL)

@@ -15,7 +15,7 @@
  * - ClockProbe (the exchange and the schedule: relay/clock/clock_probe.h): one probe in flight per
  *   host, 10 at 50 ms after Welcome, then one a second (while a session runs, every 5 ms to
  *   1 s: as often as the host's drift needs to move its clock by at most 1 us between probes),
- *   plus tr_link_server_probe_clock on demand; at most 8 a millisecond over all hosts, round robin
+ *   plus the probe_clock command on demand; at most 8 a millisecond over all hosts, round robin
  *   past that, and only when nothing of ours waits to be sent. t1 is
  *   when the encrypted probe left (the kernel's send stamp, tr_tls_uv_sent_time), t4 when
  *   the answer reached the socket (its receive stamp, before decryption); with FEATURE_CLOCK_FOLLOW_UP the answer is
@@ -72,6 +72,10 @@ struct tr_link_server_opts {
  * the address is logged. */
 int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_events *ev,
                          const struct tr_link_server_opts *opts, tr_link_server **out);
+/* The sessions' downward calls (link_calls.h), for tr_session_service_init: commands to a
+ * host's agent, and its clock probed on demand. */
+extern const struct tr_link_commands tr_link_server_commands;
+
 /* The port listened on (useful with port 0), or a negative code. */
 int tr_link_server_port(const tr_link_server *ls);
 /* The host table: every host that ever connected, for the service's life. */

@@ -237,7 +237,8 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   if (!d)
     return TR_ERR_NOMEM;
   d->loop = loop;
-  if ((rc = tr_session_service_init(&d->svc, loop, o->timeline)) != 0) {
+  rc = tr_session_service_init(&d->svc, loop, o->timeline, &tr_link_server_commands);
+  if (rc != 0) {
     TR_ERROR(COMP, "cannot read this machine's system info: %s", tr_strerror(rc));
     free(d);
     return rc;

@@ -31,9 +31,11 @@ uint64_t tr_session_now(void) { return tr_clock_boottime_ns(); }
 static const double kFlushBounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
                                       0.1,   0.2,   0.5,   1,    2,    5};
 
-int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline) {
+int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline,
+                            const struct tr_link_commands *link) {
   memset(svc, 0, sizeof *svc);
   svc->loop = loop;
+  svc->link = link;
   svc->uid = (int32_t)getuid();
   svc->timeline = timeline;
   svc->next_buffer_id = 1;
@@ -181,7 +183,7 @@ int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd) 
     return TR_ERR_CLOSED;
   cmd->has_request_id = 1;
   cmd->request_id = ++s->svc->next_request_id;
-  return tr_link_server_send_command(sh->host, cmd);
+  return s->svc->link->send_command(sh->host, cmd);
 }
 
 static void notify_instance(tr_session *s, const tr_ds_instance *in, bool started) {
@@ -203,7 +205,7 @@ static void start_instance(tr_session *s, tr_ds_instance *in) {
   cmd.producer_id = in->producer_id;
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_START_DATA_SOURCE;
   cmd.start_data_source = &start;
-  tr_link_server_probe_clock(s->hosts[in->host_index].host);
+  s->svc->link->probe_clock(s->hosts[in->host_index].host);
   if (tr_session_send(s, in->host_index, &cmd) != 0) {
     TR_WARN(COMP, "session %llu: cannot start %s on %s (host not connected)",
             (unsigned long long)s->id, in->ds_name, s->hosts[in->host_index].host->name);

@@ -46,6 +46,7 @@ typedef struct tr_session tr_session; /* opaque: session_priv.h */
 /* Written by session.c alone (it makes it: tr_session_service_init); the other files read it. */
 struct tr_service {
   uv_loop_t *loop;
+  const struct tr_link_commands *link;     /* the calls down to the hosts' agents */
   int32_t uid;                             /* trusted_uid of the service's own packets */
   enum tr_timeline timeline;
   Perfetto__Protos__SystemInfo *system_info; /* this machine; owned */
@@ -105,8 +106,11 @@ int tr_session_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *snap);
 bool tr_session_any(const tr_service *svc);
 
-/* Service state: loop, own uid and SystemInfo. tr_session_service_free frees sessions too. */
-int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline);
+/* Service state: loop, own uid and SystemInfo, and the link's downward calls (link_calls.h:
+ * tr_link_server_commands, or a test's), which must outlive it. tr_session_service_free frees
+ * sessions too. */
+int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline,
+                            const struct tr_link_commands *link);
 void tr_session_service_free(tr_service *svc);
 
 /* Checks a TraceConfig: 1..128 buffers with sizes the central buffer takes, at least one data

@@ -3,9 +3,9 @@
  * byte for byte over a real UNIX socket, with sessions fed by two in-process fake hosts.
  *
  * The fake hosts ("web-1", "web-2") each have one producer with a track_event data source;
- * tr_link_server_send_command answers their commands from the loop (setup/start/stop replies, flush
- * acks) and, on start, commits chunks of small packets into the session's buffer through
- * tr_session_on_chunk, exactly as the link server would. Checked: BindServiceReply bytes equal
+ * the link's send_command (fake_link_commands) answers their commands from the loop
+ * (setup/start/stop replies, flush acks) and, on start, commits chunks of small packets into
+ * the session's buffer through tr_session_on_chunk, exactly as the link server would. Checked: BindServiceReply bytes equal
  * traced's; EnableTracing's reply is held until the session ends (duration_ms or
  * DisableTracing) and is {disabled: true}; ObserveEvents streams instance changes and
  * all_data_sources_started; ReadBuffers streams has_more replies of <= ~32 KiB of packet data
@@ -64,7 +64,7 @@ static size_t queue_len;
 
 static void on_pump(uv_idle_t *h);
 
-int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+static int send_command(tr_host *host, const Tracerelay__Command *cmd) {
   size_t n = tracerelay__command__get_packed_size(cmd);
   uint8_t *buf = malloc(n + 1);
   assert_non_null(buf);
@@ -78,9 +78,11 @@ int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   return 0;
 }
 
-void tr_link_server_probe_clock(tr_host *host) {
-  (void)host;
-}
+static void probe_clock(tr_host *host) { (void)host; }
+
+/* The link's down-calls (link_calls.h), answered here. */
+static const struct tr_link_commands fake_link_commands = {.send_command = send_command,
+                                                           .probe_clock = probe_clock};
 
 /* Chunks of PACKETS_PER_CHUNK packets {8: timestamp, 900 (for_testing) is avoided: a plain
  * timestamp + timestamp_clock_id packet decodes with Perfetto's protos}. */
@@ -490,7 +492,8 @@ static void replay(const char *capture) {
   uv_loop_t loop;
   pthread_t th;
   uv_loop_init(&loop);
-  assert_int_equal(tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  assert_int_equal(
+      tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES, &fake_link_commands), 0);
   uv_idle_init(&loop, &pump);
   uv_async_init(&loop, &done_async, on_done);
   desc.name = "track_event";
@@ -638,7 +641,8 @@ static void test_query_methods(void **state) {
   pthread_t th;
   (void)state;
   uv_loop_init(&loop);
-  assert_int_equal(tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  assert_int_equal(
+      tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES, &fake_link_commands), 0);
   uv_idle_init(&loop, &pump);
   uv_async_init(&loop, &done_async, on_done);
   desc.name = "track_event";
@@ -699,7 +703,8 @@ static void test_flush_timeout_and_host_loss(void **state) {
   char err[256] = "";
   (void)state;
   uv_loop_init(&loop);
-  assert_int_equal(tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  assert_int_equal(
+      tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES, &fake_link_commands), 0);
   uv_idle_init(&loop, &pump);
   desc.name = "track_event";
   make_host(0, "web-1");

@@ -254,7 +254,7 @@ static void test_handshake_data_commands_clock(void **state) {
   cmd.producer_id = 1;
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE;
   cmd.setup_data_source = &setup;
-  assert_int_equal(tr_link_server_send_command(h, &cmd), 0);
+  assert_int_equal(tr_link_server_commands.send_command(h, &cmd), 0);
   RUN_UNTIL(&loop, link_stub_count(EV_REPLY, "web-1") == 1, 5000);
   assert_int_equal(a.commands, 1);
   assert_chunks_once_in_order("web-1", 2500);
@@ -263,7 +263,7 @@ static void test_handshake_data_commands_clock(void **state) {
   /* Clock probes: ten fast ones after Welcome, on one machine, so the offset is ~0. */
   struct tr_clocksync_stats cs;
   RUN_UNTIL(&loop, (tr_clocksync_get_stats(h->clock, &cs), cs.probes >= 8), 5000);
-  tr_link_server_probe_clock(h);
+  tr_link_server_commands.probe_clock(h);
   int64_t off = tr_clocksync_offset_ns(h->clock);
   assert_true(off > -2000000 && off < 2000000);
   assert_true(tr_clocksync_rtt_ns(h->clock) > 0);

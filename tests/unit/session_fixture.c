@@ -29,7 +29,7 @@ static int fake_link; /* what a connected host's link points at: never dereferen
 
 /* ---- the link's down-calls (link_calls.h) ---- */
 
-int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+static int send_command(tr_host *host, const Tracerelay__Command *cmd) {
   struct fx_sent *e;
   if (!host->link)
     return TR_ERR_CLOSED;
@@ -62,10 +62,13 @@ int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   return 0;
 }
 
-void tr_link_server_probe_clock(tr_host *host) {
+static void probe_clock(tr_host *host) {
   (void)host;
   fx_probes++;
 }
+
+static const struct tr_link_commands fake_link_commands = {.send_command = send_command,
+                                                           .probe_clock = probe_clock};
 
 /* ---- the consumer ---- */
 
@@ -101,7 +104,8 @@ void fx_setup(void) {
   fx_num_sent = 0;
   fx_probes = 0;
   assert_int_equal(uv_loop_init(&fx_loop), 0);
-  assert_int_equal(tr_session_service_init(&fx_svc, &fx_loop, TR_TIMELINE_MACHINES), 0);
+  assert_int_equal(tr_session_service_init(&fx_svc, &fx_loop, TR_TIMELINE_MACHINES,
+                                           &fake_link_commands), 0);
 }
 
 void fx_teardown(void) {

@@ -1,11 +1,12 @@
 /* session_fixture.h: the service's sessions (service/session.h) on a test's own loop, without
  * processes or a network, for test_session*.c.
  *
- * The link's down-calls are faked here: tr_link_server_send_command records each command in
- * fx_sent (refusing, as the real one does, a host whose link is down) and
- * tr_link_server_probe_clock counts. The link's up-calls are the test's to make, through
- * tr_session_link_events as the link server would, with the helpers below: hosts with
- * producers connect, and answer the recorded commands (CommandReply, FlushAck) when told to.
+ * The link's down-calls (struct tr_link_commands, link_calls.h) are a table of the fixture's,
+ * given to the service state: send_command records each command in fx_sent (refusing, as the
+ * real one does, a host whose link is down) and probe_clock counts. The link's up-calls are
+ * the test's to make, through tr_session_link_events as the link server would, with the
+ * helpers below: hosts with producers connect, and answer the recorded commands
+ * (CommandReply, FlushAck) when told to.
  * Nothing is answered on its own, so a test decides which host is slow, silent or gone. */
 #ifndef TEST_SESSION_FIXTURE_H
 #define TEST_SESSION_FIXTURE_H
@@ -40,7 +41,7 @@ extern tr_service fx_svc;
 extern tr_host fx_hosts[FX_MAX_HOSTS];
 extern struct fx_sent fx_sent[FX_MAX_SENT];
 extern size_t fx_num_sent;
-extern size_t fx_probes; /* tr_link_server_probe_clock calls */
+extern size_t fx_probes; /* probe_clock calls */
 
 /* What the session told its consumer. */
 struct fx_observed {
