@@ -601,8 +601,8 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
   state_add(&o, &st);
 
   /* Producers get ids numbered across hosts in this reply (agent ids repeat across hosts). */
-  for (size_t h = 0; h < svc->num_hosts && !sessions_only; h++) {
-    const tr_host *host = svc->hosts[h];
+  for (const tr_host *host = sessions_only ? NULL : tr_hosts_first(svc->hosts); host;
+       host = host->next) {
     for (size_t p = 0; p < host->num_producers; p++) {
       const tr_remote_producer *rp = &host->producers[p];
       Perfetto__Protos__TracingServiceState one;
@@ -648,8 +648,9 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
   if (!sessions_only && tr_status_service(svc, &bytes, &n) == 0)
     state_add_raw(&o, bytes, n);
   free(bytes);
-  for (size_t h = 0; h < svc->num_hosts && !sessions_only; h++) {
-    if (tr_status_host(svc, svc->hosts[h], c->peer.uid, &bytes, &n) == 0)
+  for (tr_host *host = sessions_only ? NULL : tr_hosts_first(svc->hosts); host;
+       host = host->next) {
+    if (tr_status_host(svc, host, c->peer.uid, &bytes, &n) == 0)
       state_add_raw(&o, bytes, n);
     free(bytes);
   }

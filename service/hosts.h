@@ -34,13 +34,21 @@
 
 typedef struct tr_hosts tr_hosts;
 
-/* ev's calls made from here (producers_changed, command_reply) go to svc. */
+/* The service's one host table: the link server adds to it, the sessions, the status and the
+ * metrics walk it. ev's calls go to svc: those made from here (producers_changed,
+ * command_reply) and the link server's (tr_hosts_service, tr_hosts_events). */
 int tr_hosts_new(tr_service *svc, const struct tr_link_events *ev, tr_hosts **out);
 /* Frees every host. Nobody may hold a tr_host pointer afterwards. */
 void tr_hosts_free(tr_hosts *hs);
+/* What the table was made with. */
+tr_service *tr_hosts_service(const tr_hosts *hs);
+const struct tr_link_events *tr_hosts_events(const tr_hosts *hs);
 
-/* The first host (follow host->next), in order of first connection; NULL if none. */
+/* Every host that ever said Hello, in that order:
+ * for (tr_host *h = tr_hosts_first(hs); h; h = h->next). NULL if none. */
 tr_host *tr_hosts_first(const tr_hosts *hs);
+/* How many there are (O(hosts)). */
+size_t tr_hosts_count(const tr_hosts *hs);
 /* The host called name, or NULL. */
 tr_host *tr_hosts_find(const tr_hosts *hs, const char *name);
 /* The host called name, created (with its clock estimator) if new. name must be a valid

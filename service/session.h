@@ -31,6 +31,7 @@
 #include "perfetto/config/trace_config.pb-c.h"
 #include "relay/daemon/prom_text.h"
 #include "relay/trace/trace_writer.h"
+#include "service/hosts.h"
 #include "service/link_calls.h"
 #include "service/trace_output.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"
@@ -50,8 +51,7 @@ struct tr_service {
   int32_t uid;                             /* trusted_uid of the service's own packets */
   enum tr_timeline timeline;
   Perfetto__Protos__SystemInfo *system_info; /* this machine; owned */
-  tr_host **hosts;                         /* every host seen by on_host_connected */
-  size_t num_hosts;
+  tr_hosts *hosts; /* the host table (hosts.h): every host, walked for new sessions */
   tr_session *sessions;
   size_t num_sessions;
   uint64_t next_session_id;
@@ -106,11 +106,12 @@ int tr_session_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *snap);
 bool tr_session_any(const tr_service *svc);
 
-/* Service state: loop, own uid and SystemInfo, and the link's downward calls (link_calls.h:
- * tr_link_server_commands, or a test's), which must outlive it. tr_session_service_free frees
- * sessions too. */
+/* Service state: loop, own uid and SystemInfo, the host table (made with this svc and
+ * tr_session_link_events, or a test's events) and the link's downward calls (link_calls.h:
+ * tr_link_server_commands, or a test's); both must outlive it. tr_session_service_free frees
+ * sessions too, not the host table. */
 int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline,
-                            const struct tr_link_commands *link);
+                            tr_hosts *hosts, const struct tr_link_commands *link);
 void tr_session_service_free(tr_service *svc);
 
 /* Checks a TraceConfig: 1..128 buffers with sizes the central buffer takes, at least one data

@@ -38,7 +38,8 @@ struct fx_sent {
 
 extern uv_loop_t fx_loop;
 extern tr_service fx_svc;
-extern tr_host fx_hosts[FX_MAX_HOSTS];
+extern tr_hosts *fx_host_table; /* the service's host table, made by fx_setup */
+extern tr_host *fx_hosts[FX_MAX_HOSTS]; /* fx_make_host's, in it */
 extern struct fx_sent fx_sent[FX_MAX_SENT];
 extern size_t fx_num_sent;
 extern size_t fx_probes; /* probe_clock calls */
@@ -50,15 +51,19 @@ struct fx_observed {
 extern struct fx_observed fx_observed;
 extern const tr_session_observer fx_observer; /* counts into fx_observed */
 
-/* Loop and service state; fx_teardown frees every session and checks the loop closes. */
+/* Loop, host table and service state; fx_teardown frees every session and host and checks
+ * the loop closes. */
 void fx_setup(void);
 void fx_teardown(void);
 
-/* Host i named `name`, with num_producers producers (ids 1, 2, ...), producer p offering the
- * data sources named in data_sources[p] (up to 2 names, NULL-ended).
- * fx_connect tells the sessions it connected; fx_disconnect that its link went down. */
+/* Host i named `name` (a machine name) in the host table, with num_producers producers (ids
+ * 1, 2, ...) announced as its agent would, producer p offering the data sources named in
+ * data_sources[p] (up to 2 names, NULL-ended).
+ * fx_link_up brings its link up in the host table; fx_connect does and tells the sessions it
+ * connected; fx_disconnect that its link went down. */
 void fx_make_host(size_t i, const char *name, size_t num_producers,
                   const char *const data_sources[][3]);
+void fx_link_up(size_t i);
 void fx_connect(size_t i);
 void fx_disconnect(size_t i);
 /* Adds producer (id = the next one) to host i and tells the sessions. */
