@@ -183,6 +183,17 @@ static void close_all(tr_service_daemon *d) {
   finish(d);
 }
 
+/* The service's certificate for its agents' links; err says why it failed. */
+static int load_server_tls(const struct tr_service_daemon_opts *o, tr_tls_config **out,
+                           char *err, size_t err_len) {
+  struct tr_tls_config_opts tls_opts = {.role = TR_TLS_SERVER,
+                                        .ca_path = o->ca_path,
+                                        .cert_path = o->cert_path,
+                                        .key_path = o->key_path,
+                                        .ciphers = o->ciphers};
+  return tr_tls_config_new(&tls_opts, out, err, err_len);
+}
+
 /* The regional's certificate for its upstream links. */
 static int load_upstream_tls(const struct tr_service_daemon_opts *o, tr_tls_config **out) {
   struct tr_tls_config_opts tls_opts = {.role = TR_TLS_CLIENT,
@@ -236,7 +247,6 @@ static int start_regional(tr_service_daemon *d, const struct tr_service_daemon_o
 int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts *o,
                             tr_service_daemon **out) {
   tr_service_daemon *d = calloc(1, sizeof *d);
-  struct tr_tls_config_opts tls_opts = {0};
   struct tr_link_server_opts link_opts = {0};
   char err[512] = "";
   int rc;
@@ -258,12 +268,7 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   d->svc_ready = true;
   if ((rc = check_fd_limit(o->max_agents ? o->max_agents : TR_LINK_DEFAULT_MAX_AGENTS)) != 0)
     goto fail;
-  tls_opts.role = TR_TLS_SERVER;
-  tls_opts.ca_path = o->ca_path;
-  tls_opts.cert_path = o->cert_path;
-  tls_opts.key_path = o->key_path;
-  tls_opts.ciphers = o->ciphers;
-  if ((rc = tr_tls_config_new(&tls_opts, &d->tls, err, sizeof err)) != 0) {
+  if ((rc = load_server_tls(o, &d->tls, err, sizeof err)) != 0) {
     TR_ERROR(COMP, "TLS setup failed: %s", err[0] ? err : tr_strerror(rc));
     goto fail;
   }
@@ -398,18 +403,12 @@ void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), vo
 }
 
 int tr_service_daemon_reload_tls(tr_service_daemon *d, const struct tr_service_daemon_opts *o) {
-  struct tr_tls_config_opts tls_opts = {0};
   tr_tls_config *cfg, *upstream = NULL;
   char err[512] = "";
   int rc;
   if (d->stopping || (!d->link && !d->regional))
     return TR_ERR_STATE;
-  tls_opts.role = TR_TLS_SERVER;
-  tls_opts.ca_path = o->ca_path;
-  tls_opts.cert_path = o->cert_path;
-  tls_opts.key_path = o->key_path;
-  tls_opts.ciphers = o->ciphers;
-  if ((rc = tr_tls_config_new(&tls_opts, &cfg, err, sizeof err)) != 0) {
+  if ((rc = load_server_tls(o, &cfg, err, sizeof err)) != 0) {
     TR_ERROR(COMP, "certificates NOT reloaded, the current ones stay in use: %s",
              err[0] ? err : tr_strerror(rc));
     return rc;

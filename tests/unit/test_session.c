@@ -314,6 +314,13 @@ static void test_losses_are_per_session(void **state) {
   fx_teardown();
 }
 
+/* host-a, host-b and host-c, each with one producer offering track_event. */
+static void make_three_hosts(void) {
+  fx_make_host(0, "host-a", 1, kTrackEvent);
+  fx_make_host(1, "host-b", 1, kTrackEvent);
+  fx_make_host(2, "host-c", 1, kTrackEvent);
+}
+
 /* The instance id of the last command of kind `what` to host i (0 if none). */
 static uint64_t last_instance(size_t i, Tracerelay__Command__CmdCase what) {
   uint64_t id = 0;
@@ -333,9 +340,7 @@ static void test_unconfirmed_stop_asked_again(void **state) {
   struct fx_config cfg;
   (void)state;
   fx_setup();
-  fx_make_host(0, "host-a", 1, kTrackEvent);
-  fx_make_host(1, "host-b", 1, kTrackEvent);
-  fx_make_host(2, "host-c", 1, kTrackEvent);
+  make_three_hosts();
   for (size_t i = 0; i < 3; i++)
     fx_connect(i);
   fx_config(&cfg, names);
@@ -380,9 +385,7 @@ static void test_new_session_reaches_every_host_of_the_table(void **state) {
   struct fx_config cfg;
   (void)state;
   fx_setup();
-  fx_make_host(0, "host-a", 1, kTrackEvent);
-  fx_make_host(1, "host-b", 1, kTrackEvent);
-  fx_make_host(2, "host-c", 1, kTrackEvent);
+  make_three_hosts();
   fx_connect(0);
   fx_link_up(1);
   fx_config(&cfg, names);
