@@ -51,7 +51,7 @@ struct tr_service {
   int32_t uid;                             /* trusted_uid of the service's own packets */
   enum tr_timeline timeline;
   Perfetto__Protos__SystemInfo *system_info; /* this machine; owned */
-  tr_hosts *hosts; /* the host table (hosts.h): every host, walked for new sessions */
+  tr_hosts *hosts; /* the host table (hosts.h), which new sessions, status and metrics walk */
   tr_session *sessions;
   size_t num_sessions;
   uint64_t next_session_id;
