@@ -9,17 +9,6 @@
 #include "perfetto/ipc/consumer_port.pb-c.h"
 #include "service/consumer_port.h"
 
-/* The decoders never reach the agents; the link server's downward calls are not linked in. */
-int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
-  (void)host;
-  (void)cmd;
-  return 0;
-}
-
-void tr_link_server_probe_clock(tr_host *host) {
-  (void)host;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;

@@ -573,27 +573,9 @@ static void state_add_raw(state_out *o, const uint8_t *bytes, size_t n) {
   o->used += n;
 }
 
-static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len,
-                                bool drop) {
-  tr_consumer *c = consumer_of(conn);
-  tr_service *svc = c->port->svc;
-  Perfetto__Protos__QueryServiceStateRequest *r =
-      perfetto__protos__query_service_state_request__unpack(NULL, len, args);
-  state_out o = {c, req, malloc(STATE_REPLY_CAP), 0, false};
+/* The service as a whole: its version and how many sessions it has, started or not. */
+static void state_add_service(state_out *o, const tr_service *svc) {
   Perfetto__Protos__TracingServiceState st;
-  int32_t producer_num = 0;
-  bool sessions_only;
-  (void)drop;
-  if (!r || !o.buf) {
-    if (r)
-      perfetto__protos__query_service_state_request__free_unpacked(r, NULL);
-    free(o.buf);
-    reply_fail(c, req);
-    return;
-  }
-  sessions_only = r->sessions_only;
-  perfetto__protos__query_service_state_request__free_unpacked(r, NULL);
-
   perfetto__protos__tracing_service_state__init(&st);
   st.tracing_service_version = svc->system_info->tracing_service_version;
   st.has_num_sessions = 1;
@@ -603,93 +585,129 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
   st.supports_tracing_sessions = 1;
   for (const tr_session *s = svc->sessions; s; s = tr_session_next(s))
     st.num_sessions_started += tr_session_get_state(s) == TR_SESSION_STARTED;
-  state_add(&o, &st);
+  state_add(o, &st);
+}
 
-  /* Producers get ids numbered across hosts in this reply (agent ids repeat across hosts). */
-  for (size_t h = 0; h < svc->num_hosts && !sessions_only; h++) {
-    const tr_host *host = svc->hosts[h];
-    for (size_t p = 0; p < host->num_producers; p++) {
-      const tr_remote_producer *rp = &host->producers[p];
-      Perfetto__Protos__TracingServiceState one;
-      Perfetto__Protos__TracingServiceState__Producer pr =
-          PERFETTO__PROTOS__TRACING_SERVICE_STATE__PRODUCER__INIT;
-      Perfetto__Protos__TracingServiceState__Producer *prp = &pr;
-      if (!tr_hosts_producer_reachable(host, p))
-        continue;
-      producer_num++;
-      perfetto__protos__tracing_service_state__init(&one);
-      pr.has_id = 1;
-      pr.id = producer_num;
-      pr.name = rp->name;
-      pr.has_uid = 1;
-      pr.uid = (int32_t)rp->uid;
-      pr.has_pid = 1;
-      pr.pid = rp->pid;
-      pr.sdk_version = rp->sdk_version;
-      pr.has_machine_id = 1;
-      pr.machine_id = host->machine_id;
-      pr.machine_name = (char *)host->name;
-      one.n_producers = 1;
-      one.producers = &prp;
-      state_add(&o, &one);
-      for (size_t d = 0; d < rp->num_data_sources; d++) {
-        Perfetto__Protos__TracingServiceState__DataSource ds =
-            PERFETTO__PROTOS__TRACING_SERVICE_STATE__DATA_SOURCE__INIT;
-        Perfetto__Protos__TracingServiceState__DataSource *dsp = &ds;
-        perfetto__protos__tracing_service_state__init(&one);
-        ds.ds_descriptor = rp->data_sources[d];
-        ds.has_producer_id = 1;
-        ds.producer_id = producer_num;
-        one.n_data_sources = 1;
-        one.data_sources = &dsp;
-        state_add(&o, &one);
-      }
-    }
+/* One producer of host, under the id `id` of this reply, then each of its data sources. */
+static void state_add_producer(state_out *o, const tr_host *host, const tr_remote_producer *rp,
+                               int32_t id) {
+  Perfetto__Protos__TracingServiceState one;
+  Perfetto__Protos__TracingServiceState__Producer pr =
+      PERFETTO__PROTOS__TRACING_SERVICE_STATE__PRODUCER__INIT;
+  Perfetto__Protos__TracingServiceState__Producer *prp = &pr;
+  perfetto__protos__tracing_service_state__init(&one);
+  pr.has_id = 1;
+  pr.id = id;
+  pr.name = rp->name;
+  pr.has_uid = 1;
+  pr.uid = (int32_t)rp->uid;
+  pr.has_pid = 1;
+  pr.pid = rp->pid;
+  pr.sdk_version = rp->sdk_version;
+  pr.has_machine_id = 1;
+  pr.machine_id = host->machine_id;
+  pr.machine_name = (char *)host->name;
+  one.n_producers = 1;
+  one.producers = &prp;
+  state_add(o, &one);
+  for (size_t d = 0; d < rp->num_data_sources; d++) {
+    Perfetto__Protos__TracingServiceState__DataSource ds =
+        PERFETTO__PROTOS__TRACING_SERVICE_STATE__DATA_SOURCE__INIT;
+    Perfetto__Protos__TracingServiceState__DataSource *dsp = &ds;
+    perfetto__protos__tracing_service_state__init(&one);
+    ds.ds_descriptor = rp->data_sources[d];
+    ds.has_producer_id = 1;
+    ds.producer_id = id;
+    one.n_data_sources = 1;
+    one.data_sources = &dsp;
+    state_add(o, &one);
   }
-  /* tracerelay status: the service's machine and one HostStatus per host (service/status.h),
-   * skipped by perfetto. */
+}
+
+/* Every reachable producer of every host, numbered across hosts in this reply (agent ids
+ * repeat across hosts). */
+static void state_add_producers(state_out *o, const tr_service *svc) {
+  int32_t id = 0;
+  for (const tr_host *host = tr_hosts_first(svc->hosts); host; host = host->next)
+    for (size_t p = 0; p < host->num_producers; p++)
+      if (tr_hosts_producer_reachable(host, p))
+        state_add_producer(o, host, &host->producers[p], ++id);
+}
+
+/* tracerelay status: the service's machine and one HostStatus per host (service/status.h),
+ * skipped by perfetto; a host's sessions as `viewer` may see them. */
+static void state_add_status(state_out *o, tr_service *svc, uid_t viewer) {
   uint8_t *bytes = NULL;
   size_t n;
-  if (!sessions_only && tr_status_service(svc, &bytes, &n) == 0)
-    state_add_raw(&o, bytes, n);
+  if (tr_status_service(svc, &bytes, &n) == 0)
+    state_add_raw(o, bytes, n);
   free(bytes);
-  for (size_t h = 0; h < svc->num_hosts && !sessions_only; h++) {
-    if (tr_status_host(svc, svc->hosts[h], c->peer.uid, &bytes, &n) == 0)
-      state_add_raw(&o, bytes, n);
+  for (tr_host *host = tr_hosts_first(svc->hosts); host; host = host->next) {
+    if (tr_status_host(svc, host, viewer, &bytes, &n) == 0)
+      state_add_raw(o, bytes, n);
     free(bytes);
   }
-  for (const tr_session *s = svc->sessions; s; s = tr_session_next(s)) {
-    const Perfetto__Protos__TraceConfig *cfg = tr_session_config(s);
-    if (!tr_session_visible_to(s, c->peer.uid))
-      continue;
-    Perfetto__Protos__TracingServiceState one;
-    Perfetto__Protos__TracingServiceState__TracingSession ts =
-        PERFETTO__PROTOS__TRACING_SERVICE_STATE__TRACING_SESSION__INIT;
-    Perfetto__Protos__TracingServiceState__TracingSession *tsp = &ts;
-    static char *const states[] = {"CONFIGURED", "STARTED", "DISABLING_WAITING_STOP_ACKS",
-                                   "DISABLED"};
-    uint32_t sizes[TR_SESSION_MAX_BUFFERS];
-    perfetto__protos__tracing_service_state__init(&one);
-    ts.has_id = 1;
-    ts.id = tr_session_id(s);
-    ts.has_consumer_uid = 1;
-    ts.consumer_uid = (int32_t)tr_session_consumer_uid(s);
-    ts.state = states[tr_session_get_state(s)];
-    ts.unique_session_name = cfg->unique_session_name;
-    for (size_t b = 0; b < cfg->n_buffers; b++)
-      sizes[b] = cfg->buffers[b]->size_kb;
-    ts.n_buffer_size_kb = cfg->n_buffers;
-    ts.buffer_size_kb = sizes;
-    ts.has_duration_ms = 1;
-    ts.duration_ms = cfg->duration_ms;
-    ts.has_num_data_sources = 1;
-    ts.num_data_sources = (uint32_t)tr_session_num_instances(s);
-    ts.has_is_started = 1;
-    ts.is_started = tr_session_get_state(s) == TR_SESSION_STARTED;
-    one.n_tracing_sessions = 1;
-    one.tracing_sessions = &tsp;
-    state_add(&o, &one);
+}
+
+/* One tracing session, as traced describes it. */
+static void state_add_session(state_out *o, const tr_session *s) {
+  static char *const states[] = {"CONFIGURED", "STARTED", "DISABLING_WAITING_STOP_ACKS",
+                                 "DISABLED"};
+  const Perfetto__Protos__TraceConfig *cfg = tr_session_config(s);
+  Perfetto__Protos__TracingServiceState one;
+  Perfetto__Protos__TracingServiceState__TracingSession ts =
+      PERFETTO__PROTOS__TRACING_SERVICE_STATE__TRACING_SESSION__INIT;
+  Perfetto__Protos__TracingServiceState__TracingSession *tsp = &ts;
+  uint32_t sizes[TR_SESSION_MAX_BUFFERS];
+  perfetto__protos__tracing_service_state__init(&one);
+  ts.has_id = 1;
+  ts.id = tr_session_id(s);
+  ts.has_consumer_uid = 1;
+  ts.consumer_uid = (int32_t)tr_session_consumer_uid(s);
+  ts.state = states[tr_session_get_state(s)];
+  ts.unique_session_name = cfg->unique_session_name;
+  for (size_t b = 0; b < cfg->n_buffers; b++)
+    sizes[b] = cfg->buffers[b]->size_kb;
+  ts.n_buffer_size_kb = cfg->n_buffers;
+  ts.buffer_size_kb = sizes;
+  ts.has_duration_ms = 1;
+  ts.duration_ms = cfg->duration_ms;
+  ts.has_num_data_sources = 1;
+  ts.num_data_sources = (uint32_t)tr_session_num_instances(s);
+  ts.has_is_started = 1;
+  ts.is_started = tr_session_get_state(s) == TR_SESSION_STARTED;
+  one.n_tracing_sessions = 1;
+  one.tracing_sessions = &tsp;
+  state_add(o, &one);
+}
+
+/* The service, then (unless sessions_only) its producers and the status, then the sessions
+ * the consumer may see. */
+static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len,
+                                bool drop) {
+  tr_consumer *c = consumer_of(conn);
+  tr_service *svc = c->port->svc;
+  Perfetto__Protos__QueryServiceStateRequest *r =
+      perfetto__protos__query_service_state_request__unpack(NULL, len, args);
+  state_out o = {c, req, malloc(STATE_REPLY_CAP), 0, false};
+  (void)drop;
+  if (!r || !o.buf) {
+    if (r)
+      perfetto__protos__query_service_state_request__free_unpacked(r, NULL);
+    free(o.buf);
+    reply_fail(c, req);
+    return;
   }
+  bool sessions_only = r->sessions_only;
+  perfetto__protos__query_service_state_request__free_unpacked(r, NULL);
+  state_add_service(&o, svc);
+  if (!sessions_only) {
+    state_add_producers(&o, svc);
+    state_add_status(&o, svc, c->peer.uid);
+  }
+  for (const tr_session *s = svc->sessions; s; s = tr_session_next(s))
+    if (tr_session_visible_to(s, c->peer.uid))
+      state_add_session(&o, s);
   state_flush(&o, false);
   free(o.buf);
 }

@@ -566,7 +566,18 @@ void tr_hosts_free(tr_hosts *hs) {
   free(hs);
 }
 
+tr_service *tr_hosts_service(const tr_hosts *hs) { return hs->svc; }
+
+const struct tr_link_events *tr_hosts_events(const tr_hosts *hs) { return hs->ev; }
+
 tr_host *tr_hosts_first(const tr_hosts *hs) { return hs->head; }
+
+size_t tr_hosts_count(const tr_hosts *hs) {
+  size_t n = 0;
+  for (const tr_host *h = hs->head; h != NULL; h = h->next)
+    n++;
+  return n;
+}
 
 tr_host *tr_hosts_find(const tr_hosts *hs, const char *name) {
   for (tr_host *h = hs->head; h != NULL; h = h->next)

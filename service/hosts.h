@@ -1,7 +1,7 @@
 /* hosts.h: the service's host table: one tr_host per machine name, kept for the service's
  * whole life so that a host's stats, producers and clock estimate survive reconnects.
  *
- * The fields of the public tr_host (service.h) are written here only and read elsewhere (the
+ * The fields of the public tr_host (host.h) are written here only and read elsewhere (the
  * link server reports its connection and batches through the tr_hosts_link_* and
  * tr_hosts_batch_* functions). Besides the tr_host, each entry holds what only the link
  * needs across connections: the batch sequence bookkeeping of its agent instance
@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "relay/link/relay_session.h"
-#include "service/service.h"
+#include "service/link_calls.h"
 
 #define TR_HOSTS_MAX_PRODUCERS 4096
 #define TR_HOSTS_MAX_HELD_FRAMES 1024
@@ -34,13 +34,21 @@
 
 typedef struct tr_hosts tr_hosts;
 
-/* ev's calls made from here (producers_changed, command_reply) go to svc. */
+/* The service's one host table: the link server adds to it, the sessions, the status and the
+ * metrics walk it. ev's calls go to svc: those made from here (producers_changed,
+ * command_reply) and the link server's (tr_hosts_service, tr_hosts_events). */
 int tr_hosts_new(tr_service *svc, const struct tr_link_events *ev, tr_hosts **out);
 /* Frees every host. Nobody may hold a tr_host pointer afterwards. */
 void tr_hosts_free(tr_hosts *hs);
+/* What the table was made with. */
+tr_service *tr_hosts_service(const tr_hosts *hs);
+const struct tr_link_events *tr_hosts_events(const tr_hosts *hs);
 
-/* The first host (follow host->next), in order of first connection; NULL if none. */
+/* Every host that ever said Hello, in that order:
+ * for (tr_host *h = tr_hosts_first(hs); h; h = h->next). NULL if none. */
 tr_host *tr_hosts_first(const tr_hosts *hs);
+/* How many there are (O(hosts)). */
+size_t tr_hosts_count(const tr_hosts *hs);
 /* The host called name, or NULL. */
 tr_host *tr_hosts_find(const tr_hosts *hs, const char *name);
 /* The host called name, created (with its clock estimator) if new. name must be a valid

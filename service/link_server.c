@@ -50,7 +50,7 @@ struct tr_link_server {
   uv_loop_t *loop;
   tr_service *svc;
   const struct tr_link_events *ev; /* the upward calls, made with svc */
-  tr_hosts *hosts;
+  tr_hosts *hosts;                 /* the service's, made with svc and ev */
   tr_relay_link_listener *listener;
   uv_timer_t tick;
   tr_link_peer *peers;
@@ -444,7 +444,6 @@ static void on_read_done(tr_relay_link *link) {
 static void maybe_free_server(tr_link_server *ls) {
   if (!ls->stopping || !ls->tick_closed || ls->peers != NULL)
     return;
-  tr_hosts_free(ls->hosts);
   tr_relay_codec_free(&ls->codec);
   free(ls);
 }
@@ -534,7 +533,7 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- the public side ---- */
 
-int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+static int send_command(tr_host *host, const Tracerelay__Command *cmd) {
   if (host->link == NULL)
     return TR_ERR_CLOSED;
   tr_relay_link *link = host->link->link;
@@ -545,11 +544,14 @@ int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   return tr_relay_link_closing(link) ? TR_ERR_CLOSED : rc;
 }
 
-void tr_link_server_probe_clock(tr_host *host) {
+static void probe_clock(tr_host *host) {
   tr_link_peer *p = host->link;
   if (p != NULL)
     tr_clock_probe_request(&p->ls->probes, &p->probe, uv_now(p->ls->loop));
 }
+
+const struct tr_link_commands tr_link_server_commands = {.send_command = send_command,
+                                                         .probe_clock = probe_clock};
 
 void tr_link_server_disconnect(tr_host *host, const char *why) {
   if (host->link != NULL)
@@ -557,8 +559,8 @@ void tr_link_server_disconnect(tr_host *host, const char *why) {
                         why);
 }
 
-int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_events *ev,
-                         const struct tr_link_server_opts *opts, tr_link_server **out) {
+int tr_link_server_start(uv_loop_t *loop, tr_hosts *hosts, const struct tr_link_server_opts *opts,
+                         tr_link_server **out) {
   struct sockaddr_storage addr;
   if (opts->listen == NULL || tr_relay_link_listen_addr(opts->listen, &addr) < 0) {
     TR_ERROR("link", "cannot listen on '%s': give ADDR:PORT, e.g. 0.0.0.0:%d or [::]:%d",
@@ -568,17 +570,16 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
   tr_link_server *ls = calloc(1, sizeof *ls);
   if (ls == NULL)
     return TR_ERR_NOMEM;
-  int rc = tr_hosts_new(svc, ev, &ls->hosts);
-  if (rc < 0)
-    goto fail_free;
   /* One decompression context for every peer: batches are taken apart on this loop, one at a
    * time (a context per connection was 96 KiB each). The limit is every peer's reader's. */
-  rc = tr_relay_codec_init(&ls->codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, TR_RELAY_MAX_FRAME_DEFAULT);
+  int rc =
+      tr_relay_codec_init(&ls->codec, TR_RELAY_ZSTD_LEVEL_DEFAULT, TR_RELAY_MAX_FRAME_DEFAULT);
   if (rc < 0)
-    goto fail_hosts;
+    goto fail_free;
   ls->loop = loop;
-  ls->svc = svc;
-  ls->ev = ev;
+  ls->hosts = hosts;
+  ls->svc = tr_hosts_service(hosts);
+  ls->ev = tr_hosts_events(hosts);
   tr_clock_probe_sched_init(&ls->probes, &probe_ops);
   ls->features = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
   ls->max_agents = opts->max_agents ? opts->max_agents : TR_LINK_DEFAULT_MAX_AGENTS;
@@ -587,7 +588,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
       opts->handshake_timeout_ms ? opts->handshake_timeout_ms : TR_TLS_UV_HANDSHAKE_TIMEOUT_MS;
   if (getrandom(&ls->instance_id, sizeof ls->instance_id, 0) != sizeof ls->instance_id) {
     rc = TR_ERR_SYS(errno);
-    goto fail_hosts;
+    goto fail_codec;
   }
   struct tr_relay_link_opts link_opts = {
       .tls = {.max_queued = TR_LINK_MAX_QUEUED, .handshake_timeout_ms = ls->hello_timeout_ms},
@@ -599,7 +600,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
                             ls, &ls->listener);
   if (rc < 0) {
     TR_ERROR("link", "cannot listen on %s: %s", opts->listen, tr_strerror(rc));
-    goto fail_hosts;
+    goto fail_codec;
   }
   uv_timer_init(loop, &ls->tick);
   ls->tick.data = ls;
@@ -609,8 +610,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_
   *out = ls;
   return 0;
 
-fail_hosts:
-  tr_hosts_free(ls->hosts);
+fail_codec:
   tr_relay_codec_free(&ls->codec);
 fail_free:
   free(ls);
@@ -620,8 +620,6 @@ fail_free:
 int tr_link_server_port(const tr_link_server *ls) {
   return tr_relay_link_listener_port(ls->listener);
 }
-
-tr_hosts *tr_link_server_hosts(tr_link_server *ls) { return ls->hosts; }
 
 void tr_link_server_tls_stats(const tr_link_server *ls, struct tr_tls_uv_server_stats *out) {
   tr_relay_link_listener_stats(ls->listener, out);

@@ -1,6 +1,6 @@
 /* link_server.h: the service's end of the relay link (docs/relay-protocol.md): accepts agents
  * over mutually-authenticated TLS and turns their frames into the upward calls of struct
- * tr_link_events (service.h).
+ * tr_link_events (link_calls.h).
  *
  * Per agent connection:
  * - identity: the machine name is the one in the agent's certificate (tr_tls_uv_peer_name),
@@ -15,7 +15,7 @@
  * - ClockProbe (the exchange and the schedule: relay/clock/clock_probe.h): one probe in flight per
  *   host, 10 at 50 ms after Welcome, then one a second (while a session runs, every 5 ms to
  *   1 s: as often as the host's drift needs to move its clock by at most 1 us between probes),
- *   plus tr_link_server_probe_clock on demand; at most 8 a millisecond over all hosts, round robin
+ *   plus the probe_clock command on demand; at most 8 a millisecond over all hosts, round robin
  *   past that, and only when nothing of ours waits to be sent. t1 is
  *   when the encrypted probe left (the kernel's send stamp, tr_tls_uv_sent_time), t4 when
  *   the answer reached the socket (its receive stamp, before decryption); with FEATURE_CLOCK_FOLLOW_UP the answer is
@@ -40,7 +40,7 @@
 #include "relay/link/tls.h"
 #include "relay/link/tls_uv.h"
 #include "service/hosts.h"
-#include "service/service.h"
+#include "service/link_calls.h"
 
 #define TR_LINK_DEFAULT_PORT 7393
 #define TR_LINK_MAX_QUEUED (1u << 20)
@@ -66,16 +66,18 @@ struct tr_link_server_opts {
 
 #define TR_LINK_DEFAULT_MAX_AGENTS 4096u
 
-/* Listens and returns the server. ev's upward calls (service.h) are made with svc; both must
- * outlive the server. TR_ERR_CONFIG for an
- * unparsable address, else the tr_tls_uv_listen error (e.g. address in use); a message naming
- * the address is logged. */
-int tr_link_server_start(uv_loop_t *loop, tr_service *svc, const struct tr_link_events *ev,
-                         const struct tr_link_server_opts *opts, tr_link_server **out);
+/* Listens and returns the server, which keeps its hosts in the table hosts (hosts.h) and makes
+ * its upward calls (link_calls.h) with the service state and events the table was made with;
+ * all three must outlive the server. TR_ERR_CONFIG for an unparsable address, else the
+ * tr_tls_uv_listen error (e.g. address in use); a message naming the address is logged. */
+int tr_link_server_start(uv_loop_t *loop, tr_hosts *hosts, const struct tr_link_server_opts *opts,
+                         tr_link_server **out);
+/* The sessions' downward calls (link_calls.h), for tr_session_service_init: commands to a
+ * host's agent, and its clock probed on demand. */
+extern const struct tr_link_commands tr_link_server_commands;
+
 /* The port listened on (useful with port 0), or a negative code. */
 int tr_link_server_port(const tr_link_server *ls);
-/* The host table: every host that ever connected, for the service's life. */
-tr_hosts *tr_link_server_hosts(tr_link_server *ls);
 /* Uses cfg (referenced) for connections accepted from now on; connected agents keep theirs. */
 void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg);
 /* The agents' TLS handshakes: refused, and where their steps ran (relay/link/tls_uv.h). */
@@ -84,8 +86,8 @@ void tr_link_server_tls_stats(const tr_link_server *ls, struct tr_tls_uv_server_
  * For dropping a misbehaving agent, and for the link-loss tests. */
 void tr_link_server_disconnect(tr_host *host, const char *why);
 /* Stops listening, says Goodbye (REASON_SHUTDOWN) to every agent and closes them; each gets
- * its host_disconnected event. The server and its host table are freed once the loop
- * has closed everything: host pointers are invalid after the loop runs again. */
+ * its host_disconnected event. The server is freed once the loop has closed everything; the
+ * host table stays its owner's. */
 void tr_link_server_stop(tr_link_server *ls);
 
 #endif

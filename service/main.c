@@ -1,5 +1,5 @@
 /* main.c: tracerelay-service, the central daemon: its flags, --help, signals and the loop.
- * The work is in service.c (assembly), session*.c, trace_output.c, consumer_port.c and the
+ * The work is in service_daemon.c (assembly), session*.c, trace_output.c, consumer_port.c and the
  * link server. */
 #include <getopt.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 #include "relay/daemon/daemon_util.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
-#include "service/daemon.h"
+#include "service/service_daemon.h"
 
 #define PROG "tracerelay-service"
 

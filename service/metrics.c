@@ -172,17 +172,18 @@ static void service_gauge(tr_prom_text *t, const char *name, const char *type, c
 }
 
 void tr_metrics_write(const tr_service *svc, tr_prom_text *t) {
-  struct host_figures *figs = calloc(svc->num_hosts + 1, sizeof *figs);
+  size_t num_hosts = tr_hosts_count(svc->hosts);
+  struct host_figures *figs = calloc(num_hosts + 1, sizeof *figs);
   if (!figs) {
     t->failed = true;
     return;
   }
   uint64_t boot_now = 0;
   tr_clock_read(TR_CLOCK_BOOTTIME, &boot_now);
-  size_t up = 0;
-  for (size_t i = 0; i < svc->num_hosts; i++) {
-    struct host_figures *f = &figs[i];
-    f->host = svc->hosts[i];
+  size_t up = 0, i = 0;
+  for (const tr_host *host = tr_hosts_first(svc->hosts); host; host = host->next) {
+    struct host_figures *f = &figs[i++];
+    f->host = host;
     up += f->host->link != NULL;
     for (size_t p = 0; p < f->host->num_producers; p++)
       f->producers += tr_hosts_producer_reachable(f->host, p);
@@ -193,7 +194,7 @@ void tr_metrics_write(const tr_service *svc, tr_prom_text *t) {
   service_gauge(t, "tracerelay_service_hosts_connected", "gauge", "agents connected now",
                 (double)up);
   service_gauge(t, "tracerelay_service_hosts_known", "gauge",
-                "hosts seen since the service started", (double)svc->num_hosts);
+                "hosts seen since the service started", (double)num_hosts);
   service_gauge(t, "tracerelay_service_sessions", "gauge", "tracing sessions now",
                 (double)svc->num_sessions);
   service_gauge(t, "tracerelay_service_chunks_unknown_buffer_total", "counter",
@@ -205,7 +206,7 @@ void tr_metrics_write(const tr_service *svc, tr_prom_text *t) {
   for (size_t m = 0; m < sizeof kHostMetrics / sizeof kHostMetrics[0]; m++) {
     const struct host_metric *hm = &kHostMetrics[m];
     tr_prom_family(t, hm->name, hm->type, hm->help);
-    for (size_t i = 0; i < svc->num_hosts; i++) {
+    for (i = 0; i < num_hosts; i++) {
       double v;
       if (hm->value(&figs[i], &v))
         tr_prom_sample(t, hm->name, figs[i].host->name, v);

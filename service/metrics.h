@@ -6,7 +6,7 @@
 #include "relay/daemon/prom_text.h"
 #include "relay/link/tls_uv.h"
 #include "service/regional.h"
-#include "service/service.h"
+#include "service/session.h"
 
 /* Writes every metric of svc (docs/operations.md, "Metrics") into t. */
 void tr_metrics_write(const tr_service *svc, tr_prom_text *t);

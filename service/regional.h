@@ -20,7 +20,7 @@
  * - Either link closing closes the other: an upstream Goodbye (e.g. NOT_AUTHORIZED) is passed
  *   to the agent with its reason and text; an agent's Goodbye is passed upstream.
  * The regional's own clock reaches the upstream through an agent embedded in the regional
- * process (service.c), connected under the regional's certificate name.
+ * process (service_daemon.c), connected under the regional's certificate name.
  * Everything runs on the loop's thread. */
 #ifndef TR_SERVICE_REGIONAL_H
 #define TR_SERVICE_REGIONAL_H

@@ -1,6 +1,6 @@
 /* session.c: tracing sessions (see session.h): config checks, fan-out of data sources to every
  * matching producer of every host, chunks into the per-(buffer, host) central buffers, stop,
- * and the link's upward calls (tr_session_link_events, service.h).
+ * and the link's upward calls (tr_session_link_events, link_calls.h).
  *
  * Costs: a chunk finds its session buffer by a walk over sessions and their buffers
  * (O(sessions * buffers), both small) and its host entry by a walk over the session's hosts;
@@ -31,9 +31,12 @@ uint64_t tr_session_now(void) { return tr_clock_boottime_ns(); }
 static const double kFlushBounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
                                       0.1,   0.2,   0.5,   1,    2,    5};
 
-int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline) {
+int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline,
+                            tr_hosts *hosts, const struct tr_link_commands *link) {
   memset(svc, 0, sizeof *svc);
   svc->loop = loop;
+  svc->hosts = hosts;
+  svc->link = link;
   svc->uid = (int32_t)getuid();
   svc->timeline = timeline;
   svc->next_buffer_id = 1;
@@ -47,8 +50,6 @@ void tr_session_service_free(tr_service *svc) {
     tr_session *s = svc->sessions;
     tr_session_free(s);
   }
-  free(svc->hosts);
-  svc->hosts = NULL;
   tr_session_unstopped_free(svc);
   if (svc->system_info)
     perfetto__protos__system_info__free_unpacked(svc->system_info, NULL);
@@ -181,7 +182,7 @@ int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd) 
     return TR_ERR_CLOSED;
   cmd->has_request_id = 1;
   cmd->request_id = ++s->svc->next_request_id;
-  return tr_link_server_send_command(sh->host, cmd);
+  return s->svc->link->send_command(sh->host, cmd);
 }
 
 static void notify_instance(tr_session *s, const tr_ds_instance *in, bool started) {
@@ -203,7 +204,7 @@ static void start_instance(tr_session *s, tr_ds_instance *in) {
   cmd.producer_id = in->producer_id;
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_START_DATA_SOURCE;
   cmd.start_data_source = &start;
-  tr_link_server_probe_clock(s->hosts[in->host_index].host);
+  s->svc->link->probe_clock(s->hosts[in->host_index].host);
   if (tr_session_send(s, in->host_index, &cmd) != 0) {
     TR_WARN(COMP, "session %llu: cannot start %s on %s (host not connected)",
             (unsigned long long)s->id, in->ds_name, s->hosts[in->host_index].host->name);
@@ -568,13 +569,13 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
           (unsigned long long)s->id, (unsigned)consumer_uid, s->num_buffers, cfg->n_data_sources,
           cfg->deferred_start ? ", deferred start" : "");
 
-  for (size_t h = 0; h < svc->num_hosts; h++) {
+  for (tr_host *host = tr_hosts_first(svc->hosts); host; host = host->next) {
     size_t hi;
-    if (!svc->hosts[h]->link)
+    if (!host->link)
       continue;
-    if (add_host(s, svc->hosts[h], &hi) != 0) {
+    if (add_host(s, host, &hi) != 0) {
       TR_ERROR(COMP, "session %llu: out of memory adding host %s", (unsigned long long)s->id,
-               svc->hosts[h]->name);
+               host->name);
       continue;
     }
     match_host(s, hi);
@@ -773,23 +774,11 @@ bool tr_session_has_host(const tr_session *s, const tr_host *host) {
   return false;
 }
 
-/* ---- calls from the link server (service.h) ---- */
+/* ---- calls from the link server (link_calls.h) ---- */
 
 bool tr_session_any(const tr_service *svc) { return svc->num_sessions > 0; }
 
 void tr_session_on_host_connected(tr_service *svc, tr_host *host) {
-  bool known = false;
-  for (size_t i = 0; i < svc->num_hosts; i++)
-    known |= svc->hosts[i] == host;
-  if (!known) {
-    tr_host **n = realloc(svc->hosts, (svc->num_hosts + 1) * sizeof *n);
-    if (!n) {
-      TR_ERROR(COMP, "out of memory recording host %s", host->name);
-      return;
-    }
-    svc->hosts = n;
-    svc->hosts[svc->num_hosts++] = host;
-  }
   tr_session_unstopped_reconnected(svc, host);
   for (tr_session *s = svc->sessions; s; s = s->next) {
     size_t hi;

@@ -31,7 +31,8 @@
 #include "perfetto/config/trace_config.pb-c.h"
 #include "relay/daemon/prom_text.h"
 #include "relay/trace/trace_writer.h"
-#include "service/service.h"
+#include "service/hosts.h"
+#include "service/link_calls.h"
 #include "service/trace_output.h"
 #include "tracerelay/tracerelay_stats.pb-c.h"
 
@@ -41,14 +42,16 @@
 #define TR_SESSION_MIN_FILE_PERIOD_MS 100u
 #define TR_SESSION_MAX_DURATION_MS (7u * 24 * 3600 * 1000)
 
+typedef struct tr_session tr_session; /* opaque: session_priv.h */
+
 /* Written by session.c alone (it makes it: tr_session_service_init); the other files read it. */
 struct tr_service {
   uv_loop_t *loop;
+  const struct tr_link_commands *link;     /* the calls down to the hosts' agents */
   int32_t uid;                             /* trusted_uid of the service's own packets */
   enum tr_timeline timeline;
   Perfetto__Protos__SystemInfo *system_info; /* this machine; owned */
-  tr_host **hosts;                         /* every host seen by on_host_connected */
-  size_t num_hosts;
+  tr_hosts *hosts; /* the host table (hosts.h), which new sessions, status and metrics walk */
   tr_session *sessions;
   size_t num_sessions;
   uint64_t next_session_id;
@@ -87,7 +90,7 @@ struct tr_session_flush_counts {
   int final_outcome; /* of the flush that ended the session: 0 none, 1 ok, 2 failed */
 };
 
-/* The sessions' side of the link's upward calls (service.h), for tr_link_server_start. */
+/* The sessions' side of the link's upward calls (link_calls.h), for tr_link_server_start. */
 extern const struct tr_link_events tr_session_link_events;
 
 /* Those calls, also made directly by tests that stand in for the link. */
@@ -103,8 +106,12 @@ int tr_session_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *snap);
 bool tr_session_any(const tr_service *svc);
 
-/* Service state: loop, own uid and SystemInfo. tr_session_service_free frees sessions too. */
-int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline);
+/* Service state: loop, own uid and SystemInfo, the host table (made with this svc and
+ * tr_session_link_events, or a test's events) and the link's downward calls (link_calls.h:
+ * tr_link_server_commands, or a test's); both must outlive it. tr_session_service_free frees
+ * sessions too, not the host table. */
+int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline,
+                            tr_hosts *hosts, const struct tr_link_commands *link);
 void tr_session_service_free(tr_service *svc);
 
 /* Checks a TraceConfig: 1..128 buffers with sizes the central buffer takes, at least one data

@@ -211,7 +211,7 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
 
   for (size_t h = 0; h < s->num_hosts; h++)
     if (!s->hosts[h].gone && !s->hosts[h].retired)
-      tr_link_server_probe_clock(s->hosts[h].host);
+      s->svc->link->probe_clock(s->hosts[h].host);
   for (size_t i = 0; i < s->num_instances; i++) {
     const tr_ds_instance *in = &s->instances[i];
     if (in->state != TR_DS_STARTED || in->no_flush ||

@@ -243,8 +243,7 @@ int tr_session_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uint8_t 
   if (n == 0)
     free(bs); /* free_stats frees buffer_stats[0] only when there is one */
   bs = NULL;
-  for (size_t i = 0; i < s->svc->num_hosts; i++) {
-    const tr_host *host = s->svc->hosts[i];
+  for (const tr_host *host = tr_hosts_first(s->svc->hosts); host; host = host->next) {
     for (size_t p = 0; p < host->num_producers; p++)
       if (host->producers[p].connected) {
         producers++;

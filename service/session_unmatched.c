@@ -6,7 +6,6 @@
 
 #include "relay/base/log.h"
 #include "service/session_priv.h"
-#include "service/service.h"
 
 static bool listed(const char **names, size_t n, const char *name) {
   for (size_t i = 0; i < n; i++)

@@ -9,7 +9,6 @@
 
 #include "relay/base/log.h"
 #include "service/session_priv.h"
-#include "service/service.h"
 
 #define COMP "session"
 #define MAX_UNSTOPPED 4096u
@@ -32,7 +31,7 @@ static int send_stop(tr_service *svc, tr_host *host, uint32_t producer_id, uint6
   cmd.producer_id = producer_id;
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE;
   cmd.stop_data_source = &stop;
-  return tr_link_server_send_command(host, &cmd);
+  return svc->link->send_command(host, &cmd);
 }
 
 void tr_session_unstopped_add(tr_service *svc, tr_host *host, uint64_t agent_instance_id,

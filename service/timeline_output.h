@@ -14,7 +14,7 @@
 
 #include "relay/trace/sequence_ids.h"
 #include "service/packet_list.h"
-#include "service/service.h"
+#include "service/host.h"
 
 /* How a trace puts the hosts on one timeline (docs/timeline.md). */
 enum tr_timeline { TR_TIMELINE_MACHINES = 0, TR_TIMELINE_GLOBAL_CLOCKS = 1 };

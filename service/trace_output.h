@@ -29,7 +29,7 @@
 #include "relay/trace/trace_buffer.h"
 #include "relay/trace/trace_writer.h"
 #include "service/packet_list.h"
-#include "service/service.h"
+#include "service/host.h"
 #include "service/timeline_output.h"
 
 #define TR_TRACE_OUTPUT_MAX_SEQUENCES (1u << 20)

@@ -2,11 +2,11 @@
 # module-deps.sh: the include graph between the modules of service/ (or agent/), as docs/architecture.md
 # describes it, and a check that it has no circle.
 #
-# A module is a header and the .c files that implement it: x.h is module x, and a .c file
-# belongs to the module of the first service/ header it includes (session_flush.c and
-# session_stats.c are the session's; service.c and main.c are the daemon's), and x_priv.h, the
-# inside of module x for its own files, is module x too. Every other service/ header a file
-# includes is an edge from its module to that one.
+# A module is a header and the .c files that implement it, by name: x.h, x.c and x_*.c are
+# module x (the longest such x that has a header decides: session_flush.c is the session's,
+# link_server.c the link server's), and so is x_priv.h, the inside of module x for its own
+# files. A .c file without such a header is a module of its own (main.c). Every other header
+# of the directory that a file includes is an edge from its module to that one.
 #
 # relay/ is checked by folder instead: each of its folders (relay/base, relay/clock, ...) may
 # include only its own headers and those of the folders that relay/CMakeLists.txt adds before it.
@@ -41,10 +41,21 @@ trap 'rm -f "$edges"' EXIT
 included() {
   grep -o "^#include \"$pfx/[a-z_]*\\.h\"" "$1" | sed "s|.*$pfx/||; s|\\.h\"||; s|_priv\$||"
 }
+headers=$(for h in "$dir"/*.h; do basename "$h" .h | sed 's|_priv$||'; done | sort -u)
+# The module of x.c or x_*.c: the longest header name x that fits, else the file's own name.
+module_of() {
+  name=$1 best=$1 len=0
+  for m in $headers; do
+    case $name in
+    "$m" | "$m"_*) [ ${#m} -le "$len" ] || { best=$m len=${#m}; } ;;
+    esac
+  done
+  echo "$best"
+}
 for f in "$dir"/*.c "$dir"/*.h; do
   case $f in
   *.h) mod=$(basename "$f" .h | sed 's|_priv$||') ;;
-  *) mod=$(included "$f" | head -n 1) ;;
+  *) mod=$(module_of "$(basename "$f" .c)") ;;
   esac
   for dep in $(included "$f"); do
     [ "$dep" = "$mod" ] || echo "$mod $dep"

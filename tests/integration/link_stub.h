@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "service/service.h"
+#include "service/link_calls.h"
 
 enum link_event_kind {
   EV_CONNECTED,

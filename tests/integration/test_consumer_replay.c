@@ -3,9 +3,9 @@
  * byte for byte over a real UNIX socket, with sessions fed by two in-process fake hosts.
  *
  * The fake hosts ("web-1", "web-2") each have one producer with a track_event data source;
- * tr_link_server_send_command answers their commands from the loop (setup/start/stop replies, flush
- * acks) and, on start, commits chunks of small packets into the session's buffer through
- * tr_session_on_chunk, exactly as the link server would. Checked: BindServiceReply bytes equal
+ * the link's send_command (fake_link_commands) answers their commands from the loop
+ * (setup/start/stop replies, flush acks) and, on start, commits chunks of small packets into
+ * the session's buffer through tr_session_on_chunk, exactly as the link server would. Checked: BindServiceReply bytes equal
  * traced's; EnableTracing's reply is held until the session ends (duration_ms or
  * DisableTracing) and is {disabled: true}; ObserveEvents streams instance changes and
  * all_data_sources_started; ReadBuffers streams has_more replies of <= ~32 KiB of packet data
@@ -46,8 +46,8 @@ typedef Perfetto__Protos__IPCFrame IPCFrame;
 
 static tr_service svc;
 static tr_consumer_port port;
-static tr_host hosts[2];
-static tr_remote_producer producers[2];
+static tr_hosts *host_table; /* the service's, holding the two fake hosts */
+static tr_host *hosts[2];
 static Perfetto__Protos__DataSourceDescriptor desc = PERFETTO__PROTOS__DATA_SOURCE_DESCRIPTOR__INIT;
 static Perfetto__Protos__DataSourceDescriptor *descs[1] = {&desc};
 static int fake_link;
@@ -64,7 +64,7 @@ static size_t queue_len;
 
 static void on_pump(uv_idle_t *h);
 
-int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+static int send_command(tr_host *host, const Tracerelay__Command *cmd) {
   size_t n = tracerelay__command__get_packed_size(cmd);
   uint8_t *buf = malloc(n + 1);
   assert_non_null(buf);
@@ -78,9 +78,11 @@ int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   return 0;
 }
 
-void tr_link_server_probe_clock(tr_host *host) {
-  (void)host;
-}
+static void probe_clock(tr_host *host) { (void)host; }
+
+/* The link's down-calls (link_calls.h), answered here. */
+static const struct tr_link_commands fake_link_commands = {.send_command = send_command,
+                                                           .probe_clock = probe_clock};
 
 /* Chunks of PACKETS_PER_CHUNK packets {8: timestamp, 900 (for_testing) is avoided: a plain
  * timestamp + timestamp_clock_id packet decodes with Perfetto's protos}. */
@@ -118,20 +120,22 @@ static uint32_t target_buffer_of[2];
 static bool silent_host[2]; /* never acks flushes */
 static size_t setups_seen;
 
+static size_t host_index(const tr_host *host) { return host == hosts[0] ? 0 : 1; }
+
 static void answer(tr_host *host, const Tracerelay__Command *cmd) {
   Tracerelay__CommandReply reply = TRACERELAY__COMMAND_REPLY__INIT;
   reply.request_id = cmd->request_id;
   switch (cmd->cmd_case) {
   case TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE:
     assert_string_equal(cmd->setup_data_source->config->name, "track_event");
-    target_buffer_of[host - hosts] = cmd->setup_data_source->config->target_buffer;
+    target_buffer_of[host_index(host)] = cmd->setup_data_source->config->target_buffer;
     setups_seen++;
     break;
   case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
-    commit_chunks(host, target_buffer_of[host - hosts]);
+    commit_chunks(host, target_buffer_of[host_index(host)]);
     break;
   case TRACERELAY__COMMAND__CMD_FLUSH: {
-    if (silent_host[host - hosts])
+    if (silent_host[host_index(host)])
       return;
     Tracerelay__FlushAck ack = TRACERELAY__FLUSH_ACK__INIT;
     ack.flush_request_id = cmd->flush->flush_request_id;
@@ -157,21 +161,30 @@ static void on_pump(uv_idle_t *h) {
   }
 }
 
+/* The service state on loop, with its host table. */
+static void service_init(uv_loop_t *loop) {
+  assert_int_equal(tr_hosts_new(&svc, &tr_session_link_events, &host_table), 0);
+  assert_int_equal(tr_session_service_init(&svc, loop, TR_TIMELINE_MACHINES, host_table,
+                                           &fake_link_commands),
+                   0);
+}
+
+/* Fake host i in the table: its agent announces one producer offering desc, and connects. */
 static void make_host(size_t i, const char *name) {
-  tr_host *h = &hosts[i];
-  memset(h, 0, sizeof *h);
-  snprintf(h->name, sizeof h->name, "%s", name);
-  h->machine_id = tr_machine_id(name);
+  Tracerelay__ProducerUpdate u = TRACERELAY__PRODUCER_UPDATE__INIT;
+  tr_host *h;
+  assert_int_equal(tr_hosts_get(host_table, name, &h), 0);
+  hosts[i] = h;
   h->agent_instance_id = 100 + i;
-  h->link = (tr_link_peer *)&fake_link;
   assert_int_equal(tr_trace_writer_local_system_info(name, &h->system_info), 0);
-  producers[i].id = 1;
-  producers[i].name = "/opt/perfetto-demo/bin/producer01";
-  producers[i].connected = true;
-  producers[i].data_sources = descs;
-  producers[i].num_data_sources = 1;
-  h->producers = &producers[i];
-  h->num_producers = 1;
+  u.has_producer_id = u.has_state = 1;
+  u.producer_id = 1;
+  u.state = TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED;
+  u.name = "/opt/perfetto-demo/bin/producer01";
+  u.n_data_sources = 1;
+  u.data_sources = descs;
+  assert_int_equal(tr_hosts_producer_update(host_table, h, &u), 0);
+  tr_hosts_link_up(h, (tr_link_peer *)&fake_link, tr_clock_boottime_ns(), NULL);
   tr_session_on_host_connected(&svc, h);
 }
 
@@ -438,7 +451,7 @@ static void check_trace(const client_result *r) {
     if (p->data_case == PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACE_STATS)
       stats++;
     for (size_t h = 0; h < 2; h++) {
-      if (!p->has_machine_id || p->machine_id != hosts[h].machine_id || !p->has_timestamp)
+      if (!p->has_machine_id || p->machine_id != hosts[h]->machine_id || !p->has_timestamp)
         continue;
       if (p->trusted_packet_sequence_id == 1) { /* the service's: the host's clock anchor */
         assert_int_equal(p->data_case, PERFETTO__PROTOS__TRACE_PACKET__DATA__NOT_SET);
@@ -490,7 +503,7 @@ static void replay(const char *capture) {
   uv_loop_t loop;
   pthread_t th;
   uv_loop_init(&loop);
-  assert_int_equal(tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  service_init(&loop);
   uv_idle_init(&loop, &pump);
   uv_async_init(&loop, &done_async, on_done);
   desc.name = "track_event";
@@ -509,12 +522,11 @@ static void replay(const char *capture) {
   tr_session_service_free(&svc);
   uv_run(&loop, UV_RUN_DEFAULT); /* session timers close */
   assert_int_equal(uv_loop_close(&loop), 0);
-  for (size_t i = 0; i < 2; i++)
-    perfetto__protos__system_info__free_unpacked(hosts[i].system_info, NULL);
 
   assert_true(result.read_replies >= 2); /* > 32 KiB of data: several has_more replies */
-  check_trace(&result);
+  check_trace(&result); /* reads the hosts' machine ids */
   free(result.trace);
+  tr_hosts_free(host_table);
 }
 
 static void test_cli(void **state) {
@@ -644,7 +656,7 @@ static void test_query_methods(void **state) {
   pthread_t th;
   (void)state;
   uv_loop_init(&loop);
-  assert_int_equal(tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  service_init(&loop);
   uv_idle_init(&loop, &pump);
   uv_async_init(&loop, &done_async, on_done);
   desc.name = "track_event";
@@ -662,8 +674,7 @@ static void test_query_methods(void **state) {
   desc.track_event_descriptor_raw = (ProtobufCBinaryData){0, NULL};
   tr_session_service_free(&svc);
   assert_int_equal(uv_loop_close(&loop), 0);
-  for (size_t i = 0; i < 2; i++)
-    perfetto__protos__system_info__free_unpacked(hosts[i].system_info, NULL);
+  tr_hosts_free(host_table);
 }
 
 /* ---- sessions driven directly: flush timeout, host loss and return, unknown buffers ---- */
@@ -710,7 +721,7 @@ static void test_flush_timeout_and_host_loss(void **state) {
   char err[256] = "";
   (void)state;
   uv_loop_init(&loop);
-  assert_int_equal(tr_session_service_init(&svc, &loop, TR_TIMELINE_MACHINES), 0);
+  service_init(&loop);
   uv_idle_init(&loop, &pump);
   desc.name = "track_event";
   make_host(0, "web-1");
@@ -741,8 +752,8 @@ static void test_flush_timeout_and_host_loss(void **state) {
   flush_result = -1;
   assert_int_equal(tr_session_flush(s, 50, 0, on_flush, NULL), 0);
   run_until(&loop, &flush_result, 0);
-  assert_int_equal(hosts[1].stats.flushes_missed, 1);
-  assert_int_equal(hosts[0].stats.flushes_missed, 0);
+  assert_int_equal(hosts[1]->stats.flushes_missed, 1);
+  assert_int_equal(hosts[0]->stats.flushes_missed, 0);
   struct tr_session_flush_counts flushes;
   tr_session_flush_counts(s, &flushes);
   assert_int_equal(flushes.failed, 1);
@@ -750,18 +761,18 @@ static void test_flush_timeout_and_host_loss(void **state) {
   /* A chunk for a buffer no session owns is counted and dropped. */
   Tracerelay__Chunk ch = TRACERELAY__CHUNK__INIT;
   ch.target_buffer = 999999;
-  tr_session_on_chunk(&svc, &hosts[0], &ch);
+  tr_session_on_chunk(&svc, hosts[0], &ch);
   assert_int_equal(svc.chunks_unknown_buffer, 1);
 
   /* web-1 drops and comes back as the same agent: its instances are kept. */
-  hosts[0].link = NULL;
-  tr_session_on_host_disconnected(&svc, &hosts[0], "test");
+  tr_hosts_link_down(hosts[0]);
+  tr_session_on_host_disconnected(&svc, hosts[0], "test");
   x = host_entries(s);
   assert_false(x->tracerelay_hosts[0]->connected);
   assert_int_equal(x->tracerelay_hosts[0]->session_disconnects, 1);
   tracerelay__trace_stats_extension__free_unpacked(x, NULL);
-  hosts[0].link = (tr_link_peer *)&fake_link;
-  tr_session_on_host_connected(&svc, &hosts[0]);
+  tr_hosts_link_up(hosts[0], (tr_link_peer *)&fake_link, tr_clock_boottime_ns(), NULL);
+  tr_session_on_host_connected(&svc, hosts[0]);
   x = host_entries(s);
   assert_int_equal(x->n_tracerelay_hosts, 2);
   assert_true(x->tracerelay_hosts[0]->connected);
@@ -770,8 +781,8 @@ static void test_flush_timeout_and_host_loss(void **state) {
   assert_int_equal(setups_seen, 2);
 
   /* A restarted agent (new instance id) is set up again, on a fresh host entry. */
-  hosts[0].agent_instance_id = 999;
-  tr_session_on_host_connected(&svc, &hosts[0]);
+  hosts[0]->agent_instance_id = 999;
+  tr_session_on_host_connected(&svc, hosts[0]);
   x = host_entries(s);
   assert_int_equal(x->n_tracerelay_hosts, 3);
   assert_false(x->tracerelay_hosts[0]->connected); /* retired: the new entry took over */
@@ -781,13 +792,13 @@ static void test_flush_timeout_and_host_loss(void **state) {
   assert_int_equal(setups_seen, 3);
 
   /* A flush while web-2 is disconnected fails at once, naming it. */
-  hosts[1].link = NULL;
-  tr_session_on_host_disconnected(&svc, &hosts[1], "test");
+  tr_hosts_link_down(hosts[1]);
+  tr_session_on_host_disconnected(&svc, hosts[1], "test");
   flush_result = -1;
   assert_int_equal(tr_session_flush(s, 5000, 0, on_flush, NULL), 0);
   uv_run(&loop, UV_RUN_NOWAIT);
   run_until(&loop, &flush_result, 0);
-  assert_int_equal(hosts[1].stats.flushes_missed, 2);
+  assert_int_equal(hosts[1]->stats.flushes_missed, 2);
 
   /* Disable: the stop replies end the session. */
   ended = 0;
@@ -800,8 +811,7 @@ static void test_flush_timeout_and_host_loss(void **state) {
   uv_close((uv_handle_t *)&pump, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
   assert_int_equal(uv_loop_close(&loop), 0);
-  for (size_t i = 0; i < 2; i++)
-    perfetto__protos__system_info__free_unpacked(hosts[i].system_info, NULL);
+  tr_hosts_free(host_table);
 }
 
 static void test_config_errors(void **state) {

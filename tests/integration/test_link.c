@@ -154,6 +154,7 @@ static void agent_stop(uv_loop_t *loop, struct agent *a, unsigned timeout_ms) {
 /* ---- the service side ---- */
 
 struct service {
+  tr_hosts *hosts;
   tr_link_server *ls;
   tr_tls_config *tls;
   int port;
@@ -163,13 +164,14 @@ static void service_start(uv_loop_t *loop, struct service *s) {
   link_stub_reset();
   s->tls = config(TR_TLS_SERVER, dir, "service");
   struct tr_link_server_opts opts = {.listen = "127.0.0.1:0", .tls = s->tls};
-  assert_int_equal(tr_link_server_start(loop, NULL, &link_stub_events, &opts, &s->ls), 0);
+  assert_int_equal(tr_hosts_new(NULL, &link_stub_events, &s->hosts), 0);
+  assert_int_equal(tr_link_server_start(loop, s->hosts, &opts, &s->ls), 0);
   s->port = tr_link_server_port(s->ls);
   assert_true(s->port > 0);
 }
 
 static tr_host *host_of(struct service *s, const char *name) {
-  return tr_hosts_find(tr_link_server_hosts(s->ls), name);
+  return tr_hosts_find(s->hosts, name);
 }
 
 static void service_stop(uv_loop_t *loop, struct service *s) {
@@ -177,6 +179,7 @@ static void service_stop(uv_loop_t *loop, struct service *s) {
   tr_tls_config_unref(s->tls);
   uv_run(loop, UV_RUN_DEFAULT);
   assert_int_equal(uv_loop_close(loop), 0);
+  tr_hosts_free(s->hosts);
 }
 
 static size_t index_of(enum link_event_kind kind, uint64_t id) {
@@ -254,7 +257,7 @@ static void test_handshake_data_commands_clock(void **state) {
   cmd.producer_id = 1;
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE;
   cmd.setup_data_source = &setup;
-  assert_int_equal(tr_link_server_send_command(h, &cmd), 0);
+  assert_int_equal(tr_link_server_commands.send_command(h, &cmd), 0);
   RUN_UNTIL(&loop, link_stub_count(EV_REPLY, "web-1") == 1, 5000);
   assert_int_equal(a.commands, 1);
   assert_chunks_once_in_order("web-1", 2500);
@@ -263,7 +266,7 @@ static void test_handshake_data_commands_clock(void **state) {
   /* Clock probes: ten fast ones after Welcome, on one machine, so the offset is ~0. */
   struct tr_clocksync_stats cs;
   RUN_UNTIL(&loop, (tr_clocksync_get_stats(h->clock, &cs), cs.probes >= 8), 5000);
-  tr_link_server_probe_clock(h);
+  tr_link_server_commands.probe_clock(h);
   int64_t off = tr_clocksync_offset_ns(h->clock);
   assert_true(off > -2000000 && off < 2000000);
   assert_true(tr_clocksync_rtt_ns(h->clock) > 0);

@@ -16,20 +16,18 @@
 
 uv_loop_t fx_loop;
 tr_service fx_svc;
-tr_host fx_hosts[FX_MAX_HOSTS];
+tr_hosts *fx_host_table;
+tr_host *fx_hosts[FX_MAX_HOSTS];
 struct fx_sent fx_sent[FX_MAX_SENT];
 size_t fx_num_sent;
 size_t fx_probes;
 struct fx_observed fx_observed;
 
-static tr_remote_producer producers[FX_MAX_HOSTS][FX_MAX_PRODUCERS];
-static Perfetto__Protos__DataSourceDescriptor descs[FX_MAX_HOSTS][FX_MAX_PRODUCERS][2];
-static Perfetto__Protos__DataSourceDescriptor *desc_ptrs[FX_MAX_HOSTS][FX_MAX_PRODUCERS][2];
 static int fake_link; /* what a connected host's link points at: never dereferenced */
 
-/* ---- the link's down-calls (service.h) ---- */
+/* ---- the link's down-calls (link_calls.h) ---- */
 
-int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
+static int send_command(tr_host *host, const Tracerelay__Command *cmd) {
   struct fx_sent *e;
   if (!host->link)
     return TR_ERR_CLOSED;
@@ -62,10 +60,13 @@ int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd) {
   return 0;
 }
 
-void tr_link_server_probe_clock(tr_host *host) {
+static void probe_clock(tr_host *host) {
   (void)host;
   fx_probes++;
 }
+
+static const struct tr_link_commands fake_link_commands = {.send_command = send_command,
+                                                           .probe_clock = probe_clock};
 
 /* ---- the consumer ---- */
 
@@ -96,66 +97,69 @@ const tr_session_observer fx_observer = {on_instance, on_all_started, on_end};
 
 void fx_setup(void) {
   memset(fx_hosts, 0, sizeof fx_hosts);
-  memset(producers, 0, sizeof producers);
   memset(&fx_observed, 0, sizeof fx_observed);
   fx_num_sent = 0;
   fx_probes = 0;
   assert_int_equal(uv_loop_init(&fx_loop), 0);
-  assert_int_equal(tr_session_service_init(&fx_svc, &fx_loop, TR_TIMELINE_MACHINES), 0);
+  assert_int_equal(tr_hosts_new(&fx_svc, &tr_session_link_events, &fx_host_table), 0);
+  assert_int_equal(tr_session_service_init(&fx_svc, &fx_loop, TR_TIMELINE_MACHINES,
+                                           fx_host_table, &fake_link_commands), 0);
 }
 
 void fx_teardown(void) {
   tr_session_service_free(&fx_svc);
   assert_int_equal(uv_run(&fx_loop, UV_RUN_DEFAULT), 0); /* the sessions' timers close */
   assert_int_equal(uv_loop_close(&fx_loop), 0);
+  tr_hosts_free(fx_host_table);
 }
 
-static void set_producer(size_t i, size_t p, const char *const data_sources[3]) {
-  tr_remote_producer *rp = &producers[i][p];
+/* Producer id `id` of host h, offering the data sources named (up to 2, NULL-ended), as its
+ * agent announces it (ProducerUpdate PRODUCER_CONNECTED): the table tells the sessions. */
+static void announce_producer(tr_host *h, uint32_t id, const char *const data_sources[3]) {
+  Perfetto__Protos__DataSourceDescriptor descs[2], *desc_ptrs[2];
+  Tracerelay__ProducerUpdate u = TRACERELAY__PRODUCER_UPDATE__INIT;
   size_t n = 0;
-  memset(rp, 0, sizeof *rp);
-  rp->id = (uint32_t)p + 1;
-  rp->name = "producer";
-  rp->connected = true;
   for (; n < 2 && data_sources[n]; n++) {
-    perfetto__protos__data_source_descriptor__init(&descs[i][p][n]);
-    descs[i][p][n].name = (char *)data_sources[n];
-    desc_ptrs[i][p][n] = &descs[i][p][n];
+    perfetto__protos__data_source_descriptor__init(&descs[n]);
+    descs[n].name = (char *)data_sources[n];
+    desc_ptrs[n] = &descs[n];
   }
-  rp->data_sources = desc_ptrs[i][p];
-  rp->num_data_sources = n;
+  u.has_producer_id = u.has_state = 1;
+  u.producer_id = id;
+  u.state = TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED;
+  u.name = "producer";
+  u.n_data_sources = n;
+  u.data_sources = desc_ptrs;
+  assert_int_equal(tr_hosts_producer_update(fx_host_table, h, &u), 0);
 }
 
 void fx_make_host(size_t i, const char *name, size_t num_producers,
                   const char *const data_sources[][3]) {
-  tr_host *h = &fx_hosts[i];
   assert_true(i < FX_MAX_HOSTS && num_producers <= FX_MAX_PRODUCERS);
-  memset(h, 0, sizeof *h);
-  snprintf(h->name, sizeof h->name, "%s", name);
-  h->machine_id = 100 + (uint32_t)i;
-  h->agent_instance_id = 1000 + i;
+  assert_int_equal(tr_hosts_get(fx_host_table, name, &fx_hosts[i]), 0);
+  fx_hosts[i]->agent_instance_id = 1000 + i;
   for (size_t p = 0; p < num_producers; p++)
-    set_producer(i, p, data_sources[p]);
-  h->producers = producers[i];
-  h->num_producers = num_producers;
+    announce_producer(fx_hosts[i], (uint32_t)p + 1, data_sources[p]);
+}
+
+void fx_link_up(size_t i) {
+  tr_hosts_link_up(fx_hosts[i], (tr_link_peer *)&fake_link, tr_clock_boottime_ns(), NULL);
 }
 
 void fx_connect(size_t i) {
-  fx_hosts[i].link = (tr_link_peer *)&fake_link;
-  tr_session_link_events.host_connected(&fx_svc, &fx_hosts[i]);
+  fx_link_up(i);
+  tr_session_link_events.host_connected(&fx_svc, fx_hosts[i]);
 }
 
 void fx_disconnect(size_t i) {
-  fx_hosts[i].link = NULL;
-  tr_session_link_events.host_disconnected(&fx_svc, &fx_hosts[i], "test");
+  tr_hosts_link_down(fx_hosts[i]);
+  tr_session_link_events.host_disconnected(&fx_svc, fx_hosts[i], "test");
 }
 
 void fx_add_producer(size_t i, const char *const data_sources[3]) {
-  tr_host *h = &fx_hosts[i];
+  tr_host *h = fx_hosts[i];
   assert_true(h->num_producers < FX_MAX_PRODUCERS);
-  set_producer(i, h->num_producers, data_sources);
-  h->num_producers++;
-  tr_session_link_events.producers_changed(&fx_svc, h, (uint32_t)h->num_producers);
+  announce_producer(h, (uint32_t)h->num_producers + 1, data_sources);
 }
 
 void fx_config(struct fx_config *c, const char *const names[]) {
@@ -201,7 +205,7 @@ tr_session *fx_enable(struct fx_config *c) {
 size_t fx_count(size_t i, Tracerelay__Command__CmdCase what) {
   size_t n = 0;
   for (size_t k = 0; k < fx_num_sent; k++)
-    n += fx_sent[k].what == what && (i == FX_MAX_HOSTS || fx_sent[k].host == &fx_hosts[i]);
+    n += fx_sent[k].what == what && (i == FX_MAX_HOSTS || fx_sent[k].host == fx_hosts[i]);
   return n;
 }
 
@@ -210,18 +214,18 @@ void fx_answer(size_t i, Tracerelay__Command__CmdCase what) {
   size_t n = fx_num_sent;
   for (size_t k = 0; k < n; k++) {
     struct fx_sent *e = &fx_sent[k];
-    if (e->answered || e->what != what || e->host != &fx_hosts[i])
+    if (e->answered || e->what != what || e->host != fx_hosts[i])
       continue;
     e->answered = true;
     if (what == TRACERELAY__COMMAND__CMD_FLUSH) {
       Tracerelay__FlushAck ack = TRACERELAY__FLUSH_ACK__INIT;
       ack.flush_request_id = e->flush_id;
       ack.producer_id = e->producer_id;
-      tr_session_link_events.flush_ack(&fx_svc, &fx_hosts[i], &ack);
+      tr_session_link_events.flush_ack(&fx_svc, fx_hosts[i], &ack);
     } else {
       Tracerelay__CommandReply reply = TRACERELAY__COMMAND_REPLY__INIT;
       reply.request_id = e->request_id;
-      tr_session_link_events.command_reply(&fx_svc, &fx_hosts[i], &reply);
+      tr_session_link_events.command_reply(&fx_svc, fx_hosts[i], &reply);
     }
   }
 }

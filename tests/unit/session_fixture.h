@@ -1,11 +1,12 @@
 /* session_fixture.h: the service's sessions (service/session.h) on a test's own loop, without
  * processes or a network, for test_session*.c.
  *
- * The link's down-calls are faked here: tr_link_server_send_command records each command in
- * fx_sent (refusing, as the real one does, a host whose link is down) and
- * tr_link_server_probe_clock counts. The link's up-calls are the test's to make, through
- * tr_session_link_events as the link server would, with the helpers below: hosts with
- * producers connect, and answer the recorded commands (CommandReply, FlushAck) when told to.
+ * The link's down-calls (struct tr_link_commands, link_calls.h) are a table of the fixture's,
+ * given to the service state: send_command records each command in fx_sent (refusing, as the
+ * real one does, a host whose link is down) and probe_clock counts. The link's up-calls are
+ * the test's to make, through tr_session_link_events as the link server would, with the
+ * helpers below: hosts with producers connect, and answer the recorded commands
+ * (CommandReply, FlushAck) when told to.
  * Nothing is answered on its own, so a test decides which host is slow, silent or gone. */
 #ifndef TEST_SESSION_FIXTURE_H
 #define TEST_SESSION_FIXTURE_H
@@ -37,10 +38,11 @@ struct fx_sent {
 
 extern uv_loop_t fx_loop;
 extern tr_service fx_svc;
-extern tr_host fx_hosts[FX_MAX_HOSTS];
+extern tr_hosts *fx_host_table; /* the service's host table, made by fx_setup */
+extern tr_host *fx_hosts[FX_MAX_HOSTS]; /* fx_make_host's, in it */
 extern struct fx_sent fx_sent[FX_MAX_SENT];
 extern size_t fx_num_sent;
-extern size_t fx_probes; /* tr_link_server_probe_clock calls */
+extern size_t fx_probes; /* probe_clock calls */
 
 /* What the session told its consumer. */
 struct fx_observed {
@@ -49,15 +51,19 @@ struct fx_observed {
 extern struct fx_observed fx_observed;
 extern const tr_session_observer fx_observer; /* counts into fx_observed */
 
-/* Loop and service state; fx_teardown frees every session and checks the loop closes. */
+/* Loop, host table and service state; fx_teardown frees every session and host and checks
+ * the loop closes. */
 void fx_setup(void);
 void fx_teardown(void);
 
-/* Host i named `name`, with num_producers producers (ids 1, 2, ...), producer p offering the
- * data sources named in data_sources[p] (up to 2 names, NULL-ended).
- * fx_connect tells the sessions it connected; fx_disconnect that its link went down. */
+/* Host i named `name` (a machine name) in the host table, with num_producers producers (ids
+ * 1, 2, ...) announced as its agent would, producer p offering the data sources named in
+ * data_sources[p] (up to 2 names, NULL-ended).
+ * fx_link_up brings its link up in the host table; fx_connect does and tells the sessions it
+ * connected; fx_disconnect that its link went down. */
 void fx_make_host(size_t i, const char *name, size_t num_producers,
                   const char *const data_sources[][3]);
+void fx_link_up(size_t i);
 void fx_connect(size_t i);
 void fx_disconnect(size_t i);
 /* Adds producer (id = the next one) to host i and tells the sessions. */

@@ -38,7 +38,7 @@ static const struct fx_sent *setup_of(const struct fx_sent *start) {
 /* Whether a setup of data source ds went to producer producer_id of host i. */
 static bool set_up_on(size_t i, uint32_t producer_id, const char *ds) {
   for (size_t k = 0; k < fx_num_sent; k++)
-    if (fx_sent[k].what == SETUP && fx_sent[k].host == &fx_hosts[i] &&
+    if (fx_sent[k].what == SETUP && fx_sent[k].host == fx_hosts[i] &&
         fx_sent[k].producer_id == producer_id && strcmp(fx_sent[k].ds_name, ds) == 0)
       return true;
   return false;
@@ -72,7 +72,7 @@ static void test_fan_out_to_every_host(void **state) {
   assert_true(set_up_on(2, 2, "other"));
   assert_int_equal(fx_count(1, SETUP), 0);
   assert_int_equal(tr_session_num_instances(s), 4);
-  assert_true(tr_session_has_host(s, &fx_hosts[1])); /* it joined, with nothing to run */
+  assert_true(tr_session_has_host(s, fx_hosts[1])); /* it joined, with nothing to run */
 
   /* Each instance started once, in the one buffer of the session, with its own id. */
   assert_int_equal(fx_count(ANY_HOST, START), 4);
@@ -95,7 +95,7 @@ static void test_fan_out_to_every_host(void **state) {
   fx_answer(2, START);
   assert_int_equal(fx_observed.instances_started, 4);
   assert_int_equal(fx_observed.all_started, 1);
-  tr_session_stats_host_summary(s, &fx_hosts[2], &sum);
+  tr_session_stats_host_summary(s, fx_hosts[2], &sum);
   assert_int_equal(sum.instances, 3);
   assert_int_equal(sum.instances_started, 3);
   assert_false(sum.gone);
@@ -123,7 +123,7 @@ static void send_chunk(size_t i, uint32_t global_id) {
   ch.trusted_uid = 1000;
   ch.payload.data = payload;
   ch.payload.len = sizeof payload;
-  tr_session_link_events.chunk(&fx_svc, &fx_hosts[i], &ch);
+  tr_session_link_events.chunk(&fx_svc, fx_hosts[i], &ch);
 }
 
 static void test_host_joining_late(void **state) {
@@ -148,12 +148,12 @@ static void test_host_joining_late(void **state) {
   assert_string_equal(unmatched[0], "host-b");
   assert_int_equal(tr_session_unmatched_data_sources(s, unmatched, TR_SESSION_MAX_UNMATCHED), 1);
   assert_string_equal(unmatched[0], "other");
-  assert_false(tr_session_has_host(s, &fx_hosts[1]));
+  assert_false(tr_session_has_host(s, fx_hosts[1]));
   buffer = fx_sent[0].target_buffer;
 
   /* host-b connects: both data sources set up and started there at once, same buffer. */
   fx_connect(1);
-  assert_true(tr_session_has_host(s, &fx_hosts[1]));
+  assert_true(tr_session_has_host(s, fx_hosts[1]));
   assert_int_equal(fx_count(1, SETUP), 2);
   assert_int_equal(fx_count(1, START), 2);
   assert_true(set_up_on(1, 1, "track_event"));
@@ -284,7 +284,7 @@ static void test_unconfirmed_stop_is_counted(void **state) {
     reply.request_id = fx_sent[k].request_id;
     reply.error = "the producer did not confirm the stop within the timeout";
     fx_sent[k].answered = true;
-    tr_session_link_events.command_reply(&fx_svc, &fx_hosts[0], &reply);
+    tr_session_link_events.command_reply(&fx_svc, fx_hosts[0], &reply);
   }
   fx_answer(0, STOP); /* producer 2 confirms */
   assert_int_equal(tr_session_get_state(s), TR_SESSION_STOPPED);
@@ -312,10 +312,11 @@ static void test_losses_are_per_session(void **state) {
   const char *const traced[] = {"track_event", NULL}, *const probed[] = {"probe", NULL};
   struct fx_config cfg_a, cfg_b;
   struct tr_host_buffer_drops_rec drops[2] = {0};
-  tr_host *h = &fx_hosts[0];
+  tr_host *h;
   (void)state;
   fx_setup();
   fx_make_host(0, "host-a", 1, both);
+  h = fx_hosts[0];
   fx_connect(0);
   /* Dropped before the sessions began: for buffer 1 of an earlier service instance. */
   drops[0] = (struct tr_host_buffer_drops_rec){.global_id = 1, .current.queue_packets = 5};
@@ -341,7 +342,7 @@ static void test_losses_are_per_session(void **state) {
   h->stats.agent_queue_dropped_packets = 5 + 2 + 40;
   assert_int_equal(queue_dropped_packets(a), 2);
   assert_int_equal(queue_dropped_packets(b), 40);
-  h->buffer_drops = NULL; /* the fixture's host is not hosts.c's: nothing to free */
+  h->buffer_drops = NULL; /* the test's array, not hosts.c's: not for it to free */
   h->num_buffer_drops = 0;
   fx_teardown();
 }
@@ -351,10 +352,10 @@ static void test_losses_are_per_session(void **state) {
  * that their sum is the session's (the retired entry used to count the successor's too). */
 static void test_restarted_agent_counts_smb_full_once(void **state) {
   struct fx_config cfg;
-  tr_host *h = &fx_hosts[0];
   (void)state;
   fx_setup();
   fx_make_host(0, "host-a", 1, kTrackEvent);
+  tr_host *h = fx_hosts[0];
   fx_connect(0);
   h->stats.agent_smb_full = 2; /* before the session */
   h->stats.agent_smb_full_ns = 2000000;
@@ -381,11 +382,18 @@ static void test_restarted_agent_counts_smb_full_once(void **state) {
   fx_teardown();
 }
 
+/* host-a, host-b and host-c, each with one producer offering track_event. */
+static void make_three_hosts(void) {
+  fx_make_host(0, "host-a", 1, kTrackEvent);
+  fx_make_host(1, "host-b", 1, kTrackEvent);
+  fx_make_host(2, "host-c", 1, kTrackEvent);
+}
+
 /* The instance id of the last command of kind `what` to host i (0 if none). */
 static uint64_t last_instance(size_t i, Tracerelay__Command__CmdCase what) {
   uint64_t id = 0;
   for (size_t k = 0; k < fx_num_sent; k++)
-    if (fx_sent[k].what == what && fx_sent[k].host == &fx_hosts[i])
+    if (fx_sent[k].what == what && fx_sent[k].host == fx_hosts[i])
       id = fx_sent[k].instance_id;
   return id;
 }
@@ -400,9 +408,7 @@ static void test_unconfirmed_stop_asked_again(void **state) {
   struct fx_config cfg;
   (void)state;
   fx_setup();
-  fx_make_host(0, "host-a", 1, kTrackEvent);
-  fx_make_host(1, "host-b", 1, kTrackEvent);
-  fx_make_host(2, "host-c", 1, kTrackEvent);
+  make_three_hosts();
   for (size_t i = 0; i < 3; i++)
     fx_connect(i);
   fx_config(&cfg, names);
@@ -429,12 +435,34 @@ static void test_unconfirmed_stop_asked_again(void **state) {
   fx_connect(1);
   assert_int_equal(fx_count(1, STOP), 1);
   assert_int_equal(last_instance(1, STOP), on_b);
-  fx_hosts[2].agent_instance_id++; /* host-c's agent restarted: its instance is gone */
+  fx_hosts[2]->agent_instance_id++; /* host-c's agent restarted: its instance is gone */
   fx_connect(2);
   assert_int_equal(fx_count(2, STOP), 0);
   fx_disconnect(0);
   fx_connect(0); /* asked once */
   assert_int_equal(fx_count(0, STOP), 2);
+  fx_teardown();
+}
+
+/* Issue 27 item 7: the sessions kept a host list of their own, filled by the host_connected
+ * call, which left a host it failed to record (out of memory) out of every later session, the
+ * status and the metrics for good. They now walk the service's one host table: a new session
+ * reaches every host whose link is up there, told or not (host-b), and no other (host-c). */
+static void test_new_session_reaches_every_host_of_the_table(void **state) {
+  const char *const names[] = {"track_event", NULL};
+  struct fx_config cfg;
+  (void)state;
+  fx_setup();
+  make_three_hosts();
+  fx_connect(0);
+  fx_link_up(1);
+  fx_config(&cfg, names);
+  tr_session *s = fx_enable(&cfg);
+  assert_int_equal(fx_count(0, SETUP), 1);
+  assert_int_equal(fx_count(1, SETUP), 1);
+  assert_int_equal(fx_count(2, SETUP), 0);
+  assert_int_equal(tr_hosts_count(fx_host_table), 3);
+  tr_session_free(s);
   fx_teardown();
 }
 
@@ -449,6 +477,7 @@ int main(void) {
       cmocka_unit_test(test_restarted_agent_counts_smb_full_once),
       cmocka_unit_test(test_unconfirmed_stop_is_counted),
       cmocka_unit_test(test_unconfirmed_stop_asked_again),
+      cmocka_unit_test(test_new_session_reaches_every_host_of_the_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -90,7 +90,7 @@ static void test_flush_completes_when_every_host_acked(void **state) {
   assert_int_equal(counts.succeeded, 1);
   assert_int_equal(counts.failed, 0);
   for (size_t i = 0; i < NUM_HOSTS; i++) {
-    assert_int_equal(fx_hosts[i].stats.flushes_missed, 0);
+    assert_int_equal(fx_hosts[i]->stats.flushes_missed, 0);
     assert_int_equal(session_missed(s, i), 0);
   }
   fx_teardown();
@@ -116,9 +116,9 @@ static void test_flush_timeout_names_silent_hosts(void **state) {
   assert_null(strstr(log, "host host-a did not answer"));
   assert_non_null(strstr(log, "host host-b did not answer within the timeout"));
   assert_non_null(strstr(log, "host host-c did not answer within the timeout"));
-  assert_int_equal(fx_hosts[0].stats.flushes_missed, 0);
-  assert_int_equal(fx_hosts[1].stats.flushes_missed, 1);
-  assert_int_equal(fx_hosts[2].stats.flushes_missed, 1);
+  assert_int_equal(fx_hosts[0]->stats.flushes_missed, 0);
+  assert_int_equal(fx_hosts[1]->stats.flushes_missed, 1);
+  assert_int_equal(fx_hosts[2]->stats.flushes_missed, 1);
   assert_int_equal(session_missed(s, 0), 0);
   assert_int_equal(session_missed(s, 1), 1);
   assert_int_equal(session_missed(s, 2), 1);
@@ -152,7 +152,7 @@ static void test_host_lost_during_flush_is_named_at_once(void **state) {
   fx_capture_log(disconnect_host_b, NULL, log, sizeof log);
   assert_int_equal(flush_result, 0);
   assert_non_null(strstr(log, "host host-b did not answer (disconnected)"));
-  assert_int_equal(fx_hosts[1].stats.flushes_missed, 1);
+  assert_int_equal(fx_hosts[1]->stats.flushes_missed, 1);
   assert_int_equal(session_missed(s, 1), 1);
 
   /* While it is away, each flush counts it at once, asks only the others and waits for them. */
@@ -161,7 +161,7 @@ static void test_host_lost_during_flush_is_named_at_once(void **state) {
   assert_int_equal(tr_session_flush(s, 60000, 0, on_flush, &flush_result), 0);
   assert_int_equal(fx_probes, 2); /* the live hosts' clocks */
   assert_int_equal(fx_count(1, FLUSH), 1); /* the first flush's only */
-  assert_int_equal(fx_hosts[1].stats.flushes_missed, 2);
+  assert_int_equal(fx_hosts[1]->stats.flushes_missed, 2);
   fx_answer(0, FLUSH);
   assert_int_equal(flush_result, -1);
   fx_answer(2, FLUSH);

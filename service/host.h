@@ -1,33 +1,21 @@
-/* service.h: the central service's shared state, and the calls between its parts.
- *
- *   link_server.c  accepts agents over TLS; one tr_host per machine name (from the certificate)
- *   hosts.c        the host table: producers and data sources per host, per-host link stats,
- *                  the clock estimator per host
- *   session.c      tracing sessions: config, per-host buffers, data source instances, timers,
- *                  flush and stop bookkeeping
- *   consumer_port.c  Perfetto's ConsumerPort on a UNIX socket (tr_ipc_host)
- *   trace_output.c   turns a session into trace packets (service packets + buffers + stats)
- *
- * Everything runs on one libuv loop; nothing here is thread-safe. Upward calls (link ->
- * sessions) go through the struct tr_link_events table below, which session.c fills;
- * downward calls (sessions -> an agent) through tr_link_server_send_command in link_server.c. */
-#ifndef TR_SERVICE_H
-#define TR_SERVICE_H
+/* host.h: one host of the service as its agent told it, a tr_host: its producers and their
+ * data sources, its link and agent counters, what its agent dropped per buffer, its clock
+ * estimator and clock snapshots. hosts.c keeps one per machine name (the host table,
+ * hosts.h) and alone writes its fields; the link server, the sessions, the read side, the
+ * status and the metrics read them. */
+#ifndef TR_SERVICE_HOST_H
+#define TR_SERVICE_HOST_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <uv.h>
 
 #include "perfetto/common/data_source_descriptor.pb-c.h"
 #include "perfetto/trace/system_info.pb-c.h"
 #include "relay/clock/clock.h"
 #include "relay/clock/clocksync.h"
-#include "tracerelay/relay.pb-c.h"
 
-typedef struct tr_service tr_service;
 typedef struct tr_host tr_host;
-typedef struct tr_session tr_session;
 typedef struct tr_link_peer tr_link_peer; /* one agent connection, owned by link_server.c */
 
 /* A producer on a remote host, as its agent described it (ProducerUpdate). */
@@ -117,33 +105,5 @@ struct tr_host {
   size_t num_buffer_drops;
   tr_host *next;
 };
-
-/* Upward calls: what the link (link_server.c, and hosts.c for producers and held replies)
- * tells the sessions, each with the tr_service it was given. session.c implements them
- * (tr_session_link_events); tests and fuzzers give their own. Each is safe to call at any
- * time; a call for a host or producer no session uses is a no-op. */
-struct tr_link_events {
-  void (*host_connected)(tr_service *svc, tr_host *host);
-  void (*host_disconnected)(tr_service *svc, tr_host *host, const char *reason);
-  /* After hosts.c applied the update to host->producers. */
-  void (*producers_changed)(tr_service *svc, tr_host *host, uint32_t producer_id);
-  void (*chunk)(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk);
-  void (*patch)(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch);
-  void (*flush_ack)(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack);
-  void (*command_reply)(tr_service *svc, tr_host *host, const Tracerelay__CommandReply *reply);
-  /* A HostClockSnapshot from the host's agent: kept in host->clock_snapshots
-   * (tr_hosts_add_clock_snapshot, whose errors it returns). */
-  int (*host_clock_snapshot)(tr_service *svc, tr_host *host,
-                             const Tracerelay__HostClockSnapshot *snap);
-  /* Whether any tracing session exists (the link probes clocks densely then). */
-  bool (*any_session)(const tr_service *svc);
-};
-
-/* Downward, defined in link_server.c: queue a command for the host's agent. The caller keeps ownership of cmd.
- * Returns TR_ERR_CLOSED if the host is not connected. */
-int tr_link_server_send_command(tr_host *host, const Tracerelay__Command *cmd);
-/* Asks the host's agent to answer a clock probe now (before a flush or a start), if connected
- * and its last probe is older than its session probe period (younger is fresh enough). */
-void tr_link_server_probe_clock(tr_host *host);
 
 #endif

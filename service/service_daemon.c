@@ -1,15 +1,16 @@
-/* service.c: tracerelay-service assembled (see daemon.h): service state (session.c), the
- * consumer port (consumer_port.c) and the agents' link server (link_server.c) on one loop;
- * or, as a regional (--upstream), the forwarding of agents (regional.c) and an agent of its
- * own (agent/agent.h) for its machine and clock.
+/* service_daemon.c: tracerelay-service assembled (see service_daemon.h): service state
+ * (session.c), the consumer port (consumer_port.c) and the agents' link server (link_server.c)
+ * on one loop; or, as a regional (--upstream), the forwarding of agents (regional.c) and an
+ * agent of its own (agent/agent.h) for its machine and clock.
  *
  * Shutdown order matters: sessions are flushed first while the agents are still connected,
  * then ended (their consumers get an error saying why), then the consumer socket closes (which
- * frees the sessions), and only then the link server stops: its host entries must outlive every
- * session that points at them, and the service state must outlive the link server, which
+ * frees the sessions), and only then the link server stops. The host table (hosts.h), which
+ * the sessions, the status, the metrics and the link server share, must outlive every session
+ * that points at its hosts, and it and the service state must outlive the link server, which
  * reports its last disconnects from the loop after tr_link_server_stop: hence
- * tr_service_daemon_free once the loop has ended. */
-#include "service/daemon.h"
+ * tr_service_daemon_free, which frees the table, once the loop has ended. */
+#include "service/service_daemon.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "relay/base/tr_error.h"
 #include "agent/agent.h"
 #include "service/consumer_port.h"
+#include "service/hosts.h"
 #include "service/link_server.h"
 #include "service/regional.h"
 #include "relay/daemon/metrics_http.h"
@@ -35,6 +37,7 @@
 
 struct tr_service_daemon {
   uv_loop_t *loop;
+  tr_hosts *hosts; /* every host that said Hello, for the service's life */
   tr_service svc;
   bool svc_ready;
   tr_consumer_port port;
@@ -106,6 +109,11 @@ static int make_parent_dir(const char *path) {
 
 static void close_all(tr_service_daemon *d);
 
+static void daemon_free(tr_service_daemon *d) {
+  tr_hosts_free(d->hosts);
+  free(d);
+}
+
 static void render_regional_metrics(void *data, tr_prom_text *t) {
   tr_service_daemon *d = data;
   struct tr_regional_stats st = {0};
@@ -150,7 +158,7 @@ static void finish(tr_service_daemon *d) {
   if (d->done)
     d->done(d->done_ud);
   if (d->start_failed)
-    free(d);
+    daemon_free(d);
 }
 
 static void on_port_closed(tr_consumer_port *port) {
@@ -173,6 +181,17 @@ static void close_all(tr_service_daemon *d) {
     return;
   }
   finish(d);
+}
+
+/* The service's certificate for its agents' links; err says why it failed. */
+static int load_server_tls(const struct tr_service_daemon_opts *o, tr_tls_config **out,
+                           char *err, size_t err_len) {
+  struct tr_tls_config_opts tls_opts = {.role = TR_TLS_SERVER,
+                                        .ca_path = o->ca_path,
+                                        .cert_path = o->cert_path,
+                                        .key_path = o->key_path,
+                                        .ciphers = o->ciphers};
+  return tr_tls_config_new(&tls_opts, out, err, err_len);
 }
 
 /* The regional's certificate for its upstream links. */
@@ -228,7 +247,6 @@ static int start_regional(tr_service_daemon *d, const struct tr_service_daemon_o
 int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts *o,
                             tr_service_daemon **out) {
   tr_service_daemon *d = calloc(1, sizeof *d);
-  struct tr_tls_config_opts tls_opts = {0};
   struct tr_link_server_opts link_opts = {0};
   char err[512] = "";
   int rc;
@@ -237,20 +255,20 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   if (!d)
     return TR_ERR_NOMEM;
   d->loop = loop;
-  if ((rc = tr_session_service_init(&d->svc, loop, o->timeline)) != 0) {
-    TR_ERROR(COMP, "cannot read this machine's system info: %s", tr_strerror(rc));
+  if ((rc = tr_hosts_new(&d->svc, &tr_session_link_events, &d->hosts)) != 0) {
     free(d);
+    return rc;
+  }
+  rc = tr_session_service_init(&d->svc, loop, o->timeline, d->hosts, &tr_link_server_commands);
+  if (rc != 0) {
+    TR_ERROR(COMP, "cannot read this machine's system info: %s", tr_strerror(rc));
+    daemon_free(d);
     return rc;
   }
   d->svc_ready = true;
   if ((rc = check_fd_limit(o->max_agents ? o->max_agents : TR_LINK_DEFAULT_MAX_AGENTS)) != 0)
     goto fail;
-  tls_opts.role = TR_TLS_SERVER;
-  tls_opts.ca_path = o->ca_path;
-  tls_opts.cert_path = o->cert_path;
-  tls_opts.key_path = o->key_path;
-  tls_opts.ciphers = o->ciphers;
-  if ((rc = tr_tls_config_new(&tls_opts, &d->tls, err, sizeof err)) != 0) {
+  if ((rc = load_server_tls(o, &d->tls, err, sizeof err)) != 0) {
     TR_ERROR(COMP, "TLS setup failed: %s", err[0] ? err : tr_strerror(rc));
     goto fail;
   }
@@ -296,8 +314,7 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   link_opts.handshake_timeout_ms = o->handshake_timeout_ms;
   link_opts.max_agents = o->max_agents;
   link_opts.relay_allow = &o->relay_allow;
-  if ((rc = tr_link_server_start(loop, &d->svc, &tr_session_link_events, &link_opts,
-                                 &d->link)) != 0)
+  if ((rc = tr_link_server_start(loop, d->hosts, &link_opts, &d->link)) != 0)
     goto fail; /* the link server logged the address and the reason */
   TR_INFO(COMP, "listening for agents on %s, consumers on %s (mode %04o)", o->listen,
           o->consumer_socket, (unsigned)o->consumer_mode);
@@ -386,18 +403,12 @@ void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), vo
 }
 
 int tr_service_daemon_reload_tls(tr_service_daemon *d, const struct tr_service_daemon_opts *o) {
-  struct tr_tls_config_opts tls_opts = {0};
   tr_tls_config *cfg, *upstream = NULL;
   char err[512] = "";
   int rc;
   if (d->stopping || (!d->link && !d->regional))
     return TR_ERR_STATE;
-  tls_opts.role = TR_TLS_SERVER;
-  tls_opts.ca_path = o->ca_path;
-  tls_opts.cert_path = o->cert_path;
-  tls_opts.key_path = o->key_path;
-  tls_opts.ciphers = o->ciphers;
-  if ((rc = tr_tls_config_new(&tls_opts, &cfg, err, sizeof err)) != 0) {
+  if ((rc = load_server_tls(o, &cfg, err, sizeof err)) != 0) {
     TR_ERROR(COMP, "certificates NOT reloaded, the current ones stay in use: %s",
              err[0] ? err : tr_strerror(rc));
     return rc;
@@ -424,6 +435,4 @@ int tr_service_daemon_reload_tls(tr_service_daemon *d, const struct tr_service_d
   return 0;
 }
 
-void tr_service_daemon_free(tr_service_daemon *d) {
-  free(d);
-}
+void tr_service_daemon_free(tr_service_daemon *d) { daemon_free(d); }

@@ -1,6 +1,6 @@
-/* daemon.h: tracerelay-service put together (service/service.c): the service state, the
- * consumer port and the link server on one loop, and their orderly shutdown. main.c parses
- * the flags into tr_service_daemon_opts. */
+/* service_daemon.h: tracerelay-service put together (service_daemon.c): the service state,
+ * the consumer port and the link server on one loop, and their orderly shutdown. main.c
+ * parses the flags into tr_service_daemon_opts. */
 #ifndef TR_SERVICE_DAEMON_H
 #define TR_SERVICE_DAEMON_H
 
