@@ -80,10 +80,12 @@ static const char kHelp[] =
     "\n"
     "Regional service (tiers, docs/operations.md#tiers-regional-services):\n"
     "  --upstream HOST:PORT   forward every agent's link to this upstream service instead of\n"
-    "                         serving sessions here: no consumer socket, no metrics of its\n"
-    "                         own; consumers trace at the upstream, which must allow this\n"
-    "                         regional (--relay-allow). Agents below keep their data and\n"
-    "                         resume across a restart of the regional.\n"
+    "                         serving sessions here: consumers trace at the upstream, which\n"
+    "                         must allow this regional (--relay-allow). Agents below keep\n"
+    "                         their data and resume across a restart of the regional. Its\n"
+    "                         --consumer-socket (default\n"
+    "                         " TR_SERVICE_DEFAULT_REGIONAL_CONSUMER_SOCKET ")\n"
+    "                         answers `tracerelay status` only: the agents it forwards.\n"
     "  --upstream-name NAME   the name the upstream's certificate must carry (default: HOST).\n"
     "  --upstream-cert FILE   PEM certificate of this regional for the upstream: an agent\n"
     "                         certificate (make-certs.sh --agent NAME); NAME is the\n"
@@ -229,7 +231,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
   o->upstream = o->upstream_name = NULL;
   o->upstream_ca_path = o->upstream_cert_path = o->upstream_key_path = NULL;
   o->producer_socket = TR_SERVICE_DEFAULT_REGIONAL_PRODUCER_SOCKET;
-  bool producer_socket_set = false, fake_clock = false;
+  bool producer_socket_set = false, consumer_socket_set = false, fake_clock = false;
   while ((opt = getopt_long(argc, argv, TR_DAEMON_OPTSTRING, longopts, NULL)) != -1) {
     switch (opt) {
     case OPT_LISTEN: {
@@ -240,7 +242,10 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       o->listen = optarg;
       break;
     }
-    case OPT_CONSUMER_SOCKET: o->consumer_socket = optarg; break;
+    case OPT_CONSUMER_SOCKET:
+      o->consumer_socket = optarg;
+      consumer_socket_set = true;
+      break;
     case OPT_CONSUMER_MODE: {
       char *end;
       unsigned long m = strtoul(optarg, &end, 8);
@@ -340,6 +345,8 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
             "HOST:PORT too\n");
     return 2;
   }
+  if (o->upstream != NULL && !consumer_socket_set)
+    o->consumer_socket = TR_SERVICE_DEFAULT_REGIONAL_CONSUMER_SOCKET;
   if (o->upstream != NULL && (o->upstream_cert_path == NULL || o->upstream_key_path == NULL)) {
     fprintf(stderr, PROG ": --upstream needs --upstream-cert and --upstream-key: the regional's "
             "own certificate for the upstream (certs/make-certs.sh --agent NAME)\n");

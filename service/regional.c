@@ -51,6 +51,7 @@ struct tr_regional {
   tr_relay_link_listener *listener;
   tr_tls_config *upstream_tls;
   char upstream_host[256], upstream_port[8], upstream_name[256];
+  char upstream_text[sizeof "[]:" + 256 + 8]; /* --upstream as given: HOST:PORT */
   struct tr_relay_link_opts down_opts, up_opts;
   unsigned hello_timeout_ms, max_agents, agents;
   /* Of links closed: bytes received (tr_regional_stats adds the open ones') and upstream
@@ -464,6 +465,7 @@ int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_r
   r->loop = loop;
   snprintf(r->upstream_host, sizeof r->upstream_host, "%s", up.host);
   snprintf(r->upstream_port, sizeof r->upstream_port, "%u", (unsigned)up.port);
+  snprintf(r->upstream_text, sizeof r->upstream_text, "%s", opts->upstream);
   snprintf(r->upstream_name, sizeof r->upstream_name, "%s",
            opts->upstream_name ? opts->upstream_name : up.host);
   r->upstream_tls = tr_tls_config_ref(opts->upstream_tls);
@@ -519,6 +521,32 @@ void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out) {
       out->bytes_from_upstream += tr_tls_uv_bytes_in(tr_relay_link_conn(p->up));
       out->forwarded += p->welcomed && p->down != NULL;
     }
+  }
+}
+
+const char *tr_regional_upstream(const tr_regional *r) { return r->upstream_text; }
+
+void tr_regional_each_agent(const tr_regional *r,
+                            void (*fn)(void *data, const struct tr_regional_agent *a),
+                            void *data) {
+  uint64_t now = uv_now(r->loop);
+  const pump *last = r->pumps; /* the list is newest first */
+  while (last != NULL && last->next != NULL)
+    last = last->next;
+  for (const pump *p = last; p != NULL; p = p->prev) {
+    if (!p->counted)
+      continue;
+    struct tr_regional_agent a = {.name = p->host,
+                                  .connected = p->down != NULL,
+                                  .forwarded = p->welcomed && p->down && p->up,
+                                  .connected_ms = now > p->opened_ms ? now - p->opened_ms : 0};
+    if (p->down != NULL) {
+      a.bytes_from_agent = tr_tls_uv_bytes_in(tr_relay_link_conn(p->down));
+      a.held = tr_relay_link_input_held(p->down);
+    }
+    if (p->up != NULL)
+      a.bytes_from_upstream = tr_tls_uv_bytes_in(tr_relay_link_conn(p->up));
+    fn(data, &a);
   }
 }
 

@@ -25,6 +25,8 @@
 #ifndef TR_SERVICE_REGIONAL_H
 #define TR_SERVICE_REGIONAL_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "relay/link/tls.h"
@@ -59,6 +61,21 @@ struct tr_regional_stats {
   uint64_t upstream_lost;       /* agents' upstream links that closed under a connected agent */
 };
 void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out);
+/* HOST:PORT of the upstream. */
+const char *tr_regional_upstream(const tr_regional *r);
+/* One agent that said Hello, as `tracerelay status` shows it (regional_status.h). */
+struct tr_regional_agent {
+  const char *name;     /* its certificate's machine name */
+  bool connected;       /* its link to the regional is open */
+  bool forwarded;       /* the upstream welcomed it: frames flow both ways */
+  bool held;            /* its frames wait while its upstream link drains */
+  uint64_t connected_ms; /* since its link opened */
+  uint64_t bytes_from_agent, bytes_from_upstream; /* on its open links (TLS bytes) */
+};
+/* Calls fn for each agent that said Hello, in order of connection. */
+void tr_regional_each_agent(const tr_regional *r,
+                            void (*fn)(void *data, const struct tr_regional_agent *a),
+                            void *data);
 /* Stops listening, closes every link (agents get Goodbye SHUTDOWN and reconnect elsewhere or
  * later; the upstream sees their links drop, not end), and frees r once all are closed. */
 void tr_regional_stop(tr_regional *r);

@@ -26,6 +26,7 @@
 #include "service/hosts.h"
 #include "service/link_server.h"
 #include "service/regional.h"
+#include "service/regional_status.h"
 #include "relay/daemon/metrics_http.h"
 #include "service/metrics.h"
 
@@ -47,6 +48,7 @@ struct tr_service_daemon {
   tr_loop_lag *lag; /* the loop's busy time per iteration, for /metrics */
   tr_tls_config *tls;
   tr_regional *regional;        /* a regional: these instead of the port and the link server */
+  tr_regional_status *regional_status; /* its consumer socket, for `tracerelay status` */
   tr_agent *agent;
   tr_tls_config *upstream_tls;
   unsigned flushes_pending;
@@ -168,6 +170,8 @@ static void on_port_closed(tr_consumer_port *port) {
 
 static void on_metrics_closed(void *d) { close_all(d); }
 
+static void on_regional_status_closed(void *d) { close_all(d); }
+
 static void close_all(tr_service_daemon *d) {
   if (d->metrics) {
     tr_metrics_http *m = d->metrics;
@@ -178,6 +182,12 @@ static void close_all(tr_service_daemon *d) {
   if (d->port_open) {
     d->port_open = false;
     tr_consumer_port_close(&d->port, on_port_closed);
+    return;
+  }
+  if (d->regional_status) {
+    tr_regional_status *s = d->regional_status;
+    d->regional_status = NULL;
+    tr_regional_status_close(s, on_regional_status_closed, d);
     return;
   }
   finish(d);
@@ -210,6 +220,23 @@ static int load_upstream_tls(const struct tr_service_daemon_opts *o, tr_tls_conf
   return rc;
 }
 
+/* A regional's consumer socket answers `tracerelay status` only; without it the regional
+ * still forwards, so a socket that cannot be opened is a warning, not a failure. */
+static void start_regional_status(tr_service_daemon *d, const struct tr_service_daemon_opts *o) {
+  int rc = make_parent_dir(o->consumer_socket);
+  if (rc == 0)
+    rc = tr_regional_status_start(d->loop, d->regional,
+                                  d->svc.system_info->tracing_service_version,
+                                  d->svc.system_info->machine_name, o->consumer_socket,
+                                  o->consumer_mode, &d->regional_status);
+  if (rc != 0) {
+    TR_WARN(COMP, "regional: no status socket at %s (%s): `tracerelay status` cannot read this "
+            "regional; the forwarding goes on", o->consumer_socket, tr_strerror(rc));
+    tr_regional_status_close(d->regional_status, NULL, NULL);
+    d->regional_status = NULL;
+  }
+}
+
 /* A regional: the agents' forwarding, then the agent of its own machine. */
 static int start_regional(tr_service_daemon *d, const struct tr_service_daemon_opts *o) {
   int rc = load_upstream_tls(o, &d->upstream_tls);
@@ -224,6 +251,7 @@ static int start_regional(tr_service_daemon *d, const struct tr_service_daemon_o
                                 .max_agents = o->max_agents};
   if ((rc = tr_regional_start(d->loop, &ro, &d->regional)) != 0)
     return rc;
+  start_regional_status(d, o);
   struct tr_agent_opts ao = {.producer_socket = o->producer_socket,
                              .service = o->upstream,
                              .service_name = o->upstream_name,
@@ -275,8 +303,9 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   if (o->upstream != NULL) {
     if ((rc = start_regional(d, o)) != 0)
       goto fail;
-    TR_INFO(COMP, "regional: agents on %s are forwarded to %s; no consumer socket here: trace "
-            "from the upstream service", o->listen, o->upstream);
+    TR_INFO(COMP, "regional: agents on %s are forwarded to %s; trace from the upstream "
+            "service (the consumer socket %s here answers `tracerelay status` only)", o->listen,
+            o->upstream, d->regional_status ? o->consumer_socket : "(none)");
     *out = d;
     return 0;
   }

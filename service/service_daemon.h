@@ -14,6 +14,7 @@
 #define TR_SERVICE_DEFAULT_LISTEN "0.0.0.0:7393"
 #define TR_SERVICE_DEFAULT_CONSUMER_SOCKET "/run/tracerelay/consumer.sock"
 #define TR_SERVICE_DEFAULT_REGIONAL_PRODUCER_SOCKET "/run/tracerelay/regional-producer.sock"
+#define TR_SERVICE_DEFAULT_REGIONAL_CONSUMER_SOCKET "/run/tracerelay/regional-consumer.sock"
 
 typedef struct tr_service_daemon tr_service_daemon;
 

@@ -292,7 +292,7 @@ cluster_start_regional() {
     --upstream "$(root_addr_for "$name"):$SERVICE_PORT" --upstream-name "$SERVICE_NAME" \
     --upstream-cert "$WORK/pki/agent-$name.crt" --upstream-key "$WORK/pki/agent-$name.key" \
     --upstream-ca "$WORK/pki/ca.crt" --producer-socket "$WORK/$name/producer.sock" \
-    "$@" >>"$WORK/$name.log" 2>&1 &
+    --consumer-socket "$WORK/$name/consumer.sock" "$@" >>"$WORK/$name.log" 2>&1 &
   REGIONAL_PID=$!
   CLUSTER_PIDS+=("$REGIONAL_PID")
   CLUSTER_REGIONAL_PID[$name]=$REGIONAL_PID

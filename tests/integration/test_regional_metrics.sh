@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test_regional_metrics.sh: a regional's forwarding on its /metrics (issue 25), on loopback: a
+# test_regional_metrics.sh: a regional's forwarding on its /metrics and in `tracerelay status`
+# at its consumer socket (issue 25), on loopback: a
 # root, a regional (--metrics-listen) and two agents behind it. Once both hosts are connected
 # at the root, the regional's /metrics (its own agent's figures, then its forwarding's) says 2
 # agents, both forwarded, none held, bytes received from the agents and from the upstream, no
@@ -41,6 +42,30 @@ want tracerelay_regional_received_from_agents_bytes_total '>' 0
 want tracerelay_regional_received_from_upstream_bytes_total '>' 0
 want tracerelay_regional_upstream_lost_total == 0
 want tracerelay_agent_link_up == 1 # the regional's own agent, to the root
+
+# `tracerelay status` reads the regional too: its upstream, and both agents forwarded.
+RSOCK="$WORK/regional-a/consumer.sock"
+st=$("$TR_BIN/tracerelay" status --socket "$RSOCK") || fail "status cannot read the regional"
+echo "$st"
+echo "$st" | grep -q "^regional .* forwarding to 127.0.0.1:$SERVICE_PORT: 2 agents (2 forwarded, 0 held)" ||
+  fail "status: no regional line with 2 agents forwarded"
+for h in web-1 web-2; do
+  echo "$st" | grep -q "^$h .* forwarded " || fail "status: $h not forwarded"
+done
+"$TR_BIN/tracerelay" status --socket "$RSOCK" --json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["regional"]["agents"] == 2 and s["regional"]["forwarded"] == 2, s["regional"]
+assert sorted(h["machine_name"] for h in s["hosts"]) == ["web-1", "web-2"], s["hosts"]
+assert all(h["regional_upstream_state"] == "forwarded" and h["bytes_relayed"] > 0
+           for h in s["hosts"]), s["hosts"]' || fail "status --json of the regional"
+# Recording there is refused, saying where to record instead.
+if "$TR_BIN/tracerelay" record --socket "$RSOCK" --data-source track_event -t 1s -o "$WORK/none.pftrace" 2>"$WORK/rec.err"; then
+  fail "record at a regional succeeded"
+fi
+cat "$WORK/rec.err"
+grep -q "this is a regional tracerelay-service: it forwards its agents to 127.0.0.1:$SERVICE_PORT" \
+  "$WORK/rec.err" || fail "record at a regional: no clear refusal"
 
 kill -TERM "$SERVICE_PID"
 wait "$SERVICE_PID" 2>/dev/null || true

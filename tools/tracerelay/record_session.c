@@ -304,6 +304,8 @@ static int add_slices(run *r, const Perfetto__Protos__IPCFrame__InvokeMethodRepl
 /* ReadBuffers, streaming every reply into the output until has_more is false. */
 static int read_buffers(run *r) {
   int rc = invoke(r, "ReadBuffers", NULL, -1, &r->read_id);
+  if (rc == TR_ERR_UNSUPPORTED && r->salvaging)
+    return 1; /* nothing to read back (a regional): the session's failure said why */
   if (rc < 0)
     return invoke_failed(r, "ReadBuffers", rc);
   int64_t idle_deadline = progress_now_ms() + READ_IDLE_TIMEOUT_MS;

@@ -48,6 +48,8 @@ void cmd_status_usage(FILE *out) {
         "  gaps     packets lost because a chunk of their sequence was missing\n"
         "  flush    flushes the host did not answer within the timeout\n"
         "docs/troubleshooting.md says what to change for each.\n"
+        "At a regional's consumer socket (tracerelay-service --upstream): its upstream and the\n"
+        "agents it forwards, each forwarded, held (its upstream link draining) or connecting.\n"
         "\n"
         "  --socket PATH      the consumer socket. Default: $TRACERELAY_CONSUMER_SOCK, else\n"
         "                     $PERFETTO_CONSUMER_SOCK_NAME, else " DEFAULT_SOCKET "\n"
@@ -309,7 +311,47 @@ static bool no_control_chars(const char *s) {
   return true;
 }
 
+/* A regional (tracerelay-service --upstream): its forwarding, and the agents it forwards. */
+static void print_regional(FILE *out, const ServiceState *st, const StatusExt *ext) {
+  const Tracerelay__RegionalStatus *r = ext->tracerelay_regional;
+  char from_agents[24], from_upstream[24];
+  fmt_bytes(from_agents, sizeof from_agents, r->bytes_from_agents);
+  fmt_bytes(from_upstream, sizeof from_upstream, r->bytes_from_upstream);
+  fprintf(out, "regional %s", st->tracing_service_version ? st->tracing_service_version : "?");
+  if (ext->tracerelay_service_machine && no_control_chars(ext->tracerelay_service_machine))
+    fprintf(out, " on %s", ext->tracerelay_service_machine);
+  fprintf(out, ", forwarding to %s: %u agent%s (%u forwarded, %u held), received %s from "
+          "agents and %s from the upstream, %" PRIu64 " upstream link%s lost under an agent\n",
+          r->upstream && no_control_chars(r->upstream) ? r->upstream : "?", r->agents,
+          r->agents == 1 ? "" : "s", r->forwarded, r->held, from_agents, from_upstream,
+          r->upstream_lost, r->upstream_lost == 1 ? "" : "s");
+  if (ext->n_tracerelay_hosts == 0) {
+    fprintf(out, "  no agent is connected\n");
+    return;
+  }
+  fprintf(out, "%-16s %-30s %-10s %10s %10s\n", "HOST", "CONNECTED", "UPSTREAM", "FROM AGENT",
+          "FROM UP");
+  for (size_t i = 0; i < ext->n_tracerelay_hosts; i++) {
+    const HostStatus *h = ext->tracerelay_hosts[i];
+    char since[64], in[24], up[24];
+    fmt_since(since, sizeof since, h);
+    fmt_bytes(in, sizeof in, h->stats ? h->stats->bytes_received : 0);
+    fmt_bytes(up, sizeof up, h->regional_bytes_from_upstream);
+    fprintf(out, "%-16s %-30s %-10s %10s %10s\n", h->machine_name ? h->machine_name : "?", since,
+            h->regional_upstream_state && no_control_chars(h->regional_upstream_state)
+                ? h->regional_upstream_state
+                : "?",
+            in, up);
+  }
+  fprintf(out, "record at the upstream %s: this regional records nothing itself\n",
+          r->upstream && no_control_chars(r->upstream) ? r->upstream : "service");
+}
+
 static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) {
+  if (ext->tracerelay_regional) {
+    print_regional(out, st, ext);
+    return;
+  }
   size_t connected = 0;
   for (size_t i = 0; i < ext->n_tracerelay_hosts; i++)
     connected += ext->tracerelay_hosts[i]->connected;
@@ -385,6 +427,15 @@ static void print_json(FILE *out, const ServiceState *st, const StatusExt *ext) 
   json_str(out, ext->tracerelay_service_machine);
   fprintf(out, ",\"num_sessions\":%d,\"num_sessions_started\":%d,\"num_producers\":%zu},",
           st->num_sessions, st->num_sessions_started, st->n_producers);
+  if (ext->tracerelay_regional) {
+    const Tracerelay__RegionalStatus *r = ext->tracerelay_regional;
+    fputs("\"regional\":{\"upstream\":", out);
+    json_str(out, r->upstream);
+    fprintf(out, ",\"agents\":%u,\"forwarded\":%u,\"held\":%u,\"bytes_from_agents\":%" PRIu64
+            ",\"bytes_from_upstream\":%" PRIu64 ",\"upstream_lost\":%" PRIu64 "},",
+            r->agents, r->forwarded, r->held, r->bytes_from_agents, r->bytes_from_upstream,
+            r->upstream_lost);
+  }
   fputs("\"sessions\":[", out);
   for (size_t i = 0; i < st->n_tracing_sessions; i++) {
     const Perfetto__Protos__TracingServiceState__TracingSession *s = st->tracing_sessions[i];
@@ -407,6 +458,11 @@ static void print_json(FILE *out, const ServiceState *st, const StatusExt *ext) 
     if (h->relayed_by) {
       fputs(",\"relayed_by\":", out);
       json_str(out, h->relayed_by);
+    }
+    if (h->regional_upstream_state) {
+      fputs(",\"regional_upstream_state\":", out);
+      json_str(out, h->regional_upstream_state);
+      fprintf(out, ",\"regional_bytes_from_upstream\":%" PRIu64, h->regional_bytes_from_upstream);
     }
     fprintf(out, ",\"connected_for_ms\":%" PRIu64 ",\"producers\":%u,\"data_sources\":%u",
             h->connected_for_ms, h->producers, h->data_sources);
