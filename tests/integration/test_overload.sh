@@ -78,6 +78,11 @@ lat = [json.load(open(f)).get("commit_to_free_us") for f in glob.glob(sys.argv[1
 print(f"web-2 commit to free: {lat}")
 if not lat or not lat[0] or lat[0]["samples"] == 0 or lat[0]["unfinished"] or lat[0]["max"] <= 0:
     sys.exit(f"FAIL: no commit-to-free samples, or chunks never freed: {lat}")
+# Each sample splits where the loadgen's IPC thread took the commit: both parts are there, and
+# neither exceeds the longest whole wait.
+l = lat[0]
+if not all(k in l and 0 <= l[k] <= l["max"] for k in ("to_send_p50", "to_send_p99", "after_send_p50", "after_send_p99")):
+    sys.exit(f"FAIL: the commit-to-free split is missing or larger than the whole: {l}")
 PY
 # The SMB sizes: the producers' hint where they gave one, else the agent's default (1 MiB).
 grep -q "shared memory: 32 KiB" "$WORK"/loadgen-web-1-0.log || {

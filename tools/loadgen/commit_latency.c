@@ -23,7 +23,9 @@ struct lg_latency {
   uint32_t page, chunk;
   uint64_t t0_ns, last_taken_ns;
   uint8_t header[8]; /* the chunk's header when it was offered */
+  uint64_t t_taken_ns; /* when the IPC thread took the pending commit; 0: not yet */
   uint64_t *samples_ns;
+  uint64_t *to_send_ns; /* per sample, commit -> taken (the whole wait if never taken) */
   size_t n;
   uint64_t unfinished;
 };
@@ -45,9 +47,20 @@ void lg_latency_offer(lg_latency *l, uint32_t page, uint32_t chunk) {
     l->chunk = chunk;
     memcpy(l->header, lg_smb_chunk_at(l->smb, page, chunk), sizeof l->header);
     l->t0_ns = t;
+    l->t_taken_ns = 0;
     __atomic_store_n(&l->last_taken_ns, t, __ATOMIC_RELAXED);
     __atomic_store_n(&l->pending, true, __ATOMIC_RELEASE);
   }
+  pthread_mutex_unlock(&l->lock);
+}
+
+void lg_latency_taken(lg_latency *l) {
+  if (!__atomic_load_n(&l->pending, __ATOMIC_ACQUIRE))
+    return;
+  uint64_t t = now_ns();
+  pthread_mutex_lock(&l->lock);
+  if (l->pending && l->t_taken_ns == 0)
+    l->t_taken_ns = t;
   pthread_mutex_unlock(&l->lock);
 }
 
@@ -70,8 +83,10 @@ static void *sampler(void *arg) {
     pthread_mutex_lock(&l->lock);
     bool done = freed(l);
     uint64_t t = now_ns();
-    if (done && l->n < MAX_SAMPLES)
+    if (done && l->n < MAX_SAMPLES) {
+      l->to_send_ns[l->n] = (l->t_taken_ns ? l->t_taken_ns : t) - l->t0_ns;
       l->samples_ns[l->n++] = t - l->t0_ns;
+    }
     if (!done && t - l->t0_ns > GIVE_UP_NS)
       l->unfinished++, done = true;
     if (done)
@@ -87,7 +102,10 @@ int lg_latency_start(lg_latency **out, const lg_smb *smb) {
   if (!l)
     return TR_ERR_NOMEM;
   l->samples_ns = malloc(MAX_SAMPLES * sizeof *l->samples_ns);
-  if (!l->samples_ns) {
+  l->to_send_ns = malloc(MAX_SAMPLES * sizeof *l->to_send_ns);
+  if (!l->samples_ns || !l->to_send_ns) {
+    free(l->samples_ns);
+    free(l->to_send_ns);
     free(l);
     return TR_ERR_NOMEM;
   }
@@ -96,6 +114,7 @@ int lg_latency_start(lg_latency **out, const lg_smb *smb) {
   if (pthread_create(&l->thread, NULL, sampler, l) != 0) {
     pthread_mutex_destroy(&l->lock);
     free(l->samples_ns);
+    free(l->to_send_ns);
     free(l);
     return TR_ERR_NOMEM;
   }
@@ -108,25 +127,41 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* Sorts v[0..n) (n > 0) and gives its median and 99th percentile in microseconds. */
+static void percentiles(uint64_t *v, size_t n, double *p50_us, double *p99_us) {
+  qsort(v, n, sizeof *v, cmp_u64);
+  *p50_us = (double)v[n / 2] / 1e3;
+  *p99_us = (double)v[(n * 99) / 100] / 1e3;
+}
+
 void lg_latency_stop(lg_latency *l, struct lg_latency_result *r) {
   __atomic_store_n(&l->stop, true, __ATOMIC_RELEASE);
   pthread_join(l->thread, NULL);
   *r = (struct lg_latency_result){.samples = l->n, .unfinished = l->unfinished + l->pending};
   if (l->n) {
-    qsort(l->samples_ns, l->n, sizeof *l->samples_ns, cmp_u64);
-    r->p50_us = (double)l->samples_ns[l->n / 2] / 1e3;
-    r->p99_us = (double)l->samples_ns[(l->n * 99) / 100] / 1e3;
+    /* after send = whole - to send; samples_ns is reused for it once its own figures are out */
+    uint64_t *after = malloc(l->n * sizeof *after);
+    for (size_t i = 0; after && i < l->n; i++)
+      after[i] = l->samples_ns[i] - l->to_send_ns[i];
+    percentiles(l->samples_ns, l->n, &r->p50_us, &r->p99_us);
     r->max_us = (double)l->samples_ns[l->n - 1] / 1e3;
+    percentiles(l->to_send_ns, l->n, &r->to_send_p50_us, &r->to_send_p99_us);
+    if (after)
+      percentiles(after, l->n, &r->after_send_p50_us, &r->after_send_p99_us);
+    free(after);
   }
   pthread_mutex_destroy(&l->lock);
   free(l->samples_ns);
+  free(l->to_send_ns);
   free(l);
 }
 
 void lg_latency_write_json(const struct lg_latency_result *r, FILE *f) {
   fprintf(f,
           "\"commit_to_free_us\":{\"samples\":%llu,\"unfinished\":%llu,\"p50\":%.1f,"
-          "\"p99\":%.1f,\"max\":%.1f}",
+          "\"p99\":%.1f,\"max\":%.1f,\"to_send_p50\":%.1f,\"to_send_p99\":%.1f,"
+          "\"after_send_p50\":%.1f,\"after_send_p99\":%.1f}",
           (unsigned long long)r->samples, (unsigned long long)r->unfinished, r->p50_us,
-          r->p99_us, r->max_us);
+          r->p99_us, r->max_us, r->to_send_p50_us, r->to_send_p99_us, r->after_send_p50_us,
+          r->after_send_p99_us);
 }

@@ -366,6 +366,8 @@ int lg_session_send_commits(lg_session *s, uint64_t flush_request_id) {
   size_t n = s->num_items;
   s->items = NULL;
   s->num_items = s->cap_items = 0;
+  if (n && s->latency)
+    lg_latency_taken(s->latency);
   pthread_mutex_unlock(&s->lock);
 
   int rc = 0;

@@ -44,9 +44,12 @@ void lg_stats_print(const lg_stats *st, FILE *out) {
   fputc('\n', out);
   if (st->latency)
     fprintf(out, "commit to free: %llu samples, p50 %.1f us, p99 %.1f us, max %.1f us, %llu "
-                 "unfinished\n",
+                 "unfinished; until the IPC thread took it p50 %.1f us, p99 %.1f us; from "
+                 "there to free p50 %.1f us, p99 %.1f us\n",
             (unsigned long long)st->latency->samples, st->latency->p50_us, st->latency->p99_us,
-            st->latency->max_us, (unsigned long long)st->latency->unfinished);
+            st->latency->max_us, (unsigned long long)st->latency->unfinished,
+            st->latency->to_send_p50_us, st->latency->to_send_p99_us,
+            st->latency->after_send_p50_us, st->latency->after_send_p99_us);
 }
 
 int lg_stats_write_json(const lg_stats *st, const char *path) {
