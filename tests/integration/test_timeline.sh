@@ -233,6 +233,11 @@ for enc in ${TR_TIMELINE_ENCODINGS:-machines global-clocks}; do
   "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json >"$WORK/status.json" 2>/dev/null || true
   BOUND_US=${BOUND_GLOBAL_US:-1000}
   args=(--allow-inversions --check-own-bound)
+  # A saturated link loses data (counted). On a starved machine the service may send no
+  # ClearIncrementalState for seconds, so a host's loadgen can write no new incremental state
+  # after its losses and trace_processor skips all its packets: the checker says so for such a
+  # host instead of failing, as long as another host has events to check.
+  case "$SCENARIO" in saturated | starved) args+=(--allow-lost-hosts) ;; esac
   if [ "$enc" = machines ]; then BOUND_US=${BOUND_MACHINES_US:-1000}; fi
   args+=("$WORK/trace.pftrace")
   for h in "${HOSTS[@]}"; do args+=("$h=${FAKE[$h]}"); done
