@@ -109,7 +109,8 @@ static void producers_off(struct agent_group *g) {
 
 static int member_paths(struct agent_group *g, struct member *m, unsigned index) {
   const char *pki = g->cfg.pki_dir;
-  snprintf(m->name, sizeof m->name, "a%04u", index);
+  if ((size_t)snprintf(m->name, sizeof m->name, "%s%04u", g->cfg.prefix, index) >= sizeof m->name)
+    return TR_ERR_TOO_BIG;
   snprintf(m->producer_name, sizeof m->producer_name, "lg-%s", m->name);
   size_t n = sizeof m->socket_path;
   if ((size_t)snprintf(m->socket_path, n, "%s/%s.sock", g->cfg.socket_dir, m->name) >= n ||

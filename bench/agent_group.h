@@ -3,9 +3,9 @@
  * own certificate and producer socket, and, on demand, one emulated producer beside each
  * (emu_producer.h) on the same loop.
  *
- * Agent i is named a%04d (as bench/bench_agents names them), its certificate and key are
- * PKI/agent-<name>.crt and .key beside PKI/ca.crt (certs/make-certs.sh), its producer socket
- * SOCKETS/<name>.sock. Commands come from any thread (agent_group_command) and run on the
+ * Agent i is named a%04d (as bench/bench_agents names them; with a prefix P, P%04d), its
+ * certificate and key are PKI/agent-<name>.crt and .key beside PKI/ca.crt (certs/make-certs.sh),
+ * its producer socket SOCKETS/<name>.sock. Commands come from any thread (agent_group_command) and run on the
  * group's loop; the figures every group shares are atomics in struct many_counts. */
 #ifndef AGENT_GROUP_H
 #define AGENT_GROUP_H
@@ -27,6 +27,7 @@ struct agent_group_config {
   const char *service;      /* HOST:PORT */
   const char *service_name; /* the name on the service's certificate */
   const char *pki_dir, *socket_dir;
+  const char *prefix;       /* of the agents' names: "a" gives a0000, a0001... */
   unsigned first, count;    /* agents a<first> .. a<first + count - 1> */
   double rate;              /* the producers' events per second; 0: no data */
   struct many_counts *counts;

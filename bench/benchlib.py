@@ -1,12 +1,15 @@
-"""benchlib.py: what the Python benches (bench_relay, bench_flood, bench_agents) share: CPU
-time and RSS of a process from /proc, the whole machine's busy CPU time, a free loopback port, waiting for a daemon's socket and
-stopping a process."""
+"""benchlib.py: what the Python benches (bench_relay, bench_flood, bench_agents, bench_tiers)
+share: CPU time and RSS of a process from /proc, the whole machine's busy CPU time, a free
+loopback port, waiting for a daemon's socket or a log line, stopping a process, the hosts of
+`tracerelay status`, and a service's /metrics histograms."""
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -77,3 +80,70 @@ def stop(proc, timeout=10):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def status_hosts(bin_dir, consumer):
+    """The hosts of `tracerelay status --json` at the consumer socket; [] if it does not answer."""
+    r = subprocess.run([f"{bin_dir}/tracerelay", "status", "--socket", consumer, "--json"],
+                       capture_output=True, text=True)
+    return json.loads(r.stdout).get("hosts", []) if r.returncode == 0 else []
+
+
+def connected(bin_dir, consumer):
+    """How many hosts the service shows connected."""
+    return sum(1 for h in status_hosts(bin_dir, consumer) if h.get("connected"))
+
+
+def all_started(bin_dir, consumer, n):
+    """Every one of the n hosts has a session whose data source instances all started."""
+    done = sum(1 for h in status_hosts(bin_dir, consumer)
+               if any(s["instances"] and s["instances_started"] == s["instances"]
+                      for s in h.get("sessions", [])))
+    return done == n
+
+
+def scrape_histogram(port, name):
+    """(upper bound, cumulative count) pairs of a histogram on a /metrics page."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "_bucket{le=\""):
+            le = line.split('"')[1]
+            out.append((float("inf") if le == "+Inf" else float(le), float(line.split()[-1])))
+    return out
+
+
+def scrape_value(port, name):
+    """The value of an unlabelled sample on a /metrics page, or None if it is not there."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+    return None
+
+
+def quantile(q, buckets):
+    """Prometheus' histogram_quantile: linear within the bucket that holds rank q * count."""
+    total = buckets[-1][1] if buckets else 0
+    if total == 0:
+        return None
+    rank, lower, below = q * total, 0.0, 0.0
+    for le, cum in buckets:
+        if cum >= rank:
+            if le == float("inf"):
+                return lower
+            return lower + (le - lower) * (rank - below) / max(cum - below, 1)
+        lower, below = le, cum
+    return lower
+
+
+def wait_for_line(path, text, limit):
+    """Waits up to limit seconds for a line containing text in the file at path."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        with open(path) as f:
+            if any(text in line for line in f):
+                return True
+        time.sleep(0.05)
+    return False

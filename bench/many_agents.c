@@ -23,6 +23,7 @@
 #define FDS_PER_AGENT 6u /* TLS socket, producer socket and its connection, the producer's end,
                           * the shared memory while it is handed over, and a spare */
 #define FDS_SPARE 256u
+#define PREFIX_MAX 8u /* with up to 5 digits, a name fits agent_group's 16 bytes */
 
 static const char kUsage[] =
     "Usage: many_agents --service HOST:PORT --pki DIR --sockets DIR --agents N [options]\n"
@@ -32,6 +33,8 @@ static const char kUsage[] =
     "  --pki DIR               ca.crt and agent-aNNNN.crt/.key (certs/make-certs.sh --agent)\n"
     "  --sockets DIR           where agent aNNNN listens for producers: DIR/aNNNN.sock\n"
     "  --agents N              agents a0000 .. a<N-1>\n"
+    "  --prefix P              name the agents P0000 .. P<N-1> instead (1-8 characters of\n"
+    "                          [A-Za-z0-9._-]; e.g. one prefix per regional of a tier)\n"
     "  --loops T               loop threads the agents are spread over (default 1)\n"
     "  --rate R                events per second of each emulated producer (default 10; 0: no\n"
     "                          data, only the control calls and flush acks)\n"
@@ -55,15 +58,25 @@ static int parse_unsigned(const char *flag, const char *s, unsigned max, unsigne
   return 0;
 }
 
+/* A name prefix that keeps every agent's name a machine name (certs/make-certs.sh --agent). */
+static int check_prefix(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > PREFIX_MAX || strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                           "0123456789._-") != n)
+    return -1;
+  return 0;
+}
+
 static int parse_options(int argc, char **argv, struct options *o) {
-  enum { SERVICE = 256, SERVICE_NAME, PKI, SOCKETS, AGENTS, LOOPS, RATE, LOG_LEVEL, HELP };
+  enum { SERVICE = 256, SERVICE_NAME, PKI, SOCKETS, AGENTS, PREFIX, LOOPS, RATE, LOG_LEVEL, HELP };
   static const struct option longopts[] = {
       {"service", required_argument, NULL, SERVICE}, {"service-name", required_argument, NULL, SERVICE_NAME},
       {"pki", required_argument, NULL, PKI},         {"sockets", required_argument, NULL, SOCKETS},
-      {"agents", required_argument, NULL, AGENTS},   {"loops", required_argument, NULL, LOOPS},
+      {"agents", required_argument, NULL, AGENTS},   {"prefix", required_argument, NULL, PREFIX},
+      {"loops", required_argument, NULL, LOOPS},
       {"rate", required_argument, NULL, RATE},       {"log-level", required_argument, NULL, LOG_LEVEL},
       {"help", no_argument, NULL, HELP},             {NULL, 0, NULL, 0}};
-  *o = (struct options){.loops = 1, .group.rate = 10};
+  *o = (struct options){.loops = 1, .group.rate = 10, .group.prefix = "a"};
   enum tr_log_level level = TR_LOG_WARN;
   int opt, rc = 0;
   char *end;
@@ -74,6 +87,12 @@ static int parse_options(int argc, char **argv, struct options *o) {
     case PKI: o->group.pki_dir = optarg; break;
     case SOCKETS: o->group.socket_dir = optarg; break;
     case AGENTS: rc = parse_unsigned("--agents", optarg, MAX_AGENTS, &o->agents); break;
+    case PREFIX:
+      o->group.prefix = optarg;
+      if ((rc = check_prefix(optarg)) < 0)
+        fprintf(stderr, "many_agents: --prefix %s: expected 1 .. %u characters of "
+                "[A-Za-z0-9._-]\n", optarg, PREFIX_MAX);
+      break;
     case LOOPS: rc = parse_unsigned("--loops", optarg, MAX_LOOPS, &o->loops); break;
     case RATE:
       o->group.rate = strtod(optarg, &end);
