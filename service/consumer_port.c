@@ -12,6 +12,7 @@
 #include "relay/base/varint.h"
 #include "relay/producer/ipc_frame.h"
 #include "service/hosts.h"
+#include "service/state_reply.h"
 #include "service/status.h"
 #include "service/trace_output.h"
 
@@ -21,9 +22,6 @@
 #define READ_DATA_BUDGET (32u * 1024u)
 #define READ_REPLY_CAP (64u * 1024u) /* + one slice of READ_DATA_BUDGET: < 128 KiB */
 #define READ_HIGH_WATER (512u * 1024u)
-/* Where traced cuts its QueryServiceState replies (kIPCBufferSize - 128): a state that fits one
- * traced reply fits one of ours, which matters to the Perfetto UI (see query_service_state). */
-#define STATE_REPLY_CAP (TR_IPC_MAX_FRAME - 128u)
 
 typedef struct flush_ctx flush_ctx;
 
@@ -519,62 +517,11 @@ static void observe_events(tr_ipc_conn *conn, uint64_t req, const uint8_t *args,
   perfetto__protos__observe_events_request__free_unpacked(r, NULL);
 }
 
-/* ---- QueryServiceState: one small TracingServiceState per element, replies cut at
- * STATE_REPLY_CAP; the consumer concatenates them back into one message. Each reply holds
- * exactly ONE service_state field wrapping the concatenated elements (itself a valid
- * TracingServiceState, as traced builds its chunks): Perfetto's client decodes every reply
- * with a cppgen parser for which a repeated singular service_state replaces the previous one
- * (clearing its repeated fields), so a second service_state in one reply would hide the
- * producers and data sources of the first. The Perfetto UI concatenates the replies and
- * decodes them once with protobufjs (7.6.5 in v58.2), for which too the last service_state
- * replaces the others: it sees everything only when there is one reply. ---- */
-
-#define STATE_HDR 6u /* room for 0x0A + the varint of a length below 2^32 */
-
-typedef struct state_out {
-  tr_consumer *c;
-  uint64_t req;
-  uint8_t *buf; /* STATE_HDR bytes reserved for the field header, then the elements */
-  size_t used;  /* bytes of elements after the reserved header */
-  bool failed;
-} state_out;
-
-static void state_flush(state_out *o, bool has_more) {
-  uint8_t hdr[STATE_HDR];
-  size_t hl = 0;
-  if (o->failed)
-    return;
-  hdr[hl++] = 0x0A;
-  hl += tr_varint_put(hdr + hl, o->used);
-  memcpy(o->buf + STATE_HDR - hl, hdr, hl);
-  if (tr_ipc_conn_reply(o->c->conn, o->req, true, has_more, o->buf + STATE_HDR - hl,
-                        hl + o->used, -1) != 0)
-    o->failed = true;
-  o->used = 0;
-}
-
-/* Appends one element (a TracingServiceState's serialised fields) to the current reply. */
-static void state_add(state_out *o, const Perfetto__Protos__TracingServiceState *st) {
-  size_t n = perfetto__protos__tracing_service_state__get_packed_size(st);
-  if (o->failed || n + STATE_HDR + 16 > STATE_REPLY_CAP)
-    return;
-  if (o->used + n + STATE_HDR + 16 > STATE_REPLY_CAP)
-    state_flush(o, true);
-  o->used += perfetto__protos__tracing_service_state__pack(st, o->buf + STATE_HDR + o->used);
-}
-
-/* Appends already encoded TracingServiceState fields (our field-1000 host status). */
-static void state_add_raw(state_out *o, const uint8_t *bytes, size_t n) {
-  if (o->failed || n + STATE_HDR + 16 > STATE_REPLY_CAP)
-    return;
-  if (o->used + n + STATE_HDR + 16 > STATE_REPLY_CAP)
-    state_flush(o, true);
-  memcpy(o->buf + STATE_HDR + o->used, bytes, n);
-  o->used += n;
-}
+/* ---- QueryServiceState: one small TracingServiceState per element, cut into replies as
+ * state_reply.h says (the Perfetto client and UI see every element only that way). ---- */
 
 /* The service as a whole: its version and how many sessions it has, started or not. */
-static void state_add_service(state_out *o, const tr_service *svc) {
+static void state_add_service(tr_state_reply *o, const tr_service *svc) {
   Perfetto__Protos__TracingServiceState st;
   perfetto__protos__tracing_service_state__init(&st);
   st.tracing_service_version = svc->system_info->tracing_service_version;
@@ -585,11 +532,11 @@ static void state_add_service(state_out *o, const tr_service *svc) {
   st.supports_tracing_sessions = 1;
   for (const tr_session *s = svc->sessions; s; s = tr_session_next(s))
     st.num_sessions_started += tr_session_get_state(s) == TR_SESSION_STARTED;
-  state_add(o, &st);
+  tr_state_reply_add(o, &st.base);
 }
 
 /* One producer of host, under the id `id` of this reply, then each of its data sources. */
-static void state_add_producer(state_out *o, const tr_host *host, const tr_remote_producer *rp,
+static void state_add_producer(tr_state_reply *o, const tr_host *host, const tr_remote_producer *rp,
                                int32_t id) {
   Perfetto__Protos__TracingServiceState one;
   Perfetto__Protos__TracingServiceState__Producer pr =
@@ -609,7 +556,7 @@ static void state_add_producer(state_out *o, const tr_host *host, const tr_remot
   pr.machine_name = (char *)host->name;
   one.n_producers = 1;
   one.producers = &prp;
-  state_add(o, &one);
+  tr_state_reply_add(o, &one.base);
   for (size_t d = 0; d < rp->num_data_sources; d++) {
     Perfetto__Protos__TracingServiceState__DataSource ds =
         PERFETTO__PROTOS__TRACING_SERVICE_STATE__DATA_SOURCE__INIT;
@@ -620,13 +567,13 @@ static void state_add_producer(state_out *o, const tr_host *host, const tr_remot
     ds.producer_id = id;
     one.n_data_sources = 1;
     one.data_sources = &dsp;
-    state_add(o, &one);
+    tr_state_reply_add(o, &one.base);
   }
 }
 
 /* Every reachable producer of every host, numbered across hosts in this reply (agent ids
  * repeat across hosts). */
-static void state_add_producers(state_out *o, const tr_service *svc) {
+static void state_add_producers(tr_state_reply *o, const tr_service *svc) {
   int32_t id = 0;
   for (const tr_host *host = tr_hosts_first(svc->hosts); host; host = host->next)
     for (size_t p = 0; p < host->num_producers; p++)
@@ -636,21 +583,21 @@ static void state_add_producers(state_out *o, const tr_service *svc) {
 
 /* tracerelay status: the service's machine and one HostStatus per host (service/status.h),
  * skipped by perfetto; a host's sessions as `viewer` may see them. */
-static void state_add_status(state_out *o, tr_service *svc, uid_t viewer) {
+static void state_add_status(tr_state_reply *o, tr_service *svc, uid_t viewer) {
   uint8_t *bytes = NULL;
   size_t n;
   if (tr_status_service(svc, &bytes, &n) == 0)
-    state_add_raw(o, bytes, n);
+    tr_state_reply_add_raw(o, bytes, n);
   free(bytes);
   for (tr_host *host = tr_hosts_first(svc->hosts); host; host = host->next) {
     if (tr_status_host(svc, host, viewer, &bytes, &n) == 0)
-      state_add_raw(o, bytes, n);
+      tr_state_reply_add_raw(o, bytes, n);
     free(bytes);
   }
 }
 
 /* One tracing session, as traced describes it. */
-static void state_add_session(state_out *o, const tr_session *s) {
+static void state_add_session(tr_state_reply *o, const tr_session *s) {
   static char *const states[] = {"CONFIGURED", "STARTED", "DISABLING_WAITING_STOP_ACKS",
                                  "DISABLED"};
   const Perfetto__Protos__TraceConfig *cfg = tr_session_config(s);
@@ -678,7 +625,7 @@ static void state_add_session(state_out *o, const tr_session *s) {
   ts.is_started = tr_session_get_state(s) == TR_SESSION_STARTED;
   one.n_tracing_sessions = 1;
   one.tracing_sessions = &tsp;
-  state_add(o, &one);
+  tr_state_reply_add(o, &one.base);
 }
 
 /* The service, then (unless sessions_only) its producers and the status, then the sessions
@@ -689,12 +636,11 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
   tr_service *svc = c->port->svc;
   Perfetto__Protos__QueryServiceStateRequest *r =
       perfetto__protos__query_service_state_request__unpack(NULL, len, args);
-  state_out o = {c, req, malloc(STATE_REPLY_CAP), 0, false};
+  tr_state_reply o;
   (void)drop;
-  if (!r || !o.buf) {
+  if (!r || tr_state_reply_begin(&o, conn, req) != 0) {
     if (r)
       perfetto__protos__query_service_state_request__free_unpacked(r, NULL);
-    free(o.buf);
     reply_fail(c, req);
     return;
   }
@@ -708,8 +654,7 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
   for (const tr_session *s = svc->sessions; s; s = tr_session_next(s))
     if (tr_session_visible_to(s, c->peer.uid))
       state_add_session(&o, s);
-  state_flush(&o, false);
-  free(o.buf);
+  tr_state_reply_end(&o);
 }
 
 static void query_capabilities(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len,

@@ -1,9 +1,7 @@
 /* regional_status.c: a regional's consumer socket (regional_status.h).
  *
- * A QueryServiceState reply is cut as the service's are (consumer_port.c): each reply holds
- * one service_state field wrapping whole elements, each element a TracingServiceState's
- * serialised fields (here: the service element, then one extension element per agent); the
- * consumer joins the replies' service_state payloads into one message. */
+ * A QueryServiceState answer is cut into replies as the service's are (state_reply.h); its
+ * elements here: the service, the forwarding, then one extension element per agent. */
 #include "service/regional_status.h"
 
 #include <stdlib.h>
@@ -13,13 +11,10 @@
 #include "perfetto/ipc/consumer_port.pb-c.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
-#include "relay/base/varint.h"
-#include "relay/producer/ipc_frame.h"
+#include "service/state_reply.h"
 #include "tracerelay/tracerelay_status.pb-c.h"
 
 #define COMP "regional"
-#define REPLY_CAP (TR_IPC_MAX_FRAME - 128u)
-#define REPLY_HDR 6u /* room for 0x0A and the varint of the payload's length */
 
 struct tr_regional_status {
   tr_ipc_host ipc;
@@ -29,43 +24,8 @@ struct tr_regional_status {
   void *close_data;
 };
 
-/* One QueryServiceState answer being cut into replies. */
-typedef struct reply_out {
-  tr_ipc_conn *conn;
-  uint64_t req;
-  uint8_t buf[REPLY_CAP];
-  size_t used; /* payload bytes after the REPLY_HDR reserved */
-  bool failed;
-} reply_out;
-
-static void reply_flush(reply_out *o, bool has_more) {
-  uint8_t hdr[REPLY_HDR];
-  size_t hl = 0;
-  if (o->failed)
-    return;
-  hdr[hl++] = 0x0A;
-  hl += tr_varint_put(hdr + hl, o->used);
-  memcpy(o->buf + REPLY_HDR - hl, hdr, hl);
-  if (tr_ipc_conn_reply(o->conn, o->req, true, has_more, o->buf + REPLY_HDR - hl, hl + o->used,
-                        -1) != 0)
-    o->failed = true;
-  o->used = 0;
-}
-
-/* Appends one packed element, starting a new reply when it would not fit (an element that
- * fits in no reply, which a name of at most 255 bytes cannot make, is left out). */
-static void reply_add(reply_out *o, const ProtobufCMessage *m) {
-  size_t n = protobuf_c_message_get_packed_size(m);
-  if (o->failed || REPLY_HDR + n > REPLY_CAP)
-    return;
-  if (REPLY_HDR + o->used + n > REPLY_CAP)
-    reply_flush(o, true);
-  protobuf_c_message_pack(m, o->buf + REPLY_HDR + o->used);
-  o->used += n;
-}
-
 static void add_agent(void *data, const struct tr_regional_agent *a) {
-  reply_out *o = data;
+  tr_state_reply *o = data;
   Tracerelay__HostStats stats = TRACERELAY__HOST_STATS__INIT;
   stats.has_bytes_received = 1;
   stats.bytes_received = a->bytes_from_agent;
@@ -88,7 +48,7 @@ static void add_agent(void *data, const struct tr_regional_agent *a) {
   Tracerelay__TracingServiceStateExtension x = TRACERELAY__TRACING_SERVICE_STATE_EXTENSION__INIT;
   x.n_tracerelay_hosts = 1;
   x.tracerelay_hosts = &hp;
-  reply_add(o, &x.base);
+  tr_state_reply_add(o, &x.base);
 }
 
 static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *args,
@@ -97,16 +57,15 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
   (void)args;
   (void)len; /* QueryServiceStateRequest's filters are for producers: a regional has none */
   (void)drop;
-  reply_out *o = malloc(sizeof *o);
-  if (o == NULL) {
+  tr_state_reply reply, *o = &reply;
+  if (tr_state_reply_begin(o, conn, req) != 0) {
     tr_ipc_conn_reply(conn, req, false, false, NULL, 0, -1);
     return;
   }
-  *o = (reply_out){.conn = conn, .req = req};
   Perfetto__Protos__TracingServiceState st = PERFETTO__PROTOS__TRACING_SERVICE_STATE__INIT;
   st.tracing_service_version = (char *)s->service_version;
   st.has_num_sessions = st.has_num_sessions_started = st.has_supports_tracing_sessions = 1;
-  reply_add(o, &st.base); /* no sessions, and none possible here */
+  tr_state_reply_add(o, &st.base); /* no sessions, and none possible here */
   struct tr_regional_stats rs;
   tr_regional_stats(s->regional, &rs);
   Tracerelay__RegionalStatus r = TRACERELAY__REGIONAL_STATUS__INIT;
@@ -122,10 +81,9 @@ static void query_service_state(tr_ipc_conn *conn, uint64_t req, const uint8_t *
   Tracerelay__TracingServiceStateExtension x = TRACERELAY__TRACING_SERVICE_STATE_EXTENSION__INIT;
   x.tracerelay_service_machine = (char *)s->machine;
   x.tracerelay_regional = &r;
-  reply_add(o, &x.base);
+  tr_state_reply_add(o, &x.base);
   tr_regional_each_agent(s->regional, add_agent, o);
-  reply_flush(o, false);
-  free(o);
+  tr_state_reply_end(o);
 }
 
 static void enable_tracing(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len,
