@@ -224,6 +224,10 @@ void tr_metrics_write_loop(const tr_loop_lag *lag, const struct tr_tls_uv_server
   service_gauge(t, "tracerelay_service_loop_lag_max_seconds", "gauge",
                 "the longest busy iteration of the event loop since the service started",
                 (double)tr_loop_lag_max_ns(lag) / 1e9);
+  service_gauge(t, "tracerelay_service_loop_stalls_total", "counter",
+                "iterations of the event loop busy for a second or more (each logged, with the "
+                "share of it the loop's thread was on a CPU)",
+                (double)tr_loop_lag_stalls(lag).count);
   service_gauge(t, "tracerelay_service_tls_refused_total", "counter",
                 "agent connections dropped before their TLS handshake finished (logged with "
                 "the reason)",

@@ -126,6 +126,9 @@ lag_max = by("tracerelay_service_loop_lag_max_seconds", "instance")
 if (len(lag) != 1 or list(lag.values())[0] < 10 or len(lag_p99) != 1 or len(lag_max) != 1
         or not 0 < list(lag_max.values())[0] < 60):
     sys.exit(f"FAIL: loop lag histogram: count {lag}, p99 {lag_p99}, max {lag_max}")
+stalls = by("tracerelay_service_loop_stalls_total", "instance")
+if len(stalls) != 1 or list(stalls.values())[0] < 0:
+    sys.exit(f"FAIL: loop stalls counter missing: {stalls}")
 # Both agents' handshakes ran on worker threads, none on the loop's (issue 25), none refused.
 on_loop = by("tracerelay_service_tls_handshake_steps_on_loop_total", "instance")
 on_workers = by("tracerelay_service_tls_handshake_steps_on_workers_total", "instance")
