@@ -477,6 +477,24 @@ static void output_file_full(void *ud) {
   tr_session_disable(ud);
 }
 
+static void announce_end(tr_session *s) {
+  void (*on_end)(void *, const char *) = s->obs.on_end;
+  TR_INFO(COMP, "session %llu: stopped%s%s", (unsigned long long)s->id, s->end_error ? ": " : "",
+          s->end_error ? s->end_error : "");
+  s->obs.on_end = NULL;
+  if (on_end)
+    on_end(s->obs_ud, s->end_error);
+  free(s->end_error);
+  s->end_error = NULL;
+}
+
+/* The final pass is in the file: the consumer may read it now. */
+static void output_file_done(void *ud) {
+  tr_session *s = ud;
+  s->file_pending = false;
+  announce_end(s);
+}
+
 static int new_output(tr_session *s, int output_fd, char *err, size_t err_len) {
   tr_trace_output_params p = {
       .loop = s->svc->loop,
@@ -487,6 +505,7 @@ static int new_output(tr_session *s, int output_fd, char *err, size_t err_len) {
       .cfg = s->cfg,
       .trace_stats = output_trace_stats,
       .on_file_full = output_file_full,
+      .on_file_done = output_file_done,
       .ud = s,
   };
   return tr_trace_output_new(&p, output_fd, &s->output, err, err_len);
@@ -663,7 +682,6 @@ void tr_session_disable(tr_session *s) {
 }
 
 void tr_session_end(tr_session *s, const char *error) {
-  void (*on_end)(void *, const char *) = s->obs.on_end;
   if (s->state == TR_SESSION_STOPPED)
     return;
   s->state = TR_SESSION_STOPPED;
@@ -672,12 +690,12 @@ void tr_session_end(tr_session *s, const char *error) {
   uv_timer_stop(&s->clear_timer);
   uv_timer_stop(&s->stop_timer);
   tr_session_add_event(s, TR_TW_TRACING_DISABLED);
-  tr_trace_output_stop(s->output); /* the file's final pass */
-  TR_INFO(COMP, "session %llu: stopped%s%s", (unsigned long long)s->id, error ? ": " : "",
-          error ? error : "");
-  s->obs.on_end = NULL;
-  if (on_end)
-    on_end(s->obs_ud, error);
+  s->end_error = error ? strdup(error) : NULL; /* without memory: announced without it */
+  if (tr_trace_output_stop(s->output)) { /* the file's final pass: output_file_done follows */
+    s->file_pending = true;
+    return;
+  }
+  announce_end(s);
 }
 
 void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev) {
@@ -714,6 +732,10 @@ void tr_session_free(tr_session *s) {
   for (size_t i = 0; i < s->num_instances; i++)
     stop_instance(s, &s->instances[i]);
   tr_session_end(s, NULL);
+  if (s->file_pending) { /* no loop iteration follows: the rest of the file now */
+    tr_trace_output_finish_file(s->output);
+    output_file_done(s);
+  }
   tr_session_flush_free(s->flushes);
   s->flushes = NULL;
   tr_trace_output_free(s->output);

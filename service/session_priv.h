@@ -87,6 +87,10 @@ struct tr_session {
   void *obs_ud;
   char *detach_key;
   bool freeing;
+  /* Stopped, its file's final pass being written: the end is announced (log, observer) when
+   * it is in the file, with this error (owned, NULL for none). */
+  bool file_pending;
+  char *end_error;
 };
 
 /* The session host entry for a host (its newest, when its agent restarted); NULL if the host

@@ -1,7 +1,8 @@
 /* trace_output.c: a session's read side (see trace_output.h): turns the session into trace
  * packets, service packets in traced's order, every (buffer, host) central buffer with the
  * trusted fields appended, then the read-complete event and the session's TraceStats; keeps the
- * clock journal between passes and writes write_into_file sessions into their file.
+ * clock journal between passes and runs the passes of write_into_file sessions into their file
+ * (trace_file.c), a step per loop iteration.
  *
  * Trusted slice of a host's packet (reference 4.8): the producer's uid and pid as the agent saw
  * them (SO_PEERCRED), a sequence id unique in the session across hosts (tr_tbuf_seqids keyed by
@@ -12,8 +13,6 @@
  * the hosts' own clock snapshots (service/timeline_output.c). */
 #include "service/trace_output.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +21,9 @@
 
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
+#include "service/trace_file.h"
 
 #define COMP "output"
-#define FILE_CHUNK (64u * 1024u)
 #define SYNC_PERIOD_NS 5000000ll /* the estimator's exchange period */
 #define SYNC_MAX_PER_PASS 1024 /* exchanges asked of the estimator at a time */
 #define SYNC_HOST_MAX ((1ll << 62) - 1)
@@ -110,9 +109,8 @@ struct tr_trace_output {
   tr_packet_list clock_journal;   /* clock packets exported since the last pass (clock_timer) */
   uint64_t clock_journal_thinned; /* times it was thinned */
   tr_timeline_out *timeline;
-  int out_fd; /* write_into_file: -1 when not writing to a file */
-  uint64_t file_bytes;
-  bool file_full;
+  tr_trace_file *file; /* write_into_file, else NULL (and once its final pass is written) */
+  bool final_pass_begun;
   uv_timer_t write_timer, clock_timer;
   unsigned timers_open;
 };
@@ -741,108 +739,7 @@ int tr_trace_output_next(tr_trace_output *o, tr_output_packet *out) {
   }
 }
 
-/* ---- write_into_file ---- */
-
-static int write_all(int fd, const uint8_t *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return TR_ERR_SYS(errno);
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
-/* One pass (final once stopped) into the file as `0x0A varint(len) packet` records. Returns
- * 0, TR_ERR_FULL once max_file_size_bytes is reached (the session should stop), or
- * TR_ERR_SYS(errno) if writing failed (logged). */
-static int write_file(tr_trace_output *o) {
-  uint64_t max = o->p.cfg->max_file_size_bytes;
-  uint8_t *buf;
-  size_t used = 0;
-  tr_output_packet pkt;
-  int rc;
-
-  if (o->out_fd < 0 || o->file_full)
-    return o->file_full ? TR_ERR_FULL : 0;
-  buf = malloc(FILE_CHUNK);
-  if (!buf)
-    return TR_ERR_NOMEM;
-  if ((rc = tr_trace_output_begin(o)) != 0)
-    goto out;
-  while ((rc = tr_trace_output_next(o, &pkt)) == 1) {
-    uint8_t head[TR_TRACE_WRITER_RECORD_HEADER_MAX];
-    size_t hl = tr_trace_writer_record_header(pkt.len + pkt.trusted_len, head);
-    size_t rec = hl + pkt.len + pkt.trusted_len;
-    if (max && o->file_bytes + rec > max) {
-      TR_WARN(COMP, "session %llu: max_file_size_bytes %llu reached, stopping the session",
-              (unsigned long long)o->p.session_id, (unsigned long long)max);
-      o->file_full = true;
-      rc = TR_ERR_FULL;
-      break;
-    }
-    if (used + rec > FILE_CHUNK) {
-      if ((rc = write_all(o->out_fd, buf, used)) != 0)
-        break;
-      used = 0;
-    }
-    if (rec > FILE_CHUNK) {
-      if ((rc = write_all(o->out_fd, head, hl)) != 0 ||
-          (rc = write_all(o->out_fd, pkt.data, pkt.len)) != 0 ||
-          (rc = write_all(o->out_fd, pkt.trusted, pkt.trusted_len)) != 0)
-        break;
-    } else {
-      memcpy(buf + used, head, hl);
-      memcpy(buf + used + hl, pkt.data, pkt.len);
-      memcpy(buf + used + hl + pkt.len, pkt.trusted, pkt.trusted_len);
-      used += rec;
-    }
-    o->file_bytes += rec;
-  }
-  if (rc >= 0 || rc == TR_ERR_FULL) {
-    int wrc = write_all(o->out_fd, buf, used);
-    if (wrc != 0)
-      rc = wrc;
-  }
-  if (rc < 0 && rc != TR_ERR_FULL)
-    TR_ERROR(COMP, "session %llu: writing the trace file failed: %s",
-             (unsigned long long)o->p.session_id, tr_strerror(rc));
-  tr_trace_output_reset(o);
-out:
-  free(buf);
-  return rc < 0 ? rc : 0;
-}
-
 /* ---- lifecycle ---- */
-
-static int open_file(const Perfetto__Protos__TraceConfig *cfg, int output_fd, int *out,
-                     char *err, size_t err_len) {
-  *out = -1;
-  if (!cfg->write_into_file)
-    return 0;
-  if (cfg->output_path && cfg->output_path[0]) {
-    /* As traced: the service creates (or truncates) the file, readable by its owner only. */
-    int fd = open(cfg->output_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      int e = errno;
-      snprintf(err, err_len, "cannot open output_path %s: %s", cfg->output_path, strerror(e));
-      return TR_ERR_SYS(e);
-    }
-    *out = fd;
-    return 0;
-  }
-  if (output_fd < 0) {
-    snprintf(err, err_len, "write_into_file needs an output file: pass an fd with EnableTracing "
-                           "or set output_path");
-    return TR_ERR_CONFIG;
-  }
-  *out = output_fd;
-  return 0;
-}
 
 static void random_uuid(tr_trace_output *o) {
   uint64_t r[2] = {0, 0};
@@ -867,9 +764,8 @@ static void init_timer(tr_trace_output *o, uv_timer_t *t) {
 }
 
 static void close_file(tr_trace_output *o) {
-  if (o->out_fd >= 0)
-    close(o->out_fd);
-  o->out_fd = -1;
+  tr_trace_file_close(o->file);
+  o->file = NULL;
 }
 
 int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace_output **out,
@@ -882,11 +778,10 @@ int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace
     goto fail_fd;
   o->p = *p;
   o->num_buffers = p->cfg->n_buffers;
-  if ((rc = open_file(p->cfg, output_fd, &o->out_fd, err, err_len)) != 0)
-    goto fail; /* output_fd was not taken: closed below */
-  if (o->out_fd != output_fd && output_fd >= 0)
-    close(output_fd); /* output_path wins over a passed fd */
-  output_fd = -1;
+  rc = tr_trace_file_open(p->loop, p->cfg, p->session_id, output_fd, &o->file, err, err_len);
+  output_fd = -1; /* taken */
+  if (rc != 0)
+    goto fail;
   if ((rc = tr_tbuf_seqids_new(TR_TRACE_OUTPUT_MAX_SEQUENCES, &o->seqids)) != 0)
     goto fail;
   random_uuid(o);
@@ -901,7 +796,7 @@ int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace
   *out = o;
   return 0;
 fail:
-  close_file(o);
+  tr_trace_file_close(o->file);
   tr_tbuf_seqids_free(o->seqids);
   free(o);
 fail_fd:
@@ -940,9 +835,41 @@ static void on_clock_journal(uv_timer_t *t) {
             "exports the clocks instead", (unsigned long long)o->p.session_id);
 }
 
+static void on_final_pass_done(void *ud, int rc) {
+  tr_trace_output *o = ud;
+  (void)rc; /* logged; the session ends either way */
+  close_file(o);
+  o->p.on_file_done(o->p.ud);
+}
+
+/* The file's last pass; false when it cannot begin (the file is full, or out of memory):
+ * the file is closed then, nothing to wait for. */
+static bool begin_final_pass(tr_trace_output *o) {
+  o->final_pass_begun = true;
+  if (tr_trace_file_pass(o->file, o, TR_TRACE_FILE_STEP_BYTES, on_final_pass_done, o) == 0)
+    return true;
+  close_file(o);
+  return false;
+}
+
+static void on_period_pass_done(void *ud, int rc) {
+  tr_trace_output *o = ud;
+  if (o->stopped) { /* stopped while this pass was written: the final one follows */
+    if (!begin_final_pass(o))
+      o->p.on_file_done(o->p.ud);
+  } else if (rc == TR_ERR_FULL) {
+    o->p.on_file_full(o->p.ud);
+  }
+}
+
+/* A period's pass, unless the last one is still being written (a slow disk, or buffers larger
+ * than a period's worth of steps): then this period is skipped. */
 static void on_write_period(uv_timer_t *t) {
   tr_trace_output *o = t->data;
-  if (write_file(o) == TR_ERR_FULL)
+  if (tr_trace_file_writing(o->file))
+    return;
+  if (tr_trace_file_pass(o->file, o, TR_TRACE_FILE_STEP_BYTES, on_period_pass_done, o) ==
+      TR_ERR_FULL)
     o->p.on_file_full(o->p.ud);
 }
 
@@ -953,18 +880,29 @@ void tr_trace_output_start_journal(tr_trace_output *o) {
 void tr_trace_output_start_writes(tr_trace_output *o) {
   uint64_t period = o->p.cfg->file_write_period_ms ? o->p.cfg->file_write_period_ms
                                                    : DEFAULT_WRITE_PERIOD_MS;
-  if (o->out_fd >= 0)
+  if (o->file)
     uv_timer_start(&o->write_timer, on_write_period, period, period);
 }
 
-void tr_trace_output_stop(tr_trace_output *o) {
+bool tr_trace_output_stop(tr_trace_output *o) {
   o->stopped = true;
   uv_timer_stop(&o->write_timer);
   uv_timer_stop(&o->clock_timer);
-  if (o->out_fd >= 0) {
-    write_file(o);
-    close_file(o);
-  }
+  if (!o->file)
+    return false;
+  if (tr_trace_file_writing(o->file))
+    return true; /* on_period_pass_done begins the final pass */
+  return begin_final_pass(o);
+}
+
+void tr_trace_output_finish_file(tr_trace_output *o) {
+  if (!o->file)
+    return;
+  tr_trace_file_complete_now(o->file);
+  if (!o->final_pass_begun &&
+      tr_trace_file_pass(o->file, o, TR_TRACE_FILE_STEP_BYTES, NULL, NULL) == 0)
+    tr_trace_file_complete_now(o->file);
+  close_file(o);
 }
 
 uint64_t tr_trace_output_invalid_packets(const tr_trace_output *o) {

@@ -12,11 +12,12 @@
  * The read side owns: the pass in progress, the service events and link marks not yet written,
  * the clock journal, each host entry's clock bookkeeping (remote_clock_sync written so far, its
  * clock anchor, its error bound track), the timeline state (service/timeline_output.h), the
- * session's sequence ids, uuid and start clocks, and write_into_file: the file, its byte count
- * and the timers of the clock journal and the periodic writes. It knows the session only through
- * tr_trace_output_params: the session tells it of its host entries (tr_trace_output_add_host),
- * its start and its stop; it asks the session for TraceStats through a callback. Everything
- * runs on the service's loop. */
+ * session's sequence ids, uuid and start clocks, the timers of the clock journal and the
+ * periodic writes, and write_into_file's file (service/trace_file.h: passes written in steps by
+ * a thread of the file's own). It knows the session only through tr_trace_output_params: the
+ * session tells it of its host entries (tr_trace_output_add_host), its start and its stop; it
+ * asks the session for TraceStats through a callback and tells it when the file is done.
+ * Everything runs on the service's loop, but the file's writes. */
 #ifndef TR_TRACE_OUTPUT_H
 #define TR_TRACE_OUTPUT_H
 
@@ -67,6 +68,9 @@ typedef struct tr_trace_output_params {
   int (*trace_stats)(void *ud, uint64_t ts, tr_trace_writer_buf *out);
   /* A periodic write reached max_file_size_bytes: the session should stop. */
   void (*on_file_full)(void *ud);
+  /* The file's final pass is written and the file closed (after tr_trace_output_stop
+   * returned true). */
+  void (*on_file_done)(void *ud);
   void *ud;
 } tr_trace_output_params;
 
@@ -90,9 +94,14 @@ void tr_trace_output_start_journal(tr_trace_output *o);
 /* Likewise the periodic writes into the file every file_write_period_ms (5 s if unset), when
  * there is one. A write that reaches max_file_size_bytes calls on_file_full. */
 void tr_trace_output_start_writes(tr_trace_output *o);
-/* The session stopped: timers stopped, one final pass into the file (if any), which is then
- * closed. Passes read afterwards are final. */
-void tr_trace_output_stop(tr_trace_output *o);
+/* The session stopped: timers stopped, and the file's final pass begun (after the pass under
+ * way, if any). Returns true when that pass runs on: on_file_done follows once it is written
+ * and the file closed; false when there is no file to wait for. Passes read afterwards are
+ * final. */
+bool tr_trace_output_stop(tr_trace_output *o);
+/* Writes the rest of the file now, blocking (the final pass if it had not begun), and closes
+ * it: for a session freed before its final pass was written. on_file_done does not run. */
+void tr_trace_output_finish_file(tr_trace_output *o);
 
 /* A service event (tracing started, flush...) at the current time, written at the next pass.
  * Periodic flushes get half the room between two passes, so the lifecycle events always fit. */

@@ -6,21 +6,28 @@
  * the clock journal's thinning keeps it bounded and keeps the anchor, that in
  * `global-clocks` a host's clock error bound track covers the mapping as far as it was
  * exported, past the estimator's frontier, and still covers what was exported after a probe
- * re-planned it, and that in `machines` no edge is written below data a pass already wrote. */
+ * re-planned it, and that in `machines` no edge is written below data a pass already wrote.
+ * A write_into_file pass (service/trace_file.h) is written a step per loop iteration, holds
+ * every packet once, in the pass's order, leaves the loop running while the file takes
+ * nothing (a pipe nobody reads), and stops at max_file_size_bytes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
 #include "relay/clock/clock.h"
 #include "relay/clock/clocksync.h"
 #include "relay/trace/trace_writer.h"
 #include "relay/base/tr_error.h"
+#include "service/trace_file.h"
 #include "service/trace_output.h"
 
 #define NUM_BUFFERS 2
@@ -61,7 +68,12 @@ static int fake_stats(void *ud, uint64_t ts, tr_trace_writer_buf *out) {
 
 static void fake_file_full(void *ud) {
   (void)ud;
-  fail_msg("no file is written in these tests");
+  fail_msg("the session's output writes no file in these tests");
+}
+
+static void fake_file_done(void *ud) {
+  (void)ud;
+  fail_msg("the session's output writes no file in these tests");
 }
 
 static void setup(struct fixture *f, enum tr_timeline timeline) {
@@ -83,6 +95,7 @@ static void setup(struct fixture *f, enum tr_timeline timeline) {
                               .cfg = &f->cfg,
                               .trace_stats = fake_stats,
                               .on_file_full = fake_file_full,
+                              .on_file_done = fake_file_done,
                               .ud = f};
   char err[128];
   assert_int_equal(tr_trace_output_new(&p, -1, &f->out, err, sizeof err), 0);
@@ -617,6 +630,201 @@ static void test_journal_thinning_keeps_anchor(void **state) {
   free(got);
 }
 
+/* One pass into a file, and what the loop did meanwhile. */
+struct file_run {
+  int done_rc;
+  bool done;
+  unsigned iterations; /* loop iterations while the pass ran */
+  unsigned ticks;      /* 1 ms timer ticks while the pass ran */
+  int drain_fd;        /* pipe: read once ticks reached drain_after */
+  unsigned drain_after;
+  uint8_t *drained;
+  size_t drained_len;
+  uv_check_t check; /* counts iterations */
+  uv_timer_t timer; /* ticks */
+};
+
+static void on_file_pass_done(void *ud, int rc) {
+  struct file_run *r = ud;
+  r->done = true;
+  r->done_rc = rc;
+}
+
+static void count_iteration(uv_check_t *c) {
+  struct file_run *r = c->data;
+  r->iterations += !r->done;
+}
+
+static void drain_pipe(struct file_run *r) {
+  static uint8_t bytes[1 << 16];
+  ssize_t n;
+  while ((n = read(r->drain_fd, bytes, sizeof bytes)) > 0) {
+    r->drained = realloc(r->drained, r->drained_len + (size_t)n);
+    assert_non_null(r->drained);
+    memcpy(r->drained + r->drained_len, bytes, (size_t)n);
+    r->drained_len += (size_t)n;
+  }
+}
+
+static void tick(uv_timer_t *t) {
+  struct file_run *r = t->data;
+  r->ticks += !r->done;
+  if (r->drain_fd >= 0 && r->ticks >= r->drain_after)
+    drain_pipe(r);
+}
+
+/* Runs a pass of f.out into file with budget until its done callback. */
+static void run_file_pass(struct fixture *f, tr_trace_file *file, size_t budget,
+                          struct file_run *r) {
+  uv_check_init(&f->loop, &r->check);
+  r->check.data = r;
+  uv_check_start(&r->check, count_iteration);
+  uv_timer_init(&f->loop, &r->timer);
+  r->timer.data = r;
+  uv_timer_start(&r->timer, tick, 1, 1);
+  assert_int_equal(tr_trace_file_pass(file, f->out, budget, on_file_pass_done, r), 0);
+  assert_false(r->done); /* never from the call itself */
+  while (!r->done)
+    uv_run(&f->loop, UV_RUN_ONCE);
+  uv_close((uv_handle_t *)&r->check, NULL);
+  uv_close((uv_handle_t *)&r->timer, NULL);
+}
+
+/* The host packets' markers in a trace file's bytes, in order; returns how many, and in
+ * *last the first byte of the last record. */
+static size_t record_markers(const uint8_t *bytes, size_t len, uint8_t *markers, size_t cap,
+                             uint8_t *last) {
+  size_t n = 0, at = 0;
+  while (at < len) {
+    uint64_t rec = 0;
+    unsigned shift = 0;
+    assert_int_equal(bytes[at++], 0x0A); /* TracePacket, field 1 */
+    do
+      rec |= (uint64_t)(bytes[at] & 0x7f) << shift, shift += 7;
+    while (bytes[at++] & 0x80);
+    assert_true(at + rec <= len);
+    if (rec >= 2 && bytes[at] == 0x40) {
+      assert_true(n < cap);
+      markers[n++] = bytes[at + 1];
+    }
+    *last = bytes[at];
+    at += rec;
+  }
+  return n;
+}
+
+static size_t file_markers(FILE *file, uint8_t *markers, size_t cap, uint8_t *last) {
+  static uint8_t bytes[1 << 20];
+  rewind(file);
+  size_t len = fread(bytes, 1, sizeof bytes, file);
+  return record_markers(bytes, len, markers, cap, last);
+}
+
+static tr_trace_file *open_file(struct fixture *f, int fd, uint64_t max_bytes) {
+  Perfetto__Protos__TraceConfig cfg = f->cfg;
+  tr_trace_file *file;
+  char err[128];
+  cfg.write_into_file = 1;
+  cfg.max_file_size_bytes = max_bytes;
+  assert_int_equal(tr_trace_file_open(&f->loop, &cfg, 1, fd, &file, err, sizeof err), 0);
+  assert_non_null(file);
+  return file;
+}
+
+/* Puts n packets of 300 bytes with markers 1..n (timestamp = marker, then a filler
+ * field), spread over both hosts' first buffer. */
+static void put_packets(struct fixture *f, unsigned n) {
+  /* A fragment of 300: field 8 = marker, field 61 (nothing trusted) with 294 bytes. */
+  uint8_t payload[2 + 300] = {0xAC, 0x02, 0x40, 0, 0xEA, 0x03, 0xA6, 0x02};
+  for (unsigned i = 1; i <= n; i++) {
+    payload[3] = (uint8_t)i;
+    tr_tbuf_chunk c = {.producer_id = 1,
+                       .writer_id = 1,
+                       .chunk_id = i,
+                       .fragments = 1,
+                       .uid = 1000,
+                       .pid = 42,
+                       .payload = payload,
+                       .payload_len = sizeof payload};
+    assert_int_equal(tr_tbuf_write_chunk(f->tbufs[(i - 1) * 2 / n][0], &c), 0);
+  }
+}
+
+static void test_file_pass_in_steps(void **state) {
+  struct fixture f;
+  struct file_run r = {.drain_fd = -1};
+  uint8_t markers[64], last = 0;
+  (void)state;
+  setup(&f, TR_TIMELINE_MACHINES);
+  put_packets(&f, 30);
+  FILE *tmp = tmpfile();
+  assert_non_null(tmp);
+  tr_trace_file *file = open_file(&f, dup(fileno(tmp)), 0);
+  run_file_pass(&f, file, 1, &r); /* a budget of one byte: a step per packet */
+  assert_int_equal(r.done_rc, 0);
+  assert_false(tr_trace_file_writing(file));
+  assert_true(r.iterations >= 30);
+  tr_trace_file_close(file);
+  assert_int_equal(uv_run(&f.loop, UV_RUN_DEFAULT), 0); /* the writer wrote and closed */
+  assert_int_equal(file_markers(tmp, markers, 64, &last), 30);
+  for (uint8_t i = 0; i < 30; i++)
+    assert_int_equal(markers[i], i + 1);
+  assert_int_equal(last, STATS_MARK); /* the tail closes the pass */
+  fclose(tmp);
+  teardown(&f);
+}
+
+/* A file that takes nothing (a pipe nobody reads, as a disk the kernel throttles): the loop
+ * goes on (its timer ticks) while the pass waits, and the pass ends once the file takes it. */
+static void test_file_blocked_write_keeps_loop_running(void **state) {
+  struct fixture f;
+  uint8_t markers[128], last = 0;
+  int fds[2];
+  (void)state;
+  setup(&f, TR_TIMELINE_MACHINES);
+  put_packets(&f, 100);
+  assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+  assert_true(fcntl(fds[1], F_SETPIPE_SZ, 4096) >= 4096);
+  assert_int_equal(fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+  struct file_run r = {.drain_fd = fds[0], .drain_after = 50};
+  tr_trace_file *file = open_file(&f, fds[1], 0);
+  run_file_pass(&f, file, 1024, &r);
+  assert_int_equal(r.done_rc, 0);
+  assert_true(r.ticks >= 50); /* the loop ran while the writes waited */
+  assert_true(r.drained_len > 100 * 300);
+  tr_trace_file_close(file);
+  assert_int_equal(uv_run(&f.loop, UV_RUN_DEFAULT), 0);
+  drain_pipe(&r);
+  assert_int_equal(record_markers(r.drained, r.drained_len, markers, 128, &last), 100);
+  for (unsigned i = 0; i < 100; i++)
+    assert_int_equal(markers[i], i + 1);
+  assert_int_equal(last, STATS_MARK);
+  free(r.drained);
+  close(fds[0]);
+  teardown(&f);
+}
+
+static void test_file_full_ends_the_pass(void **state) {
+  struct fixture f;
+  struct file_run r = {.drain_fd = -1};
+  uint8_t markers[64], last = 0;
+  (void)state;
+  setup(&f, TR_TIMELINE_MACHINES);
+  put_packets(&f, 10);
+  FILE *tmp = tmpfile();
+  assert_non_null(tmp);
+  tr_trace_file *file = open_file(&f, dup(fileno(tmp)), 1); /* not even the head fits */
+  run_file_pass(&f, file, SIZE_MAX, &r);
+  assert_int_equal(r.done_rc, TR_ERR_FULL);
+  assert_int_equal(tr_trace_file_pass(file, f.out, SIZE_MAX, on_file_pass_done, &r),
+                   TR_ERR_FULL);
+  tr_trace_file_close(file);
+  assert_int_equal(uv_run(&f.loop, UV_RUN_DEFAULT), 0);
+  assert_int_equal(file_markers(tmp, markers, 64, &last), 0);
+  fclose(tmp);
+  teardown(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pass_order),
@@ -631,6 +839,9 @@ int main(void) {
       cmocka_unit_test(test_machines_bound_reaches_final_data),
       cmocka_unit_test(test_global_clocks_bound_reaches_final_data),
       cmocka_unit_test(test_journal_thinning_keeps_anchor),
+      cmocka_unit_test(test_file_pass_in_steps),
+      cmocka_unit_test(test_file_blocked_write_keeps_loop_running),
+      cmocka_unit_test(test_file_full_ends_the_pass),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
