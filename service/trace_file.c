@@ -31,7 +31,7 @@ struct tr_trace_file {
   bool waiting;      /* for the writer: room in its queue, or the end of its writes */
   bool gathered_all; /* its read pass has ended */
   int pass_rc;       /* 0, or what ended it early (TR_ERR_FULL, an error) */
-  tr_trace_output *output;
+  tr_trace_file_source src;
   size_t budget;
   void (*done)(void *ud, int rc);
   void *done_ud;
@@ -116,7 +116,7 @@ void tr_trace_file_close(tr_trace_file *f) {
   if (f == NULL)
     return;
   if (f->writing && !f->gathered_all)
-    tr_trace_output_reset(f->output);
+    f->src.reset(f->src.ud);
   free(f->held);
   tr_file_writer_close(f->writer);
   uv_close((uv_handle_t *)&f->next_step, on_idle_closed);
@@ -156,7 +156,7 @@ static int put_record(tr_trace_file *f, const tr_output_packet *pkt, uint8_t **b
 static void end_gathering(tr_trace_file *f, int rc) {
   if (!f->gathered_all) {
     f->gathered_all = true;
-    tr_trace_output_reset(f->output);
+    f->src.reset(f->src.ud);
   }
   if (rc == 0 || f->pass_rc != 0)
     return;
@@ -171,7 +171,7 @@ static void gather(tr_trace_file *f) {
   size_t len = 0, cap = 0;
   tr_output_packet pkt;
   int rc = 1;
-  while (len < f->budget && (rc = tr_trace_output_next(f->output, &pkt)) == 1) {
+  while (len < f->budget && (rc = f->src.next(f->src.ud, &pkt)) == 1) {
     if ((rc = put_record(f, &pkt, &f->held, &len, &cap)) != 0)
       break;
     rc = 1; /* the pass may have more */
@@ -234,13 +234,13 @@ static void step(tr_trace_file *f) {
     f->done(f->done_ud, rc);
 }
 
-static int begin_pass(tr_trace_file *f, tr_trace_output *o, size_t budget) {
+static int begin_pass(tr_trace_file *f, const tr_trace_file_source *src, size_t budget) {
   int rc;
   if (f->full)
     return TR_ERR_FULL;
-  if ((rc = tr_trace_output_begin(o)) != 0)
+  if ((rc = src->begin(src->ud)) != 0)
     return rc;
-  f->output = o;
+  f->src = *src;
   f->budget = budget;
   f->writing = true;
   f->gathered_all = false;
@@ -248,12 +248,12 @@ static int begin_pass(tr_trace_file *f, tr_trace_output *o, size_t budget) {
   return 0;
 }
 
-int tr_trace_file_pass(tr_trace_file *f, tr_trace_output *o, size_t budget,
+int tr_trace_file_pass(tr_trace_file *f, const tr_trace_file_source *src, size_t budget,
                        void (*done)(void *ud, int rc), void *ud) {
   int rc;
   if (f->writing)
     return TR_ERR_STATE;
-  if ((rc = begin_pass(f, o, budget)) != 0)
+  if ((rc = begin_pass(f, src, budget)) != 0)
     return rc;
   f->done = done;
   f->done_ud = ud;

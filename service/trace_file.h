@@ -22,11 +22,19 @@
 #include <uv.h>
 
 #include "perfetto/config/trace_config.pb-c.h"
-#include "service/trace_output.h"
+#include "service/packet_list.h"
 
 #define TR_TRACE_FILE_STEP_BYTES (1u << 20) /* about 1 ms of gathering on an idle machine */
 
 typedef struct tr_trace_file tr_trace_file;
+
+/* Where a pass's packets come from: the session's trace output (trace_output.h). */
+typedef struct tr_trace_file_source {
+  int (*begin)(void *ud);                       /* a new pass: 0 or an error */
+  int (*next)(void *ud, tr_output_packet *out); /* 1, 0 at the pass's end, or an error */
+  void (*reset)(void *ud);                      /* drops the pass's state */
+  void *ud;
+} tr_trace_file_source;
 
 /* Opens the file of a write_into_file config; *out is NULL when cfg does not ask for one.
  * output_fd (or -1) is taken in every case: closed unless it is the file written. Returns 0,
@@ -39,12 +47,13 @@ int tr_trace_file_open(uv_loop_t *loop, const Perfetto__Protos__TraceConfig *cfg
  * close the file; the memory goes once its handles are closed. NULL is ignored. */
 void tr_trace_file_close(tr_trace_file *f);
 
-/* Begins a pass of o into the file, gathered `budget` bytes per loop iteration; when it is in
+/* Begins a pass of src into the file, gathered `budget` bytes per loop iteration; when it is in
  * the file, done(ud, rc) runs with rc 0, TR_ERR_FULL (max_file_size_bytes reached: the pass
  * stopped there) or the error that ended it (logged); done may be NULL. Refused with
  * TR_ERR_STATE while a pass is under way, TR_ERR_FULL once the file is full. The first step
- * runs in the next loop iteration: done never runs from this call. o must outlive the pass. */
-int tr_trace_file_pass(tr_trace_file *f, tr_trace_output *o, size_t budget,
+ * runs in the next loop iteration: done never runs from this call. src (copied) must stay
+ * valid for the pass. */
+int tr_trace_file_pass(tr_trace_file *f, const tr_trace_file_source *src, size_t budget,
                        void (*done)(void *ud, int rc), void *ud);
 /* True from tr_trace_file_pass to its done callback. */
 bool tr_trace_file_writing(const tr_trace_file *f);

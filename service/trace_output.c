@@ -835,6 +835,15 @@ static void on_clock_journal(uv_timer_t *t) {
             "exports the clocks instead", (unsigned long long)o->p.session_id);
 }
 
+static int source_begin(void *ud) { return tr_trace_output_begin(ud); }
+static int source_next(void *ud, tr_output_packet *out) { return tr_trace_output_next(ud, out); }
+static void source_reset(void *ud) { tr_trace_output_reset(ud); }
+
+/* Passes of o, for its file. */
+static tr_trace_file_source file_source(tr_trace_output *o) {
+  return (tr_trace_file_source){source_begin, source_next, source_reset, o};
+}
+
 static void on_final_pass_done(void *ud, int rc) {
   tr_trace_output *o = ud;
   (void)rc; /* logged; the session ends either way */
@@ -846,7 +855,8 @@ static void on_final_pass_done(void *ud, int rc) {
  * the file is closed then, nothing to wait for. */
 static bool begin_final_pass(tr_trace_output *o) {
   o->final_pass_begun = true;
-  if (tr_trace_file_pass(o->file, o, TR_TRACE_FILE_STEP_BYTES, on_final_pass_done, o) == 0)
+  tr_trace_file_source src = file_source(o);
+  if (tr_trace_file_pass(o->file, &src, TR_TRACE_FILE_STEP_BYTES, on_final_pass_done, o) == 0)
     return true;
   close_file(o);
   return false;
@@ -866,9 +876,10 @@ static void on_period_pass_done(void *ud, int rc) {
  * than a period's worth of steps): then this period is skipped. */
 static void on_write_period(uv_timer_t *t) {
   tr_trace_output *o = t->data;
+  tr_trace_file_source src = file_source(o);
   if (tr_trace_file_writing(o->file))
     return;
-  if (tr_trace_file_pass(o->file, o, TR_TRACE_FILE_STEP_BYTES, on_period_pass_done, o) ==
+  if (tr_trace_file_pass(o->file, &src, TR_TRACE_FILE_STEP_BYTES, on_period_pass_done, o) ==
       TR_ERR_FULL)
     o->p.on_file_full(o->p.ud);
 }
@@ -898,9 +909,10 @@ bool tr_trace_output_stop(tr_trace_output *o) {
 void tr_trace_output_finish_file(tr_trace_output *o) {
   if (!o->file)
     return;
+  tr_trace_file_source src = file_source(o);
   tr_trace_file_complete_now(o->file);
   if (!o->final_pass_begun &&
-      tr_trace_file_pass(o->file, o, TR_TRACE_FILE_STEP_BYTES, NULL, NULL) == 0)
+      tr_trace_file_pass(o->file, &src, TR_TRACE_FILE_STEP_BYTES, NULL, NULL) == 0)
     tr_trace_file_complete_now(o->file);
   close_file(o);
 }

@@ -673,6 +673,10 @@ static void tick(uv_timer_t *t) {
     drain_pipe(r);
 }
 
+static int source_begin(void *ud) { return tr_trace_output_begin(ud); }
+static int source_next(void *ud, tr_output_packet *out) { return tr_trace_output_next(ud, out); }
+static void source_reset(void *ud) { tr_trace_output_reset(ud); }
+
 /* Runs a pass of f.out into file with budget until its done callback. */
 static void run_file_pass(struct fixture *f, tr_trace_file *file, size_t budget,
                           struct file_run *r) {
@@ -682,7 +686,8 @@ static void run_file_pass(struct fixture *f, tr_trace_file *file, size_t budget,
   uv_timer_init(&f->loop, &r->timer);
   r->timer.data = r;
   uv_timer_start(&r->timer, tick, 1, 1);
-  assert_int_equal(tr_trace_file_pass(file, f->out, budget, on_file_pass_done, r), 0);
+  tr_trace_file_source src = {source_begin, source_next, source_reset, f->out};
+  assert_int_equal(tr_trace_file_pass(file, &src, budget, on_file_pass_done, r), 0);
   assert_false(r->done); /* never from the call itself */
   while (!r->done)
     uv_run(&f->loop, UV_RUN_ONCE);
@@ -816,8 +821,8 @@ static void test_file_full_ends_the_pass(void **state) {
   tr_trace_file *file = open_file(&f, dup(fileno(tmp)), 1); /* not even the head fits */
   run_file_pass(&f, file, SIZE_MAX, &r);
   assert_int_equal(r.done_rc, TR_ERR_FULL);
-  assert_int_equal(tr_trace_file_pass(file, f.out, SIZE_MAX, on_file_pass_done, &r),
-                   TR_ERR_FULL);
+  tr_trace_file_source src = {source_begin, source_next, source_reset, f.out};
+  assert_int_equal(tr_trace_file_pass(file, &src, SIZE_MAX, on_file_pass_done, &r), TR_ERR_FULL);
   tr_trace_file_close(file);
   assert_int_equal(uv_run(&f.loop, UV_RUN_DEFAULT), 0);
   assert_int_equal(file_markers(tmp, markers, 64, &last), 0);
