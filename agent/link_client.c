@@ -47,6 +47,7 @@ struct tr_link_client {
   struct tr_relay_link_opts link_opts;
   char link_label[300];
   unsigned backoff_min_ms, backoff_max_ms, attempts;
+  bool refused_busy; /* the connection being closed was refused for want of capacity */
 
   tr_relay_agent agent;
   tr_batch_builder *builder;
@@ -359,6 +360,7 @@ static void handle_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
   if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_GOODBYE) {
     const Tracerelay__Goodbye *g = f->goodbye;
     const char *text = g->text != NULL ? g->text : "";
+    lc->refused_busy = g->reason == TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED;
     if (g->reason == TRACERELAY__GOODBYE__REASON__REASON_DUPLICATE_HOST)
       TR_ERROR("link", "the service refused us: %s (is another agent running with this "
                "machine's certificate?)", text);
@@ -462,6 +464,8 @@ static void on_closed(tr_relay_link *link, int reason, const char *why) {
   tr_link_clock_link_down(&lc->clock); /* a follow-up owed went with this connection */
   lc->welcomed = false;
   tr_relay_agent_disconnected(&lc->agent);
+  if (reason == TR_ERR_BUSY)
+    lc->refused_busy = true;
   if (lc->finishing) {
     TR_INFO("link", "link to %s:%s closed", lc->host, lc->port);
     maybe_done(lc);
@@ -526,6 +530,10 @@ static void retry_later(tr_link_client *lc, const char *fmt, ...) {
   uint32_t r = 0;
   getrandom(&r, sizeof r, 0);
   delay = delay * (80 + r % 41) / 100; /* +-20% so that agents do not reconnect in step */
+  if (lc->refused_busy) /* come back later, spread over the whole window (link_client.h) */
+    delay = TR_LINK_BUSY_RETRY_MIN_MS +
+            r % (TR_LINK_BUSY_RETRY_MAX_MS - TR_LINK_BUSY_RETRY_MIN_MS + 1);
+  lc->refused_busy = false;
   lc->attempts++;
   uv_timer_start(&lc->retry_timer, on_retry, delay, 0);
   TR_WARN("link", "%s; trying again in %.1f s", why, (double)delay / 1000.0);

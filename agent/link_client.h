@@ -26,7 +26,10 @@
  *   the exact time the answer left once the kernel has it; host clock snapshots go while data
  *   sources run (link_clock.h).
  * - Reconnects: capped exponential backoff with +-20% jitter (100 ms doubling to 10 s by
- *   default), reset by each Welcome. The name is resolved again on each attempt.
+ *   default), reset by each Welcome. The name is resolved again on each attempt. A service
+ *   that refused us for being busy (no TLS handshake slot in time, tls_uv.h, or Goodbye
+ *   REASON_OVERLOADED) is tried again after TR_LINK_BUSY_RETRY_MIN_MS to _MAX_MS, uniformly at
+ *   random, so that a storm's refused agents come back spread out, not in step.
  * Everything else runs on the loop's thread. */
 #ifndef TR_LINK_CLIENT_H
 #define TR_LINK_CLIENT_H
@@ -49,6 +52,8 @@
 #define TR_LINK_WRITE_BOUND (1u << 20)
 #define TR_LINK_BACKOFF_MIN_MS 100
 #define TR_LINK_BACKOFF_MAX_MS 10000
+#define TR_LINK_BUSY_RETRY_MIN_MS 5000
+#define TR_LINK_BUSY_RETRY_MAX_MS 20000
 
 typedef struct tr_link_client tr_link_client;
 
