@@ -258,4 +258,12 @@ void tr_metrics_write_regional(const struct tr_regional_stats *st, tr_prom_text 
   service_gauge(t, "tracerelay_regional_upstream_lost_total", "counter",
                 "agents' upstream links that closed under a connected agent",
                 (double)st->upstream_lost);
+  service_gauge(t, "tracerelay_regional_agents_relinking", "gauge",
+                "of the agents, those whose link is kept while their upstream link is made "
+                "again (after the upstream's restart)",
+                st->relinking);
+  service_gauge(t, "tracerelay_regional_relink_dropped_frames_total", "counter",
+                "frames agents sent for an upstream link that had ended (their batches are "
+                "resent, as after a broken link)",
+                (double)st->relink_dropped_frames);
 }
