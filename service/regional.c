@@ -426,6 +426,10 @@ static void down_hello(pump *p, Tracerelay__RelayFrame *f) {
   p->hello = f;
   p->agent_features = h->features;
   p->agent_max_frame = max;
+  /* An agent that takes UpstreamLost takes heartbeats before its Welcome too: it waits for a
+   * busy upstream (a storm there) without its silence timeout closing its link. */
+  if (p->agent_features & TR_RELAY_FEATURE_UPSTREAM_LOST)
+    tr_relay_link_established(p->down, max);
   connect_upstream(p);
 }
 
@@ -543,14 +547,21 @@ static const struct tr_relay_link_events down_events = {
 
 /* ---- timers ---- */
 
+/* The agent waits for its first Welcome, which it sends nothing before (its side of the link is
+ * not established), while we send it heartbeats (down_hello): its silence is expected. */
+static bool waits_quietly(const pump *p) {
+  return p->counted && !p->welcomed && !p->keeps_link &&
+         (p->agent_features & TR_RELAY_FEATURE_UPSTREAM_LOST);
+}
+
 static void check_pump(pump *p, uint64_t now_ns, uint64_t now_ms) {
   if (p->relink_at_ms != 0 && now_ms >= p->relink_at_ms && p->up == NULL && !p->resolving &&
       p->down != NULL && !tr_relay_link_closing(p->down)) {
     p->relink_at_ms = 0;
     connect_upstream(p);
   }
-  if (p->down != NULL && tr_relay_link_check_alive(p->down, now_ns) && !p->counted &&
-      now_ms - p->opened_ms >= p->r->hello_timeout_ms)
+  bool alive = p->down != NULL && (waits_quietly(p) || tr_relay_link_check_alive(p->down, now_ns));
+  if (alive && !p->counted && now_ms - p->opened_ms >= p->r->hello_timeout_ms)
     tr_relay_link_protocol_error(p->down, "no Hello within %u ms of the TLS handshake",
                                  p->r->hello_timeout_ms);
   if (p->up != NULL)
