@@ -168,6 +168,20 @@ static const struct tr_clock_probe_ops probe_ops = {
 
 /* ---- the upstream link of one agent ---- */
 
+/* The agent waits for its first Welcome, which it sends nothing before (its side of the link is
+ * not established), while we send it heartbeats (down_hello): its silence is expected. */
+static bool waits_quietly(const pump *p) {
+  return p->counted && !p->welcomed && !p->keeps_link &&
+         (p->agent_features & TR_RELAY_FEATURE_UPSTREAM_LOST);
+}
+
+/* p's agent's link outlives its upstream link (regional.h): it took UpstreamLost in its Welcome,
+ * or waits for its first Welcome while we send it heartbeats, and was not refused. */
+static bool outlives_upstream(const pump *p) {
+  return p->down != NULL && !tr_relay_link_closing(p->down) && !p->refused && !p->r->stopping &&
+         (p->keeps_link || waits_quietly(p));
+}
+
 static uint32_t min_frame(uint32_t a, size_t b) { return (size_t)a < b ? a : (uint32_t)b; }
 
 /* The agent's Hello, as the regional's: naming the host, its probes done here. */
@@ -221,7 +235,7 @@ static void up_welcome(pump *p, Tracerelay__RelayFrame *f) {
 /* The upstream's words to the agent, passed on with its reason (e.g. NOT_AUTHORIZED). */
 static void up_goodbye(pump *p, const Tracerelay__Goodbye *g) {
   const char *text = g->text != NULL ? g->text : "";
-  if (p->keeps_link && g->reason == TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN) {
+  if (outlives_upstream(p) && g->reason == TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN) {
     TR_DEBUG(COMP, "host %s: the upstream shuts down: %s", p->host, text);
     tr_relay_link_hang_up(p->up); /* up_closed keeps the agent's link */
     return;
@@ -289,20 +303,27 @@ static void schedule_relink(pump *p, bool busy) {
   p->relink_at_ms = uv_now(p->r->loop) + delay;
 }
 
+/* p's agent waits for an upstream link made again (why the last one is not there); the first
+ * of an outage is logged, and the end (relink_done). */
+static void mark_relinking(pump *p, const char *why) {
+  tr_regional *r = p->r;
+  if (p->relinking)
+    return;
+  p->relinking = true;
+  if (r->relinking++ == 0) {
+    r->relinking_since_ms = uv_now(r->loop);
+    TR_WARN(COMP, "no link to the upstream %s:%s for host %s (%s): keeping the agents' links "
+            "while each is made again (logged once, and when all are forwarded)",
+            r->upstream_host, r->upstream_port, p->host, why);
+  }
+}
+
 /* The upstream link of an agent whose link we keep ended (why): the agent hears UpstreamLost
  * and says Hello again, which goes upstream on a new link; while the upstream is not back,
  * connects are tried again (schedule_relink, from the tick). Logged once per outage. */
 static void relink(pump *p, int reason, const char *why) {
   tr_regional *r = p->r;
-  if (!p->relinking) {
-    p->relinking = true;
-    if (r->relinking++ == 0) {
-      r->relinking_since_ms = uv_now(r->loop);
-      TR_WARN(COMP, "the upstream %s:%s ended the link of host %s (%s): keeping the links of "
-              "the agents it ends, each says Hello again and goes upstream on a new link (logged "
-              "once, and when all are back)", r->upstream_host, r->upstream_port, p->host, why);
-    }
-  }
+  mark_relinking(p, why);
   if (!p->welcomed) { /* the Hello said again waits: the upstream is not back yet */
     schedule_relink(p, reason == TR_ERR_BUSY);
     return;
@@ -325,8 +346,7 @@ static void up_closed(tr_relay_link *up, int reason, const char *why) {
   p->r->closed_bytes_from_upstream += tr_tls_uv_bytes_in(tr_relay_link_conn(up));
   if (p->down != NULL && !tr_relay_link_closing(p->down))
     p->r->upstream_lost++;
-  if (p->down != NULL && !tr_relay_link_closing(p->down) && p->keeps_link && !p->refused &&
-      !p->r->stopping) {
+  if (outlives_upstream(p)) {
     relink(p, reason, reason ? why : "closed by us");
     return;
   }
@@ -351,7 +371,8 @@ __attribute__((format(printf, 2, 3))) static void upstream_failed(pump *p, const
   va_start(ap, fmt);
   vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
-  if (p->relinking) {
+  if (outlives_upstream(p)) {
+    mark_relinking(p, why);
     TR_DEBUG(COMP, "host %s: %s; trying again", p->host, why);
     schedule_relink(p, false);
     return;
@@ -546,13 +567,6 @@ static const struct tr_relay_link_events down_events = {
     .on_closing = down_closing, .on_closed = down_closed};
 
 /* ---- timers ---- */
-
-/* The agent waits for its first Welcome, which it sends nothing before (its side of the link is
- * not established), while we send it heartbeats (down_hello): its silence is expected. */
-static bool waits_quietly(const pump *p) {
-  return p->counted && !p->welcomed && !p->keeps_link &&
-         (p->agent_features & TR_RELAY_FEATURE_UPSTREAM_LOST);
-}
 
 static void check_pump(pump *p, uint64_t now_ns, uint64_t now_ms) {
   if (p->relink_at_ms != 0 && now_ms >= p->relink_at_ms && p->up == NULL && !p->resolving &&

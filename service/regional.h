@@ -24,7 +24,9 @@
  *   was welcomed: its link is kept through a lost upstream link or the upstream's shutdown
  *   (docs/relay-protocol.md, Tiers): UpstreamLost, the agent's Hello again, a new upstream
  *   link (tried again with backoff while the upstream is not back), the new Welcome. What it
- *   sends in between is dropped and counted (relink_dropped_frames).
+ *   sends in between is dropped and counted (relink_dropped_frames). Such an agent also waits
+ *   for its first Welcome as long as the upstream takes (busy, or down): we send it heartbeats
+ *   from its Hello on and connect upstream again with backoff, rather than send it away.
  * The regional's own clock reaches the upstream through an agent embedded in the regional
  * process (service_daemon.c), connected under the regional's certificate name.
  * Everything runs on the loop's thread. */

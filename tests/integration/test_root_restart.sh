@@ -6,9 +6,11 @@
 # Asserted:
 #  1. all three hosts and regional-a connected at the root; each agent's link came up once
 #     (tracerelay_agent_link_connects_total 1).
-#  2. the root stops (SIGTERM) and starts again on the same port: within 60 s the three hosts
-#     are connected at the new root, each agent's link to the regional never closed
-#     (connects_total still 1) and each heard that its upstream was lost
+#  2. the root stops (SIGTERM); a fourth agent, web-4, connects to the regional meanwhile and
+#     says Hello (the regional counts 4 agents); the root starts again on the same port: within
+#     60 s the four hosts are connected at the new root, each agent's link to the regional
+#     never closed (connects_total 1: web-4 waited at the regional, heartbeated, instead of
+#     being sent away), the three heard that their upstream was lost
 #     (tracerelay_agent_link_upstream_losses_total >= 1); the regional counts the three
 #     upstream links lost and has none still relinking.
 #  3. a session at the new root gets every host's data: a loadgen on each host writes (at
@@ -27,9 +29,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 SERVICE_PORT=$(free_port)
 cluster_init "$1"
 HOSTS=(web-1 web-2 web-3)
+ALL=(web-1 web-2 web-3 web-4)
 declare -A MPORT=()
 
-cluster_tree "regional-a=web-1,web-2,web-3"
+cluster_tree "regional-a=web-1,web-2,web-3,web-4"
 cluster_start_service --relay-allow 'regional-a=web-*' || fail "the root did not start"
 RM=$(free_port)
 cluster_start_regional regional-a --metrics-listen "127.0.0.1:$RM" || fail "the regional did not start"
@@ -58,17 +61,22 @@ echo "restarting the root"
 kill -TERM "$SERVICE_PID"
 wait "$SERVICE_PID" 2>/dev/null || true
 want "$RM" tracerelay_regional_agents_forwarded == 0 # the regional saw the root go
+MPORT[web-4]=$(free_port)
+cluster_start_agent web-4 --metrics-listen "127.0.0.1:${MPORT[web-4]}" || fail "agent web-4 did not start"
+want "$RM" tracerelay_regional_agents == 4 # its Hello is in, no upstream to take it
 cluster_start_service --relay-allow 'regional-a=web-*' || fail "the root did not start again"
 T0=$SECONDS
-cluster_wait_hosts 60 "${HOSTS[@]}" regional-a || fail "the hosts did not all reach the restarted root within 60 s"
+cluster_wait_hosts 60 "${ALL[@]}" regional-a || fail "the hosts did not all reach the restarted root within 60 s"
 echo "every host back at the root $((SECONDS - T0)) s after its restart"
-for h in "${HOSTS[@]}"; do
+for h in "${ALL[@]}"; do
   want "${MPORT[$h]}" tracerelay_agent_link_up == 1
   v=$(metric "${MPORT[$h]}" tracerelay_agent_link_connects_total)
   [ "$v" = 1 ] || fail "$h: its link to the regional came up $v times: it was closed by the root's restart"
+done
+for h in "${HOSTS[@]}"; do
   want "${MPORT[$h]}" tracerelay_agent_link_upstream_losses_total '>=' 1
 done
-want "$RM" tracerelay_regional_agents_forwarded == 3
+want "$RM" tracerelay_regional_agents_forwarded == 4
 want "$RM" tracerelay_regional_agents_relinking == 0
 want "$RM" tracerelay_regional_upstream_lost_total '>=' 3
 echo "regional: $(curl -s "http://127.0.0.1:$RM/metrics" | grep -E '^tracerelay_regional_(upstream_lost|relink)' | tr '\n' ' ')"

@@ -508,7 +508,7 @@ static void test_client_refuses_wrong_service_name(void **state) {
 }
 
 /* A storm: STORM clients connect at once to a server that runs at most 2 handshakes at a time.
- * The others wait in the listen backlog rather than being refused, and every step of every
+ * The others wait their turn in the server rather than being refused, and every step of every
  * handshake ran on a worker thread, none on the loop's (where its public-key operations would
  * stall every other connection). */
 static void test_storm_waits_and_handshakes_run_off_the_loop(void **state) {
