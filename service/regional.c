@@ -235,8 +235,12 @@ static void up_welcome(pump *p, Tracerelay__RelayFrame *f) {
 /* The upstream's words to the agent, passed on with its reason (e.g. NOT_AUTHORIZED). */
 static void up_goodbye(pump *p, const Tracerelay__Goodbye *g) {
   const char *text = g->text != NULL ? g->text : "";
-  if (outlives_upstream(p) && g->reason == TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN) {
-    TR_DEBUG(COMP, "host %s: the upstream shuts down: %s", p->host, text);
+  /* Passing: the upstream shuts down, or has yet to notice the link we lost (a duplicate). */
+  if (outlives_upstream(p) && (g->reason == TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN ||
+                               (p->relinking &&
+                                g->reason == TRACERELAY__GOODBYE__REASON__REASON_DUPLICATE_HOST))) {
+    TR_DEBUG(COMP, "host %s: the upstream ends its link (reason %d): %s", p->host,
+             (int)g->reason, text);
     tr_relay_link_hang_up(p->up); /* up_closed keeps the agent's link */
     return;
   }
