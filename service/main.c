@@ -55,7 +55,7 @@ static const char kHelp[] =
     "                         docs/security.md#ciphers.\n"
     "  --handshake-timeout-ms MS\n"
     "                         an agent connection must finish its TLS handshake within MS of\n"
-    "                         its start (at once, or when one of the 128 handshakes running\n"
+    "                         its start (at once, or when one of the 32 handshakes running\n"
     "                         ends; one that waits 30 s for that is refused as busy), then send\n"
     "                         Hello within MS; else it is closed and logged with its address\n"
     "                         (default 10000).\n"

@@ -79,6 +79,7 @@ struct tr_tls_uv_conn {
   /* A handshake step on a worker (step_work): the session is the worker's until step_done. */
   uv_work_t step_work;
   bool stepping;
+  uint64_t deadline_left_ms; /* of the handshake's deadline, while a step runs (stopped then) */
   bool eof_in_handshake; /* the peer's EOF came while a step had input still to read */
   int step_rc;              /* the step's tr_tls_handshake result */
   bool step_on_loop;        /* the last handshake step ran on the loop's thread */
@@ -673,14 +674,18 @@ static void run_step(uv_work_t *w) {
 
 static void step_done(uv_work_t *w, int status);
 
-/* Hands the session to a worker for one handshake step. */
+/* Hands the session to a worker for one handshake step. The deadline stops meanwhile: it counts
+ * the time we wait for the peer, not for our own workers (tls_uv.h). */
 static void queue_step(tr_tls_uv_conn *c) {
   c->step_work.data = c;
   int rc = uv_queue_work(c->tcp.loop, &c->step_work, run_step, step_done);
-  if (rc < 0)
+  if (rc < 0) {
     close_conn(c, rc, "cannot run the TLS handshake: %s", uv_strerror(rc));
-  else
-    c->stepping = true;
+    return;
+  }
+  c->stepping = true;
+  c->deadline_left_ms = uv_timer_get_due_in(&c->timer);
+  uv_timer_stop(&c->timer);
 }
 
 /* Runs the session on the input it has: the handshake (a step on a worker, see the top of the
@@ -918,6 +923,7 @@ static void step_done(uv_work_t *w, int status) {
   }
   if (c->closing)
     return;
+  uv_timer_start(&c->timer, on_timer, c->deadline_left_ms > 0 ? c->deadline_left_ms : 1, 0);
   int rc = c->step_rc;
   if (rc < 0 && rc != TR_ERR_AGAIN) {
     close_on_tls_error(c, rc);

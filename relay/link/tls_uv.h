@@ -28,7 +28,10 @@
  *   (bench/README.md, bench_tiers: 12,814 abandoned handshakes at one regional, nothing but
  *   the regionals connected after 480 s). A peer that leaves before its handshake's first step
  *   began here has that step cancelled; handshakes the server began and the peer left or let
- *   run out are counted (abandoned).
+ *   run out are counted (abandoned). Both deadlines count the time a side waits for its peer:
+ *   they stop while a handshake step of its own waits for or runs on a worker, so that a
+ *   machine too busy to run this side's steps at once does not make it give up on a peer that
+ *   answered in time (at ten regionals on 2 CPUs their own queues took longer than 10 s).
  * - Memory per connection is bounded: about 200 KiB of buffers plus the write queue, which the
  *   caller bounds by honouring TR_ERR_FULL / on_drain.
  * - One close path: every connection the application was given gets exactly one on_close,
@@ -60,7 +63,12 @@
 /* Server: connections waiting for a handshake slot at most; beyond, refused at once. */
 #define TR_TLS_UV_MAX_WAITING 4096
 #define TR_TLS_UV_MAX_QUEUED (4u << 20)
-#define TR_TLS_UV_MAX_HANDSHAKES 128
+/* Handshakes a server runs at once: their steps share libuv's 4 worker threads, so more at once
+ * raise no throughput, only the time each of its steps waits, which the peer's deadline counts.
+ * At 128, ten regionals and a root at a load of 90 on 2 CPUs ran out the 10 s of thousands of
+ * handshakes they had begun (bench/README.md, bench_tiers); 32, eight per worker, keep the
+ * workers busy while most of them wait for their client's answer. */
+#define TR_TLS_UV_MAX_HANDSHAKES 32
 /* How long a closing connection may take to send what is queued and its close_notify. */
 #define TR_TLS_UV_CLOSE_LINGER_MS 2000
 
