@@ -8,7 +8,9 @@
  * and in order across pauses taken inside on_read), and a stamped write behind a held-back
  * queue (order kept around it and the writes that wait for its stamp), a connect storm
  * beyond the server's handshake limit (none refused, no handshake step on the loop's thread),
- * and a storm of slow handshakes that converges (every client connects, none is abandoned).
+ * a storm of slow handshakes that converges (every client connects, none is abandoned), a
+ * connection refused as busy when no handshake slot frees in time, and a deadline that counts
+ * the peer's time only.
  * Every test ends with uv_loop_close() succeeding, so no handle outlives its connection. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -620,6 +622,29 @@ static void test_no_slot_in_time_refused_busy(void **state) {
   fixture_finish(&f);
 }
 
+/* The handshake deadline counts the time a side waits for its peer, not for its own steps: a
+ * server whose every step takes 3 s (test_step_delay_ms: its workers busy elsewhere) with a
+ * 2.5 s deadline still finishes the handshake of a client that answers at once. Before, the
+ * deadline ran through the server's own first step and closed the connection. */
+static void test_deadline_counts_the_peer_only(void **state) {
+  (void)state;
+  struct fixture f;
+  struct tr_tls_uv_options sopts = {.handshake_timeout_ms = 2500, .test_step_delay_ms = 3000};
+  fixture_start(&f, &sopts);
+  struct side client = {0};
+  tr_tls_uv_conn *conn;
+  assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
+                                     NULL, &client_cbs, &client, &conn), 0);
+  RUN_UNTIL(&f.loop, client.connected || client.closed, 60000);
+  if (!client.connected)
+    fail_msg("not connected: %s", client.close_why);
+  RUN_UNTIL(&f.loop, f.n_accepted == 1, 10000);
+  assert_int_equal(server_refused(f.server), 0);
+  tr_tls_uv_close(conn);
+  RUN_UNTIL(&f.loop, client.closed && f.accepted[0].closed, 5000);
+  fixture_finish(&f);
+}
+
 static void test_connect_refused_reports_on_close(void **state) {
   (void)state;
   struct fixture f;
@@ -652,6 +677,7 @@ int main(void) {
       cmocka_unit_test(test_storm_waits_and_handshakes_run_off_the_loop),
       cmocka_unit_test(test_slow_storm_converges),
       cmocka_unit_test(test_no_slot_in_time_refused_busy),
+      cmocka_unit_test(test_deadline_counts_the_peer_only),
       cmocka_unit_test(test_connect_refused_reports_on_close),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
