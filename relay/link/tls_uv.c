@@ -21,7 +21,8 @@
  * further connection at once into its waiting list (no session, not read, its timer counting
  * admission_wait_ms) and admits the oldest as a handshake ends; one whose wait runs out is
  * closed before any byte is sent (refuse_busy). A client's timer counts start_timeout_ms until
- * the server's first bytes, then handshake_timeout_ms. */
+ * the server's first bytes, then handshake_timeout_ms; either side's stops while a step of its
+ * own is queued or runs (queue_step, step_done). */
 #include "relay/link/tls_uv.h"
 
 #include "relay/clock/clock.h"
