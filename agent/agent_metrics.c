@@ -18,6 +18,10 @@ void tr_agent_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_
       tr_link_client_connected(lc));
   one(t, "tracerelay_agent_link_connects_total", "counter",
       "times the link came up (the first connection and every reconnection)", (double)tot.welcomes);
+  one(t, "tracerelay_agent_link_upstream_losses_total", "counter",
+      "times the agent's regional lost its upstream link for it and the agent said Hello again "
+      "on the same connection (no reconnection)",
+      (double)tot.upstream_losses);
   one(t, "tracerelay_agent_producers", "gauge", "producers connected to the producer socket",
       (double)producers);
   one(t, "tracerelay_agent_queue_bytes", "gauge", "bytes waiting in the chunk queue",

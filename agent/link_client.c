@@ -47,6 +47,7 @@ struct tr_link_client {
   struct tr_relay_link_opts link_opts;
   char link_label[300];
   unsigned backoff_min_ms, backoff_max_ms, attempts;
+  bool refused_busy; /* the connection being closed was refused for want of capacity */
 
   tr_relay_agent agent;
   tr_batch_builder *builder;
@@ -68,7 +69,9 @@ struct tr_link_client {
 
   tr_link_ordered ordered; /* replies and producer ends waiting for their batches */
   tr_link_stats stats; /* for AgentStats */
-  uint64_t welcomes; /* Welcomes received: the link came up this many times */
+  uint64_t welcomes; /* first Welcomes of a connection: the link came up this many times */
+  uint64_t upstream_losses; /* UpstreamLost received: Hello said again on the same connection */
+  bool rehello; /* the Hello awaiting its Welcome followed an UpstreamLost */
   tr_link_instances instances; /* of service_instance_id, for on_stale_instance */
   uint64_t next_stats_ms;
   uint64_t logged_lost_batches;
@@ -330,7 +333,8 @@ static void on_welcome(tr_link_client *lc, const Tracerelay__Welcome *w) {
   lc->max_out = max;
   tr_relay_link_established(lc->link, max);
   lc->welcomed = true;
-  lc->welcomes++;
+  lc->welcomes += !lc->rehello;
+  lc->rehello = false;
   lc->attempts = 0;
   TR_INFO("link", "connected to %s:%s as %s (features %#llx, service has batch %llu, %zu bytes "
           "held, %s)", lc->host, lc->port, w->machine_name ? w->machine_name : "?",
@@ -355,10 +359,27 @@ void tr_link_client_clock_snapshots(tr_link_client *lc, bool active, uint32_t in
   tr_link_clock_schedule(&lc->clock, active, interval_ms);
 }
 
+static void send_hello(tr_link_client *lc);
+
+/* Our regional lost its upstream link for us (relay.proto, UpstreamLost): what a lost link
+ * does (on_closed), but the connection stays and Hello goes again on it. */
+static void on_upstream_lost(tr_link_client *lc, const Tracerelay__UpstreamLost *u) {
+  tr_link_clock_link_down(&lc->clock);
+  lc->welcomed = false;
+  lc->rehello = true;
+  lc->upstream_losses++;
+  tr_relay_agent_disconnected(&lc->agent);
+  TR_WARN("link", "%s:%s lost its link to the upstream for us: %s; %zu bytes held for "
+          "resending; Hello again on this link", lc->host, lc->port,
+          u->text != NULL ? u->text : "", lc->agent.held_bytes);
+  send_hello(lc);
+}
+
 static void handle_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
   if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_GOODBYE) {
     const Tracerelay__Goodbye *g = f->goodbye;
     const char *text = g->text != NULL ? g->text : "";
+    lc->refused_busy = g->reason == TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED;
     if (g->reason == TRACERELAY__GOODBYE__REASON__REASON_DUPLICATE_HOST)
       TR_ERROR("link", "the service refused us: %s (is another agent running with this "
                "machine's certificate?)", text);
@@ -367,6 +388,8 @@ static void handle_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
     tr_relay_link_hang_up(lc->link);
     return;
   }
+  if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT)
+    return; /* also while a Hello said again waits: the regional keeps the link alive */
   if (!lc->welcomed) {
     if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_WELCOME)
       on_welcome(lc, f->welcome);
@@ -376,7 +399,11 @@ static void handle_frame(tr_link_client *lc, const Tracerelay__RelayFrame *f) {
     return;
   }
   switch (f->msg_case) {
-  case TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT:
+  case TRACERELAY__RELAY_FRAME__MSG_UPSTREAM_LOST:
+    if (lc->features & TR_RELAY_FEATURE_UPSTREAM_LOST)
+      on_upstream_lost(lc, f->upstream_lost);
+    else
+      tr_relay_link_protocol_error(lc->link, "UpstreamLost without the feature");
     break;
   case TRACERELAY__RELAY_FRAME__MSG_BATCH_ACK:
     if (tr_relay_agent_ack(&lc->agent, f->batch_ack->seq) < 0)
@@ -422,8 +449,9 @@ static void on_read(tr_relay_link *link) {
 
 static void on_writable(tr_relay_link *link) { pump(tr_relay_link_data(link)); }
 
-static void on_open(tr_relay_link *link) {
-  tr_link_client *lc = tr_relay_link_data(link);
+/* Hello, on a new connection or again after UpstreamLost. */
+static void send_hello(tr_link_client *lc) {
+  tr_relay_link *link = lc->link;
   lc->max_out = TR_RELAY_MAX_FRAME_DEFAULT;
   Tracerelay__Hello h = TRACERELAY__HELLO__INIT;
   h.has_features = h.has_agent_instance_id = h.has_acked_seq = h.has_max_frame_bytes = 1;
@@ -437,6 +465,8 @@ static void on_open(tr_relay_link *link) {
   f.hello = &h;
   send_frame(lc, &f);
 }
+
+static void on_open(tr_relay_link *link) { send_hello(tr_relay_link_data(link)); }
 
 static void maybe_done(tr_link_client *lc) {
   if (!lc->finishing || lc->link != NULL || lc->resolving || lc->handles_open > 0 ||
@@ -459,9 +489,12 @@ static void on_closed(tr_relay_link *link, int reason, const char *why) {
   tr_link_client *lc = tr_relay_link_data(link);
   bool was_up = lc->welcomed;
   lc->link = NULL;
+  lc->rehello = false;
   tr_link_clock_link_down(&lc->clock); /* a follow-up owed went with this connection */
   lc->welcomed = false;
   tr_relay_agent_disconnected(&lc->agent);
+  if (reason == TR_ERR_BUSY)
+    lc->refused_busy = true;
   if (lc->finishing) {
     TR_INFO("link", "link to %s:%s closed", lc->host, lc->port);
     maybe_done(lc);
@@ -526,6 +559,10 @@ static void retry_later(tr_link_client *lc, const char *fmt, ...) {
   uint32_t r = 0;
   getrandom(&r, sizeof r, 0);
   delay = delay * (80 + r % 41) / 100; /* +-20% so that agents do not reconnect in step */
+  if (lc->refused_busy) /* come back later, spread over the whole window (link_client.h) */
+    delay = TR_RELAY_BUSY_RETRY_MIN_MS +
+            r % (TR_RELAY_BUSY_RETRY_MAX_MS - TR_RELAY_BUSY_RETRY_MIN_MS + 1);
+  lc->refused_busy = false;
   lc->attempts++;
   uv_timer_start(&lc->retry_timer, on_retry, delay, 0);
   TR_WARN("link", "%s; trying again in %.1f s", why, (double)delay / 1000.0);
@@ -708,6 +745,7 @@ bool tr_link_client_connected(const tr_link_client *lc) { return lc->welcomed; }
 void tr_link_client_totals(const tr_link_client *lc, struct tr_link_client_totals *t) {
   struct tr_link_producer_counts sum = tr_link_stats_sum(&lc->stats);
   *t = (struct tr_link_client_totals){.welcomes = lc->welcomes,
+                                      .upstream_losses = lc->upstream_losses,
                                       .abi_violations = sum.abi_violations,
                                       .smb_full = sum.smb_full,
                                       .smb_full_ns = sum.smb_full_ns};

@@ -26,7 +26,11 @@
  *   the exact time the answer left once the kernel has it; host clock snapshots go while data
  *   sources run (link_clock.h).
  * - Reconnects: capped exponential backoff with +-20% jitter (100 ms doubling to 10 s by
- *   default), reset by each Welcome. The name is resolved again on each attempt.
+ *   default), reset by each Welcome. The name is resolved again on each attempt. A service
+ *   that refused us for being busy (no TLS handshake slot in time, tls_uv.h, or Goodbye
+ *   REASON_OVERLOADED) is tried again after TR_RELAY_BUSY_RETRY_MIN_MS to _MAX_MS (5-20 s,
+ *   relay_session.h), uniformly at random, so that a storm's refused agents come back spread
+ *   out, not in step.
  * Everything else runs on the loop's thread. */
 #ifndef TR_LINK_CLIENT_H
 #define TR_LINK_CLIENT_H
@@ -122,7 +126,7 @@ void tr_link_client_reload_tls(tr_link_client *lc, tr_tls_config *cfg);
  * over producers (also departed ones, as of the last stats collection) ABI violations,
  * SMB-full findings and chunks dropped from the spill queue. */
 struct tr_link_client_totals {
-  uint64_t welcomes, abi_violations, smb_full, smb_full_ns, spill_dropped_chunks;
+  uint64_t welcomes, upstream_losses, abi_violations, smb_full, smb_full_ns, spill_dropped_chunks;
 };
 void tr_link_client_totals(const tr_link_client *lc, struct tr_link_client_totals *t);
 /* True while a Welcome is current on the connection. */

@@ -581,7 +581,8 @@ int tr_link_server_start(uv_loop_t *loop, tr_hosts *hosts, const struct tr_link_
   ls->svc = tr_hosts_service(hosts);
   ls->ev = tr_hosts_events(hosts);
   tr_clock_probe_sched_init(&ls->probes, &probe_ops);
-  ls->features = opts->features ? opts->features : TR_RELAY_FEATURES_ALL;
+  ls->features =
+      opts->features ? opts->features : TR_RELAY_FEATURES_ALL & ~TR_RELAY_FEATURE_UPSTREAM_LOST;
   ls->max_agents = opts->max_agents ? opts->max_agents : TR_LINK_DEFAULT_MAX_AGENTS;
   ls->relay_allow = opts->relay_allow;
   ls->hello_timeout_ms =

@@ -50,9 +50,9 @@ typedef struct tr_link_server tr_link_server;
 struct tr_link_server_opts {
   const char *listen;      /* "ADDR:PORT", "[V6ADDR]:PORT" or "ADDR" (TR_LINK_DEFAULT_PORT) */
   tr_tls_config *tls;      /* server role; referenced */
-  uint64_t features;       /* offered to agents; 0 = TR_RELAY_FEATURES_ALL */
+  uint64_t features; /* offered to agents; 0 = TR_RELAY_FEATURES_ALL but UPSTREAM_LOST */
   uint64_t heartbeat_interval_ms, heartbeat_timeout_ms; /* 0 = the relay defaults */
-  /* The TLS handshake must finish within handshake_timeout_ms of the TCP accept, and Hello
+  /* The TLS handshake must finish within handshake_timeout_ms of its start (tls_uv.h), and Hello
    * arrive within it after the handshake; else the connection is closed with a log line
    * naming the peer address. 0 = TR_TLS_UV_HANDSHAKE_TIMEOUT_MS. */
   unsigned handshake_timeout_ms;

@@ -232,6 +232,13 @@ void tr_metrics_write_loop(const tr_loop_lag *lag, const struct tr_tls_uv_server
                 "agent connections dropped before their TLS handshake finished (logged with "
                 "the reason)",
                 (double)tls->refused);
+  service_gauge(t, "tracerelay_service_tls_refused_busy_total", "counter",
+                "of them, refused for want of a TLS handshake slot in time (the agent comes "
+                "back later; logged once per storm)",
+                (double)tls->refused_busy);
+  service_gauge(t, "tracerelay_service_tls_handshakes_abandoned_total", "counter",
+                "TLS handshakes begun that the peer left or let time out (work for nobody)",
+                (double)tls->abandoned);
   service_gauge(t, "tracerelay_service_tls_handshake_steps_on_loop_total", "counter",
                 "TLS handshake steps run on the event loop's thread (0: they all ran on workers)",
                 (double)tls->steps_on_loop);
@@ -255,4 +262,12 @@ void tr_metrics_write_regional(const struct tr_regional_stats *st, tr_prom_text 
   service_gauge(t, "tracerelay_regional_upstream_lost_total", "counter",
                 "agents' upstream links that closed under a connected agent",
                 (double)st->upstream_lost);
+  service_gauge(t, "tracerelay_regional_agents_relinking", "gauge",
+                "of the agents, those whose link is kept while their upstream link is made "
+                "again (after the upstream's restart)",
+                st->relinking);
+  service_gauge(t, "tracerelay_regional_relink_dropped_frames_total", "counter",
+                "frames agents sent for an upstream link that had ended (their batches are "
+                "resent, as after a broken link)",
+                (double)st->relink_dropped_frames);
 }

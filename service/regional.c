@@ -6,8 +6,11 @@
  * (every HEARTBEAT_TICKS ticks). */
 #include "service/regional.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "relay/clock/clock.h"
 #include "relay/clock/clock_probe.h"
@@ -24,6 +27,12 @@
 #define TICK_MS TR_CLOCK_PROBE_SESSION_MIN_MS
 #define HEARTBEAT_TICKS 10
 #define PROBE_FEATURES (TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)
+/* Features between an agent and us, never offered upstream. */
+#define OWN_FEATURES (PROBE_FEATURES | TR_RELAY_FEATURE_UPSTREAM_LOST)
+/* Upstream connects again for an agent whose link we keep: 250 ms doubling to 10 s, each
+ * between half and one and a half times that, at random. */
+#define RELINK_MIN_MS 250
+#define RELINK_MAX_MS 10000
 
 typedef struct pump pump;
 
@@ -32,14 +41,20 @@ struct pump {
   pump *prev, *next;
   tr_relay_link *down, *up; /* NULL once closed */
   char host[TR_TLS_MAX_NAME + 1];
-  Tracerelay__RelayFrame *hello; /* the agent's, until it went upstream */
+  Tracerelay__RelayFrame *hello; /* the agent's, until the upstream welcomed it */
   uint64_t agent_features;       /* offered by the agent */
   uint64_t sent_features;        /* offered upstream */
   uint32_t agent_max_frame;
   uv_getaddrinfo_t resolve;
   bool resolving;
   bool counted;  /* said Hello: one of r->agents */
-  bool welcomed; /* the upstream's Welcome went to the agent */
+  bool welcomed; /* the upstream's Welcome went to the agent: frames flow */
+  /* The agent's link outlives its upstream link (FEATURE_UPSTREAM_LOST, after a first
+   * Welcome): relinking from the loss until the next Welcome; awaiting_hello from our
+   * UpstreamLost until the agent's Hello; then connects are retried at relink_at_ms. */
+  bool keeps_link, relinking, awaiting_hello, refused;
+  unsigned relink_attempts;
+  uint64_t relink_at_ms;
   uint64_t opened_ms;
   int64_t t4; /* BOOTTIME of the agent's read being processed */
   struct tr_clock_probe_peer probe;
@@ -57,6 +72,10 @@ struct tr_regional {
   /* Of links closed: bytes received (tr_regional_stats adds the open ones') and upstream
    * links lost under their agent. */
   uint64_t closed_bytes_from_agents, closed_bytes_from_upstream, upstream_lost;
+  /* Agents whose link we keep while their upstream link is made again, and since when the
+   * first of them waits (logged once per outage); frames they sent for the lost link. */
+  unsigned relinking;
+  uint64_t relinking_since_ms, relink_dropped_frames;
   pump *pumps;
   struct tr_clock_probe_sched probes;
   uv_timer_t tick;
@@ -71,6 +90,18 @@ static void maybe_free_regional(tr_regional *r) {
   free(r);
 }
 
+/* p's agent is no longer waiting for its upstream link (welcomed again, or gone); says once
+ * when the last of an outage's agents is. */
+static void relink_done(pump *p) {
+  tr_regional *r = p->r;
+  if (!p->relinking)
+    return;
+  p->relinking = false;
+  if (--r->relinking == 0)
+    TR_INFO(COMP, "every agent kept through the upstream's loss is forwarded again or gone, "
+            "%.1f s after the first loss", (double)(uv_now(r->loop) - r->relinking_since_ms) / 1e3);
+}
+
 static void maybe_free_pump(pump *p) {
   if (p->down != NULL || p->up != NULL || p->resolving)
     return;
@@ -83,6 +114,7 @@ static void maybe_free_pump(pump *p) {
     p->next->prev = p->prev;
   if (p->counted)
     r->agents--;
+  relink_done(p);
   tr_relay_frame_free(p->hello);
   tr_clocksync_free(p->clock);
   free(p);
@@ -136,6 +168,20 @@ static const struct tr_clock_probe_ops probe_ops = {
 
 /* ---- the upstream link of one agent ---- */
 
+/* The agent waits for its first Welcome, which it sends nothing before (its side of the link is
+ * not established), while we send it heartbeats (down_hello): its silence is expected. */
+static bool waits_quietly(const pump *p) {
+  return p->counted && !p->welcomed && !p->keeps_link &&
+         (p->agent_features & TR_RELAY_FEATURE_UPSTREAM_LOST);
+}
+
+/* p's agent's link outlives its upstream link (regional.h): it took UpstreamLost in its Welcome,
+ * or waits for its first Welcome while we send it heartbeats, and was not refused. */
+static bool outlives_upstream(const pump *p) {
+  return p->down != NULL && !tr_relay_link_closing(p->down) && !p->refused && !p->r->stopping &&
+         (p->keeps_link || waits_quietly(p));
+}
+
 static uint32_t min_frame(uint32_t a, size_t b) { return (size_t)a < b ? a : (uint32_t)b; }
 
 /* The agent's Hello, as the regional's: naming the host, its probes done here. */
@@ -143,7 +189,7 @@ static void up_open(tr_relay_link *up) {
   pump *p = tr_relay_link_data(up);
   Tracerelay__Hello *h = p->hello->hello;
   h->relayed_host = p->host;
-  p->sent_features = p->agent_features & ~PROBE_FEATURES;
+  p->sent_features = p->agent_features & ~OWN_FEATURES;
   if (p->agent_features & TR_RELAY_FEATURE_CLOCK_PROBES)
     p->sent_features |= TR_RELAY_FEATURE_RELAYED_CLOCKS;
   h->features = p->sent_features;
@@ -151,8 +197,6 @@ static void up_open(tr_relay_link *up) {
   h->max_frame_bytes = min_frame(p->agent_max_frame, tr_relay_link_max_in(up));
   tr_relay_link_send(up, p->hello);
   h->relayed_host = NULL; /* not ours to free */
-  tr_relay_frame_free(p->hello);
-  p->hello = NULL;
 }
 
 /* The upstream's Welcome, as ours: the agent's probes are answered to us. */
@@ -167,7 +211,7 @@ static void up_welcome(pump *p, Tracerelay__RelayFrame *f) {
   }
   tr_relay_link_established(p->up, max);
   uint64_t features = (w->features & ~TR_RELAY_FEATURE_RELAYED_CLOCKS) |
-                      (p->agent_features & PROBE_FEATURES);
+                      (p->agent_features & OWN_FEATURES);
   w->features = features;
   w->has_max_frame_bytes = 1;
   w->max_frame_bytes = min_frame(max, tr_relay_link_max_in(p->down));
@@ -175,6 +219,11 @@ static void up_welcome(pump *p, Tracerelay__RelayFrame *f) {
     return;
   tr_relay_link_established(p->down, p->agent_max_frame);
   p->welcomed = true;
+  p->keeps_link = (features & TR_RELAY_FEATURE_UPSTREAM_LOST) != 0;
+  p->relink_attempts = 0;
+  tr_relay_frame_free(p->hello);
+  p->hello = NULL;
+  relink_done(p);
   if ((features & TR_RELAY_FEATURE_CLOCK_PROBES) && p->clock != NULL)
     tr_clock_probe_add(&p->r->probes, &p->probe, p, features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP,
                        uv_now(p->r->loop));
@@ -186,6 +235,16 @@ static void up_welcome(pump *p, Tracerelay__RelayFrame *f) {
 /* The upstream's words to the agent, passed on with its reason (e.g. NOT_AUTHORIZED). */
 static void up_goodbye(pump *p, const Tracerelay__Goodbye *g) {
   const char *text = g->text != NULL ? g->text : "";
+  /* Passing: the upstream shuts down, or has yet to notice the link we lost (a duplicate). */
+  if (outlives_upstream(p) && (g->reason == TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN ||
+                               (p->relinking &&
+                                g->reason == TRACERELAY__GOODBYE__REASON__REASON_DUPLICATE_HOST))) {
+    TR_DEBUG(COMP, "host %s: the upstream ends its link (reason %d): %s", p->host,
+             (int)g->reason, text);
+    tr_relay_link_hang_up(p->up); /* up_closed keeps the agent's link */
+    return;
+  }
+  p->refused = true;
   TR_WARN(COMP, "host %s: the upstream ends its link (reason %d): %s", p->host, (int)g->reason,
           text);
   tr_relay_link_close(p->down, g->has_reason ? g->reason : TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
@@ -231,14 +290,74 @@ static void up_drain(tr_relay_link *up) {
     tr_relay_link_release_input(p->down);
 }
 
+/* When to connect upstream again for p's agent: RELINK_MIN_MS doubling to RELINK_MAX_MS,
+ * spread at random; after a busy upstream's refusal 5-20 s (as an agent waits, link_client.h). */
+static void schedule_relink(pump *p, bool busy) {
+  uint64_t delay = RELINK_MIN_MS;
+  for (unsigned i = 0; i < p->relink_attempts && delay < RELINK_MAX_MS; i++)
+    delay *= 2;
+  if (delay > RELINK_MAX_MS)
+    delay = RELINK_MAX_MS;
+  uint32_t rnd = 0;
+  getrandom(&rnd, sizeof rnd, 0);
+  delay = busy ? TR_RELAY_BUSY_RETRY_MIN_MS +
+                     rnd % (TR_RELAY_BUSY_RETRY_MAX_MS - TR_RELAY_BUSY_RETRY_MIN_MS + 1)
+               : delay / 2 + rnd % (delay + 1);
+  p->relink_attempts++;
+  p->relink_at_ms = uv_now(p->r->loop) + delay;
+}
+
+/* p's agent waits for an upstream link made again (why the last one is not there); the first
+ * of an outage is logged, and the end (relink_done). */
+static void mark_relinking(pump *p, const char *why) {
+  tr_regional *r = p->r;
+  if (p->relinking)
+    return;
+  p->relinking = true;
+  if (r->relinking++ == 0) {
+    r->relinking_since_ms = uv_now(r->loop);
+    TR_WARN(COMP, "no link to the upstream %s:%s for host %s (%s): keeping the agents' links "
+            "while each is made again (logged once, and when all are forwarded)",
+            r->upstream_host, r->upstream_port, p->host, why);
+  }
+}
+
+/* The upstream link of an agent whose link we keep ended (why): the agent hears UpstreamLost
+ * and says Hello again, which goes upstream on a new link; while the upstream is not back,
+ * connects are tried again (schedule_relink, from the tick). Logged once per outage. */
+static void relink(pump *p, int reason, const char *why) {
+  tr_regional *r = p->r;
+  mark_relinking(p, why);
+  if (!p->welcomed) { /* the Hello said again waits: the upstream is not back yet */
+    schedule_relink(p, reason == TR_ERR_BUSY);
+    return;
+  }
+  p->welcomed = false;
+  tr_clock_probe_remove(&r->probes, &p->probe); /* none until its next Welcome */
+  Tracerelay__UpstreamLost u = TRACERELAY__UPSTREAM_LOST__INIT;
+  u.text = (char *)why;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_UPSTREAM_LOST;
+  f.upstream_lost = &u;
+  p->awaiting_hello = true;
+  if (tr_relay_link_send(p->down, &f) == 0)
+    tr_relay_link_release_input(p->down); /* what it sent meanwhile is dropped, its Hello taken */
+}
+
 static void up_closed(tr_relay_link *up, int reason, const char *why) {
   pump *p = tr_relay_link_data(up);
   p->up = NULL;
   p->r->closed_bytes_from_upstream += tr_tls_uv_bytes_in(tr_relay_link_conn(up));
   if (p->down != NULL && !tr_relay_link_closing(p->down))
     p->r->upstream_lost++;
-  if (p->down != NULL)
-    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
+  if (outlives_upstream(p)) {
+    relink(p, reason, reason ? why : "closed by us");
+    return;
+  }
+  if (p->down != NULL) /* the agent comes back later (and spread out) if the upstream is busy */
+    tr_relay_link_close(p->down,
+                        reason == TR_ERR_BUSY ? TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED
+                                              : TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
                         "its link to the upstream %s:%s closed: %s", p->r->upstream_host,
                         p->r->upstream_port, reason ? why : "closed by us");
   maybe_free_pump(p);
@@ -246,6 +365,24 @@ static void up_closed(tr_relay_link *up, int reason, const char *why) {
 
 static const struct tr_relay_link_events up_events = {
     .on_open = up_open, .on_frame = up_frame, .on_drain = up_drain, .on_closed = up_closed};
+
+/* No upstream link could be started for p's agent: one whose link we keep waits and we try
+ * again; a new one is told to come back later. */
+__attribute__((format(printf, 2, 3))) static void upstream_failed(pump *p, const char *fmt,
+                                                                  ...) {
+  char why[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  if (outlives_upstream(p)) {
+    mark_relinking(p, why);
+    TR_DEBUG(COMP, "host %s: %s; trying again", p->host, why);
+    schedule_relink(p, false);
+    return;
+  }
+  tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED, "%s", why);
+}
 
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
   pump *p = req->data;
@@ -257,8 +394,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     return;
   }
   if (status < 0) {
-    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
-                        "cannot resolve the upstream %s: %s", r->upstream_host, uv_strerror(status));
+    upstream_failed(p, "cannot resolve the upstream %s: %s", r->upstream_host,
+                    uv_strerror(status));
     return;
   }
   int rc = tr_relay_link_connect(r->loop, r->upstream_tls, r->upstream_name, res->ai_addr,
@@ -266,10 +403,23 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
   uv_freeaddrinfo(res);
   if (rc < 0) {
     p->up = NULL;
-    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
-                        "cannot connect to the upstream %s:%s: %s", r->upstream_host,
-                        r->upstream_port, tr_strerror(rc));
+    upstream_failed(p, "cannot connect to the upstream %s:%s: %s", r->upstream_host,
+                    r->upstream_port, tr_strerror(rc));
   }
+}
+
+/* Resolves the upstream's name, then connects (on_resolved) for p's agent, whose Hello waits. */
+static void connect_upstream(pump *p) {
+  tr_regional *r = p->r;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  p->resolve.data = p;
+  int rc = uv_getaddrinfo(r->loop, &p->resolve, on_resolved, r->upstream_host, r->upstream_port,
+                          &hints);
+  if (rc < 0) {
+    upstream_failed(p, "cannot resolve the upstream %s: %s", r->upstream_host, uv_strerror(rc));
+    return;
+  }
+  p->resolving = true;
 }
 
 /* ---- the agent's link ---- */
@@ -284,30 +434,28 @@ static void down_hello(pump *p, Tracerelay__RelayFrame *f) {
     tr_relay_frame_free(f);
     return;
   }
-  if (r->agents >= r->max_agents) {
-    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
-                        "the regional already serves %u agents, its --max-agents; host %s "
-                        "refused", r->agents, p->host);
-    tr_relay_frame_free(f);
-    return;
+  if (!p->counted) { /* not for a Hello said again after UpstreamLost */
+    if (r->agents >= r->max_agents) {
+      tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+                          "the regional already serves %u agents, its --max-agents; host %s "
+                          "refused", r->agents, p->host);
+      tr_relay_frame_free(f);
+      return;
+    }
+    p->counted = true;
+    r->agents++;
+    if (tr_clocksync_init(&p->clock, NULL) < 0)
+      p->clock = NULL; /* no probes then: the upstream maps the host through none */
   }
-  p->counted = true;
-  r->agents++;
+  p->awaiting_hello = false;
   p->hello = f;
   p->agent_features = h->features;
   p->agent_max_frame = max;
-  if (tr_clocksync_init(&p->clock, NULL) < 0)
-    p->clock = NULL; /* no probes then: the upstream maps the host through none */
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-  p->resolve.data = p;
-  int rc = uv_getaddrinfo(r->loop, &p->resolve, on_resolved, r->upstream_host, r->upstream_port,
-                          &hints);
-  if (rc < 0) {
-    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
-                        "cannot resolve the upstream %s: %s", r->upstream_host, uv_strerror(rc));
-    return;
-  }
-  p->resolving = true;
+  /* An agent that takes UpstreamLost takes heartbeats before its Welcome too: it waits for a
+   * busy upstream (a storm there) without its silence timeout closing its link. */
+  if (p->agent_features & TR_RELAY_FEATURE_UPSTREAM_LOST)
+    tr_relay_link_established(p->down, max);
+  connect_upstream(p);
 }
 
 /* After Welcome: the agent's frames go upstream, but for its probe answers. */
@@ -353,10 +501,16 @@ static void down_forward(pump *p, Tracerelay__RelayFrame *f) {
 
 static void down_frame(tr_relay_link *down, Tracerelay__RelayFrame *f) {
   pump *p = tr_relay_link_data(down);
+  bool hello = f->msg_case == TRACERELAY__RELAY_FRAME__MSG_HELLO;
   if (p->welcomed && p->up != NULL && !tr_relay_link_closing(p->up)) {
     down_forward(p, f);
-  } else if (!p->counted && f->msg_case == TRACERELAY__RELAY_FRAME__MSG_HELLO) {
+  } else if (hello && (!p->counted || p->awaiting_hello)) {
     down_hello(p, f); /* takes f */
+  } else if (p->keeps_link && !hello) {
+    /* Its upstream link is gone or not back: what it sent for the lost one is dropped, as on
+     * a broken link (relay.proto, UpstreamLost); heartbeats keep its own link alive. */
+    p->r->relink_dropped_frames += f->msg_case != TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT;
+    tr_relay_frame_free(f);
   } else {
     tr_relay_link_protocol_error(down, "frame type %d before Welcome", (int)f->msg_case);
     tr_relay_frame_free(f);
@@ -400,6 +554,7 @@ static void down_closed(tr_relay_link *down, int reason, const char *why) {
   if (p == NULL)
     return;
   p->down = NULL;
+  relink_done(p);
   p->r->closed_bytes_from_agents += tr_tls_uv_bytes_in(tr_relay_link_conn(down));
   if (p->counted)
     TR_INFO(COMP, "host %s disconnected: %s", p->host, reason ? why : "closed by us");
@@ -418,8 +573,13 @@ static const struct tr_relay_link_events down_events = {
 /* ---- timers ---- */
 
 static void check_pump(pump *p, uint64_t now_ns, uint64_t now_ms) {
-  if (p->down != NULL && tr_relay_link_check_alive(p->down, now_ns) && !p->counted &&
-      now_ms - p->opened_ms >= p->r->hello_timeout_ms)
+  if (p->relink_at_ms != 0 && now_ms >= p->relink_at_ms && p->up == NULL && !p->resolving &&
+      p->down != NULL && !tr_relay_link_closing(p->down)) {
+    p->relink_at_ms = 0;
+    connect_upstream(p);
+  }
+  bool alive = p->down != NULL && (waits_quietly(p) || tr_relay_link_check_alive(p->down, now_ns));
+  if (alive && !p->counted && now_ms - p->opened_ms >= p->r->hello_timeout_ms)
     tr_relay_link_protocol_error(p->down, "no Hello within %u ms of the TLS handshake",
                                  p->r->hello_timeout_ms);
   if (p->up != NULL)
@@ -509,9 +669,11 @@ unsigned tr_regional_agents(const tr_regional *r) { return r->agents; }
 
 void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out) {
   *out = (struct tr_regional_stats){.agents = r->agents,
+                                    .relinking = r->relinking,
                                     .bytes_from_agents = r->closed_bytes_from_agents,
                                     .bytes_from_upstream = r->closed_bytes_from_upstream,
-                                    .upstream_lost = r->upstream_lost};
+                                    .upstream_lost = r->upstream_lost,
+                                    .relink_dropped_frames = r->relink_dropped_frames};
   for (const pump *p = r->pumps; p != NULL; p = p->next) {
     if (p->down != NULL) {
       out->bytes_from_agents += tr_tls_uv_bytes_in(tr_relay_link_conn(p->down));

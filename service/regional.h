@@ -17,8 +17,16 @@
  * - Backpressure: while more than half of TR_REGIONAL_UPSTREAM_QUEUE bytes wait on an agent's
  *   upstream link, that agent's frames are held (tr_relay_link_hold_input) until it drains;
  *   TCP then holds the agent, whose own queues bound and count what it cannot send.
- * - Either link closing closes the other: an upstream Goodbye (e.g. NOT_AUTHORIZED) is passed
- *   to the agent with its reason and text; an agent's Goodbye is passed upstream.
+ * - The agent's link closing closes its upstream link; an agent's Goodbye is passed upstream.
+ * - The upstream link closing closes the agent's, passing an upstream Goodbye (e.g.
+ *   NOT_AUTHORIZED) with its reason and text, and a busy upstream as Goodbye OVERLOADED (the
+ *   agent comes back 5-20 s later), except for an agent that offered FEATURE_UPSTREAM_LOST and
+ *   was welcomed: its link is kept through a lost upstream link or the upstream's shutdown
+ *   (docs/relay-protocol.md, Tiers): UpstreamLost, the agent's Hello again, a new upstream
+ *   link (tried again with backoff while the upstream is not back), the new Welcome. What it
+ *   sends in between is dropped and counted (relink_dropped_frames). Such an agent also waits
+ *   for its first Welcome as long as the upstream takes (busy, or down): we send it heartbeats
+ *   from its Hello on and connect upstream again with backoff, rather than send it away.
  * The regional's own clock reaches the upstream through an agent embedded in the regional
  * process (service_daemon.c), connected under the regional's certificate name.
  * Everything runs on the loop's thread. */
@@ -56,9 +64,11 @@ struct tr_regional_stats {
   unsigned agents;    /* agents connected that said Hello */
   unsigned forwarded; /* of them, Welcomed by the upstream: their frames flow both ways */
   unsigned held;      /* of them, read no further while their upstream queue drains */
+  unsigned relinking; /* of them, their link kept while their upstream link is made again */
   uint64_t bytes_from_agents;   /* received from agents (TLS bytes), since the start */
   uint64_t bytes_from_upstream; /* received from the upstream on their links, likewise */
   uint64_t upstream_lost;       /* agents' upstream links that closed under a connected agent */
+  uint64_t relink_dropped_frames; /* frames agents sent for an upstream link that was gone */
 };
 void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out);
 /* HOST:PORT of the upstream. */

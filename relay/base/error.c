@@ -21,6 +21,7 @@ const char *tr_strerror(int code) {
   case TR_ERR_UNSUPPORTED: return "not supported";
   case TR_ERR_DECODE: return "malformed message";
   case TR_ERR_CONFIG: return "invalid configuration";
+  case TR_ERR_BUSY: return "busy: try again later";
   }
   if (code < 0 && code > -4096)
     return strerror(-code);

@@ -25,6 +25,7 @@ enum tr_error {
   TR_ERR_UNSUPPORTED = -10012, /* a method or feature this side does not offer */
   TR_ERR_DECODE = -10013,    /* bytes that do not parse as the expected message */
   TR_ERR_CONFIG = -10014,    /* a configuration file or flag is invalid */
+  TR_ERR_BUSY = -10015,      /* the peer is busy and refused us: come back later */
 };
 
 /* A short English description of any code this project returns (never NULL). */

@@ -30,6 +30,10 @@
 #define TR_RELAY_SPILL_DEFAULT (64u << 20)
 #define TR_RELAY_HEARTBEAT_INTERVAL_NS 2000000000ull /* send one after 2 s of silence */
 #define TR_RELAY_HEARTBEAT_TIMEOUT_NS 8000000000ull  /* peer dead after 8 s without a frame */
+/* A side refused for being busy (tls_uv.h: no handshake slot in time; Goodbye
+ * REASON_OVERLOADED) tries again this long later, uniformly at random: spread out, not in step. */
+#define TR_RELAY_BUSY_RETRY_MIN_MS 5000
+#define TR_RELAY_BUSY_RETRY_MAX_MS 20000
 
 /* ---- features ---- */
 
@@ -44,10 +48,14 @@
 /* Only on a regional's relayed links (Hello.relayed_host): never offered by an agent. */
 #define TR_RELAY_FEATURE_RELAYED_CLOCKS                                                            \
   TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_RELAYED_CLOCKS)
+/* Only between an agent and its regional (regional.h): a service never sends UpstreamLost. */
+#define TR_RELAY_FEATURE_UPSTREAM_LOST                                                             \
+  TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_UPSTREAM_LOST)
 /* Everything an agent's link implements. */
 #define TR_RELAY_FEATURES_ALL                                                                      \
   (TR_RELAY_FEATURE_ZSTD | TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_AGENT_STATS |       \
-   TR_RELAY_FEATURE_HOST_CLOCKS | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)
+   TR_RELAY_FEATURE_HOST_CLOCKS | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP |                            \
+   TR_RELAY_FEATURE_UPSTREAM_LOST)
 
 /* The largest frame a Hello or Welcome says its sender accepts (has ? bytes : absent), 0 or
  * absent meaning TR_RELAY_MAX_FRAME_DEFAULT; 0 if outside [TR_RELAY_MIN_FRAME,

@@ -15,12 +15,14 @@
  * uv_queue_work job on libuv's worker pool. While a step runs, the worker alone touches the
  * session: the loop keeps what it reads in the held input (at most HANDSHAKE_INPUT_MAX
  * bytes), sends nothing, and defers freeing the connection to the step's end (step_done),
- * which sends what the step produced and feeds the held input. A peer that leaves meanwhile
- * (a client that gave up waiting in the backlog) is noticed at once, and its step cancelled
- * if it has not started: no public-key work for the departed.
- * A server runs at most max_handshakes at once; beyond, it leaves connections in the kernel's
- * listen backlog (libuv stops accepting while the one it took is not accepted) and takes
- * them as handshakes end, so that a storm waits rather than being refused. */
+ * which sends what the step produced and feeds the held input. A peer that leaves before the
+ * first step began has that step cancelled: no public-key work for the departed.
+ * Admission (tls_uv.h says why): a server runs at most max_handshakes at once; it accepts every
+ * further connection at once into its waiting list (no session, not read, its timer counting
+ * admission_wait_ms) and admits the oldest as a handshake ends; one whose wait runs out is
+ * closed before any byte is sent (refuse_busy). A client's timer counts start_timeout_ms until
+ * the server's first bytes, then handshake_timeout_ms; either side's stops while a step of its
+ * own is queued or runs (queue_step, step_done). */
 #include "relay/link/tls_uv.h"
 
 #include "relay/clock/clock.h"
@@ -40,7 +42,7 @@
 
 #define KEEPALIVE_DELAY_S 30
 #define READ_BUFFER (64 * 1024)
-/* Connections waiting for a handshake slot wait here, in the kernel (which caps it at
+/* Connections not yet accepted (we accept as they come; the kernel caps it at
  * net.core.somaxconn, 4096 by default since Linux 5.4). */
 #define LISTEN_BACKLOG 4096
 /* Input a peer may send while a handshake step runs: a flight of handshake messages is a few
@@ -54,9 +56,12 @@ struct tr_tls_uv_server {
   struct tr_tls_uv_options opts;
   struct tr_tls_uv_callbacks cbs;
   void *data;
-  tr_tls_uv_conn *handshaking; /* list of connections not yet given to the application */
+  tr_tls_uv_conn *handshaking; /* list of connections in their handshake */
   unsigned n_handshaking;
-  bool accept_held; /* libuv holds an accepted connection we left there: handshakes were full */
+  /* Connections waiting for a handshake slot, oldest first (admitted from the head). */
+  tr_tls_uv_conn *waiting, *waiting_tail;
+  unsigned n_waiting;
+  uint64_t storm_refused; /* refused busy since the waiting list was last empty */
   struct tr_tls_uv_server_stats stats;
   bool closing;
   bool tcp_closed;
@@ -67,11 +72,15 @@ struct tr_tls_uv_conn {
   uv_timer_t timer;
   uv_connect_t connect_req;
   tr_tls_session *tls;
-  tr_tls_uv_server *server; /* set while a server-side handshake runs */
+  tr_tls_uv_server *server; /* set while a server-side connection waits or handshakes */
+  bool waiting;             /* in server->waiting: no session yet, not read */
+  unsigned steps;           /* handshake steps completed */
+  unsigned step_delay_ms;   /* opts.test_step_delay_ms */
   uv_thread_t loop_thread;  /* the loop's, to tell where handshake steps run */
   /* A handshake step on a worker (step_work): the session is the worker's until step_done. */
   uv_work_t step_work;
   bool stepping;
+  uint64_t deadline_left_ms; /* of the handshake's deadline, while a step runs (stopped then) */
   bool eof_in_handshake; /* the peer's EOF came while a step had input still to read */
   int step_rc;              /* the step's tr_tls_handshake result */
   bool step_on_loop;        /* the last handshake step ran on the loop's thread */
@@ -80,7 +89,7 @@ struct tr_tls_uv_conn {
   tr_tls_uv_conn *prev, *next;
   struct tr_tls_uv_callbacks cbs;
   void *data;
-  unsigned handshake_timeout_ms;
+  unsigned handshake_timeout_ms, start_timeout_ms;
   size_t max_queued;
   size_t queued;
   unsigned writes_pending;
@@ -150,6 +159,10 @@ static void apply_defaults(struct tr_tls_uv_options *o, const struct tr_tls_uv_o
     o->max_queued = TR_TLS_UV_MAX_QUEUED;
   if (o->max_handshakes == 0)
     o->max_handshakes = TR_TLS_UV_MAX_HANDSHAKES;
+  if (o->start_timeout_ms == 0)
+    o->start_timeout_ms = TR_TLS_UV_START_TIMEOUT_MS;
+  if (o->admission_wait_ms == 0)
+    o->admission_wait_ms = TR_TLS_UV_ADMISSION_WAIT_MS;
 }
 
 static void format_addr(const struct sockaddr *sa, char *out, size_t cap) {
@@ -465,29 +478,36 @@ uint64_t tr_tls_uv_bytes_in(const tr_tls_uv_conn *c) { return c->bytes_in; }
 
 /* ---- closing ---- */
 
-static void accept_one(tr_tls_uv_server *srv);
+static void admit_waiting(tr_tls_uv_server *srv);
 
-static void unlink_handshaking(tr_tls_uv_conn *c) {
+/* Takes c off its server's list (waiting or handshaking); a handshake slot freed goes to the
+ * oldest connection waiting. */
+static void unlink_server_conn(tr_tls_uv_conn *c) {
   tr_tls_uv_server *srv = c->server;
   if (srv == NULL)
     return;
+  tr_tls_uv_conn **head = c->waiting ? &srv->waiting : &srv->handshaking;
   if (c->prev != NULL)
     c->prev->next = c->next;
   else
-    srv->handshaking = c->next;
+    *head = c->next;
   if (c->next != NULL)
     c->next->prev = c->prev;
+  else if (c->waiting)
+    srv->waiting_tail = c->prev;
   c->prev = c->next = NULL;
   c->server = NULL;
-  srv->n_handshaking--;
-  if (srv->accept_held && !srv->closing) { /* a slot is free: the next one waiting */
-    srv->accept_held = false;
-    accept_one(srv);
+  if (c->waiting) {
+    c->waiting = false;
+    srv->n_waiting--;
+  } else {
+    srv->n_handshaking--;
   }
+  admit_waiting(srv);
 }
 
 static void maybe_free_server(tr_tls_uv_server *srv) {
-  if (srv->tcp_closed && srv->handshaking == NULL) {
+  if (srv->tcp_closed && srv->handshaking == NULL && srv->waiting == NULL) {
     tr_tls_config_unref(srv->cfg);
     free(srv);
   }
@@ -506,7 +526,7 @@ static void on_handle_closed(uv_handle_t *h) {
   if (c->app_owned && c->cbs.on_close != NULL)
     c->cbs.on_close(c, c->close_reason, c->close_why);
   tr_tls_uv_server *srv = c->server;
-  unlink_handshaking(c);
+  unlink_server_conn(c);
   if (srv != NULL && srv->closing)
     maybe_free_server(srv);
   if (c->stepping)
@@ -521,16 +541,36 @@ static void close_handles(tr_tls_uv_conn *c) {
   uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
+static void refuse_busy(tr_tls_uv_conn *c);
+
 static void on_timer(uv_timer_t *t) {
   tr_tls_uv_conn *c = t->data;
   if (c->closing) {
     close_handles(c); /* linger over: drop what could not be sent */
     return;
   }
+  if (c->waiting) {
+    refuse_busy(c);
+    return;
+  }
+  if (c->server == NULL && c->bytes_in == 0) {
+    close_conn(c, TR_ERR_TIMEOUT,
+               "the TLS handshake did not begin within %u ms of connecting: the peer is busy "
+               "or not a TLS service, or a network problem", c->start_timeout_ms);
+    return;
+  }
   close_conn(c, TR_ERR_TIMEOUT,
              "TLS handshake not finished after %u ms (%llu bytes received): a slow or non-TLS "
              "peer, or a network problem", c->handshake_timeout_ms,
              (unsigned long long)c->bytes_in);
+}
+
+/* A server connection the peer left or let run out after its handshake began here: public-key
+ * work for nobody, which admission exists to avoid (tls_uv.h). */
+static bool abandoned(const tr_tls_uv_conn *c, int reason) {
+  return c->server != NULL && !c->waiting &&
+         (reason == TR_ERR_CLOSED || reason == TR_ERR_TIMEOUT || reason == UV_ECONNRESET ||
+          reason == UV_EPIPE);
 }
 
 /* The one way a connection ends: records the first reason, stops reading, and closes the
@@ -546,7 +586,9 @@ static void close_conn(tr_tls_uv_conn *c, int reason, const char *fmt, ...) {
   va_end(ap);
   if (!c->app_owned && c->server != NULL && !c->server->closing) {
     c->server->stats.refused++;
-    TR_WARN("tls", "refused connection from %s: %s", c->peer_addr, c->close_why);
+    c->server->stats.abandoned += abandoned(c, reason);
+    if (reason != TR_ERR_BUSY) /* those are logged once per storm (refuse_busy) */
+      TR_WARN("tls", "refused connection from %s: %s", c->peer_addr, c->close_why);
   }
   uv_read_stop((uv_stream_t *)&c->tcp);
   if (c->stepping) /* if the step has not started, it never will (step_done says so) */
@@ -557,8 +599,8 @@ static void close_conn(tr_tls_uv_conn *c, int reason, const char *fmt, ...) {
     release_behind(c, 0);
   /* Ship the alert or close_notify, unless the socket itself failed or a worker has the
    * session (a handshake cut short: nothing to say). */
-  if (!c->stepping && (reason == TR_ERR_TLS || reason == TR_ERR_TIMEOUT || reason == 0 ||
-                       reason == TR_ERR_CLOSED))
+  if (c->tls != NULL && !c->stepping &&
+      (reason == TR_ERR_TLS || reason == TR_ERR_TIMEOUT || reason == 0 || reason == TR_ERR_CLOSED))
     flush_cipher(c);
   if (c->writes_pending > 0)
     uv_timer_start(&c->timer, on_timer, TR_TLS_UV_CLOSE_LINGER_MS, 0);
@@ -582,10 +624,21 @@ void tr_tls_uv_close(tr_tls_uv_conn *c) {
 static void handshake_complete(tr_tls_uv_conn *c) {
   uv_timer_stop(&c->timer);
   c->established = true;
-  unlink_handshaking(c);
+  unlink_server_conn(c);
   c->app_owned = true;
   if (c->cbs.on_connect != NULL)
     c->cbs.on_connect(c);
+}
+
+/* The peer closed the TCP connection (after the bytes before it were read). */
+static void close_on_eof(tr_tls_uv_conn *c) {
+  if (c->established)
+    close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection without close_notify");
+  else if (c->server == NULL && c->bytes_in == 0)
+    close_conn(c, TR_ERR_BUSY, "closed by the peer before its TLS handshake began: it is busy "
+               "(or not a TLS service); try again later");
+  else
+    close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection during the handshake");
 }
 
 static void close_on_tls_error(tr_tls_uv_conn *c, int rc) {
@@ -615,19 +668,25 @@ static void count_step(tr_tls_uv_conn *c) {
 
 static void run_step(uv_work_t *w) {
   tr_tls_uv_conn *c = w->data;
+  if (c->step_delay_ms > 0)
+    uv_sleep(c->step_delay_ms);
   c->step_rc = handshake_step(c);
 }
 
 static void step_done(uv_work_t *w, int status);
 
-/* Hands the session to a worker for one handshake step. */
+/* Hands the session to a worker for one handshake step. The deadline stops meanwhile: it counts
+ * the time we wait for the peer, not for our own workers (tls_uv.h). */
 static void queue_step(tr_tls_uv_conn *c) {
   c->step_work.data = c;
   int rc = uv_queue_work(c->tcp.loop, &c->step_work, run_step, step_done);
-  if (rc < 0)
+  if (rc < 0) {
     close_conn(c, rc, "cannot run the TLS handshake: %s", uv_strerror(rc));
-  else
-    c->stepping = true;
+    return;
+  }
+  c->stepping = true;
+  c->deadline_left_ms = uv_timer_get_due_in(&c->timer);
+  uv_timer_stop(&c->timer);
 }
 
 /* Runs the session on the input it has: the handshake (a step on a worker, see the top of the
@@ -770,16 +829,23 @@ static void on_tcp_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
   if (nread == 0 || c->closing)
     return;
   if (nread < 0) {
-    if (nread != UV_EOF)
+    if (nread == UV_ECONNRESET && c->server == NULL && !c->established && c->bytes_in == 0)
+      close_on_eof(c); /* a server refusing us resets: it closed with our hello unread */
+    else if (nread != UV_EOF)
       close_conn(c, (int)nread, "receiving failed: %s", uv_strerror((int)nread));
-    else if (c->established)
-      close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection without close_notify");
+    else if (c->stepping && c->server != NULL && c->steps == 0) /* its step is cancelled */
+      close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection before its handshake "
+                 "began here: it gave up waiting");
     else if (c->stepping)
       c->eof_in_handshake = true; /* the bytes before it (an alert saying why) come first */
     else
-      close_conn(c, TR_ERR_CLOSED, "the peer closed the TCP connection during the handshake");
+      close_on_eof(c);
     return;
   }
+  /* A client's first bytes from the server: it began the handshake, whose own deadline runs
+   * from now (tls_uv.h). */
+  if (c->server == NULL && !c->established && c->bytes_in == 0)
+    uv_timer_start(&c->timer, on_timer, c->handshake_timeout_ms, 0);
   /* First, before any decryption: the arrival time of every message completed by this read. */
   c->read_clock_ns = clock != 0 ? clock : (int64_t)tr_clock_boottime_ns();
   c->read_ns = stamp != 0 ? stamp : c->read_clock_ns;
@@ -848,14 +914,17 @@ bool tr_tls_uv_read_is_paused(const tr_tls_uv_conn *c) { return c->read_paused; 
 static void step_done(uv_work_t *w, int status) {
   tr_tls_uv_conn *c = w->data;
   c->stepping = false;
-  if (status != UV_ECANCELED) /* cancelled: the connection closed before the step began */
+  if (status != UV_ECANCELED) { /* cancelled: the connection closed before the step began */
+    c->steps++;
     count_step(c);
+  }
   if (c->handles_closed) {
     free_conn(c);
     return;
   }
   if (c->closing)
     return;
+  uv_timer_start(&c->timer, on_timer, c->deadline_left_ms > 0 ? c->deadline_left_ms : 1, 0);
   int rc = c->step_rc;
   if (rc < 0 && rc != TR_ERR_AGAIN) {
     close_on_tls_error(c, rc);
@@ -872,9 +941,7 @@ static void step_done(uv_work_t *w, int status) {
       return;
   }
   if (feed_and_drive(c, c->held, c->held_len) && c->eof_in_handshake && !c->stepping)
-    close_conn(c, TR_ERR_CLOSED, c->established
-                                     ? "the peer closed the TCP connection without close_notify"
-                                     : "the peer closed the TCP connection during the handshake");
+    close_on_eof(c);
 }
 
 /* Common setup of both sides once the TCP connection exists. */
@@ -896,14 +963,15 @@ static void start_session(tr_tls_uv_conn *c) {
   drive(c); /* the first step (a client's hello) */
 }
 
-/* A connection with its session and both handles initialised, the deadline running. */
+/* A connection with both handles initialised and its timer counting timeout_ms; its session is
+ * made now for a client (cfg), at admission for a server (cfg NULL). */
 static int conn_new(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name,
                     const struct tr_tls_uv_options *opts, const struct tr_tls_uv_callbacks *cbs,
-                    void *data, tr_tls_uv_conn **out) {
+                    void *data, unsigned timeout_ms, tr_tls_uv_conn **out) {
   tr_tls_uv_conn *c = calloc(1, sizeof *c);
   if (c == NULL)
     return TR_ERR_NOMEM;
-  int rc = tr_tls_session_new(cfg, server_name, &c->tls);
+  int rc = cfg != NULL ? tr_tls_session_new(cfg, server_name, &c->tls) : 0;
   if (rc < 0) {
     free(c);
     return rc;
@@ -912,6 +980,8 @@ static int conn_new(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name
   c->data = data;
   c->loop_thread = uv_thread_self();
   c->handshake_timeout_ms = opts->handshake_timeout_ms;
+  c->start_timeout_ms = opts->start_timeout_ms;
+  c->step_delay_ms = opts->test_step_delay_ms;
   c->max_queued = opts->max_queued;
   snprintf(c->peer_addr, sizeof c->peer_addr, "(unknown peer)");
   /* Neither init can fail for an AF_UNSPEC TCP handle or a timer. */
@@ -919,7 +989,7 @@ static int conn_new(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name
   uv_timer_init(loop, &c->timer);
   c->tcp.data = c->timer.data = c;
   c->handles_open = 2;
-  uv_timer_start(&c->timer, on_timer, c->handshake_timeout_ms, 0);
+  uv_timer_start(&c->timer, on_timer, timeout_ms, 0);
   *out = c;
   return 0;
 }
@@ -946,7 +1016,7 @@ int tr_tls_uv_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *server_na
   struct tr_tls_uv_options o = {0};
   apply_defaults(&o, opts);
   tr_tls_uv_conn *c;
-  int rc = conn_new(loop, cfg, server_name, &o, cbs, data, &c);
+  int rc = conn_new(loop, cfg, server_name, &o, cbs, data, o.start_timeout_ms, &c);
   if (rc < 0)
     return rc;
   c->app_owned = true;
@@ -974,11 +1044,70 @@ static void reject(uv_stream_t *listener) {
   uv_close((uv_handle_t *)t, free_handle);
 }
 
-/* Takes the connection libuv accepted (and holds) and starts its handshake. */
+static void link_first(tr_tls_uv_conn **head, tr_tls_uv_conn *c) {
+  c->prev = NULL;
+  c->next = *head;
+  if (c->next != NULL)
+    c->next->prev = c;
+  *head = c;
+}
+
+/* Starts the handshake of c, which waited (or arrives while a slot is free): its session, its
+ * deadline, its first read. */
+static void admit(tr_tls_uv_server *srv, tr_tls_uv_conn *c) {
+  if (c->waiting) {
+    srv->waiting = c->next;
+    if (c->next != NULL)
+      c->next->prev = NULL;
+    else
+      srv->waiting_tail = NULL;
+    c->waiting = false;
+    srv->n_waiting--;
+  }
+  link_first(&srv->handshaking, c);
+  srv->n_handshaking++;
+  int rc = tr_tls_session_new(srv->cfg, NULL, &c->tls);
+  if (rc < 0) {
+    close_conn(c, rc, "cannot start a TLS session: %s", tr_strerror(rc));
+    return;
+  }
+  uv_timer_start(&c->timer, on_timer, c->handshake_timeout_ms, 0);
+  start_session(c);
+}
+
+/* Admits the oldest waiting connections while handshake slots are free; says once when a
+ * storm that refused connections is over. */
+static void admit_waiting(tr_tls_uv_server *srv) {
+  while (!srv->closing && srv->waiting != NULL && srv->n_handshaking < srv->opts.max_handshakes)
+    admit(srv, srv->waiting);
+  if (srv->waiting == NULL && srv->storm_refused > 0) {
+    TR_INFO("tls", "no connection waits for a handshake any more: %llu refused while they did",
+            (unsigned long long)srv->storm_refused);
+    srv->storm_refused = 0;
+  }
+}
+
+/* Closes c, which found no handshake slot in time, before anything was sent: its client
+ * reports TR_ERR_BUSY and comes back later. Logged once per storm. */
+static void refuse_busy(tr_tls_uv_conn *c) {
+  tr_tls_uv_server *srv = c->server;
+  srv->stats.refused_busy++;
+  if (srv->storm_refused++ == 0)
+    TR_WARN("tls", "%u TLS handshakes running and %u connections waiting: refusing those that "
+            "waited %u ms (or beyond %u waiting), %s the first; they come back later (counted "
+            "as refused_busy; the end of the wait is logged)", srv->n_handshaking,
+            srv->n_waiting, srv->opts.admission_wait_ms, TR_TLS_UV_MAX_WAITING, c->peer_addr);
+  close_conn(c, TR_ERR_BUSY, "no TLS handshake slot within %u ms", srv->opts.admission_wait_ms);
+}
+
+/* Takes the connection libuv accepted: starts its handshake if a slot is free, else keeps it
+ * waiting (tls_uv.h). */
 static void accept_one(tr_tls_uv_server *srv) {
   uv_stream_t *listener = (uv_stream_t *)&srv->tcp;
+  bool slot = srv->waiting == NULL && srv->n_handshaking < srv->opts.max_handshakes;
   tr_tls_uv_conn *c;
-  int rc = conn_new(srv->loop, srv->cfg, NULL, &srv->opts, &srv->cbs, srv->data, &c);
+  int rc = conn_new(srv->loop, NULL, NULL, &srv->opts, &srv->cbs, srv->data,
+                    srv->opts.admission_wait_ms, &c);
   if (rc < 0) {
     TR_WARN("tls", "cannot take a new connection: %s", tr_strerror(rc));
     srv->stats.refused++;
@@ -986,11 +1115,14 @@ static void accept_one(tr_tls_uv_server *srv) {
     return;
   }
   c->server = srv;
-  c->next = srv->handshaking;
-  if (c->next != NULL)
-    c->next->prev = c;
-  srv->handshaking = c;
-  srv->n_handshaking++;
+  c->waiting = true; /* at the tail of the waiting list */
+  c->prev = srv->waiting_tail;
+  if (c->prev != NULL)
+    c->prev->next = c;
+  else
+    srv->waiting = c;
+  srv->waiting_tail = c;
+  srv->n_waiting++;
   rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
   if (rc < 0) {
     close_conn(c, rc, "accept failed: %s", uv_strerror(rc));
@@ -1000,19 +1132,16 @@ static void accept_one(tr_tls_uv_server *srv) {
   int len = sizeof ss;
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
     format_addr((struct sockaddr *)&ss, c->peer_addr, sizeof c->peer_addr);
-  start_session(c);
+  if (slot)
+    admit(srv, c);
+  else if (srv->n_waiting > TR_TLS_UV_MAX_WAITING)
+    refuse_busy(c);
 }
 
 static void on_connection(uv_stream_t *listener, int status) {
   tr_tls_uv_server *srv = listener->data;
   if (status < 0) {
     TR_WARN("tls", "accepting a connection failed: %s", uv_strerror(status));
-    return;
-  }
-  /* Handshakes full: leave it with libuv, which stops accepting (the rest wait in the listen
-   * backlog) until unlink_handshaking takes it. */
-  if (srv->n_handshaking >= srv->opts.max_handshakes) {
-    srv->accept_held = true;
     return;
   }
   accept_one(srv);
@@ -1083,6 +1212,8 @@ void tr_tls_uv_server_close(tr_tls_uv_server *srv) {
   srv->closing = true;
   uv_close((uv_handle_t *)&srv->tcp, on_server_closed);
   for (tr_tls_uv_conn *c = srv->handshaking; c != NULL; c = c->next)
+    close_conn(c, TR_ERR_CLOSED, "the server is shutting down");
+  for (tr_tls_uv_conn *c = srv->waiting; c != NULL; c = c->next)
     close_conn(c, TR_ERR_CLOSED, "the server is shutting down");
 }
 

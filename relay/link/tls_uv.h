@@ -11,9 +11,27 @@
  *   valid agent certificate; tr_tls_uv_peer_name() is then its machine name. Connections
  *   refused before that (bad certificate, not TLS, handshake deadline) are logged with the peer
  *   address and the reason, and counted; the application never sees them.
- * - A connect storm waits rather than being refused: a server runs at most max_handshakes
- *   handshakes at once and leaves further connections in the kernel's listen backlog (4096
- *   deep, capped by net.core.somaxconn) until one ends; their deadline starts once taken.
+ * - A connect storm converges instead of collapsing. A server runs at most max_handshakes
+ *   handshakes at once; it accepts every further connection at once and keeps it waiting, in
+ *   order of arrival, without reading it and with no TLS session yet (a socket and about 1 KiB
+ *   each, at most TR_TLS_UV_MAX_WAITING), and starts its handshake when one ends. A client
+ *   counts its deadline in two parts: up to start_timeout_ms from its connect until the
+ *   server's first handshake bytes (the server began), then handshake_timeout_ms for the rest.
+ *   A connection that waited admission_wait_ms without a slot (less than a client's start
+ *   timeout, so the client is still there) is refused cleanly: closed before any byte is
+ *   sent, counted (refused_busy), and logged once per storm, not once per peer. A client whose
+ *   server closed before its handshake began reports TR_ERR_BUSY: come back later, at a time
+ *   of its own choosing (the agent waits 5-20 s, at random). So the server spends its
+ *   public-key work only on clients that still wait for it: before, connections waited in the
+ *   kernel's listen backlog and every client's 10 s counted from its connect, so in a storm on
+ *   a loaded machine the server took most connections after their client had given up
+ *   (bench/README.md, bench_tiers: 12,814 abandoned handshakes at one regional, nothing but
+ *   the regionals connected after 480 s). A peer that leaves before its handshake's first step
+ *   began here has that step cancelled; handshakes the server began and the peer left or let
+ *   run out are counted (abandoned). Both deadlines count the time a side waits for its peer:
+ *   they stop while a handshake step of its own waits for or runs on a worker, so that a
+ *   machine too busy to run this side's steps at once does not make it give up on a peer that
+ *   answered in time (at ten regionals on 2 CPUs their own queues took longer than 10 s).
  * - Memory per connection is bounded: about 200 KiB of buffers plus the write queue, which the
  *   caller bounds by honouring TR_ERR_FULL / on_drain.
  * - One close path: every connection the application was given gets exactly one on_close,
@@ -37,8 +55,20 @@
 #include <uv.h>
 
 #define TR_TLS_UV_HANDSHAKE_TIMEOUT_MS 10000
+/* Client: from its connect to the server's first handshake bytes. */
+#define TR_TLS_UV_START_TIMEOUT_MS 60000
+/* Server: the longest a connection waits for a handshake slot (half the client's start
+ * timeout: the client is still waiting when the server takes it or refuses it). */
+#define TR_TLS_UV_ADMISSION_WAIT_MS 30000
+/* Server: connections waiting for a handshake slot at most; beyond, refused at once. */
+#define TR_TLS_UV_MAX_WAITING 4096
 #define TR_TLS_UV_MAX_QUEUED (4u << 20)
-#define TR_TLS_UV_MAX_HANDSHAKES 128
+/* Handshakes a server runs at once: their steps share libuv's 4 worker threads, so more at once
+ * raise no throughput, only the time each of its steps waits, which the peer's deadline counts.
+ * At 128, ten regionals and a root at a load of 90 on 2 CPUs ran out the 10 s of thousands of
+ * handshakes they had begun (bench/README.md, bench_tiers); 32, eight per worker, keep the
+ * workers busy while most of them wait for their client's answer. */
+#define TR_TLS_UV_MAX_HANDSHAKES 32
 /* How long a closing connection may take to send what is queued and its close_notify. */
 #define TR_TLS_UV_CLOSE_LINGER_MS 2000
 
@@ -59,9 +89,16 @@ struct tr_tls_uv_callbacks {
 };
 
 struct tr_tls_uv_options {
-  unsigned handshake_timeout_ms; /* 0: TR_TLS_UV_HANDSHAKE_TIMEOUT_MS */
-  size_t max_queued;             /* bytes of ciphertext queued per connection; 0: default */
-  unsigned max_handshakes;       /* server: handshakes in progress at once, more wait; 0: default */
+  /* The handshake itself: a server's from when it starts it, a client's from the server's
+   * first handshake bytes. 0: TR_TLS_UV_HANDSHAKE_TIMEOUT_MS */
+  unsigned handshake_timeout_ms;
+  unsigned start_timeout_ms;  /* client: connect to the server's first bytes; 0: the default */
+  unsigned admission_wait_ms; /* server: longest wait for a handshake slot; 0: the default */
+  size_t max_queued;          /* bytes of ciphertext queued per connection; 0: default */
+  unsigned max_handshakes;    /* server: handshakes in progress at once, more wait; 0: default */
+  /* Tests only: each handshake step sleeps this long on its worker first, as on a machine
+   * too busy to run it (test_tls_uv's storm). 0 in every daemon. */
+  unsigned test_step_delay_ms;
 };
 
 /* Listens on addr (port 0 picks one, see tr_tls_uv_server_port) with a server config, which
@@ -79,6 +116,8 @@ void tr_tls_uv_server_set_config(tr_tls_uv_server *srv, tr_tls_config *cfg);
 /* What a server's handshakes cost and how they ended, for metrics and tests. */
 struct tr_tls_uv_server_stats {
   uint64_t refused;          /* connections dropped before their handshake finished */
+  uint64_t refused_busy;     /* ... of them: no handshake slot within admission_wait_ms */
+  uint64_t abandoned;        /* handshakes begun here that the peer left or let time out */
   uint64_t steps_on_loop;    /* handshake steps (mbedTLS handshake calls) run on the loop's thread */
   uint64_t steps_on_workers; /* ... run on worker threads */
 };
@@ -88,10 +127,11 @@ void tr_tls_uv_server_stats(const tr_tls_uv_server *srv, struct tr_tls_uv_server
 void tr_tls_uv_server_close(tr_tls_uv_server *srv);
 
 /* Connects to addr and runs the handshake against server_name (the name the service
- * certificate must carry); the handshake deadline covers the TCP connect too. Every outcome
- * is reported through cbs: on_connect, or on_close with the reason (connection refused,
- * certificate refused, deadline). Returns 0 (conn is valid until on_close), TR_ERR_INVAL or
- * TR_ERR_NOMEM (no callback then). */
+ * certificate must carry); the start timeout covers the TCP connect and the wait for the
+ * server to begin, the handshake timeout the rest. Every outcome is reported through cbs:
+ * on_connect, or on_close with the reason (connection refused, certificate refused, a
+ * deadline, TR_ERR_BUSY: the server closed before its handshake began). Returns 0 (conn is
+ * valid until on_close), TR_ERR_INVAL or TR_ERR_NOMEM (no callback then). */
 int tr_tls_uv_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name,
                       const struct sockaddr *addr, const struct tr_tls_uv_options *opts,
                       const struct tr_tls_uv_callbacks *cbs, void *data, tr_tls_uv_conn **out);

@@ -6,8 +6,11 @@
  * deadline, a client refusing the service's name, a certificate reload on a live server, and
  * read pausing (nothing delivered while paused, the sender held back by TCP, every byte intact
  * and in order across pauses taken inside on_read), and a stamped write behind a held-back
- * queue (order kept around it and the writes that wait for its stamp), and a connect storm
- * beyond the server's handshake limit (none refused, no handshake step on the loop's thread).
+ * queue (order kept around it and the writes that wait for its stamp), a connect storm
+ * beyond the server's handshake limit (none refused, no handshake step on the loop's thread),
+ * a storm of slow handshakes that converges (every client connects, none is abandoned), a
+ * connection refused as busy when no handshake slot frees in time, and a deadline that counts
+ * the peer's time only.
  * Every test ends with uv_loop_close() succeeding, so no handle outlives its connection. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -174,12 +177,13 @@ static void on_connect_pump(tr_tls_uv_conn *conn) {
 }
 
 #define STORM 12 /* clients connecting at once in the storm test */
+#define SLOW_STORM 12 /* ... in the slow storm test */
 
 struct fixture {
   uv_loop_t loop;
   tr_tls_config *scfg, *ccfg;
   tr_tls_uv_server *server;
-  struct side accepted[STORM]; /* the server's view of the connections it accepted, in order */
+  struct side accepted[SLOW_STORM]; /* the server's view of the connections it accepted, in order */
   int n_accepted;
   struct sockaddr_in addr;
 };
@@ -187,7 +191,7 @@ struct fixture {
 /* Accepted connections start with the server's data, the fixture; each gets its own side. */
 static void server_on_connect(tr_tls_uv_conn *conn) {
   struct fixture *f = tr_tls_uv_get_data(conn);
-  assert_true(f->n_accepted < STORM);
+  assert_true(f->n_accepted < SLOW_STORM);
   tr_tls_uv_set_data(conn, &f->accepted[f->n_accepted++]);
   on_connect(conn);
 }
@@ -506,7 +510,7 @@ static void test_client_refuses_wrong_service_name(void **state) {
 }
 
 /* A storm: STORM clients connect at once to a server that runs at most 2 handshakes at a time.
- * The others wait in the listen backlog rather than being refused, and every step of every
+ * The others wait their turn in the server rather than being refused, and every step of every
  * handshake ran on a worker thread, none on the loop's (where its public-key operations would
  * stall every other connection). */
 static void test_storm_waits_and_handshakes_run_off_the_loop(void **state) {
@@ -535,6 +539,109 @@ static void test_storm_waits_and_handshakes_run_off_the_loop(void **state) {
     tr_tls_uv_close(conns[i]);
   for (int i = 0; i < STORM; i++)
     RUN_UNTIL(&f.loop, clients[i].closed && f.accepted[i].closed, 5000);
+  fixture_finish(&f);
+}
+
+/* Every client connected or closed. */
+static bool settled(const struct side *clients, int n) {
+  for (int i = 0; i < n; i++)
+    if (!clients[i].connected && !clients[i].closed)
+      return false;
+  return true;
+}
+
+/* Issue 25 item 4: a storm of handshakes slower than the clients' deadline allows for all of
+ * them at once. The server runs 2 at a time and every step of its handshakes takes at least
+ * 400 ms (test_step_delay_ms: a machine too busy to run them; three steps each, the first
+ * before any input), so the 12 take at least 7.2 s, and each client gives its handshake 4 s
+ * (what runs after the server's first bytes, one 400 ms step and the public-key work of both
+ * sides, about 1 s under ASan at a load of 12). Before, connections waited in the listen
+ * backlog while each client's 4 s ran from its connect: the last three pairs gave up (4.8 s
+ * of sleeps alone before their handshake was done), and the server took their connections
+ * anyway and began handshakes for nobody. Now the client's 4 s run from the server's first
+ * handshake bytes, after a wait for the server to begin that is longer than this storm:
+ * every client connects, none refused, none abandoned. */
+static void test_slow_storm_converges(void **state) {
+  (void)state;
+  struct fixture f;
+  struct tr_tls_uv_options sopts = {.max_handshakes = 2, .test_step_delay_ms = 400};
+  fixture_start(&f, &sopts);
+  struct tr_tls_uv_options copts = {.handshake_timeout_ms = 4000};
+  static struct side clients[SLOW_STORM];
+  tr_tls_uv_conn *conns[SLOW_STORM];
+  memset(clients, 0, sizeof clients);
+  for (int i = 0; i < SLOW_STORM; i++)
+    assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
+                                       &copts, &client_cbs, &clients[i], &conns[i]), 0);
+  RUN_UNTIL(&f.loop, settled(clients, SLOW_STORM), 120000);
+  for (int i = 0; i < SLOW_STORM; i++)
+    if (!clients[i].connected)
+      fail_msg("client %d of %d not connected: %s", i, SLOW_STORM, clients[i].close_why);
+  RUN_UNTIL(&f.loop, f.n_accepted == SLOW_STORM, 10000);
+  struct tr_tls_uv_server_stats st;
+  tr_tls_uv_server_stats(f.server, &st);
+  assert_int_equal(st.abandoned, 0);
+  assert_int_equal(st.refused, 0);
+  assert_int_equal(st.steps_on_loop, 0);
+
+  for (int i = 0; i < SLOW_STORM; i++)
+    tr_tls_uv_close(conns[i]);
+  for (int i = 0; i < SLOW_STORM; i++)
+    RUN_UNTIL(&f.loop, clients[i].closed && f.accepted[i].closed, 5000);
+  fixture_finish(&f);
+}
+
+/* A connection that finds no handshake slot within admission_wait_ms is refused before any byte
+ * is sent: its client reports TR_ERR_BUSY (come back later), the server counts it as
+ * refused_busy and began no handshake for it. */
+static void test_no_slot_in_time_refused_busy(void **state) {
+  (void)state;
+  struct fixture f;
+  struct tr_tls_uv_options sopts = {
+      .max_handshakes = 1, .admission_wait_ms = 200, .test_step_delay_ms = 1500};
+  fixture_start(&f, &sopts);
+  struct side clients[2] = {0};
+  tr_tls_uv_conn *conns[2];
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
+                                       NULL, &client_cbs, &clients[i], &conns[i]), 0);
+  RUN_UNTIL(&f.loop, settled(clients, 2), 30000);
+  /* Whichever the server took first connects; the other waited 200 ms behind it. */
+  int ok = clients[0].connected ? 0 : 1, refused = 1 - ok;
+  assert_true(clients[ok].connected);
+  assert_false(clients[refused].connected);
+  if (clients[refused].close_reason != TR_ERR_BUSY)
+    fail_msg("the refused client closed with %d: %s", clients[refused].close_reason,
+             clients[refused].close_why);
+  struct tr_tls_uv_server_stats st;
+  tr_tls_uv_server_stats(f.server, &st);
+  assert_int_equal(st.refused_busy, 1);
+  assert_int_equal(st.abandoned, 0);
+  tr_tls_uv_close(conns[ok]);
+  RUN_UNTIL(&f.loop, clients[ok].closed && f.accepted[0].closed, 5000);
+  fixture_finish(&f);
+}
+
+/* The handshake deadline counts the time a side waits for its peer, not for its own steps: a
+ * server whose every step takes 3 s (test_step_delay_ms: its workers busy elsewhere) with a
+ * 2.5 s deadline still finishes the handshake of a client that answers at once. Before, the
+ * deadline ran through the server's own first step and closed the connection. */
+static void test_deadline_counts_the_peer_only(void **state) {
+  (void)state;
+  struct fixture f;
+  struct tr_tls_uv_options sopts = {.handshake_timeout_ms = 2500, .test_step_delay_ms = 3000};
+  fixture_start(&f, &sopts);
+  struct side client = {0};
+  tr_tls_uv_conn *conn;
+  assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
+                                     NULL, &client_cbs, &client, &conn), 0);
+  RUN_UNTIL(&f.loop, client.connected || client.closed, 60000);
+  if (!client.connected)
+    fail_msg("not connected: %s", client.close_why);
+  RUN_UNTIL(&f.loop, f.n_accepted == 1, 10000);
+  assert_int_equal(server_refused(f.server), 0);
+  tr_tls_uv_close(conn);
+  RUN_UNTIL(&f.loop, client.closed && f.accepted[0].closed, 5000);
   fixture_finish(&f);
 }
 
@@ -568,6 +675,9 @@ int main(void) {
       cmocka_unit_test(test_silent_client_times_out),
       cmocka_unit_test(test_client_refuses_wrong_service_name),
       cmocka_unit_test(test_storm_waits_and_handshakes_run_off_the_loop),
+      cmocka_unit_test(test_slow_storm_converges),
+      cmocka_unit_test(test_no_slot_in_time_refused_busy),
+      cmocka_unit_test(test_deadline_counts_the_peer_only),
       cmocka_unit_test(test_connect_refused_reports_on_close),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
