@@ -9,8 +9,9 @@
  * into the caller's chunk queue on the link's loop, each event in its place among them (so a
  * reply or a producer's end still follows the data committed before it, as link_client.h
  * requires), and calls the callbacks there. Commands go the other way and are run on the
- * port's thread (struct tr_port_command, port_msgs.h); each comes back as a command_done. A chunk that finds the outbox full is
- * dropped and counted by the outbox, and the counts join the chunk queue's.
+ * port's thread (struct tr_port_command, port_msgs.h); each comes back as a command_done. A
+ * chunk that finds the outbox full is dropped and counted by the outbox, and the counts join
+ * the chunk queue's.
  *
  * Every function and callback runs on the link's loop thread. With own_thread false the port
  * runs on the link's loop itself (bench/many_agents: thousands of agents in one process), through
