@@ -6,6 +6,10 @@
  * stopped. Costs: O(producers) per producer event, O(pending commands) per data source event;
  * both are small per host.
  *
+ * The producer port runs on a thread of its own (port_thread.h): the agent gives it commands
+ * and hears of producers, started and stopped data sources and each command's result through
+ * callbacks on the loop's thread, in the order the port saw them among the chunks.
+ *
  * Shutdown stops every data source instance the service set up here first (as traced does
  * when a session ends), so that the producers commit what they hold and write nothing more;
  * once each confirmed, disconnected or timed out (DRAIN_MAX_MS), the producer port closes and
