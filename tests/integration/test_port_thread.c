@@ -27,6 +27,7 @@
 
 #include "agent/port_thread.h"
 #include "relay/base/tr_error.h"
+#include "tests/integration/loadgen_stats.h"
 
 #define SMB_BYTES (64u << 10)
 #define HOLD_UNTIL_BYTES (4 * SMB_BYTES)
@@ -133,20 +134,6 @@ static bool run_until(env *e, bool *flag, int timeout_ms) {
   return *flag;
 }
 
-static uint64_t json_count(const char *path, const char *key) {
-  FILE *f = fopen(path, "r");
-  assert_non_null(f);
-  static char json[65536];
-  size_t n = fread(json, 1, sizeof(json) - 1, f);
-  fclose(f);
-  json[n] = 0;
-  const char *total = strstr(json, "\"total\"");
-  assert_non_null(total);
-  const char *p = strstr(total, key);
-  assert_non_null(p);
-  return strtoull(p + strlen(key) + 1, NULL, 10); /* after the colon */
-}
-
 static void on_closed(void *data) { ((env *)data)->closed = true; }
 
 /* Takes the outbox's entries until `chunks` chunks came (0 if they do not within 20 s). */
@@ -218,8 +205,8 @@ static void run(bool own_thread, bool hold) {
   assert_true(run_until(e, &e->closed, 20000));
   drain(e);
   assert_int_equal(e->queue.total.chunks + e->queue.total.patches + e->queue.total.flush_acks, 0);
-  uint64_t written = json_count(e->json, "\"packets_written\"");
-  uint64_t dropped = json_count(e->json, "\"packets_dropped\"");
+  uint64_t written = loadgen_stats_total(e->json, "\"packets_written\"");
+  uint64_t dropped = loadgen_stats_total(e->json, "\"packets_dropped\"");
   /* Drops here would mean a port thread starved by a busy machine: counted, not asserted. */
   print_message("%llu chunks relayed; the loadgen wrote %llu packets, dropped %llu; the port "
                 "found its SMB full at %llu commits\n",
