@@ -3,9 +3,10 @@
 
 #include <string.h>
 
-int tr_port_handoff_init(tr_port_handoff *h, size_t outbox_bytes) {
+int tr_port_handoff_init(tr_port_handoff *h, size_t outbox_bytes, size_t urge_bytes) {
   memset(h, 0, sizeof(*h));
   tr_chunkq_init(&h->outbox, outbox_bytes);
+  h->urge_bytes = urge_bytes;
   return uv_mutex_init(&h->lock);
 }
 
@@ -66,13 +67,18 @@ void tr_port_handoff_post_event(tr_port_handoff *h, tr_port_msg *m) {
   uv_mutex_lock(&h->lock);
   m->after_qseq = h->outbox.next_seq - 1;
   append(&h->events, &h->events_tail, m);
+  h->link_woken = true;
   wake(h->wake_link);
   uv_mutex_unlock(&h->lock);
 }
 
 void tr_port_handoff_wake_link(tr_port_handoff *h) {
   uv_mutex_lock(&h->lock);
-  wake(h->wake_link);
+  bool urge = !h->link_urged && h->outbox.bytes >= h->urge_bytes;
+  if (!h->link_woken || urge)
+    wake(h->wake_link);
+  h->link_woken = true;
+  h->link_urged |= urge;
   uv_mutex_unlock(&h->lock);
 }
 
@@ -91,8 +97,16 @@ void tr_port_handoff_post_command(tr_port_handoff *h, tr_port_msg *m) {
   uv_mutex_unlock(&h->lock);
 }
 
+bool tr_port_handoff_urgent(tr_port_handoff *h) {
+  uv_mutex_lock(&h->lock);
+  bool urgent = h->events != NULL || h->outbox.bytes >= h->urge_bytes;
+  uv_mutex_unlock(&h->lock);
+  return urgent;
+}
+
 tr_port_msg *tr_port_handoff_take_events(tr_port_handoff *h, tr_chunkq *entries) {
   uv_mutex_lock(&h->lock);
+  h->link_woken = h->link_urged = false;
   tr_port_msg *m = take(&h->events, &h->events_tail);
   tr_chunkq_take(&h->outbox, entries);
   uv_mutex_unlock(&h->lock);

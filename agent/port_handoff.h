@@ -11,6 +11,11 @@
  * one call that may be made from any thread; many sends before the wake-up make one). A wake-up
  * is sent with the lock held, and the side that owns a uv_async_t takes it out of the handoff
  * under the lock before closing it (tr_port_handoff_closing), so no send reaches a closed one.
+ * Chunks need not reach the link's loop at once (they wait for a batch there anyway): after a
+ * commit the port wakes the link only if no wake-up is on its way since the link's last take,
+ * or, once, when the outbox passed urge_bytes; the link takes at once when urged or when events
+ * wait (tr_port_handoff_urgent), else a few milliseconds later. So the link's loop wakes a few
+ * hundred times a second, not once per commit, and leaves the CPU to the port's thread.
  *
  * Why it is safe (no atomics, nothing for a thread sanitizer to doubt): every field below the
  * lock is read and written only with `lock` held, on both threads; what a take hands over (a
@@ -25,6 +30,7 @@
 #ifndef TR_PORT_HANDOFF_H
 #define TR_PORT_HANDOFF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -43,12 +49,15 @@ typedef struct tr_port_handoff {
   tr_chunkq outbox;
   tr_port_msg *events, *events_tail;
   tr_port_msg *commands, *commands_tail;
+  bool link_woken, link_urged; /* since the link's last take: a wake-up / the urge was sent */
+  size_t urge_bytes;
   uv_async_t *wake_link; /* on the link's loop; set before the threads share the handoff */
   uv_async_t *wake_port; /* on the port's loop; likewise */
 } tr_port_handoff;
 
-/* 0 or a libuv error (the mutex). outbox_bytes: the outbox's bound. */
-int tr_port_handoff_init(tr_port_handoff *h, size_t outbox_bytes);
+/* 0 or a libuv error (the mutex). outbox_bytes: the outbox's bound; urge_bytes: what the outbox
+ * holds when the link should take it at once. */
+int tr_port_handoff_init(tr_port_handoff *h, size_t outbox_bytes, size_t urge_bytes);
 /* Frees what is still queued (free_event, free_command for each message); no thread may use h
  * any more. */
 void tr_port_handoff_free(tr_port_handoff *h, void (*free_event)(tr_port_msg *m),
@@ -62,7 +71,7 @@ size_t tr_port_handoff_outbox_bytes(tr_port_handoff *h);
 /* The port's side. */
 /* Appends an event after every outbox entry pushed so far, and wakes the link. */
 void tr_port_handoff_post_event(tr_port_handoff *h, tr_port_msg *m);
-/* The outbox has new entries: wakes the link. */
+/* The outbox has new entries: wakes the link if no wake-up is on its way, or to urge it. */
 void tr_port_handoff_wake_link(tr_port_handoff *h);
 /* Every command posted so far, oldest first (NULL if none); the caller owns them. */
 tr_port_msg *tr_port_handoff_take_commands(tr_port_handoff *h);
@@ -70,6 +79,8 @@ tr_port_msg *tr_port_handoff_take_commands(tr_port_handoff *h);
 /* The link's side. */
 /* Appends a command and wakes the port. */
 void tr_port_handoff_post_command(tr_port_handoff *h, tr_port_msg *m);
+/* True if the link should take now: events wait, or the outbox holds urge_bytes. */
+bool tr_port_handoff_urgent(tr_port_handoff *h);
 /* Every event posted so far, oldest first (NULL if none), and into *entries (uninitialised or
  * freed: tr_chunkq_take) every outbox entry and drop counter; the caller owns both. Put
  * together in order: an event goes after the entries up to its after_qseq. */

@@ -8,13 +8,23 @@
  * on the link's loop, that is both async handles). */
 #include "agent/port_thread.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "agent/port_msgs.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
 
 #define LOG_COMP "port-thread"
+/* The time slice the port's thread asks for: it runs a few microseconds per wake-up. */
+#define PORT_SLICE_NS 100000u
+/* Chunks without an event wait this long in the outbox for the link's loop (port_handoff.h),
+ * unless they pass URGE_BYTES (or a quarter of the outbox) first. */
+#define TAKE_MS 5u
+#define URGE_BYTES (256u << 10)
 
 struct tr_port_thread {
   bool own_thread;
@@ -23,7 +33,8 @@ struct tr_port_thread {
   uv_thread_t thread;
   tr_port_handoff handoff;
   uv_async_t wake_link, wake_port;
-  bool has_wake_link, has_wake_port; /* initialised */
+  uv_timer_t take_timer;                             /* on the link's loop */
+  bool has_wake_link, has_wake_port, has_take_timer; /* initialised */
   unsigned link_handles_open;        /* handles whose close frees pt, on the link's loop */
   /* The port thread's: */
   tr_producer_port *port;
@@ -151,8 +162,30 @@ static void on_wake_port(uv_async_t *h) {
   }
 }
 
+/* Asks the kernel for a short slice for this thread (EEVDF, Linux 6.12 and later: a fair
+ * thread's sched_runtime), so that its wake-ups are served ahead of the threads that run long
+ * (the link's loop, zstd, the producers' writers). Nice and policy stay as they are. Another
+ * kernel keeps its default slice: this only makes the wake-ups sooner. */
+static void ask_short_slice(void) {
+  struct { /* the kernel's struct sched_attr, first version (glibc 2.36 has no wrapper) */
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+  } attr = {0};
+  if (syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) != 0)
+    return;
+  attr.size = sizeof(attr);
+  attr.sched_runtime = PORT_SLICE_NS;
+  if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0)
+    TR_DEBUG(LOG_COMP, "the kernel keeps the port thread's default time slice");
+}
+
 static void run_port_loop(void *arg) {
   tr_port_thread *pt = arg;
+  pthread_setname_np(pthread_self(), "tr-producers"); /* as ps -L and top -H show it */
+  ask_short_slice();
   uv_run(pt->port_loop, UV_RUN_DEFAULT);
 }
 
@@ -179,7 +212,7 @@ static void release(tr_port_thread *pt) {
     cb(data);
 }
 
-static void on_wake_link_closed(uv_handle_t *h) { release(h->data); }
+static void on_link_handle_closed(uv_handle_t *h) { release(h->data); }
 
 /* On the port's thread when it has one: that loop is closed after the join. */
 static void on_wake_port_closed(uv_handle_t *h) {
@@ -236,11 +269,12 @@ static void finish_close(tr_port_thread *pt) {
   if (pt->own_thread)
     uv_thread_join(&pt->thread);
   tr_port_handoff_closing(&pt->handoff, &pt->wake_link);
-  uv_close((uv_handle_t *)&pt->wake_link, on_wake_link_closed);
+  uv_close((uv_handle_t *)&pt->wake_link, on_link_handle_closed);
+  uv_close((uv_handle_t *)&pt->take_timer, on_link_handle_closed);
 }
 
-static void on_wake_link(uv_async_t *h) {
-  tr_port_thread *pt = h->data;
+static void take(tr_port_thread *pt) {
+  uv_timer_stop(&pt->take_timer);
   tr_chunkq entries;
   tr_port_msg *m = tr_port_handoff_take_events(&pt->handoff, &entries);
   bool closed = false;
@@ -259,6 +293,17 @@ static void on_wake_link(uv_async_t *h) {
     finish_close(pt);
 }
 
+static void on_take_timer(uv_timer_t *t) { take(t->data); }
+
+/* Events go on at once; chunks alone wait for the timer, unless they are many. */
+static void on_wake_link(uv_async_t *h) {
+  tr_port_thread *pt = h->data;
+  if (tr_port_handoff_urgent(&pt->handoff))
+    take(pt);
+  else if (!uv_is_active((uv_handle_t *)&pt->take_timer))
+    uv_timer_start(&pt->take_timer, on_take_timer, TAKE_MS, 0);
+}
+
 /* ---- start and close ---- */
 
 /* A start that failed: closes what is open and frees pt (from the link's loop if a handle
@@ -271,14 +316,22 @@ static void abandon(tr_port_thread *pt) {
     uv_close((uv_handle_t *)&pt->wake_port, on_wake_port_closed);
   if (pt->own_thread) /* its thread never ran: close its handles here */
     uv_run(&pt->own_loop, UV_RUN_DEFAULT);
+  if (pt->has_take_timer)
+    uv_close((uv_handle_t *)&pt->take_timer, on_link_handle_closed);
   if (pt->has_wake_link)
-    uv_close((uv_handle_t *)&pt->wake_link, on_wake_link_closed);
-  else
+    uv_close((uv_handle_t *)&pt->wake_link, on_link_handle_closed);
+  if (!pt->has_take_timer && !pt->has_wake_link)
     release(pt);
 }
 
 static int init_wakes(tr_port_thread *pt, uv_loop_t *link_loop) {
-  int rc = uv_async_init(link_loop, &pt->wake_link, on_wake_link);
+  int rc = uv_timer_init(link_loop, &pt->take_timer);
+  if (rc < 0)
+    return rc;
+  pt->has_take_timer = true;
+  pt->link_handles_open++;
+  pt->take_timer.data = pt;
+  rc = uv_async_init(link_loop, &pt->wake_link, on_wake_link);
   if (rc < 0)
     return rc;
   pt->has_wake_link = true;
@@ -326,7 +379,8 @@ int tr_port_thread_start(uv_loop_t *loop, const struct tr_port_thread_config *cf
   pt->queue = cfg->queue;
   pt->cb = cfg->cb;
   pt->port_loop = loop;
-  int rc = tr_port_handoff_init(&pt->handoff, cfg->outbox_bytes);
+  size_t urge = cfg->outbox_bytes / 4 < URGE_BYTES ? cfg->outbox_bytes / 4 : URGE_BYTES;
+  int rc = tr_port_handoff_init(&pt->handoff, cfg->outbox_bytes, urge);
   if (rc < 0) {
     free(pt);
     return rc;

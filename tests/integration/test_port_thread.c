@@ -46,7 +46,6 @@ typedef struct env {
   uint64_t stats_smb_full, stats_violations;
   bool stats_done;
   uint64_t chunks;
-  uint32_t last_chunk_id;
 } env;
 
 static uint64_t now_ms(void) {
@@ -100,17 +99,14 @@ static void on_command_done(void *data, const struct tr_port_result *r) {
   }
 }
 
-/* The link's job, done here: chunks leave the queue in the order the producer wrote them. */
+/* The link's job, done here: the producer's chunks, for its buffer. (Their order is the
+ * commits', which the SDK does not keep by chunk id; test_port_handoff checks the order.) */
 static void drain(env *e) {
   tr_chunkq_entry *en;
   while ((en = tr_chunkq_pop(&e->queue)) != NULL) {
     if (en->kind == TR_CHUNKQ_CHUNK) {
       assert_int_equal(en->u.chunk.producer_id, e->producer_id);
       assert_int_equal(en->u.chunk.target_buffer, 1);
-      /* one writer: its chunk ids never go back (no wrap in this short run; its last chunk
-       * may come twice, committed at its flush and at its stop) */
-      assert_true(en->u.chunk.header.chunk_id >= e->last_chunk_id);
-      e->last_chunk_id = en->u.chunk.header.chunk_id;
       e->chunks++;
     }
     tr_chunkq_entry_free(en);
@@ -207,6 +203,8 @@ static void run(bool own_thread, bool hold) {
   assert_int_equal(e->queue.total.chunks + e->queue.total.patches + e->queue.total.flush_acks, 0);
   uint64_t written = loadgen_stats_total(e->json, "\"packets_written\"");
   uint64_t dropped = loadgen_stats_total(e->json, "\"packets_dropped\"");
+  /* every chunk committed came through (its last one may come twice: at its flush and stop) */
+  assert_true(e->chunks >= loadgen_stats_total(e->json, "\"chunks_committed\""));
   /* Drops here would mean a port thread starved by a busy machine: counted, not asserted. */
   print_message("%llu chunks relayed; the loadgen wrote %llu packets, dropped %llu; the port "
                 "found its SMB full at %llu commits\n",

@@ -1,7 +1,8 @@
 /* test_port_handoff.c: what passes between the producer-port thread and the link's loop
  * (agent/port_handoff.h, relay/producer/chunk_queue.h's take and move): on one thread, events
  * land in their place among the chunks and every drop is counted once, at the outbox or at
- * the chunk queue; across two threads with two loops (as the agent runs them), bursts of
+ * the chunk queue, and the link is woken once until it takes (again when urged, and for every
+ * event); across two threads with two loops (as the agent runs them), bursts of
  * chunks and their events, commands the other way, nothing reordered, lost uncounted or
  * leaked (the ASan build checks the memory). Every field the threads share is under the one
  * mutex, so a thread sanitizer has nothing to doubt; built by hand with gcc -fsanitize=thread
@@ -73,7 +74,18 @@ static unsigned take_into(tr_port_handoff *h, tr_chunkq *q, uint32_t *last_id) {
   return n;
 }
 
-static void on_wake(uv_async_t *a) { (void)a; }
+static unsigned wakes;
+static void on_wake(uv_async_t *a) {
+  (void)a;
+  wakes++;
+}
+
+/* The link's wake-ups since the last call. */
+static unsigned wakes_seen(uv_loop_t *loop) {
+  wakes = 0;
+  uv_run(loop, UV_RUN_NOWAIT);
+  return wakes;
+}
 
 /* One thread: order, both bounds, and the drop counters moved once. */
 static void test_order_and_drops(void **state) {
@@ -85,7 +97,7 @@ static void test_order_and_drops(void **state) {
   assert_int_equal(uv_async_init(&loop, &wake_port, on_wake), 0);
   size_t cost = tr_chunkq_entry_cost(PAYLOAD);
   tr_port_handoff h;
-  assert_int_equal(tr_port_handoff_init(&h, 3 * cost), 0);
+  assert_int_equal(tr_port_handoff_init(&h, 3 * cost, 2 * cost), 0);
   h.wake_link = &wake_link;
   h.wake_port = &wake_port;
   tr_chunkq q;
@@ -140,6 +152,52 @@ static void test_order_and_drops(void **state) {
   tr_port_handoff_post_command(&h, &msg_new(3)->msg);
   tr_port_handoff_free(&h, free_msg, free_msg);
   tr_chunkq_free(&q);
+  uv_close((uv_handle_t *)&wake_link, NULL);
+  uv_close((uv_handle_t *)&wake_port, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* After a commit the link is woken once until it takes, and once more when the outbox passes
+ * urge_bytes; an event always wakes it, and asks it to take at once. */
+static void test_wake_rule(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  uv_async_t wake_link, wake_port;
+  assert_int_equal(uv_async_init(&loop, &wake_link, on_wake), 0);
+  assert_int_equal(uv_async_init(&loop, &wake_port, on_wake), 0);
+  size_t cost = tr_chunkq_entry_cost(PAYLOAD);
+  tr_port_handoff h;
+  assert_int_equal(tr_port_handoff_init(&h, 10 * cost, 3 * cost), 0);
+  h.wake_link = &wake_link;
+  h.wake_port = &wake_port;
+  uint32_t id = 0;
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(push_chunk(&h, ++id), 0);
+    tr_port_handoff_wake_link(&h);
+    assert_int_equal(wakes_seen(&loop), 1);
+    assert_false(tr_port_handoff_urgent(&h));
+    assert_int_equal(push_chunk(&h, ++id), 0);
+    tr_port_handoff_wake_link(&h);
+    assert_int_equal(wakes_seen(&loop), 0); /* one is on its way */
+    assert_int_equal(push_chunk(&h, ++id), 0);
+    tr_port_handoff_wake_link(&h);
+    assert_int_equal(wakes_seen(&loop), 1); /* urged: 3 chunks */
+    assert_true(tr_port_handoff_urgent(&h));
+    assert_int_equal(push_chunk(&h, ++id), 0);
+    tr_port_handoff_wake_link(&h);
+    assert_int_equal(wakes_seen(&loop), 0); /* urged once */
+    tr_chunkq entries;
+    assert_null(tr_port_handoff_take_events(&h, &entries));
+    assert_int_equal(entries.len, 4);
+    tr_chunkq_free(&entries);
+    assert_false(tr_port_handoff_urgent(&h)); /* and the next round starts afresh */
+  }
+  tr_port_handoff_post_event(&h, &msg_new(id)->msg);
+  assert_int_equal(wakes_seen(&loop), 1);
+  assert_true(tr_port_handoff_urgent(&h));
+  tr_port_handoff_free(&h, free_msg, free_msg);
   uv_close((uv_handle_t *)&wake_link, NULL);
   uv_close((uv_handle_t *)&wake_port, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
@@ -228,7 +286,7 @@ static void test_two_threads(void **state) {
   t->wake_link.data = t->wake_port.data = t;
   /* room for 4 bursts of the WINDOW asked for: drops happen when the link lags */
   size_t outbox_bytes = 4 * BURST_CHUNKS * tr_chunkq_entry_cost(PAYLOAD);
-  assert_int_equal(tr_port_handoff_init(&t->h, outbox_bytes), 0);
+  assert_int_equal(tr_port_handoff_init(&t->h, outbox_bytes, outbox_bytes / 4), 0);
   t->h.wake_link = &t->wake_link;
   t->h.wake_port = &t->wake_port;
   tr_chunkq_init(&t->q, SIZE_MAX / 2);
@@ -253,6 +311,7 @@ static void test_two_threads(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_order_and_drops),
+      cmocka_unit_test(test_wake_rule),
       cmocka_unit_test(test_two_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
