@@ -7,6 +7,7 @@ int tr_port_handoff_init(tr_port_handoff *h, size_t outbox_bytes, size_t urge_by
   memset(h, 0, sizeof(*h));
   tr_chunkq_init(&h->outbox, outbox_bytes);
   h->urge_bytes = urge_bytes;
+  h->outbox_cap = outbox_bytes;
   return uv_mutex_init(&h->lock);
 }
 
@@ -94,6 +95,13 @@ void tr_port_handoff_post_command(tr_port_handoff *h, tr_port_msg *m) {
   uv_mutex_lock(&h->lock);
   append(&h->commands, &h->commands_tail, m);
   wake(h->wake_port);
+  uv_mutex_unlock(&h->lock);
+}
+
+void tr_port_handoff_set_room(tr_port_handoff *h, size_t room) {
+  size_t floor = TR_PORT_OUTBOX_FLOOR < h->outbox_cap ? TR_PORT_OUTBOX_FLOOR : h->outbox_cap;
+  uv_mutex_lock(&h->lock);
+  h->outbox.max_bytes = room < floor ? floor : room > h->outbox_cap ? h->outbox_cap : room;
   uv_mutex_unlock(&h->lock);
 }
 

@@ -16,6 +16,10 @@
  * or, once, when the outbox passed urge_bytes; the link takes at once when urged or when events
  * wait (tr_port_handoff_urgent), else a few milliseconds later. So the link's loop wakes a few
  * hundred times a second, not once per commit, and leaves the CPU to the port's thread.
+ * The outbox admits no more than the link's chunk queue has room for (tr_port_handoff_set_room,
+ * at each take; never under TR_PORT_OUTBOX_FLOOR, so that patches and flush acks always find
+ * room): when the link falls behind, chunks are dropped as they are committed, before they are
+ * copied, as the chunk queue alone would, not copied and then dropped on the link's side.
  *
  * Why it is safe (no atomics, nothing for a thread sanitizer to doubt): every field below the
  * lock is read and written only with `lock` held, on both threads; what a take hands over (a
@@ -37,6 +41,8 @@
 
 #include "relay/producer/chunk_queue.h"
 
+#define TR_PORT_OUTBOX_FLOOR (64u << 10)
+
 /* A command or an event: embed it first in the message's own struct. */
 typedef struct tr_port_msg {
   struct tr_port_msg *next;
@@ -51,6 +57,7 @@ typedef struct tr_port_handoff {
   tr_port_msg *commands, *commands_tail;
   bool link_woken, link_urged; /* since the link's last take: a wake-up / the urge was sent */
   size_t urge_bytes;
+  size_t outbox_cap; /* the outbox's bound at most */
   uv_async_t *wake_link; /* on the link's loop; set before the threads share the handoff */
   uv_async_t *wake_port; /* on the port's loop; likewise */
 } tr_port_handoff;
@@ -79,6 +86,8 @@ tr_port_msg *tr_port_handoff_take_commands(tr_port_handoff *h);
 /* The link's side. */
 /* Appends a command and wakes the port. */
 void tr_port_handoff_post_command(tr_port_handoff *h, tr_port_msg *m);
+/* The link's chunk queue has room for `room` bytes: the outbox's bound until the next call. */
+void tr_port_handoff_set_room(tr_port_handoff *h, size_t room);
 /* True if the link should take now: events wait, or the outbox holds urge_bytes. */
 bool tr_port_handoff_urgent(tr_port_handoff *h);
 /* Every event posted so far, oldest first (NULL if none), and into *entries (uninitialised or

@@ -289,6 +289,9 @@ static void take(tr_port_thread *pt) {
   move_entries(pt, &entries, UINT64_MAX);
   tr_chunkq_move_drops(&entries, pt->queue);
   tr_chunkq_free(&entries);
+  const tr_chunkq *q = pt->queue; /* the outbox admits what q can take */
+  size_t room = q->bytes < q->max_bytes ? q->max_bytes - q->bytes : 0;
+  tr_port_handoff_set_room(&pt->handoff, room);
   if (closed)
     finish_close(pt);
 }

@@ -204,6 +204,34 @@ static void test_wake_rule(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* Pushes chunks until the outbox refuses one; returns how many it took. */
+static unsigned fill(tr_port_handoff *h) {
+  unsigned n = 0;
+  while (push_chunk(h, n + 1) == 0)
+    n++;
+  tr_chunkq entries;
+  assert_null(tr_port_handoff_take_events(h, &entries));
+  assert_int_equal(entries.total.chunks, 1); /* the refused one, counted */
+  tr_chunkq_free(&entries);
+  return n;
+}
+
+/* The outbox admits what the link's queue has room for, between a floor and its own bound. */
+static void test_room(void **state) {
+  (void)state;
+  size_t cost = tr_chunkq_entry_cost(PAYLOAD);
+  tr_port_handoff h;
+  assert_int_equal(tr_port_handoff_init(&h, 4 * TR_PORT_OUTBOX_FLOOR, 1), 0);
+  assert_int_equal(fill(&h), 4 * TR_PORT_OUTBOX_FLOOR / cost);
+  tr_port_handoff_set_room(&h, 0);
+  assert_int_equal(fill(&h), TR_PORT_OUTBOX_FLOOR / cost);
+  tr_port_handoff_set_room(&h, 2 * TR_PORT_OUTBOX_FLOOR);
+  assert_int_equal(fill(&h), 2 * TR_PORT_OUTBOX_FLOOR / cost);
+  tr_port_handoff_set_room(&h, SIZE_MAX);
+  assert_int_equal(fill(&h), 4 * TR_PORT_OUTBOX_FLOOR / cost);
+  tr_port_handoff_free(&h, free_msg, free_msg);
+}
+
 /* ---- two threads ---- */
 
 #define BURSTS 200
@@ -312,6 +340,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_order_and_drops),
       cmocka_unit_test(test_wake_rule),
+      cmocka_unit_test(test_room),
       cmocka_unit_test(test_two_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
