@@ -6,6 +6,10 @@
  * stopped. Costs: O(producers) per producer event, O(pending commands) per data source event;
  * both are small per host.
  *
+ * The producer port runs on a thread of its own (port_thread.h): the agent gives it commands
+ * and hears of producers, started and stopped data sources and each command's result through
+ * callbacks on the loop's thread, in the order the port saw them among the chunks.
+ *
  * Shutdown stops every data source instance the service set up here first (as traced does
  * when a session ends), so that the producers commit what they hold and write nothing more;
  * once each confirmed, disconnected or timed out (DRAIN_MAX_MS), the producer port closes and
@@ -17,9 +21,10 @@
 
 #include "agent/link_client.h"
 #include "agent/agent_metrics.h"
+#include "agent/port_thread.h"
 #include "relay/daemon/metrics_http.h"
 #include "relay/base/log.h"
-#include "relay/producer/producer_port.h"
+#include "relay/base/pb_valid.h"
 #include "relay/link/tls.h"
 #include "relay/base/tr_error.h"
 
@@ -47,7 +52,7 @@ struct tr_agent {
   struct tr_agent_opts opts;
   tr_chunkq queue;
   tr_tls_config *tls;
-  tr_producer_port *port;
+  tr_port_thread *port;
   tr_link_client *link;
   tr_metrics_http *metrics;
   agent_producer *producers;
@@ -68,19 +73,6 @@ struct tr_agent {
 };
 
 /* ---- producer copies ---- */
-
-static Perfetto__Protos__DataSourceDescriptor *copy_descriptor(
-    const Perfetto__Protos__DataSourceDescriptor *d) {
-  size_t len = perfetto__protos__data_source_descriptor__get_packed_size(d);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (buf == NULL)
-    return NULL;
-  perfetto__protos__data_source_descriptor__pack(d, buf);
-  Perfetto__Protos__DataSourceDescriptor *copy =
-      perfetto__protos__data_source_descriptor__unpack(NULL, len, buf);
-  free(buf);
-  return copy;
-}
 
 static bool same_bytes(const Perfetto__Protos__DataSourceDescriptor *a,
                        const Perfetto__Protos__DataSourceDescriptor *b) {
@@ -122,7 +114,7 @@ static int copy_descriptors(const tr_producer_info *info,
   if (ds == NULL)
     return TR_ERR_NOMEM;
   for (size_t i = 0; i < info->num_data_sources; i++) {
-    if ((ds[i] = copy_descriptor(info->data_sources[i])) == NULL) {
+    if ((ds[i] = (void *)tr_pb_copy(&info->data_sources[i]->base)) == NULL) {
       free_descriptors(ds, i);
       return TR_ERR_NOMEM;
     }
@@ -154,10 +146,8 @@ static void send_connected(tr_agent *a, const agent_producer *p) {
 
 /* ---- producer port callbacks ---- */
 
-static tr_agent *agent_of(tr_producer_port *port) { return tr_producer_port_data(port); }
-
-static void on_producer_connected(tr_producer_port *port, const tr_producer_info *info) {
-  tr_agent *a = agent_of(port);
+static void on_producer_connected(void *data, const tr_producer_info *info) {
+  tr_agent *a = data;
   agent_producer p = {.id = info->id, .uid = (uint32_t)info->uid, .pid = (int32_t)info->pid};
   p.name = strdup(info->name);
   p.sdk_version = strdup(info->sdk_version);
@@ -179,8 +169,8 @@ static void on_producer_connected(tr_producer_port *port, const tr_producer_info
 }
 
 /* Sends what changed as a PRODUCER_UPDATED delta, then keeps the new list. */
-static void on_data_sources_changed(tr_producer_port *port, const tr_producer_info *info) {
-  tr_agent *a = agent_of(port);
+static void on_data_sources_changed(void *data, const tr_producer_info *info) {
+  tr_agent *a = data;
   agent_producer *p = find_producer(a, info->id);
   Perfetto__Protos__DataSourceDescriptor **ds;
   if (p == NULL || copy_descriptors(info, &ds) < 0)
@@ -236,7 +226,7 @@ static void close_port_when_drained(tr_agent *a) {
   if (!a->drain_listed || a->n_draining > 0 || a->port_closing)
     return;
   a->port_closing = true;
-  tr_producer_port_close(a->port, on_port_closed, a);
+  tr_port_thread_close(a->port, on_port_closed, a);
 }
 
 /* An instance's stop ended (all: every instance of the producer, which is gone). */
@@ -249,6 +239,14 @@ static void drained(tr_agent *a, uint32_t producer_id, bool all, uint64_t instan
   close_port_when_drained(a);
 }
 
+/* Why the agent gave the port a command: what its result is for. */
+enum command_why { FOR_SERVICE = 1, FOR_DRAIN, FOR_STALE, FOR_STATS };
+
+static int port_command(tr_agent *a, struct tr_port_command c, enum command_why why) {
+  c.why = why;
+  return tr_port_thread_command(a->port, &c);
+}
+
 static void drain_instance(void *data, uint32_t producer_id, uint64_t instance_id) {
   tr_agent *a = data;
   struct draining *grown = realloc(a->draining, (a->n_draining + 1) * sizeof *grown);
@@ -258,17 +256,17 @@ static void drain_instance(void *data, uint32_t producer_id, uint64_t instance_i
   a->draining[a->n_draining++] = (struct draining){producer_id, instance_id};
   unsigned wait_ms = a->shutdown_timeout_ms / 2 < DRAIN_MAX_MS ? a->shutdown_timeout_ms / 2
                                                                : DRAIN_MAX_MS;
-  /* May end inside the call (a data source that does not confirm stops) */
-  int rc = tr_producer_port_stop_data_source(a->port, producer_id, instance_id,
-                                             wait_ms ? wait_ms : 1);
-  if (rc < 0)
+  /* Ends with the stopped callback, or with a failed command (command_done) */
+  struct tr_port_command c = {.kind = TR_PORT_STOP, .producer_id = producer_id,
+                              .instance_id = instance_id, .timeout_ms = wait_ms ? wait_ms : 1};
+  if (port_command(a, c, FOR_DRAIN) < 0)
     drained(a, producer_id, false, instance_id);
 }
 
 /* ---- producer events ---- */
 
-static void on_producer_disconnected(tr_producer_port *port, const tr_producer_info *info) {
-  tr_agent *a = agent_of(port);
+static void on_producer_disconnected(void *data, const tr_producer_info *info) {
+  tr_agent *a = data;
   if (a->shutting_down)
     drained(a, info->id, true, 0);
   for (size_t i = a->n_pending; i-- > 0;)
@@ -307,28 +305,30 @@ static void finish_pending(tr_agent *a, uint32_t producer_id, uint64_t instance_
   }
 }
 
-static void on_started(tr_producer_port *port, uint32_t producer_id, uint64_t instance_id) {
-  finish_pending(agent_of(port), producer_id, instance_id, true, NULL);
+static void on_started(void *data, uint32_t producer_id, uint64_t instance_id) {
+  finish_pending(data, producer_id, instance_id, true, NULL);
 }
 
-static void on_stopped(tr_producer_port *port, uint32_t producer_id, uint64_t instance_id,
+static void on_stopped(void *data, uint32_t producer_id, uint64_t instance_id,
                        bool timed_out) {
-  finish_pending(agent_of(port), producer_id, instance_id, true,
-                 "the data source stopped before it started");
-  finish_pending(agent_of(port), producer_id, instance_id, false,
+  tr_agent *a = data;
+  finish_pending(a, producer_id, instance_id, true, "the data source stopped before it started");
+  finish_pending(a, producer_id, instance_id, false,
                  timed_out ? "the producer did not confirm the stop within the timeout" : NULL);
-  if (agent_of(port)->shutting_down)
-    drained(agent_of(port), producer_id, false, instance_id);
+  if (a->shutting_down)
+    drained(a, producer_id, false, instance_id);
 }
 
-static void on_queue_has_data(tr_producer_port *port) {
-  tr_link_client_kick(agent_of(port)->link);
+static void on_queue_has_data(void *data) {
+  tr_agent *a = data;
+  tr_link_client_kick(a->link);
 }
 
-static void on_flush_acked(tr_producer_port *port, uint32_t producer_id, uint64_t request_id) {
+static void on_flush_acked(void *data, uint32_t producer_id, uint64_t request_id) {
+  tr_agent *a = data;
   (void)producer_id;
   (void)request_id;
-  tr_link_client_send_queued(agent_of(port)->link);
+  tr_link_client_send_queued(a->link);
 }
 
 /* ---- commands from the service ---- */
@@ -343,75 +343,130 @@ static int add_pending(tr_agent *a, const Tracerelay__Command *cmd, uint64_t ins
   return 0;
 }
 
-/* Start and stop may finish inside the port call (data sources that do not notify), so the
- * pending entry exists before the call. A stop waits for the producer as long as the session's
- * data_source_stop_timeout_ms (the setup config's stop_timeout_ms: timeout 0). */
+static void remove_pending(tr_agent *a, uint64_t request_id) {
+  for (size_t i = 0; i < a->n_pending; i++)
+    if (a->pending[i].request_id == request_id) {
+      a->pending[i] = a->pending[--a->n_pending];
+      return;
+    }
+}
+
+/* Start and stop end with the started or stopped callback (which may come before the
+ * command's result: data sources that do not notify), so the pending entry exists before the
+ * command. A stop waits for the producer as long as the session's data_source_stop_timeout_ms
+ * (the setup config's stop_timeout_ms: timeout 0). */
 static int start_or_stop(tr_agent *a, const Tracerelay__Command *cmd, uint64_t instance_id,
                          bool start) {
   int rc = add_pending(a, cmd, instance_id, start);
   if (rc < 0)
     return rc;
-  rc = start ? tr_producer_port_start_data_source(a->port, cmd->producer_id, instance_id)
-             : tr_producer_port_stop_data_source(a->port, cmd->producer_id, instance_id, 0);
+  struct tr_port_command c = {.kind = start ? TR_PORT_START : TR_PORT_STOP,
+                              .producer_id = cmd->producer_id, .instance_id = instance_id,
+                              .tag = cmd->request_id};
+  rc = port_command(a, c, FOR_SERVICE);
   if (rc < 0)
-    for (size_t i = 0; i < a->n_pending; i++)
-      if (a->pending[i].request_id == cmd->request_id)
-        a->pending[i] = a->pending[--a->n_pending];
+    remove_pending(a, cmd->request_id);
   return rc;
+}
+
+/* Posts the command; a reply (where one is due) goes with its result (command_done). */
+static int to_port(tr_agent *a, const Tracerelay__Command *cmd) {
+  uint32_t pid = cmd->producer_id;
+  struct tr_port_command c = {.producer_id = pid, .tag = cmd->request_id};
+  switch (cmd->cmd_case) {
+  case TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE:
+    if (cmd->setup_data_source->config == NULL)
+      return TR_ERR_INVAL;
+    c.kind = TR_PORT_SETUP;
+    c.instance_id = cmd->setup_data_source->instance_id;
+    c.config = cmd->setup_data_source->config;
+    return port_command(a, c, FOR_SERVICE);
+  case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
+    a->running++;
+    /* trace start, as traced snapshots its clocks, at the session's interval if it gave one */
+    tr_link_client_clock_snapshots(a->link, true,
+                                   cmd->start_data_source->clock_snapshot_interval_ms);
+    return start_or_stop(a, cmd, cmd->start_data_source->instance_id, true);
+  case TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE:
+    a->running -= a->running > 0;
+    tr_link_client_clock_snapshots(a->link, a->running > 0, 0); /* and at stop */
+    return start_or_stop(a, cmd, cmd->stop_data_source->instance_id, false);
+  case TRACERELAY__COMMAND__CMD_FLUSH:
+    c.kind = TR_PORT_FLUSH;
+    c.flush_request_id = cmd->flush->flush_request_id;
+    c.instance_ids = cmd->flush->instance_ids;
+    c.num_instance_ids = cmd->flush->n_instance_ids;
+    c.flags = cmd->flush->flags;
+    return port_command(a, c, FOR_SERVICE);
+  case TRACERELAY__COMMAND__CMD_CLEAR_INCREMENTAL_STATE:
+    c.kind = TR_PORT_CLEAR;
+    c.instance_ids = cmd->clear_incremental_state->instance_ids;
+    c.num_instance_ids = cmd->clear_incremental_state->n_instance_ids;
+    return port_command(a, c, FOR_SERVICE);
+  default:
+    return TR_ERR_UNSUPPORTED;
+  }
+}
+
+static void warn_flush_failed(uint64_t flush_request_id, uint32_t producer_id, int rc) {
+  TR_WARN("agent", "flush %llu of producer %u failed: %s; the service will time it out",
+          (unsigned long long)flush_request_id, producer_id, tr_strerror(rc));
 }
 
 static void on_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
   tr_agent *a = tr_link_client_data(lc);
-  uint32_t pid = cmd->producer_id;
-  int rc;
   bool flush = cmd->cmd_case == TRACERELAY__COMMAND__CMD_FLUSH;
   if (a->port == NULL || (a->shutting_down && !flush)) { /* the producers are going or gone */
     if (!flush)
       tr_link_client_reply(lc, cmd->request_id, "the agent is shutting down");
     return;
   }
-  switch (cmd->cmd_case) {
-  case TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE:
-    rc = cmd->setup_data_source->config == NULL
-             ? TR_ERR_INVAL
-             : tr_producer_port_setup_data_source(a->port, pid,
-                                                  cmd->setup_data_source->instance_id,
-                                                  cmd->setup_data_source->config);
+  int rc = to_port(a, cmd);
+  if (rc >= 0)
+    return;
+  if (flush) /* answered by the producer's FlushAck in the batch stream, or timed out */
+    warn_flush_failed(cmd->flush->flush_request_id, cmd->producer_id, rc);
+  else
+    tr_link_client_reply(lc, cmd->request_id, tr_strerror(rc));
+}
+
+/* A command's result: the reply to the service's command (start and stop: on failure only,
+ * else their callback replies), the end of a drain, a stale instance's stop, the stats. */
+static void on_command_done(void *data, const struct tr_port_result *r) {
+  tr_agent *a = data;
+  const struct tr_port_command *c = r->cmd;
+  switch ((enum command_why)c->why) {
+  case FOR_SERVICE:
+    if (c->kind == TR_PORT_FLUSH) {
+      if (r->rc < 0)
+        warn_flush_failed(c->flush_request_id, c->producer_id, r->rc);
+    } else if (c->kind == TR_PORT_SETUP || c->kind == TR_PORT_CLEAR) {
+      tr_link_client_reply(a->link, c->tag, r->rc < 0 ? tr_strerror(r->rc) : NULL);
+    } else if (r->rc < 0) {
+      for (size_t i = 0; i < a->n_pending; i++)
+        if (a->pending[i].request_id == c->tag) {
+          reply_pending(a, i, tr_strerror(r->rc));
+          break;
+        }
+    }
     break;
-  case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
-    a->running++;
-    /* trace start, as traced snapshots its clocks, at the session's interval if it gave one */
-    tr_link_client_clock_snapshots(lc, true, cmd->start_data_source->clock_snapshot_interval_ms);
-    rc = start_or_stop(a, cmd, cmd->start_data_source->instance_id, true);
-    if (rc == 0)
-      return; /* replied when it started */
+  case FOR_DRAIN:
+    if (r->rc < 0)
+      drained(a, c->producer_id, false, c->instance_id);
     break;
-  case TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE:
-    a->running -= a->running > 0;
-    tr_link_client_clock_snapshots(lc, a->running > 0, 0); /* and at stop */
-    rc = start_or_stop(a, cmd, cmd->stop_data_source->instance_id, false);
-    if (rc == 0)
-      return; /* replied when it stopped */
+  case FOR_STALE:
+    if (r->rc < 0 && r->rc != TR_ERR_NOT_FOUND)
+      TR_WARN("agent", "cannot stop instance %llu of producer %u: %s",
+              (unsigned long long)c->instance_id, c->producer_id, tr_strerror(r->rc));
     break;
-  case TRACERELAY__COMMAND__CMD_FLUSH: {
-    const Tracerelay__Command__Flush *f = cmd->flush;
-    rc = tr_producer_port_flush(a->port, pid, f->flush_request_id, f->instance_ids,
-                                f->n_instance_ids, f->flags);
-    if (rc < 0)
-      TR_WARN("agent", "flush %llu of producer %u failed: %s; the service will time it out",
-              (unsigned long long)f->flush_request_id, pid, tr_strerror(rc));
-    return; /* answered by the producer's FlushAck in the batch stream */
+  case FOR_STATS:
+    if (r->rc == 0) {
+      struct tr_link_producer_counts counts = {r->stats.abi_violations, r->stats.smb_full,
+                                               r->stats.smb_full_ns};
+      tr_link_client_set_producer_counts(a->link, c->producer_id, &counts);
+    }
+    break;
   }
-  case TRACERELAY__COMMAND__CMD_CLEAR_INCREMENTAL_STATE:
-    rc = tr_producer_port_clear_incremental_state(a->port, pid,
-                                                  cmd->clear_incremental_state->instance_ids,
-                                                  cmd->clear_incremental_state->n_instance_ids);
-    break;
-  default:
-    rc = TR_ERR_UNSUPPORTED;
-    break;
-  }
-  tr_link_client_reply(lc, cmd->request_id, rc < 0 ? tr_strerror(rc) : NULL);
 }
 
 static void on_welcome(tr_link_client *lc) {
@@ -426,24 +481,26 @@ static void on_stale_instance(tr_link_client *lc, uint32_t producer_id, uint64_t
   tr_agent *a = tr_link_client_data(lc);
   if (a->port == NULL)
     return;
-  int rc = tr_producer_port_stop_data_source(a->port, producer_id, instance_id, 0);
-  if (rc < 0 && rc != TR_ERR_NOT_FOUND)
+  struct tr_port_command c = {.kind = TR_PORT_STOP, .producer_id = producer_id,
+                              .instance_id = instance_id};
+  int rc = port_command(a, c, FOR_STALE);
+  if (rc < 0)
     TR_WARN("agent", "cannot stop instance %llu of producer %u: %s",
             (unsigned long long)instance_id, producer_id, tr_strerror(rc));
   a->running = 0;
   tr_link_client_clock_snapshots(lc, false, 0);
 }
 
+/* Asks the port for each producer's counters; they reach the link as the answers come back,
+ * for the next AgentStats (within a second: link_stats.h). */
 static void collect_stats(tr_link_client *lc) {
   tr_agent *a = tr_link_client_data(lc);
   if (a->port == NULL)
     return;
   for (size_t i = 0; i < a->n_producers; i++) {
-    tr_producer_stats st;
-    if (tr_producer_port_stats(a->port, a->producers[i].id, &st) == 0) {
-      struct tr_link_producer_counts counts = {st.abi_violations, st.smb_full, st.smb_full_ns};
-      tr_link_client_set_producer_counts(lc, a->producers[i].id, &counts);
-    }
+    struct tr_port_command c = {.kind = TR_PORT_STATS, .producer_id = a->producers[i].id};
+    if (port_command(a, c, FOR_STATS) < 0)
+      return;
   }
 }
 
@@ -495,16 +552,10 @@ static void free_agent(tr_agent *a) {
   free(a);
 }
 
-static void on_port_closed_at_start(void *data) {
-  tr_agent *a = data;
-  if (a->metrics) /* frees itself once the loop closed its handles */
-    tr_metrics_http_close(a->metrics, NULL, NULL);
-  free_agent(a);
-}
-
 static void render_metrics(void *data, tr_prom_text *t) {
   tr_agent *a = data;
-  tr_agent_metrics_write(t, a->link, &a->queue, a->n_producers);
+  size_t outbox = a->port ? tr_port_thread_outbox_bytes(a->port) : 0;
+  tr_agent_metrics_write(t, a->link, &a->queue, outbox, a->n_producers);
   if (a->opts.metrics_more != NULL)
     a->opts.metrics_more(a->opts.metrics_more_data, t);
 }
@@ -517,6 +568,8 @@ static const char *not_ready(void *data) {
   return tr_link_client_connected(a->link) ? NULL : "the link to the service is not up\n";
 }
 
+static void on_link_closed(void *data);
+
 int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent **out) {
   tr_agent *a = calloc(1, sizeof *a);
   if (a == NULL)
@@ -527,41 +580,17 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
   int rc = load_tls(opts, &a->tls);
   if (rc < 0)
     goto fail;
-  tr_producer_port_config pc = {
-      .queue = &a->queue,
-      .smb_size = opts->smb_bytes ? opts->smb_bytes : TR_AGENT_DEFAULT_SMB_BYTES,
-      .max_producers = opts->max_producers ? opts->max_producers : TR_AGENT_DEFAULT_MAX_PRODUCERS,
-      .max_producers_flag = "--max-producers",
-      .cb = {.data = a,
-             .producer_connected = on_producer_connected,
-             .data_sources_changed = on_data_sources_changed,
-             .producer_disconnected = on_producer_disconnected,
-             .data_source_started = on_started,
-             .data_source_stopped = on_stopped,
-             .queue_has_data = on_queue_has_data,
-             .flush_acked = on_flush_acked}};
-  rc = tr_producer_port_new(loop, &pc, &a->port);
-  if (rc < 0)
-    goto fail;
-  if (opts->metrics_listen) { /* before the port starts: a failure here leaves nothing open */
+  if (opts->metrics_listen) { /* first: a failure here leaves nothing open */
     char err[256];
     struct tr_metrics_handlers h = {.data = a, .render = render_metrics, .not_ready = not_ready};
     rc = tr_metrics_http_start(loop, opts->metrics_listen, &h, &a->metrics, err, sizeof err);
     if (rc < 0) {
       TR_ERROR("agent", "--metrics-listen: %s", err);
-      tr_producer_port_close(a->port, on_port_closed_at_start, a);
-      return rc;
+      goto fail;
     }
   }
-  rc = tr_producer_port_start(a->port, opts->producer_socket, TR_PRODUCER_PORT_DEFAULT_MODE);
-  if (rc < 0) {
-    TR_ERROR("agent", "cannot listen on the producer socket %s: %s (is traced running there? "
-             "does the directory exist? see --producer-socket)", opts->producer_socket,
-             tr_strerror(rc));
-    /* The port frees itself from the loop; the agent goes with it. */
-    tr_producer_port_close(a->port, on_port_closed_at_start, a);
-    return rc;
-  }
+  /* The link before the port: it only connects once the loop runs, and its callbacks wait for
+   * the port (a->port); the port's events need the link. */
   struct tr_link_client_opts lo = {.service = opts->service,
                                    .service_name = opts->service_name,
                                    .tls = a->tls,
@@ -573,9 +602,35 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
                                          .on_command = on_command,
                                          .collect_stats = collect_stats};
   rc = tr_link_client_start(loop, &lo, &lcb, &a->link);
+  if (rc < 0)
+    goto fail_metrics;
+  size_t queue_bytes = a->queue.max_bytes;
+  struct tr_port_thread_config pc = {
+      .socket_path = opts->producer_socket,
+      .mode = TR_PRODUCER_PORT_DEFAULT_MODE,
+      .smb_size = opts->smb_bytes ? opts->smb_bytes : TR_AGENT_DEFAULT_SMB_BYTES,
+      .max_producers = opts->max_producers ? opts->max_producers : TR_AGENT_DEFAULT_MAX_PRODUCERS,
+      .max_producers_flag = "--max-producers",
+      .queue = &a->queue,
+      .outbox_bytes = queue_bytes / TR_AGENT_OUTBOX_FRACTION,
+      .own_thread = !opts->port_on_loop,
+      .cb = {.data = a,
+             .producer_connected = on_producer_connected,
+             .data_sources_changed = on_data_sources_changed,
+             .producer_disconnected = on_producer_disconnected,
+             .data_source_started = on_started,
+             .data_source_stopped = on_stopped,
+             .flush_acked = on_flush_acked,
+             .queue_has_data = on_queue_has_data,
+             .command_done = on_command_done}};
+  rc = tr_port_thread_start(loop, &pc, &a->port);
   if (rc < 0) {
-    a->link = NULL;
-    tr_producer_port_close(a->port, on_port_closed_at_start, a);
+    TR_ERROR("agent", "cannot listen on the producer socket %s: %s (is traced running there? "
+             "does the directory exist? see --producer-socket)", opts->producer_socket,
+             tr_strerror(rc));
+    a->port = NULL;
+    /* The link closes on the loop; the agent goes with it (on_link_closed). */
+    tr_link_client_shutdown(a->link, 0, on_link_closed, a);
     return rc;
   }
   TR_INFO("agent", "producers connect to %s; relaying to %s", opts->producer_socket,
@@ -583,6 +638,9 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
   *out = a;
   return 0;
 
+fail_metrics:
+  if (a->metrics) /* frees itself once the loop closed its handles */
+    tr_metrics_http_close(a->metrics, NULL, NULL);
 fail:
   free_agent(a);
   return rc;

@@ -9,7 +9,9 @@
  *   data source started, stop once it stopped (or its stop timed out, with an error); a
  *   producer that disconnects fails its pending start/stop. Flush has no reply: the producer's
  *   answer travels as a FlushAck in the chunk queue, behind the flushed data.
- * - Data: the port copies committed chunks into the chunk queue; the link drains it.
+ * - Data: the port, on a thread of its own (agent/port_thread.h), copies committed chunks out
+ *   of the producers' shared memory and frees them at once; they reach the chunk queue on the
+ *   loop's thread, which the link drains.
  * The agent never blocks a producer: a full queue drops and counts (sent in AgentStats). */
 #ifndef TR_AGENT_H
 #define TR_AGENT_H
@@ -23,6 +25,9 @@
 
 #define TR_AGENT_DEFAULT_PRODUCER_SOCKET "/run/perfetto/traced-producer.sock"
 #define TR_AGENT_DEFAULT_QUEUE_BYTES (32u << 20)
+/* The producer-port thread's outbox (agent/port_thread.h) holds up to this fraction of the
+ * chunk queue's bound on top of it, what producers commit while the link's loop is busy. */
+#define TR_AGENT_OUTBOX_FRACTION 4
 /* The shared memory of a producer that gives no size hint: see docs/operations.md#shared-memory
  * for the measurements behind it. */
 #define TR_AGENT_DEFAULT_SMB_KB 1024
@@ -53,6 +58,9 @@ struct tr_agent_opts {
   void (*metrics_more)(void *data, tr_prom_text *t);
   void *metrics_more_data;
   bool compress;
+  /* Run the producer port on `loop`, not on a thread of its own: for many agents in one
+   * process (bench/many_agents), where a thread each would cost more than it gains. */
+  bool port_on_loop;
 };
 
 /* Loads the certificates, listens on the producer socket and starts connecting to the

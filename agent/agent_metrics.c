@@ -10,7 +10,7 @@ static void one(tr_prom_text *t, const char *name, const char *type, const char 
 }
 
 void tr_agent_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq *queue,
-                            size_t producers) {
+                            size_t outbox_bytes, size_t producers) {
   struct tr_link_client_totals tot;
   tr_link_client_totals(lc, &tot);
   const tr_relay_agent *spill = tr_link_client_spill(lc);
@@ -26,6 +26,9 @@ void tr_agent_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_
       (double)producers);
   one(t, "tracerelay_agent_queue_bytes", "gauge", "bytes waiting in the chunk queue",
       (double)queue->bytes);
+  one(t, "tracerelay_agent_outbox_bytes", "gauge",
+      "bytes the producer-port thread copied out of shared memory, not yet in the chunk queue",
+      (double)outbox_bytes);
   one(t, "tracerelay_agent_queue_max_bytes", "gauge", "the chunk queue's bound (--queue-mb)",
       (double)queue->max_bytes);
   one(t, "tracerelay_agent_spill_bytes", "gauge",

@@ -8,9 +8,10 @@
 #include "relay/producer/chunk_queue.h"
 #include "relay/daemon/prom_text.h"
 
-/* Writes the agent's metrics (docs/operations.md#metrics) from its link, its chunk queue and
- * the number of producers connected. */
+/* Writes the agent's metrics (docs/operations.md#metrics) from its link, its chunk queue, the
+ * bytes in the producer-port thread's outbox (agent/port_thread.h) and the number of producers
+ * connected. */
 void tr_agent_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq *queue,
-                            size_t producers);
+                            size_t outbox_bytes, size_t producers);
 
 #endif

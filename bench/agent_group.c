@@ -129,7 +129,7 @@ static void start_agents(struct agent_group *g) {
     struct tr_agent_opts o = {.producer_socket = m->socket_path, .service = g->cfg.service,
                               .service_name = g->cfg.service_name, .ca_path = g->ca_path,
                               .cert_path = m->cert_path, .key_path = m->key_path,
-                              .compress = true};
+                              .compress = true, .port_on_loop = true};
     if (rc == 0)
       rc = tr_agent_start(&g->loop, &o, &m->agent);
     if (rc < 0) {

@@ -1,7 +1,8 @@
 /* agent_group.h: one loop thread of bench/many_agents: its share of the agents, each a real
  * agent (agent/agent.h: producer port, link client, batch builder, TLS to the service) with its
  * own certificate and producer socket, and, on demand, one emulated producer beside each
- * (emu_producer.h) on the same loop.
+ * (emu_producer.h) on the same loop. The agents' producer ports run on that loop too
+ * (tr_agent_opts.port_on_loop), not on a thread each.
  *
  * Agent i is named a%04d (as bench/bench_agents names them; with a prefix P, P%04d), its
  * certificate and key are PKI/agent-<name>.crt and .key beside PKI/ca.crt (certs/make-certs.sh),

@@ -13,6 +13,7 @@
 
 #include "relay/base/fnv1a.h"
 #include "relay/base/log.h"
+#include "relay/base/pb_valid.h"
 #include "relay/link/relay_frame.h"
 #include "relay/link/tls.h"
 #include "relay/base/tr_error.h"
@@ -52,17 +53,6 @@ struct tr_hosts {
 static host_rec *rec_of(tr_host *h) { return (host_rec *)h; }
 
 /* ---- protobuf copies ---- */
-
-static ProtobufCMessage *copy_message(const ProtobufCMessage *m) {
-  size_t len = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (buf == NULL)
-    return NULL;
-  protobuf_c_message_pack(m, buf);
-  ProtobufCMessage *copy = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
-  free(buf);
-  return copy;
-}
 
 static void free_message(void *m) {
   if (m != NULL)
@@ -120,7 +110,7 @@ static int dup_string(char **dst, const char *src) {
 
 static Perfetto__Protos__DataSourceDescriptor *copy_descriptor(
     const Perfetto__Protos__DataSourceDescriptor *d) {
-  return (Perfetto__Protos__DataSourceDescriptor *)copy_message(&d->base);
+  return (Perfetto__Protos__DataSourceDescriptor *)tr_pb_copy(&d->base);
 }
 
 /* Perfetto matches descriptors on {id, name}. */
@@ -463,7 +453,7 @@ void tr_hosts_release_ordered(tr_hosts *hs, tr_host *h) { release(hs, h, false);
 static int keep_system_info(tr_host *h, const Perfetto__Protos__SystemInfo *in) {
   Perfetto__Protos__SystemInfo *info;
   if (in != NULL)
-    info = (Perfetto__Protos__SystemInfo *)copy_message(&in->base);
+    info = (Perfetto__Protos__SystemInfo *)tr_pb_copy(&in->base);
   else if ((info = malloc(sizeof *info)) != NULL)
     perfetto__protos__system_info__init(info);
   if (info == NULL)

@@ -3,6 +3,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 bool tr_pb_tags_valid(const ProtobufCMessage *m) {
   if (m == NULL)
@@ -32,4 +33,15 @@ bool tr_pb_tags_valid(const ProtobufCMessage *m) {
       return false;
   }
   return true;
+}
+
+ProtobufCMessage *tr_pb_copy(const ProtobufCMessage *m) {
+  size_t len = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (buf == NULL)
+    return NULL;
+  protobuf_c_message_pack(m, buf);
+  ProtobufCMessage *copy = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
+  free(buf);
+  return copy;
 }

@@ -1,4 +1,6 @@
-/* pb_valid.h: checks protobuf-c cannot make on a message it decoded from outside.
+/* pb_valid.h: checks protobuf-c cannot make on a message it decoded from outside, and the copy
+ * of a decoded message that keeps (agent/port_msgs.c, service/hosts.c), made through the encoding
+ * those checks keep sound.
  *
  * protobuf-c 1.4 accepts a tag of field number 0 when the tag varint is over-long (0x81 0x00
  * is field 0, fixed64) and keeps it as an unknown field; re-encoding then writes the short
@@ -19,5 +21,8 @@
 
 /* True unless m or a message inside it holds an unknown field numbered 0. NULL is valid. */
 bool tr_pb_tags_valid(const ProtobufCMessage *m);
+/* A deep copy of a decoded message (encoded and decoded again, unknown fields and all); free it
+ * with protobuf_c_message_free_unpacked. NULL when out of memory. */
+ProtobufCMessage *tr_pb_copy(const ProtobufCMessage *m);
 
 #endif

@@ -26,6 +26,14 @@ size_t tr_chunkq_entry_cost(size_t len) {
   return sizeof(tr_chunkq_entry) + len;
 }
 
+static void add_counts(tr_chunkq_drops *to, const tr_chunkq_drops *n) {
+  to->chunks += n->chunks;
+  to->bytes += n->bytes;
+  to->packets += n->packets;
+  to->patches += n->patches;
+  to->flush_acks += n->flush_acks;
+}
+
 /* The counters of a producer and target buffer, created on their first drop. NULL only if that
  * allocation fails: the drop then shows in the total alone. */
 static tr_chunkq_drops *drops_for(tr_chunkq *q, uint32_t producer_id, uint32_t target_buffer) {
@@ -49,17 +57,33 @@ static tr_chunkq_drops *drops_for(tr_chunkq *q, uint32_t producer_id, uint32_t t
 
 tr_chunkq_drops tr_chunkq_drops_of(const tr_chunkq *q, uint32_t producer_id) {
   tr_chunkq_drops sum = {.producer_id = producer_id};
-  for (size_t i = 0; i < q->num_drops; i++) {
-    const tr_chunkq_drops *d = &q->drops[i];
-    if (d->producer_id != producer_id)
-      continue;
-    sum.chunks += d->chunks;
-    sum.bytes += d->bytes;
-    sum.packets += d->packets;
-    sum.patches += d->patches;
-    sum.flush_acks += d->flush_acks;
-  }
+  for (size_t i = 0; i < q->num_drops; i++)
+    if (q->drops[i].producer_id == producer_id)
+      add_counts(&sum, &q->drops[i]);
   return sum;
+}
+
+/* Adds the counts of n (its ids unused) to those of (producer_id, target_buffer). */
+static void add_to_table(tr_chunkq *q, uint32_t producer_id, uint32_t target_buffer,
+                         const tr_chunkq_drops *n) {
+  tr_chunkq_drops *d = drops_for(q, producer_id, target_buffer);
+  if (d)
+    add_counts(d, n);
+}
+
+/* And to the total. */
+static void count_drop(tr_chunkq *q, uint32_t producer_id, uint32_t target_buffer,
+                       const tr_chunkq_drops *n) {
+  add_to_table(q, producer_id, target_buffer, n);
+  add_counts(&q->total, n);
+}
+
+static void count_chunk_drop(tr_chunkq *q, const tr_chunkq_chunk *c, const uint8_t *payload,
+                             size_t len) {
+  uint32_t begun = tr_chunk_packets_begun(payload, len, c->header.count, c->header.flags,
+                                          c->incomplete);
+  count_drop(q, c->producer_id, c->target_buffer,
+             &(tr_chunkq_drops){.chunks = 1, .bytes = len, .packets = begun});
 }
 
 /* Allocates an entry if `cost` fits under `limit`; NULL with *rc set otherwise. */
@@ -104,17 +128,7 @@ int tr_chunkq_push_chunk(tr_chunkq *q, const tr_chunkq_chunk *c, const uint8_t *
   int rc = 0;
   tr_chunkq_entry *e = new_entry(q, len, q->max_bytes, &rc);
   if (!e) {
-    tr_chunkq_drops *d = drops_for(q, c->producer_id, c->target_buffer);
-    uint32_t begun = tr_chunk_packets_begun(payload, len, c->header.count, c->header.flags,
-                                            c->incomplete);
-    if (d) {
-      d->chunks++;
-      d->bytes += len;
-      d->packets += begun;
-    }
-    q->total.chunks++;
-    q->total.bytes += len;
-    q->total.packets += begun;
+    count_chunk_drop(q, c, payload, len);
     return rc;
   }
   e->u.chunk = *c;
@@ -127,10 +141,7 @@ int tr_chunkq_push_patch(tr_chunkq *q, const tr_chunkq_patch *p) {
   int rc = 0;
   tr_chunkq_entry *e = new_entry(q, 0, control_limit(q), &rc);
   if (!e) {
-    tr_chunkq_drops *d = drops_for(q, p->producer_id, p->target_buffer);
-    if (d)
-      d->patches++;
-    q->total.patches++;
+    count_drop(q, p->producer_id, p->target_buffer, &(tr_chunkq_drops){.patches = 1});
     return rc;
   }
   e->u.patch = *p;
@@ -142,10 +153,7 @@ int tr_chunkq_push_flush_ack(tr_chunkq *q, uint32_t producer_id, uint64_t reques
   int rc = 0;
   tr_chunkq_entry *e = new_entry(q, 0, control_limit(q), &rc);
   if (!e) {
-    tr_chunkq_drops *d = drops_for(q, producer_id, 0);
-    if (d)
-      d->flush_acks++;
-    q->total.flush_acks++;
+    count_drop(q, producer_id, 0, &(tr_chunkq_drops){.flush_acks = 1});
     return rc;
   }
   e->u.flush_ack.producer_id = producer_id;
@@ -173,4 +181,47 @@ tr_chunkq_entry *tr_chunkq_pop(tr_chunkq *q) {
 
 void tr_chunkq_entry_free(tr_chunkq_entry *e) {
   free(e);
+}
+
+void tr_chunkq_take(tr_chunkq *q, tr_chunkq *out) {
+  *out = *q;
+  q->head = q->tail = NULL;
+  q->len = q->bytes = 0;
+  memset(&q->total, 0, sizeof(q->total));
+  q->drops = NULL;
+  q->num_drops = q->cap_drops = 0;
+}
+
+/* Appends e, made by another queue, if it fits under this queue's bound; else counts it as
+ * dropped here and frees it. */
+static void admit(tr_chunkq *q, tr_chunkq_entry *e) {
+  size_t limit = e->kind == TR_CHUNKQ_CHUNK ? q->max_bytes : control_limit(q);
+  size_t cost = tr_chunkq_entry_cost(e->len);
+  if (q->bytes <= limit && cost <= limit - q->bytes) {
+    append(q, e, e->kind);
+    return;
+  }
+  if (e->kind == TR_CHUNKQ_CHUNK)
+    count_chunk_drop(q, &e->u.chunk, e->data, e->len);
+  else if (e->kind == TR_CHUNKQ_PATCH)
+    count_drop(q, e->u.patch.producer_id, e->u.patch.target_buffer,
+               &(tr_chunkq_drops){.patches = 1});
+  else
+    count_drop(q, e->u.flush_ack.producer_id, 0, &(tr_chunkq_drops){.flush_acks = 1});
+  tr_chunkq_entry_free(e);
+}
+
+void tr_chunkq_move(tr_chunkq *from, tr_chunkq *to, uint64_t up_to_seq) {
+  while (from->head != NULL && from->head->seq <= up_to_seq)
+    admit(to, tr_chunkq_pop(from));
+}
+
+void tr_chunkq_move_drops(tr_chunkq *from, tr_chunkq *to) {
+  for (size_t i = 0; i < from->num_drops; i++)
+    add_to_table(to, from->drops[i].producer_id, from->drops[i].target_buffer, &from->drops[i]);
+  add_counts(&to->total, &from->total);
+  free(from->drops);
+  from->drops = NULL;
+  from->num_drops = from->cap_drops = 0;
+  memset(&from->total, 0, sizeof(from->total));
 }

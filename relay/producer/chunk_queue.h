@@ -115,6 +115,17 @@ const tr_chunkq_entry *tr_chunkq_peek(const tr_chunkq *q);
 tr_chunkq_entry *tr_chunkq_pop(tr_chunkq *q);
 void tr_chunkq_entry_free(tr_chunkq_entry *e);
 
+/* Between two queues (the producer port's on its own thread and the link's, agent/port_handoff.h):
+ * take hands every entry and drop counter of q to out, which must be uninitialised or freed
+ * (out keeps q's bound; q keeps its bound and its next sequence number and is then empty, its
+ * counters zero). move re-queues from's entries up to sequence number up_to_seq, oldest first,
+ * into `to` (each gets to's next number; one that does not fit under to's bound is dropped and
+ * counted in to's counters, as a push would be). move_drops adds from's drop counters to to's
+ * and zeroes from's. */
+void tr_chunkq_take(tr_chunkq *q, tr_chunkq *out);
+void tr_chunkq_move(tr_chunkq *from, tr_chunkq *to, uint64_t up_to_seq);
+void tr_chunkq_move_drops(tr_chunkq *from, tr_chunkq *to);
+
 /* Bytes an entry with a payload of len bytes counts against the bound. */
 size_t tr_chunkq_entry_cost(size_t len);
 /* Drop counters of one producer, summed over its buffers (all zero, with its id, if it never

@@ -176,7 +176,10 @@ int tr_producer_port_start_data_source(tr_producer_port *port, uint32_t producer
 }
 
 static void scrape(pp_producer *p) {
-  pp_queue_changed(p->port, tr_producer_shm_scrape(&p->shm, p->port->cfg.queue));
+  pp_lock_queue(p->port);
+  size_t queued = tr_producer_shm_scrape(&p->shm, p->port->cfg.queue);
+  pp_unlock_queue(p->port);
+  pp_queue_changed(p->port, queued);
 }
 
 int tr_producer_port_stop_data_source(tr_producer_port *port, uint32_t producer_id,

@@ -73,6 +73,16 @@ void pp_violation(pp_producer *p, const char *what, const char *why) {
   report(p, what, why);
 }
 
+void pp_lock_queue(const tr_producer_port *port) {
+  if (port->cfg.queue_lock)
+    uv_mutex_lock(port->cfg.queue_lock);
+}
+
+void pp_unlock_queue(const tr_producer_port *port) {
+  if (port->cfg.queue_lock)
+    uv_mutex_unlock(port->cfg.queue_lock);
+}
+
 void pp_queue_changed(tr_producer_port *port, size_t queued) {
   if (queued > 0 && port->cfg.cb.queue_has_data)
     port->cfg.cb.queue_has_data(port);
@@ -338,7 +348,9 @@ static void m_commit_data(tr_ipc_conn *conn, uint64_t request_id, const uint8_t 
     return;
   tr_producer_port *port = p->port;
   tr_producer_commit_result res;
+  pp_lock_queue(port);
   tr_producer_shm_commit(&p->shm, port->cfg.queue, req, &res);
+  pp_unlock_queue(port);
   perfetto__protos__commit_data_request__free_unpacked(req, NULL);
   uint32_t id = p->shm.producer_id;
   if (res.violations) {
@@ -641,6 +653,8 @@ int tr_producer_port_stats(const tr_producer_port *port, uint32_t producer_id,
   if (!p)
     return TR_ERR_NOT_FOUND;
   *out = p->shm.stats;
+  pp_lock_queue(port);
   out->chunks_dropped = tr_chunkq_drops_of(port->cfg.queue, producer_id).chunks;
+  pp_unlock_queue(port);
   return 0;
 }

@@ -23,7 +23,8 @@
  * Callbacks run on the loop thread. Those that follow a producer's call run after that call's
  * reply was queued; `started` and `stopped` of a data source that does not notify run from
  * inside the command that caused them. The port never blocks on the queue: a full queue drops
- * and counts. Single-threaded: every function must be called on the loop's thread. */
+ * and counts. Single-threaded: every function must be called on the loop's thread; only the
+ * queue may be shared with another thread, through cfg.queue_lock. */
 #ifndef TR_PRODUCER_PORT_H
 #define TR_PRODUCER_PORT_H
 
@@ -92,6 +93,9 @@ typedef struct tr_producer_port_callbacks {
 
 typedef struct tr_producer_port_config {
   tr_chunkq *queue; /* owned by the caller; must outlive the port */
+  /* If set, held while the port writes or reads the queue: another thread takes the queue's
+   * entries from under the same lock (agent/port_handoff.h). NULL: the queue is this loop's. */
+  uv_mutex_t *queue_lock;
   tr_producer_port_callbacks cb;
   size_t max_producers; /* 0: TR_IPC_DEFAULT_MAX_CONNS */
   const char *max_producers_flag; /* named when one more is refused (e.g. "--max-producers") */

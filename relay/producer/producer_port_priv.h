@@ -72,6 +72,9 @@ void pp_violation(pp_producer *p, const char *what, const char *why);
 void pp_remove_instance(pp_producer *p, size_t i);
 /* Re-arms the port's stop timer for the earliest stop deadline. */
 void pp_arm_stop_timer(tr_producer_port *port);
+/* Take and give back cfg.queue_lock (if any) around every use of cfg.queue. */
+void pp_lock_queue(const tr_producer_port *port);
+void pp_unlock_queue(const tr_producer_port *port);
 /* Calls queue_has_data if `queued` entries were added. */
 void pp_queue_changed(tr_producer_port *port, size_t queued);
 

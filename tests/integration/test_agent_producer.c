@@ -28,6 +28,7 @@
 #include "relay/producer/producer_port.h"
 #include "relay/trace/trace_buffer.h"
 #include "relay/base/tr_error.h"
+#include "tests/integration/loadgen_stats.h"
 
 #define NUM_LOADGENS 2
 #define FLUSH_ID_BASE 100
@@ -194,20 +195,6 @@ static bool all_stopped_and_exited(env *e) {
   return true;
 }
 
-static uint64_t json_count(const char *path, const char *key) {
-  FILE *f = fopen(path, "r");
-  assert_non_null(f);
-  static char json[65536];
-  size_t n = fread(json, 1, sizeof(json) - 1, f);
-  fclose(f);
-  json[n] = 0;
-  const char *total = strstr(json, "\"total\"");
-  assert_non_null(total);
-  const char *p = strstr(total, key);
-  assert_non_null(p);
-  return strtoull(p + strlen(key) + 1, NULL, 10); /* after the colon */
-}
-
 static void on_port_closed(void *data) { ((env *)data)->closed = true; }
 
 static void test_two_loadgens(void **state) {
@@ -295,10 +282,10 @@ static void test_two_loadgens(void **state) {
     lg *l = &e->lgs[i];
     assert_true(WIFEXITED(l->status));
     assert_int_equal(WEXITSTATUS(l->status), 0);
-    uint64_t written = json_count(l->json, "\"packets_written\"");
-    uint64_t dropped = json_count(l->json, "\"packets_dropped\"");
-    uint64_t events = json_count(l->json, "\"events_written\"") +
-                      json_count(l->json, "\"events_dropped\"");
+    uint64_t written = loadgen_stats_total(l->json, "\"packets_written\"");
+    uint64_t dropped = loadgen_stats_total(l->json, "\"packets_dropped\"");
+    uint64_t events = loadgen_stats_total(l->json, "\"events_written\"") +
+                      loadgen_stats_total(l->json, "\"events_dropped\"");
     all_dropped += dropped;
     print_message("loadgen %d (producer %u): %llu packets written, %llu reassembled, "
                   "%llu dropped by the loadgen (SMB full)\n", i, l->producer_id,

@@ -1,0 +1,86 @@
+/* port_msgs.c: making and freeing the port thread's commands and events (see port_msgs.h). */
+#include "agent/port_msgs.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay/base/pb_valid.h"
+
+struct port_command *tr_port_msgs_command_new(const struct tr_port_command *c) {
+  struct port_command *m = calloc(1, sizeof(*m));
+  if (m == NULL)
+    return NULL;
+  m->c = *c;
+  m->c.config = NULL;
+  m->c.instance_ids = NULL;
+  if (c->config != NULL &&
+      (m->c.config = (void *)tr_pb_copy(&c->config->base)) == NULL)
+    goto fail;
+  if (c->num_instance_ids > 0) {
+    uint64_t *ids = malloc(c->num_instance_ids * sizeof(*ids));
+    if (ids == NULL)
+      goto fail;
+    memcpy(ids, c->instance_ids, c->num_instance_ids * sizeof(*ids));
+    m->c.instance_ids = ids;
+  }
+  return m;
+fail:
+  tr_port_msgs_command_free(m);
+  return NULL;
+}
+
+void tr_port_msgs_command_free(struct port_command *m) {
+  if (m == NULL)
+    return;
+  if (m->c.config != NULL)
+    protobuf_c_message_free_unpacked((ProtobufCMessage *)m->c.config, NULL);
+  free((void *)m->c.instance_ids);
+  free(m);
+}
+
+struct port_event *tr_port_msgs_event_new(enum port_event_kind kind, uint32_t producer_id) {
+  struct port_event *e = calloc(1, sizeof(*e));
+  if (e != NULL) {
+    e->kind = kind;
+    e->info.id = producer_id;
+  }
+  return e;
+}
+
+struct port_event *tr_port_msgs_event_with_info(enum port_event_kind kind,
+                                                const tr_producer_info *info) {
+  struct port_event *e = tr_port_msgs_event_new(kind, info->id);
+  if (e == NULL)
+    return NULL;
+  e->info = *info;
+  e->info.name = strdup(info->name);
+  e->info.sdk_version = strdup(info->sdk_version);
+  e->info.num_data_sources = 0;
+  Perfetto__Protos__DataSourceDescriptor **ds =
+      calloc(info->num_data_sources + 1, sizeof(*ds));
+  e->info.data_sources = (const Perfetto__Protos__DataSourceDescriptor *const *)ds;
+  if (e->info.name == NULL || e->info.sdk_version == NULL || ds == NULL)
+    goto fail;
+  for (size_t i = 0; i < info->num_data_sources; i++) {
+    if ((ds[i] = (void *)tr_pb_copy(&info->data_sources[i]->base)) == NULL)
+      goto fail;
+    e->info.num_data_sources++;
+  }
+  return e;
+fail:
+  tr_port_msgs_event_free(e);
+  return NULL;
+}
+
+void tr_port_msgs_event_free(struct port_event *e) {
+  if (e == NULL)
+    return;
+  free((void *)e->info.name);
+  free((void *)e->info.sdk_version);
+  for (size_t i = 0; i < e->info.num_data_sources; i++)
+    perfetto__protos__data_source_descriptor__free_unpacked(
+        (Perfetto__Protos__DataSourceDescriptor *)e->info.data_sources[i], NULL);
+  free((void *)e->info.data_sources);
+  tr_port_msgs_command_free(e->cmd);
+  free(e);
+}
