@@ -39,8 +39,9 @@
 #     and regional-b are exact, lossless and never disconnected; record's summary counts each
 #     host once (regional-a's own agent restarted: two entries, one host).
 #  5. no AddressSanitizer/LeakSanitizer/UBSan report in any log of any phase.
-#  5. (third tree, after 4) regional-b is stopped (SIGSTOP) for 6.5 s, longer than the flush
-#     timeout (5 s) and shorter than the heartbeat timeout (8 s), while a record flushes every
+#  5. (third tree, after 4) regional-b is stopped (SIGSTOP) for 5.5 s, longer than the flush
+#     timeout (4 s, the session's) and shorter than the heartbeat timeout (8 s), while a record
+#     flushes every
 #     second: the root's log names exactly pool-b-1, pool-b-2 and regional-b as not answering a
 #     flush within the timeout, the trace counts session_flushes_missed for those three and for
 #     no other host, none of them is disconnected, and no host counts a loss.
@@ -422,7 +423,7 @@ PY
 # than the flush timeout) in a session flushing every second: flushes time out naming exactly
 # its hosts, the session and the links carry on, and nothing of pool-b is lost once it resumes.
 stall_regional() {
-  local stop_s=6.5 rc=0 h
+  local stop_s=5.5 rc=0 h
   for h in pool-a-1 pool-b-1 pool-b-2 regional-b; do # each ends with the session
     cluster_start_loadgen "$h" --name "stall-$h" --rate 100 --fake-clock "${FAKE[$h]}"
   done
@@ -430,8 +431,12 @@ stall_regional() {
     { fail "stall: the loadgens' producers did not all reach the root"; return; }
   # The session runs until 3 s after the stall (-t 0, SIGTERM), not for a fixed 12 s that a busy
   # machine could end before the stall does.
-  "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -b 64mb -t 0 \
-    --flush-period 1s -o "$WORK/stall.pftrace" >"$WORK/stall-record.log" 2>&1 &
+  # A flush timeout of 4 s, not the default 5, leaves the stall room on both sides: 6.5 s
+  # between 5 and 8 made the links' silence pass 8 s at load 13 (the regional resumed late).
+  echo 'flush_timeout_ms: 4000' >"$WORK/stall-cfg.pbtxt"
+  "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" -c "$WORK/stall-cfg.pbtxt" \
+    --data-source track_event -b 64mb -t 0 --flush-period 1s -o "$WORK/stall.pftrace" \
+    >"$WORK/stall-record.log" 2>&1 &
   local rec_pid=$!; CLUSTER_PIDS+=("$rec_pid")
   cluster_wait_session 60 pool-a-1 pool-b-1 pool-b-2 regional-b ||
     { fail "stall: the session did not start on every host"; return; }
