@@ -32,7 +32,7 @@
  * - Budget: a tick sends at most TR_CLOCK_PROBES_PER_MS for every millisecond since the last
  *   tick, and at most TR_CLOCK_PROBE_BUDGET_MAX, in one burst (answers from different peers
  *   arrive on sockets of their own, stamped by the kernel, so they need no spacing).
- * - Fairness: the peers due go in order of when they became due, so those a spent budget left
+ * - Fairness: the peers due go in the order of their due times, so those a spent budget left
  *   waiting go first at the next tick, and with more peers than the budget covers every peer's
  *   period stretches alike: when all are due, each gets its probe within ceil(peers / budget)
  *   ticks.
@@ -126,7 +126,8 @@ struct tr_clock_probe_sched {
 
 void tr_clock_probe_sched_init(struct tr_clock_probe_sched *s,
                                const struct tr_clock_probe_ops *ops);
-/* Starts probing a peer (after Welcome), its first probe due now. follow_up: its answers are completed by a ClockFollowUp. */
+/* Starts probing a peer (after Welcome), its first probe due now. follow_up: its answers are
+ * completed by a ClockFollowUp. */
 void tr_clock_probe_add(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p, void *data,
                         bool follow_up, uint64_t now_ms);
 /* Stops probing it (it is closing); the exchange in flight is dropped. Does nothing for a peer
