@@ -440,7 +440,7 @@ static void test_garbage_client_refused_others_unaffected(void **state) {
   tr_tls_uv_server_set_config(f.server, reloaded);
   tr_tls_config_unref(reloaded);
 
-  assert_true(tr_tls_uv_write(conn, "still here", 10) > 0);
+  assert_true(tr_tls_uv_write(conn, "still here", 10) >= 0); /* 0: the kernel took it all */
   RUN_UNTIL(&f.loop, f.accepted[0].received >= 10, 5000);
   assert_string_equal(f.accepted[0].text, "still here");
   assert_false(f.accepted[0].closed);
