@@ -2,7 +2,7 @@
  *
  * A server (tr_tls_uv_listen) accepts TCP connections and runs the TLS handshake under a
  * deadline; a client (tr_tls_uv_connect) connects and does the same. Once the handshake is
- * done the connection is a reliable, ordered, message-agnostic pipe: tr_tls_uv_write() queues
+ * done the connection is a reliable, ordered, message-agnostic pipe: tr_tls_uv_write() sends
  * bytes, on_read delivers decrypted bytes as they arrive (no framing: the relay protocol does
  * that), on_close says why it ended.
  *
