@@ -5,8 +5,8 @@
  * backpressure, Goodbye and the one close path; this file gives the frames their meaning.
  * What must outlive a connection (the batch sequence, held replies, producers, the clock
  * estimate) lives in the host table (hosts.c). One timer per server drives heartbeats and
- * clock probes for every peer: O(peers) every TICK_MS (the probes' schedule every
- * TICK_SESSION_MS while a session runs).
+ * clock probes: heartbeats O(peers) every TICK_MS, the probes' schedule every TICK_MS (every
+ * TICK_SESSION_MS while a session runs) at the cost of the peers due only.
  * Who is probed when, and what an answer means, is relay/clock/clock_probe.c; this file sends the
  * probes and feeds the completed exchanges to the host's estimator. */
 #include "service/link_server.h"

@@ -15,8 +15,8 @@
  * - ClockProbe (the exchange and the schedule: relay/clock/clock_probe.h): one probe in flight per
  *   host, 10 at 50 ms after Welcome, then one a second (while a session runs, every 5 ms to
  *   1 s: as often as the host's drift needs to move its clock by at most 1 us between probes),
- *   plus the probe_clock command on demand; at most 8 a millisecond over all hosts, round robin
- *   past that, and only when nothing of ours waits to be sent. t1 is
+ *   plus the probe_clock command on demand; at most 8 a millisecond over all hosts, the longest due
+ *   first past that, and only when nothing of ours waits to be sent. t1 is
  *   when the encrypted probe left (the kernel's send stamp, tr_tls_uv_sent_time), t4 when
  *   the answer reached the socket (its receive stamp, before decryption); with FEATURE_CLOCK_FOLLOW_UP the answer is
  *   completed by the agent's ClockFollowUp (exact t3). Each completed probe feeds host->clock.

@@ -1,9 +1,15 @@
 /* clock_probe.c: the clock probes' exchange and schedule (see clock_probe.h for the contract).
  *
- * The peers form a doubly linked list from head to tail, the order a tick walks them in; a
- * tick that runs out of budget rotates the list (keeping its cyclic order) so that the first
- * peer it left waiting is the next tick's head. Ops calls may remove the peer they are for, so
- * a walk reads a peer's successor before acting on it. */
+ * Each scheduled peer waits in one of two heaps (relay/base/due_heap.h): the idle heap while no
+ * exchange is in flight, keyed on when its next probe is due, else the in-flight heap, keyed on
+ * when its exchange times out. A tick takes from each only what is due, so peers that are not
+ * cost it nothing. A peer's key is set as it is queued, from its state and times then, so every
+ * change of those happens while it is out of its heap: the public calls take it out
+ * (unqueue), change it, and put it back where its state says (queue). Ops calls may remove the
+ * peer they are for; it is out of its heap meanwhile, and a removed peer is not queued again.
+ *
+ * The idle keys depend on the session flag (the period in a session is the drift's): the
+ * heap is built for the last tick's, and a tick with the other one rebuilds it. */
 #include "relay/clock/clock_probe.h"
 
 #include <math.h>
@@ -13,35 +19,67 @@
 
 #define TS_LIMIT (1ull << 62)
 
+static struct tr_clock_probe_peer *peer_of(struct tr_due_node *n) {
+  return (struct tr_clock_probe_peer *)((char *)n - offsetof(struct tr_clock_probe_peer, node));
+}
+
 void tr_clock_probe_sched_init(struct tr_clock_probe_sched *s,
                                const struct tr_clock_probe_ops *ops) {
   *s = (struct tr_clock_probe_sched){.ops = ops};
 }
 
+/* The period as of now. */
+static uint64_t period(const struct tr_clock_probe_peer *p, bool session) {
+  return p->sent < TR_CLOCK_PROBE_DENSE ? TR_CLOCK_PROBE_DENSE_MS
+         : session                      ? p->session_period_ms
+                                        : TR_CLOCK_PROBE_PERIOD_MS;
+}
+
+/* When an idle peer's next probe is due: at next_ms, or a period after the last probe (sent on
+ * demand, or under a period that has since shortened), whichever comes first. */
+static uint64_t probe_due_ms(const struct tr_clock_probe_peer *p, bool session) {
+  if (p->sent == 0)
+    return p->next_ms;
+  uint64_t after_last = p->sent_ms + period(p, session);
+  return after_last < p->next_ms ? after_last : p->next_ms;
+}
+
+static struct tr_due_heap *heap_of(struct tr_clock_probe_sched *s,
+                                   const struct tr_clock_probe_peer *p) {
+  return p->state == TR_CLOCK_PROBE_IDLE ? &s->idle : &s->in_flight;
+}
+
+/* Puts a scheduled peer into the heap of its state, keyed on what it waits for. */
+static void queue(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p) {
+  if (!p->scheduled)
+    return;
+  uint64_t due = p->state == TR_CLOCK_PROBE_IDLE ? probe_due_ms(p, s->session)
+                 : p->state == TR_CLOCK_PROBE_SENT
+                     ? p->sent_ms + TR_CLOCK_PROBE_TIMEOUT_MS
+                     : p->answered_ms + TR_CLOCK_PROBE_FOLLOW_UP_MS;
+  tr_due_heap_insert(heap_of(s, p), &p->node, due);
+  p->queued = true;
+}
+
+static void unqueue(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p) {
+  if (!p->queued)
+    return;
+  tr_due_heap_remove(heap_of(s, p), &p->node);
+  p->queued = false;
+}
+
 void tr_clock_probe_add(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p, void *data,
                         bool follow_up, uint64_t now_ms) {
   *p = (struct tr_clock_probe_peer){
-      .follow_up = follow_up, .scheduled = true, .next_ms = now_ms, .next = s->head, .data = data};
+      .follow_up = follow_up, .scheduled = true, .next_ms = now_ms, .data = data};
   p->session_period_ms = tr_clock_probe_session_period_ms(s->ops->drift_ppm(data));
-  if (s->head != NULL)
-    s->head->prev = p;
-  else
-    s->tail = p;
-  s->head = p;
+  queue(s, p);
 }
 
 void tr_clock_probe_remove(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p) {
   if (!p->scheduled)
     return;
-  if (p->prev != NULL)
-    p->prev->next = p->next;
-  else
-    s->head = p->next;
-  if (p->next != NULL)
-    p->next->prev = p->prev;
-  else
-    s->tail = p->prev;
-  p->prev = p->next = NULL;
+  unqueue(s, p);
   p->scheduled = false;
   p->state = TR_CLOCK_PROBE_IDLE;
   p->wanted = false;
@@ -53,13 +91,6 @@ uint64_t tr_clock_probe_session_period_ms(double drift_ppm) {
   return ms < TR_CLOCK_PROBE_SESSION_MIN_MS   ? TR_CLOCK_PROBE_SESSION_MIN_MS
          : ms > TR_CLOCK_PROBE_SESSION_MAX_MS ? TR_CLOCK_PROBE_SESSION_MAX_MS
                                               : (uint64_t)ms;
-}
-
-/* The period as of now. */
-static uint64_t period(const struct tr_clock_probe_peer *p, bool session) {
-  return p->sent < TR_CLOCK_PROBE_DENSE ? TR_CLOCK_PROBE_DENSE_MS
-         : session                      ? p->session_period_ms
-                                        : TR_CLOCK_PROBE_PERIOD_MS;
 }
 
 /* Sends a probe unless one is out or the transport says not now; then it is wanted. Returns
@@ -109,12 +140,14 @@ int tr_clock_probe_answer(struct tr_clock_probe_sched *s, struct tr_clock_probe_
   p->ex.t2 = (int64_t)t2;
   p->ex.t3 = (int64_t)t3;
   p->ex.t4 = t4;
+  unqueue(s, p);
   if (p->follow_up) {
     p->state = TR_CLOCK_PROBE_ANSWERED; /* the exact t3 follows */
     p->answered_ms = now_ms;
   }
   else
     finish(s, p, now_ms);
+  queue(s, p);
   return 1;
 }
 
@@ -129,7 +162,9 @@ int tr_clock_probe_follow_up(struct tr_clock_probe_sched *s, struct tr_clock_pro
   if (has_t3 && (int64_t)t3 >= p->ex.t3)
     p->ex.t3 = (int64_t)t3;
   p->ex.t3_late = !has_t3 || t3_late;
+  unqueue(s, p);
   finish(s, p, now_ms);
+  queue(s, p);
   return 1;
 }
 
@@ -142,55 +177,69 @@ void tr_clock_probe_request(struct tr_clock_probe_sched *s, struct tr_clock_prob
    * sent 4,000 probes a second more, whatever the hosts' drift). */
   if (p->sent > 0 && now_ms - p->sent_ms < p->session_period_ms)
     return;
+  unqueue(s, p);
   send_probe(s, p, now_ms);
+  queue(s, p);
 }
 
-/* Returns true when a probe was due but the budget was spent. */
-static bool tick_peer(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p,
-                      uint64_t now_ms, bool session, unsigned *budget) {
-  if (p->state == TR_CLOCK_PROBE_SENT && now_ms - p->sent_ms >= TR_CLOCK_PROBE_TIMEOUT_MS)
+/* The idle peers' due times for a session flag other than the last tick's. */
+static void rekey_idle(struct tr_clock_probe_sched *s, bool session) {
+  struct tr_clock_probe_peer *all = NULL;
+  for (struct tr_due_node *n; (n = tr_due_heap_first(&s->idle)) != NULL;) {
+    struct tr_clock_probe_peer *p = peer_of(n);
+    unqueue(s, p);
+    p->aside_next = all;
+    all = p;
+    s->examined++;
+  }
+  s->session = session;
+  for (; all != NULL; all = all->aside_next)
+    queue(s, all);
+}
+
+/* An exchange in flight that timed out: a probe unanswered is forgotten, an answer without its
+ * follow-up is delivered as it is. */
+static void time_out(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p,
+                     uint64_t now_ms) {
+  unqueue(s, p);
+  if (p->state == TR_CLOCK_PROBE_SENT)
     p->state = TR_CLOCK_PROBE_IDLE;
-  else if (p->state == TR_CLOCK_PROBE_ANSWERED &&
-           now_ms - p->answered_ms >= TR_CLOCK_PROBE_FOLLOW_UP_MS) {
+  else {
     p->ex.t3_late = true; /* the answer's own t3, read before it was queued */
     finish(s, p, now_ms);
   }
-  uint64_t every = period(p, session);
-  bool due = now_ms >= p->next_ms || (p->sent > 0 && now_ms >= p->sent_ms + every);
-  if (!due || p->state != TR_CLOCK_PROBE_IDLE)
-    return false;
-  if (*budget == 0)
-    return true;
-  if (send_probe(s, p, now_ms)) {
-    --*budget;
-    p->next_ms = now_ms + every;
-  }
-  return false;
-}
-
-/* Makes p the head, keeping the cyclic order. */
-static void rotate_to(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p) {
-  if (p == s->head)
-    return;
-  struct tr_clock_probe_peer *last = p->prev;
-  s->tail->next = s->head;
-  s->head->prev = s->tail;
-  last->next = NULL;
-  p->prev = NULL;
-  s->head = p;
-  s->tail = last;
+  queue(s, p);
 }
 
 void tr_clock_probe_tick(struct tr_clock_probe_sched *s, uint64_t now_ms, bool session) {
   uint64_t budget = (now_ms - s->last_tick_ms) * TR_CLOCK_PROBES_PER_MS;
   unsigned left = budget > TR_CLOCK_PROBE_BUDGET_MAX ? TR_CLOCK_PROBE_BUDGET_MAX : (unsigned)budget;
   s->last_tick_ms = now_ms;
-  struct tr_clock_probe_peer *first_starved = NULL, *next;
-  for (struct tr_clock_probe_peer *p = s->head; p != NULL; p = next) {
-    next = p->next;
-    if (tick_peer(s, p, now_ms, session, &left) && first_starved == NULL)
-      first_starved = p;
+  if (session != s->session)
+    rekey_idle(s, session);
+  struct tr_due_node *n;
+  while ((n = tr_due_heap_first(&s->in_flight)) != NULL && n->due <= now_ms) {
+    s->examined++;
+    time_out(s, peer_of(n), now_ms);
   }
-  if (first_starved != NULL)
-    rotate_to(s, first_starved);
+  /* Those due whose link is busy keep their turn: aside until the others had theirs. */
+  struct tr_clock_probe_peer *busy = NULL;
+  while (left > 0 && (n = tr_due_heap_first(&s->idle)) != NULL && n->due <= now_ms) {
+    struct tr_clock_probe_peer *p = peer_of(n);
+    s->examined++;
+    uint64_t every = period(p, session);
+    unqueue(s, p);
+    if (send_probe(s, p, now_ms)) {
+      left--;
+      p->next_ms = now_ms + every;
+    }
+    else if (p->scheduled) {
+      p->aside_next = busy;
+      busy = p;
+      continue;
+    }
+    queue(s, p);
+  }
+  for (; busy != NULL; busy = busy->aside_next)
+    queue(s, busy);
 }

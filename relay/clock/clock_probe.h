@@ -32,15 +32,19 @@
  * - Budget: a tick sends at most TR_CLOCK_PROBES_PER_MS for every millisecond since the last
  *   tick, and at most TR_CLOCK_PROBE_BUDGET_MAX, in one burst (answers from different peers
  *   arrive on sockets of their own, stamped by the kernel, so they need no spacing).
- * - Fairness: when the budget runs out, the next tick starts at the first peer left waiting
- *   (round robin over the peers in a fixed cyclic order), so with more peers than the budget
- *   covers every peer's period stretches alike: when all are due, each gets its probe within
- *   ceil(peers / budget) ticks.
+ * - Fairness: the peers due go in the order of their due times, so those a spent budget left
+ *   waiting go first at the next tick, and with more peers than the budget covers every peer's
+ *   period stretches alike: when all are due, each gets its probe within ceil(peers / budget)
+ *   ticks.
  * - On demand (tr_clock_probe_request, before a flush or a start): a probe unless the peer's
  *   last one is younger than its session period (as fresh as the schedule keeps any).
  *
- * Cost: a tick is O(peers); ops->drift_ppm is read when a peer is added and after each of its
- * exchanges (the drift moves only with one), everything else is O(1).
+ * Cost: a tick is O(log peers) for each peer it finds due (a probe, or the timeout of one in
+ * flight) and nothing for the others: the peers wait in two heaps by due time (one for when an
+ * idle peer's next probe is due, one for when the exchange in flight times out). A tick whose
+ * session flag differs from the last tick's re-reads every idle peer's due time, O(peers log
+ * peers), once as a session begins or ends. Every other call is O(log peers). ops->drift_ppm
+ * is read when a peer is added and after each of its exchanges (the drift moves only with one).
  * Memory: one tr_clock_probe_peer per peer, owned by the caller. Not thread-safe. */
 #ifndef TR_CLOCK_PROBE_H
 #define TR_CLOCK_PROBE_H
@@ -48,6 +52,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "relay/base/due_heap.h"
 #include "relay/clock/clocksync.h"
 
 #define TR_CLOCK_PROBE_DENSE 10           /* after a peer is added, this many probes... */
@@ -100,22 +105,29 @@ struct tr_clock_probe_peer {
   uint64_t next_ms;  /* when the schedule's next probe is due */
   unsigned sent;     /* probes sent to this peer */
   uint64_t session_period_ms; /* tr_clock_probe_session_period_ms of its drift */
-  struct tr_clock_probe_peer *prev, *next; /* the schedule's cyclic order */
+  /* In the schedule's idle heap while IDLE (due: its next probe), else in its in-flight heap
+   * (due: the timeout of the exchange), when queued; not queued while an ops call for it runs. */
+  struct tr_due_node node;
+  bool queued;
+  struct tr_clock_probe_peer *aside_next; /* a tick's list of peers out of their heap */
   void *data;
 };
 
 /* Every peer of one service. Written by clock_probe.c only. */
 struct tr_clock_probe_sched {
   const struct tr_clock_probe_ops *ops;
-  struct tr_clock_probe_peer *head, *tail; /* a tick walks from head */
+  struct tr_due_heap idle;      /* idle peers by when their next probe is due */
+  struct tr_due_heap in_flight; /* the others by when their exchange times out */
+  bool session;                 /* the last tick's: the idle peers' due times follow it */
   uint64_t last_id;
   uint64_t last_tick_ms; /* when the budget was last refilled */
+  uint64_t examined;     /* peers the ticks looked at (for the tests of their cost) */
 };
 
 void tr_clock_probe_sched_init(struct tr_clock_probe_sched *s,
                                const struct tr_clock_probe_ops *ops);
-/* Starts probing a peer (after Welcome), its first probe due now, ahead of the others in the
- * walk. follow_up: its answers are completed by a ClockFollowUp. */
+/* Starts probing a peer (after Welcome), its first probe due now. follow_up: its answers are
+ * completed by a ClockFollowUp. */
 void tr_clock_probe_add(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p, void *data,
                         bool follow_up, uint64_t now_ms);
 /* Stops probing it (it is closing); the exchange in flight is dropped. Does nothing for a peer

@@ -9,6 +9,8 @@
  * Every write request carries one buffer of ciphertext: all records for one tr_tls_uv_write()
  * call, or what a handshake step or a read produced. The session's own output buffer is always
  * emptied into such a request before control returns to libuv, so records leave in order.
+ * While libuv holds no write of the connection, what the kernel takes at once is written
+ * directly and only the rest becomes a request (hand_to_libuv).
  *
  * Handshakes run off the loop: each step (a tr_tls_handshake call on the input received so
  * far, which may run the public-key operations, 1-5 ms each on a small machine) is a
@@ -243,21 +245,38 @@ static void on_write(uv_write_t *req, int status) {
   }
 }
 
-/* Hands w to libuv (or frees it if it is empty). */
+/* Hands w to the kernel, what it does not take at once to libuv (or frees w if it is empty).
+ * A uv_write that completes at once still costs an epoll_ctl (its completion re-arms the
+ * socket's watcher): one system call per write, a quarter of the service's in a flushing
+ * session at 300 agents (bench/README.md, issue 25). So while libuv holds nothing of this
+ * connection, the kernel gets it directly (uv_try_write) and only the rest is queued; not
+ * while a drain is wanted, whose on_drain comes from on_write. */
 static int hand_to_libuv(tr_tls_uv_conn *c, struct write_req *w) {
-  if (w->len == 0) {
+  size_t len = w->len, taken = 0;
+  if (len > 0 && c->writes_pending == 0 && !c->want_drain) {
+    uv_buf_t all = uv_buf_init((char *)w->data, (unsigned)len);
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &all, 1);
+    if (n < 0 && n != UV_EAGAIN) {
+      free(w);
+      return n;
+    }
+    taken = n > 0 ? (size_t)n : 0;
+  }
+  if (taken == len) {
     free(w);
+    tr_sock_stamp_count(&c->stamps, len);
     return 0;
   }
-  uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)w->len);
-  int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
+  uv_buf_t rest = uv_buf_init((char *)w->data + taken, (unsigned)(len - taken));
+  int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &rest, 1, on_write);
   if (rc < 0) {
     free(w);
     return rc;
   }
+  w->len = len - taken; /* what on_write takes off queued */
   c->queued += w->len;
   c->writes_pending++;
-  tr_sock_stamp_count(&c->stamps, w->len); /* all of it reaches the socket, in this order */
+  tr_sock_stamp_count(&c->stamps, len); /* all of it reaches the socket, in this order */
   return 0;
 }
 

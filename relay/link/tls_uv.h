@@ -2,7 +2,7 @@
  *
  * A server (tr_tls_uv_listen) accepts TCP connections and runs the TLS handshake under a
  * deadline; a client (tr_tls_uv_connect) connects and does the same. Once the handshake is
- * done the connection is a reliable, ordered, message-agnostic pipe: tr_tls_uv_write() queues
+ * done the connection is a reliable, ordered, message-agnostic pipe: tr_tls_uv_write() sends
  * bytes, on_read delivers decrypted bytes as they arrive (no framing: the relay protocol does
  * that), on_close says why it ended.
  *
@@ -136,8 +136,9 @@ int tr_tls_uv_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *server_na
                       const struct sockaddr *addr, const struct tr_tls_uv_options *opts,
                       const struct tr_tls_uv_callbacks *cbs, void *data, tr_tls_uv_conn **out);
 
-/* Queues len bytes, encrypted in records of up to TR_TLS_RECORD_PLAINTEXT bytes (write in
- * batches of that size for the least overhead). The whole buffer is taken or none of it.
+/* Sends len bytes, encrypted in records of up to TR_TLS_RECORD_PLAINTEXT bytes (write in
+ * batches of that size for the least overhead): what the kernel does not take at once is
+ * queued. The whole buffer is taken or none of it.
  * Returns the ciphertext bytes now queued (>= 0), TR_ERR_FULL if the queue is already at
  * max_queued (wait for on_drain), TR_ERR_STATE before on_connect, TR_ERR_CLOSED once closing. */
 int tr_tls_uv_write(tr_tls_uv_conn *conn, const void *data, size_t len);

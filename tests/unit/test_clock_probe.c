@@ -181,34 +181,38 @@ static void test_stale_and_mismatched(void **state) {
   assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 1, 1, 2, 3, now_ms), 0);
   assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 1, true, 2, false, now_ms), 0);
   tr_clock_probe_tick(&sched, now_ms, false);
-  assert_int_equal(g->probe_id, 1); /* the last added goes first */
-  assert_int_equal(f->probe_id, 2);
+  /* Both probed, ids 1 and 2 in either order. */
+  uint64_t fid = f->probe_id, gid = g->probe_id;
+  assert_int_equal(f->sends + g->sends, 2);
+  assert_int_equal(fid + gid, 3);
+  assert_int_not_equal(fid, gid);
   /* Another peer's id, a follow-up before its answer. */
-  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 1, 1, 2, 3, now_ms), 0);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 2, false, now_ms), 0);
+  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, gid, 1, 2, 3, now_ms), 0);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, fid, true, 2, false, now_ms), 0);
   /* Times out of range: a protocol error, and the exchange is as it was. */
-  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 2, 1ull << 62, 2, 3, now_ms),
+  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, fid, 1ull << 62, 2, 3, now_ms),
                    TR_ERR_PROTO);
-  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 2, 1, UINT64_MAX, 3, now_ms),
+  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, fid, 1, UINT64_MAX, 3, now_ms),
                    TR_ERR_PROTO);
   assert_int_equal(f->probe.state, TR_CLOCK_PROBE_SENT);
-  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 2, 10, 20, 30, now_ms), 1);
+  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, fid, 10, 20, 30, now_ms), 1);
   /* A repeat of the answer, a follow-up for another probe, one out of range. */
-  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, 2, 11, 21, 31, now_ms), 0);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 1, true, 25, false, now_ms), 0);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 1ull << 62, false, now_ms),
-                   TR_ERR_PROTO);
+  assert_int_equal(tr_clock_probe_answer(&sched, &f->probe, fid, 11, 21, 31, now_ms), 0);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, gid, true, 25, false, now_ms), 0);
+  assert_int_equal(
+      tr_clock_probe_follow_up(&sched, &f->probe, fid, true, 1ull << 62, false, now_ms),
+      TR_ERR_PROTO);
   assert_int_equal(f->probe.state, TR_CLOCK_PROBE_ANSWERED);
   assert_int_equal(f->done, 0);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 25, false, now_ms), 1);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, fid, true, 25, false, now_ms), 1);
   assert_int_equal(f->done, 1);
   assert_int_equal(f->ex.t2, 10);
   assert_int_equal(f->ex.t3, 25);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, 2, true, 26, false, now_ms), 0);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &f->probe, fid, true, 26, false, now_ms), 0);
   /* Without the feature, a follow-up finds no answer waiting for it. */
-  assert_int_equal(tr_clock_probe_answer(&sched, &g->probe, 1, 10, 20, 30, now_ms), 1);
+  assert_int_equal(tr_clock_probe_answer(&sched, &g->probe, gid, 10, 20, 30, now_ms), 1);
   assert_int_equal(g->done, 1);
-  assert_int_equal(tr_clock_probe_follow_up(&sched, &g->probe, 1, true, 25, false, now_ms), 0);
+  assert_int_equal(tr_clock_probe_follow_up(&sched, &g->probe, gid, true, 25, false, now_ms), 0);
   assert_int_equal(g->done, 1);
   assert_int_equal(f->done, 1);
 }
@@ -426,8 +430,8 @@ static void test_busy_link(void **state) {
   g->send_rc = f->send_rc = 0;
   now_ms++;
   tr_clock_probe_tick(&sched, now_ms, false);
-  assert_int_equal(g->probe_id, 1);
-  assert_int_equal(f->probe_id, 2);
+  assert_int_equal(f->sends + g->sends, 2);
+  assert_int_equal(f->probe_id + g->probe_id, 3); /* 1 and 2: none spent before */
   assert_false(g->probe.wanted);
   /* Wanted while busy, then the exchange in flight ends: it goes then. */
   assert_int_equal(answer(f), 1);
@@ -448,33 +452,77 @@ static void test_remove(void **state) {
   enum { N = 5 };
   for (unsigned i = 0; i < N; i++)
     add(&peers[i], false);
-  /* The walk goes 4 3 2 1 0; 2 closes while its probe is sent. */
+  /* 2 closes while its probe is sent; the others' go, with ids 1 to 4 (none spent on 2). */
   peers[2].close_on_send = true;
   tr_clock_probe_tick(&sched, now_ms, false);
-  assert_int_equal(peers[4].probe_id, 1);
-  assert_int_equal(peers[3].probe_id, 2);
-  assert_int_equal(peers[1].probe_id, 3);
-  assert_int_equal(peers[0].probe_id, 4);
+  uint64_t ids = 0;
+  for (unsigned i = 0; i < N; i++)
+    if (i != 2) {
+      assert_int_equal(peers[i].sends, 1);
+      ids |= 1ull << peers[i].probe_id;
+    }
+  assert_int_equal(ids, 0x1e);
+  assert_int_equal(peers[2].sends, 0);
   assert_false(peers[2].probe.scheduled);
   /* A removed peer takes no answer and no request; removing twice is harmless. */
   tr_clock_probe_remove(&sched, &peers[3].probe);
   tr_clock_probe_remove(&sched, &peers[3].probe);
-  assert_int_equal(tr_clock_probe_answer(&sched, &peers[3].probe, 2, 1, 2, 3, now_ms), 0);
+  assert_int_equal(answer(&peers[3]), 0);
   tr_clock_probe_request(&sched, &peers[3].probe, now_ms + 5000);
   assert_int_equal(peers[3].sends, 1);
-  /* The head and the tail go; the rest is still walked, rotation included. */
+  /* Two more go, one with its probe in flight, one idle: the one left is still probed, and
+   * the removed never again. */
+  assert_int_equal(answer(&peers[0]), 1);
   tr_clock_probe_remove(&sched, &peers[4].probe);
   tr_clock_probe_remove(&sched, &peers[0].probe);
-  assert_ptr_equal(sched.head, &peers[1].probe);
-  assert_ptr_equal(sched.tail, &peers[1].probe);
   answer_all(N);
   now_ms += TR_CLOCK_PROBE_DENSE_MS;
   tr_clock_probe_tick(&sched, now_ms, false);
   assert_int_equal(peers[1].sends, 2);
   tr_clock_probe_remove(&sched, &peers[1].probe);
-  assert_null(sched.head);
-  assert_null(sched.tail);
-  tr_clock_probe_tick(&sched, now_ms + 100, false);
+  for (unsigned t = 1; t <= 3; t++)
+    tr_clock_probe_tick(&sched, now_ms + t * TR_CLOCK_PROBE_TIMEOUT_MS, t % 2);
+  for (unsigned i = 0; i < N; i++)
+    assert_int_equal(peers[i].sends, i == 1 ? 2 : i == 2 ? 0 : 1);
+  /* Nothing is left queued. */
+  assert_null(tr_due_heap_first(&sched.idle));
+  assert_null(tr_due_heap_first(&sched.in_flight));
+}
+
+static void test_tick_examines_only_due(void **state) {
+  (void)state;
+  /* 100 peers added now, 100 more 20 ms later, each group probed and answered at once: the
+   * first is due again 50 ms after its probe (dense), the second 20 ms after that. */
+  enum { N = 200 };
+  for (unsigned i = 0; i < N / 2; i++)
+    add(&peers[i], false);
+  tr_clock_probe_tick(&sched, now_ms, false);
+  answer_all(N);
+  now_ms += 20;
+  for (unsigned i = N / 2; i < N; i++)
+    add(&peers[i], false);
+  tr_clock_probe_tick(&sched, now_ms, false);
+  answer_all(N);
+  for (unsigned i = 0; i < N; i++)
+    assert_int_equal(peers[i].sends, 1);
+  /* A tick with none due looks at none of them; in a session too, once its first tick has
+   * re-read every peer's period. */
+  uint64_t examined = sched.examined;
+  now_ms += 5;
+  tr_clock_probe_tick(&sched, now_ms, false);
+  assert_int_equal(sched.examined, examined);
+  now_ms += 5;
+  tr_clock_probe_tick(&sched, now_ms, true);
+  examined = sched.examined;
+  now_ms += 5;
+  tr_clock_probe_tick(&sched, now_ms, true);
+  assert_int_equal(sched.examined, examined);
+  /* When the first group is due, the tick looks at it alone, and probes it. */
+  now_ms = START_MS + TR_CLOCK_PROBE_DENSE_MS;
+  tr_clock_probe_tick(&sched, now_ms, true);
+  assert_int_equal(sched.examined, examined + N / 2);
+  for (unsigned i = 0; i < N; i++)
+    assert_int_equal(peers[i].sends, i < N / 2 ? 2 : 1);
 }
 
 int main(void) {
@@ -490,6 +538,7 @@ int main(void) {
       cmocka_unit_test_setup(test_on_demand, setup),
       cmocka_unit_test_setup(test_busy_link, setup),
       cmocka_unit_test_setup(test_remove, setup),
+      cmocka_unit_test_setup(test_tick_examines_only_due, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
