@@ -18,6 +18,7 @@
 #include "service/file_writer.h"
 
 #define COMP "output"
+#define FIRST_CAP (TR_TRACE_FILE_STEP_BYTES + 64u * 1024u) /* a step and a record past it */
 
 struct tr_trace_file {
   uv_idle_t next_step; /* the next step, in the next loop iteration (a 0 ms timer would run
@@ -135,7 +136,8 @@ static int put_record(tr_trace_file *f, const tr_output_packet *pkt, uint8_t **b
     return TR_ERR_FULL;
   }
   if (*len + rec > *cap) {
-    size_t want = *cap ? *cap : 64u * 1024u;
+    /* A step's buffer is made once at about its size, not doubled up to it. */
+    size_t want = *cap ? *cap : f->budget < FIRST_CAP ? f->budget : FIRST_CAP;
     while (want < *len + rec)
       want *= 2;
     uint8_t *grown = realloc(*buf, want);
