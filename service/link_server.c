@@ -42,6 +42,9 @@ struct tr_link_peer {
   /* A regional's link for one of its hosts (Hello.relayed_host): the regional probes the host
    * and sends RelayedClockExchange; we probe the regional on its own link. */
   bool relayed;
+  /* A regional's carrier (FEATURE_MULTIPLEX): speaks for no host; the links it carries, one
+   * per relayed host, are peers of their own (accepted as its slots open). */
+  bool carrier;
   tr_host *via; /* the regional's own host entry, once known (entries live as long as we do) */
   struct tr_clock_probe_peer probe; /* scheduled from Welcome (with the feature) to closing */
 };
@@ -119,6 +122,10 @@ static const struct tr_clock_probe_ops probe_ops = {
  * link is closing). */
 static const char *hello_name(tr_link_peer *p, const Tracerelay__Hello *hello) {
   const char *cert = tr_tls_uv_peer_name(tr_relay_link_conn(p->link));
+  if (hello->relayed_host == NULL && tr_relay_link_carried(p->link)) {
+    tr_relay_link_protocol_error(p->link, "a carried link's Hello without relayed_host");
+    return NULL;
+  }
   if (hello->relayed_host == NULL)
     return cert;
   const char *host = hello->relayed_host;
@@ -138,8 +145,53 @@ static const char *hello_name(tr_link_peer *p, const Tracerelay__Hello *hello) {
   return host;
 }
 
+static const struct tr_relay_link_events link_events;
+
+/* A regional's carrier: one link for every host it relays, if the rules name it. */
+static void on_carrier_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
+  tr_link_server *ls = p->ls;
+  tr_tls_uv_conn *conn = tr_relay_link_conn(p->link);
+  const char *cert = tr_tls_uv_peer_name(conn);
+  uint32_t max_frame = tr_relay_max_frame_said(hello->has_max_frame_bytes, hello->max_frame_bytes);
+  if (hello->relayed_host != NULL || tr_relay_link_carried(p->link) || max_frame == 0) {
+    tr_relay_link_protocol_error(p->link, "a carrier's Hello with relayed_host, on a carried "
+                                 "link, or with max_frame_bytes %u", hello->max_frame_bytes);
+    return;
+  }
+  if (ls->relay_allow == NULL || !tr_relay_allow_regional(ls->relay_allow, cert)) {
+    TR_WARN("link", "%s (%s) is not authorized to relay hosts: its carrier refused "
+            "(--relay-allow)", cert, tr_tls_uv_peer_address(conn));
+    tr_relay_link_close(p->link, TRACERELAY__GOODBYE__REASON__REASON_NOT_AUTHORIZED,
+                        "%s is not authorized to relay hosts (the service's --relay-allow)",
+                        cert);
+    return;
+  }
+  if (tr_relay_link_carry(p->link, &link_events, ls, ls->max_agents) < 0) {
+    tr_relay_link_close(p->link, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
+                        "out of memory");
+    return;
+  }
+  p->carrier = true;
+  tr_relay_link_established(p->link, max_frame);
+  Tracerelay__Welcome w = TRACERELAY__WELCOME__INIT;
+  w.has_features = w.has_service_instance_id = w.has_max_frame_bytes = 1;
+  w.features = TR_RELAY_FEATURE_MULTIPLEX;
+  w.service_instance_id = ls->instance_id;
+  w.max_frame_bytes = (uint32_t)tr_relay_link_max_in(p->link);
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_WELCOME;
+  f.welcome = &w;
+  if (tr_relay_link_send(p->link, &f) == 0)
+    TR_INFO("link", "regional %s carries its hosts on one link from %s (%s)", cert,
+            tr_tls_uv_peer_address(conn), tr_tls_uv_ciphersuite(conn));
+}
+
 static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   tr_link_server *ls = p->ls;
+  if (hello->features & TR_RELAY_FEATURE_MULTIPLEX) {
+    on_carrier_hello(p, hello);
+    return;
+  }
   const char *name = hello_name(p, hello);
   if (name == NULL)
     return;
@@ -341,6 +393,14 @@ static void hold_ordered(tr_link_peer *p, Tracerelay__RelayFrame *f) {
 static void on_frame(tr_relay_link *link, Tracerelay__RelayFrame *f) {
   tr_link_peer *p = tr_relay_link_data(link);
   tr_link_server *ls = p->ls;
+  if (p->carrier) { /* its own frames: the carried links' went to their peers */
+    if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_GOODBYE)
+      tr_relay_link_hang_up(link);
+    else if (f->msg_case != TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT)
+      tr_relay_link_protocol_error(link, "frame type %d on a carrier", (int)f->msg_case);
+    tr_relay_frame_free(f);
+    return;
+  }
   if (p->host == NULL) {
     if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_HELLO)
       on_hello(p, f->hello);
@@ -484,6 +544,9 @@ static void on_closed(tr_relay_link *link, int reason, const char *why) {
   if (p->next != NULL)
     p->next->prev = p->prev;
   tr_host *host = p->host;
+  if (p->carrier)
+    TR_INFO("link", "the carrier of regional %s closed: %s",
+            tr_tls_uv_peer_name(tr_relay_link_conn(link)), reason ? why : "closed by us");
   if (host != NULL) {
     tr_hosts_link_down(host);
     ls->connected--;
@@ -506,7 +569,7 @@ static void check_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
     return;
   /* Bytes that never make a Hello (a client that stalls after the handshake, or trickles a
    * frame) must not hold a connection: heartbeats alone would let them. */
-  if (p->host == NULL && now_ms - p->connected_ms >= p->ls->hello_timeout_ms)
+  if (p->host == NULL && !p->carrier && now_ms - p->connected_ms >= p->ls->hello_timeout_ms)
     tr_relay_link_protocol_error(p->link, "no Hello within %u ms of the TLS handshake",
                                  p->ls->hello_timeout_ms);
 }

@@ -257,7 +257,7 @@ void tr_metrics_write_regional(const struct tr_regional_stats *st, tr_prom_text 
   service_gauge(t, "tracerelay_regional_received_from_agents_bytes_total", "counter",
                 "bytes received from agents (TLS)", (double)st->bytes_from_agents);
   service_gauge(t, "tracerelay_regional_received_from_upstream_bytes_total", "counter",
-                "bytes received from the upstream on the agents' links (TLS)",
+                "bytes received from the upstream for the agents (their frames)",
                 (double)st->bytes_from_upstream);
   service_gauge(t, "tracerelay_regional_upstream_lost_total", "counter",
                 "agents' upstream links that closed under a connected agent",
@@ -270,4 +270,16 @@ void tr_metrics_write_regional(const struct tr_regional_stats *st, tr_prom_text 
                 "frames agents sent for an upstream link that had ended (their batches are "
                 "resent, as after a broken link)",
                 (double)st->relink_dropped_frames);
+  service_gauge(t, "tracerelay_regional_carrier_up", "gauge",
+                "1 while the one link to the upstream that carries every agent's link is up",
+                st->carrier_up);
+  service_gauge(t, "tracerelay_regional_carrier_connects_total", "counter",
+                "links to the upstream carrying the agents' links made (welcomed)",
+                (double)st->carrier_connects);
+  service_gauge(t, "tracerelay_regional_carrier_frames_total", "counter",
+                "frames written to the upstream on the carrier, the agents' and its own",
+                (double)st->carrier_frames_out);
+  service_gauge(t, "tracerelay_regional_carrier_writes_total", "counter",
+                "writes those frames went out in (several agents' frames share one)",
+                (double)st->carrier_writes);
 }

@@ -1,9 +1,9 @@
 /* regional.c: a regional service's forwarding of its agents' links upstream (see regional.h).
  *
- * One pump per agent connection: the agent's link ("down", accepted here) and the link made
- * for it to the upstream ("up"). The pump is freed once both links are closed and no address
- * lookup is pending. One timer drives every pump's clock probes (each tick) and heartbeats
- * (every HEARTBEAT_TICKS ticks). */
+ * One pump per agent connection: the agent's link ("down", accepted here) and its link to the
+ * upstream ("up"), a slot of the one carrier link to the upstream (upstream_carrier.h). The
+ * pump is freed once both links are closed. One timer drives every pump's clock probes (each
+ * tick) and heartbeats (every HEARTBEAT_TICKS ticks), and the carrier's. */
 #include "service/regional.h"
 
 #include <stdarg.h>
@@ -22,6 +22,7 @@
 #include "relay/link/relay_session.h"
 #include "relay/base/tr_error.h"
 #include "service/link_server.h"
+#include "service/upstream_carrier.h"
 
 #define COMP "regional"
 #define TICK_MS TR_CLOCK_PROBE_SESSION_MIN_MS
@@ -45,8 +46,7 @@ struct pump {
   uint64_t agent_features;       /* offered by the agent */
   uint64_t sent_features;        /* offered upstream */
   uint32_t agent_max_frame;
-  uv_getaddrinfo_t resolve;
-  bool resolving;
+  bool awaiting_carrier; /* its Hello waits for the carrier to the upstream */
   bool counted;  /* said Hello: one of r->agents */
   bool welcomed; /* the upstream's Welcome went to the agent: frames flow */
   /* The agent's link outlives its upstream link (FEATURE_UPSTREAM_LOST, after a first
@@ -64,10 +64,10 @@ struct pump {
 struct tr_regional {
   uv_loop_t *loop;
   tr_relay_link_listener *listener;
-  tr_tls_config *upstream_tls;
-  char upstream_host[256], upstream_port[8], upstream_name[256];
+  tr_upstream_carrier *carrier; /* NULL once stopped */
+  char upstream_host[256], upstream_port[8];
   char upstream_text[sizeof "[]:" + 256 + 8]; /* --upstream as given: HOST:PORT */
-  struct tr_relay_link_opts down_opts, up_opts;
+  struct tr_relay_link_opts down_opts;
   unsigned hello_timeout_ms, max_agents, agents;
   /* Of links closed: bytes received (tr_regional_stats adds the open ones') and upstream
    * links lost under their agent. */
@@ -84,9 +84,8 @@ struct tr_regional {
 };
 
 static void maybe_free_regional(tr_regional *r) {
-  if (!r->stopping || !r->tick_closed || r->pumps != NULL)
+  if (!r->stopping || !r->tick_closed || r->pumps != NULL || r->carrier != NULL)
     return;
-  tr_tls_config_unref(r->upstream_tls);
   free(r);
 }
 
@@ -103,7 +102,7 @@ static void relink_done(pump *p) {
 }
 
 static void maybe_free_pump(pump *p) {
-  if (p->down != NULL || p->up != NULL || p->resolving)
+  if (p->down != NULL || p->up != NULL)
     return;
   tr_regional *r = p->r;
   if (p->prev != NULL)
@@ -347,7 +346,7 @@ static void relink(pump *p, int reason, const char *why) {
 static void up_closed(tr_relay_link *up, int reason, const char *why) {
   pump *p = tr_relay_link_data(up);
   p->up = NULL;
-  p->r->closed_bytes_from_upstream += tr_tls_uv_bytes_in(tr_relay_link_conn(up));
+  p->r->closed_bytes_from_upstream += tr_relay_link_bytes_in(up);
   if (p->down != NULL && !tr_relay_link_closing(p->down))
     p->r->upstream_lost++;
   if (outlives_upstream(p)) {
@@ -384,43 +383,72 @@ __attribute__((format(printf, 2, 3))) static void upstream_failed(pump *p, const
   tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED, "%s", why);
 }
 
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
-  pump *p = req->data;
+/* Opens p's agent's link upstream, a slot of the carrier (up_open sends its Hello), or waits
+ * for the carrier (carrier_up). */
+static void connect_upstream(pump *p) {
   tr_regional *r = p->r;
-  p->resolving = false;
-  if (p->down == NULL || tr_relay_link_closing(p->down) || r->stopping) {
-    uv_freeaddrinfo(res);
-    maybe_free_pump(p);
+  tr_relay_link *carrier = tr_upstream_carrier_link(r->carrier);
+  if (carrier == NULL) {
+    p->awaiting_carrier = true;
+    tr_upstream_carrier_want(r->carrier);
     return;
   }
-  if (status < 0) {
-    upstream_failed(p, "cannot resolve the upstream %s: %s", r->upstream_host,
-                    uv_strerror(status));
-    return;
-  }
-  int rc = tr_relay_link_connect(r->loop, r->upstream_tls, r->upstream_name, res->ai_addr,
-                                 &r->up_opts, &up_events, p, &p->up);
-  uv_freeaddrinfo(res);
+  p->awaiting_carrier = false;
+  int rc = tr_relay_link_open_slot(carrier, &up_events, p, &p->up);
   if (rc < 0) {
     p->up = NULL;
-    upstream_failed(p, "cannot connect to the upstream %s:%s: %s", r->upstream_host,
-                    r->upstream_port, tr_strerror(rc));
+    upstream_failed(p, "cannot open its link on the carrier to the upstream %s:%s: %s",
+                    r->upstream_host, r->upstream_port, tr_strerror(rc));
   }
 }
 
-/* Resolves the upstream's name, then connects (on_resolved) for p's agent, whose Hello waits. */
-static void connect_upstream(pump *p) {
-  tr_regional *r = p->r;
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-  p->resolve.data = p;
-  int rc = uv_getaddrinfo(r->loop, &p->resolve, on_resolved, r->upstream_host, r->upstream_port,
-                          &hints);
-  if (rc < 0) {
-    upstream_failed(p, "cannot resolve the upstream %s: %s", r->upstream_host, uv_strerror(rc));
-    return;
-  }
-  p->resolving = true;
+/* The carrier is up: the agents waiting for it go upstream. */
+static void carrier_up(void *data) {
+  tr_regional *r = data;
+  for (pump *p = r->pumps; p != NULL; p = p->next)
+    if (p->awaiting_carrier && p->down != NULL && !tr_relay_link_closing(p->down))
+      connect_upstream(p);
 }
+
+/* No carrier (why): agents whose link we keep wait for the next; others are told to come back
+ * later; the upstream's refusal (other than its shutting down) goes to every agent waiting, as
+ * its Goodbye on an agent's own link would (up_goodbye). Agents that were on the carrier heard
+ * up_closed already. */
+static void carrier_down(void *data, int reason, Tracerelay__Goodbye__Reason refusal,
+                         const char *why) {
+  tr_regional *r = data;
+  bool refused = refusal != TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED &&
+                 refusal != TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN;
+  for (pump *p = r->pumps; p != NULL; p = p->next) {
+    if (!p->awaiting_carrier || p->down == NULL || tr_relay_link_closing(p->down))
+      continue;
+    if (refused) {
+      p->awaiting_carrier = false;
+      p->refused = true;
+      tr_relay_link_close(p->down, refusal, "the upstream service: %s", why);
+      continue;
+    }
+    if (outlives_upstream(p)) {
+      mark_relinking(p, why);
+      continue;
+    }
+    p->awaiting_carrier = false;
+    tr_relay_link_close(p->down,
+                        reason == TR_ERR_BUSY ? TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED
+                                              : TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
+                        "no link to the upstream %s:%s: %s", r->upstream_host, r->upstream_port,
+                        why);
+  }
+}
+
+static void carrier_stopped(void *data) {
+  tr_regional *r = data;
+  r->carrier = NULL;
+  maybe_free_regional(r);
+}
+
+static const struct tr_upstream_carrier_events carrier_events = {
+    .up = carrier_up, .down = carrier_down, .stopped = carrier_stopped};
 
 /* ---- the agent's link ---- */
 
@@ -555,11 +583,10 @@ static void down_closed(tr_relay_link *down, int reason, const char *why) {
     return;
   p->down = NULL;
   relink_done(p);
-  p->r->closed_bytes_from_agents += tr_tls_uv_bytes_in(tr_relay_link_conn(down));
+  p->r->closed_bytes_from_agents += tr_relay_link_bytes_in(down);
   if (p->counted)
     TR_INFO(COMP, "host %s disconnected: %s", p->host, reason ? why : "closed by us");
-  if (p->resolving)
-    uv_cancel((uv_req_t *)&p->resolve);
+  p->awaiting_carrier = false;
   if (p->up != NULL) /* its queued frames (a Goodbye among them) still go out */
     tr_relay_link_close(p->up, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
                         "the agent of %s disconnected", p->host);
@@ -573,8 +600,8 @@ static const struct tr_relay_link_events down_events = {
 /* ---- timers ---- */
 
 static void check_pump(pump *p, uint64_t now_ns, uint64_t now_ms) {
-  if (p->relink_at_ms != 0 && now_ms >= p->relink_at_ms && p->up == NULL && !p->resolving &&
-      p->down != NULL && !tr_relay_link_closing(p->down)) {
+  if (p->relink_at_ms != 0 && now_ms >= p->relink_at_ms && p->up == NULL &&
+      !p->awaiting_carrier && p->down != NULL && !tr_relay_link_closing(p->down)) {
     p->relink_at_ms = 0;
     connect_upstream(p);
   }
@@ -582,8 +609,6 @@ static void check_pump(pump *p, uint64_t now_ns, uint64_t now_ms) {
   if (alive && !p->counted && now_ms - p->opened_ms >= p->r->hello_timeout_ms)
     tr_relay_link_protocol_error(p->down, "no Hello within %u ms of the TLS handshake",
                                  p->r->hello_timeout_ms);
-  if (p->up != NULL)
-    tr_relay_link_check_alive(p->up, now_ns);
 }
 
 static void on_tick(uv_timer_t *t) {
@@ -595,13 +620,12 @@ static void on_tick(uv_timer_t *t) {
       check_pump(p, now_ns, now_ms);
   /* Always at the session rate: sessions are the upstream's, and it does not say. */
   tr_clock_probe_tick(&r->probes, now_ms, true);
-  if (heartbeats)
-    for (pump *p = r->pumps; p != NULL; p = p->next) {
+  if (heartbeats) {
+    for (pump *p = r->pumps; p != NULL; p = p->next)
       if (p->down != NULL)
         tr_relay_link_keep_alive(p->down, now_ns);
-      if (p->up != NULL)
-        tr_relay_link_keep_alive(p->up, now_ns);
-    }
+    tr_upstream_carrier_tick(r->carrier, now_ns, now_ms);
+  }
 }
 
 /* ---- the public side ---- */
@@ -626,9 +650,6 @@ int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_r
   snprintf(r->upstream_host, sizeof r->upstream_host, "%s", up.host);
   snprintf(r->upstream_port, sizeof r->upstream_port, "%u", (unsigned)up.port);
   snprintf(r->upstream_text, sizeof r->upstream_text, "%s", opts->upstream);
-  snprintf(r->upstream_name, sizeof r->upstream_name, "%s",
-           opts->upstream_name ? opts->upstream_name : up.host);
-  r->upstream_tls = tr_tls_config_ref(opts->upstream_tls);
   r->hello_timeout_ms =
       opts->handshake_timeout_ms ? opts->handshake_timeout_ms : TR_TLS_UV_HANDSHAKE_TIMEOUT_MS;
   r->max_agents = opts->max_agents ? opts->max_agents : TR_LINK_DEFAULT_MAX_AGENTS;
@@ -636,16 +657,29 @@ int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_r
       .tls = {.max_queued = TR_LINK_MAX_QUEUED, .handshake_timeout_ms = r->hello_timeout_ms},
       .pause_read_above = TR_LINK_MAX_QUEUED / 2,
       .peer_role = "agent"};
-  r->up_opts = (struct tr_relay_link_opts){
-      .tls = {.max_queued = TR_REGIONAL_UPSTREAM_QUEUE,
-              .handshake_timeout_ms = r->hello_timeout_ms},
-      .peer_role = "upstream service"};
+  const char *upstream_name = opts->upstream_name ? opts->upstream_name : up.host;
+  struct tr_upstream_carrier_opts carrier_opts = {
+      .host = r->upstream_host,
+      .port = r->upstream_port,
+      .server_name = upstream_name,
+      .tls = opts->upstream_tls,
+      .link = {.tls = {.max_queued = TR_REGIONAL_UPSTREAM_QUEUE,
+                       .handshake_timeout_ms = r->hello_timeout_ms},
+               .peer_role = "upstream service"},
+      .max_slots = r->max_agents};
   tr_clock_probe_sched_init(&r->probes, &probe_ops);
-  int rc = tr_relay_link_listen(loop, opts->tls, (struct sockaddr *)&addr, &r->down_opts,
-                                &down_events, r, &r->listener);
+  int rc = tr_upstream_carrier_new(loop, &carrier_opts, &carrier_events, r, &r->carrier);
+  if (rc == 0) {
+    rc = tr_relay_link_listen(loop, opts->tls, (struct sockaddr *)&addr, &r->down_opts,
+                              &down_events, r, &r->listener);
+    if (rc < 0) {
+      TR_ERROR(COMP, "cannot listen on %s: %s", opts->listen, tr_strerror(rc));
+      r->stopping = r->tick_closed = true; /* freed once the carrier is */
+      tr_upstream_carrier_stop(r->carrier);
+      return rc;
+    }
+  }
   if (rc < 0) {
-    TR_ERROR(COMP, "cannot listen on %s: %s", opts->listen, tr_strerror(rc));
-    tr_tls_config_unref(r->upstream_tls);
     free(r);
     return rc;
   }
@@ -654,15 +688,14 @@ int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_r
   uv_timer_start(&r->tick, on_tick, TICK_MS, TICK_MS);
   TR_INFO(COMP, "listening for agents on %s (port %d); forwarding them to %s:%s (%s)",
           opts->listen, tr_relay_link_listener_port(r->listener), r->upstream_host,
-          r->upstream_port, r->upstream_name);
+          r->upstream_port, upstream_name);
   *out = r;
   return 0;
 }
 
 void tr_regional_reload_tls(tr_regional *r, tr_tls_config *cfg, tr_tls_config *upstream_cfg) {
   tr_relay_link_listener_set_config(r->listener, cfg);
-  tr_tls_config_unref(r->upstream_tls);
-  r->upstream_tls = tr_tls_config_ref(upstream_cfg);
+  tr_upstream_carrier_set_tls(r->carrier, upstream_cfg);
 }
 
 unsigned tr_regional_agents(const tr_regional *r) { return r->agents; }
@@ -674,13 +707,21 @@ void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out) {
                                     .bytes_from_upstream = r->closed_bytes_from_upstream,
                                     .upstream_lost = r->upstream_lost,
                                     .relink_dropped_frames = r->relink_dropped_frames};
+  struct tr_upstream_carrier_stats cs = {0};
+  if (r->carrier != NULL)
+    tr_upstream_carrier_stats(r->carrier, &cs);
+  out->carrier_up = cs.up;
+  out->carrier_connects = cs.connects;
+  out->carrier_lost = cs.lost;
+  out->carrier_frames_out = cs.frames_out;
+  out->carrier_writes = cs.writes;
   for (const pump *p = r->pumps; p != NULL; p = p->next) {
     if (p->down != NULL) {
-      out->bytes_from_agents += tr_tls_uv_bytes_in(tr_relay_link_conn(p->down));
+      out->bytes_from_agents += tr_relay_link_bytes_in(p->down);
       out->held += p->counted && tr_relay_link_input_held(p->down);
     }
     if (p->up != NULL) {
-      out->bytes_from_upstream += tr_tls_uv_bytes_in(tr_relay_link_conn(p->up));
+      out->bytes_from_upstream += tr_relay_link_bytes_in(p->up);
       out->forwarded += p->welcomed && p->down != NULL;
     }
   }
@@ -703,11 +744,11 @@ void tr_regional_each_agent(const tr_regional *r,
                                   .forwarded = p->welcomed && p->down && p->up,
                                   .connected_ms = now > p->opened_ms ? now - p->opened_ms : 0};
     if (p->down != NULL) {
-      a.bytes_from_agent = tr_tls_uv_bytes_in(tr_relay_link_conn(p->down));
+      a.bytes_from_agent = tr_relay_link_bytes_in(p->down);
       a.held = tr_relay_link_input_held(p->down);
     }
     if (p->up != NULL)
-      a.bytes_from_upstream = tr_tls_uv_bytes_in(tr_relay_link_conn(p->up));
+      a.bytes_from_upstream = tr_relay_link_bytes_in(p->up);
     fn(data, &a);
   }
 }
@@ -727,9 +768,7 @@ void tr_regional_stop(tr_regional *r) {
     if (p->down != NULL)
       tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN,
                           "the regional service is shutting down");
-    if (p->up != NULL)
-      tr_relay_link_close(p->up, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED,
-                          "the regional service is shutting down");
   }
+  tr_upstream_carrier_stop(r->carrier); /* the agents' upstream links end with it */
   uv_close((uv_handle_t *)&r->tick, on_tick_closed);
 }

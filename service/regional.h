@@ -1,7 +1,9 @@
 /* regional.h: the regional side of tiers (docs/relay-protocol.md#tiers): a service started
  * with --upstream accepts agents as a service does and forwards each agent's relay link to the
- * upstream service on a link of its own, made with the regional's certificate and naming the
- * agent's host in Hello.relayed_host (the upstream checks that the regional may speak for it).
+ * upstream service in a slot of one carrier link (upstream_carrier.h), made with the regional's
+ * certificate, naming the agent's host in Hello.relayed_host (the upstream checks that the
+ * regional may speak for it). Many agents' frames share the carrier's TLS records and system
+ * calls (docs/relay-protocol.md#multiplexing).
  *
  * Per agent: the regional checks the agent's certificate (the machine name is the
  * certificate's, never a message), forwards its Hello upstream, and answers it with the
@@ -11,22 +13,24 @@
  *   does, always at the session rate) and sends each completed exchange upstream as a
  *   RelayedClockExchange; the upstream composes it with its own measurement of the regional's
  *   clock (relay/clock/clocksync.h, tr_clocksync_relay_exchange);
- * - heartbeats: each link keeps its own.
+ * - heartbeats: each agent's link keeps its own; the carrier's speak for its slots.
  * Nothing is stored here: batches are acknowledged by the upstream end to end, so an agent
  * keeps what the upstream did not acknowledge in its spill queue across a regional's restart.
- * - Backpressure: while more than half of TR_REGIONAL_UPSTREAM_QUEUE bytes wait on an agent's
- *   upstream link, that agent's frames are held (tr_relay_link_hold_input) until it drains;
+ * - Backpressure: while more than half of TR_REGIONAL_UPSTREAM_QUEUE bytes wait on the
+ *   carrier, the frames of each agent that sends more are held (tr_relay_link_hold_input) until
+ *   it drains;
  *   TCP then holds the agent, whose own queues bound and count what it cannot send.
  * - The agent's link closing closes its upstream link; an agent's Goodbye is passed upstream.
  * - The upstream link closing closes the agent's, passing an upstream Goodbye (e.g.
  *   NOT_AUTHORIZED) with its reason and text, and a busy upstream as Goodbye OVERLOADED (the
  *   agent comes back 5-20 s later), except for an agent that offered FEATURE_UPSTREAM_LOST and
  *   was welcomed: its link is kept through a lost upstream link or the upstream's shutdown
- *   (docs/relay-protocol.md, Tiers): UpstreamLost, the agent's Hello again, a new upstream
- *   link (tried again with backoff while the upstream is not back), the new Welcome. What it
+ *   (docs/relay-protocol.md, Tiers): UpstreamLost, the agent's Hello again, a new slot once
+ *   there is a carrier (made again with backoff while the upstream is not back), the new
+ *   Welcome. What it
  *   sends in between is dropped and counted (relink_dropped_frames). Such an agent also waits
  *   for its first Welcome as long as the upstream takes (busy, or down): we send it heartbeats
- *   from its Hello on and connect upstream again with backoff, rather than send it away.
+ *   from its Hello on and wait for the carrier, rather than send it away.
  * The regional's own clock reaches the upstream through an agent embedded in the regional
  * process (service_daemon.c), connected under the regional's certificate name.
  * Everything runs on the loop's thread. */
@@ -39,7 +43,7 @@
 
 #include "relay/link/tls.h"
 
-#define TR_REGIONAL_UPSTREAM_QUEUE (16u << 20) /* an upstream link's queue bound */
+#define TR_REGIONAL_UPSTREAM_QUEUE (64u << 20) /* the carrier's queue bound */
 
 typedef struct tr_regional tr_regional;
 
@@ -66,9 +70,13 @@ struct tr_regional_stats {
   unsigned held;      /* of them, read no further while their upstream queue drains */
   unsigned relinking; /* of them, their link kept while their upstream link is made again */
   uint64_t bytes_from_agents;   /* received from agents (TLS bytes), since the start */
-  uint64_t bytes_from_upstream; /* received from the upstream on their links, likewise */
+  uint64_t bytes_from_upstream; /* received from the upstream for them (their frames) */
   uint64_t upstream_lost;       /* agents' upstream links that closed under a connected agent */
   uint64_t relink_dropped_frames; /* frames agents sent for an upstream link that was gone */
+  /* The carrier to the upstream (upstream_carrier.h): up now; since the start, carriers made
+   * and lost, frames written to them and the writes those went out in. */
+  bool carrier_up;
+  uint64_t carrier_connects, carrier_lost, carrier_frames_out, carrier_writes;
 };
 void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out);
 /* HOST:PORT of the upstream. */

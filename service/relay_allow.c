@@ -56,11 +56,20 @@ static bool matches_one(const char *patterns, const char *host) {
   return false;
 }
 
-bool tr_relay_allow_permits(const tr_relay_allow *a, const char *regional, const char *host) {
+/* host NULL: any host. */
+static bool permits(const tr_relay_allow *a, const char *regional, const char *host) {
   size_t len = strlen(regional);
   for (size_t i = 0; i < a->n; i++)
     if (a->rules[i].regional_len == len && memcmp(a->rules[i].regional, regional, len) == 0 &&
-        matches_one(a->rules[i].patterns, host))
+        (host == NULL || matches_one(a->rules[i].patterns, host)))
       return true;
   return false;
+}
+
+bool tr_relay_allow_permits(const tr_relay_allow *a, const char *regional, const char *host) {
+  return permits(a, regional, host);
+}
+
+bool tr_relay_allow_regional(const tr_relay_allow *a, const char *regional) {
+  return permits(a, regional, NULL);
 }

@@ -27,5 +27,7 @@ typedef struct tr_relay_allow {
 int tr_relay_allow_add(tr_relay_allow *a, const char *spec, const char **why);
 /* True if a rule lets regional relay host. */
 bool tr_relay_allow_permits(const tr_relay_allow *a, const char *regional, const char *host);
+/* True if a rule names regional: it may open a carrier (one link for all its hosts). */
+bool tr_relay_allow_regional(const tr_relay_allow *a, const char *regional);
 
 #endif

@@ -3,8 +3,11 @@
  * A link owns its tr_tls_uv_conn: tls_uv's callbacks are this file's, and the end hears
  * through its tr_relay_link_events. The link is allocated before the connection is shown to
  * the end (at connect, or at accept once the handshake is done) and freed after on_closed,
- * which tls_uv's on_close brings: the only place a link ends. */
+ * which tls_uv's on_close brings: the only place a link ends. A carrier, and the links it
+ * carries, are relay_carrier.c's: here each call that differs for a carried link hands it
+ * there. */
 #include "relay/link/relay_link.h"
+#include "relay/link/relay_link_priv.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,25 +20,6 @@
 #include "relay/link/relay_session.h"
 #include "relay/base/tr_error.h"
 
-struct tr_relay_link {
-  tr_tls_uv_conn *conn;
-  const struct tr_relay_link_events *ev;
-  void *data;
-  struct tr_relay_link_opts opts; /* opts.label is NULL: label[] holds it */
-  char label[320];
-  tr_relay_reader reader;
-  tr_relay_heartbeat hb;
-  size_t max_out;   /* the largest frame the peer accepts */
-  bool open;        /* the TLS handshake is done */
-  bool established; /* Hello / Welcome done: heartbeats go */
-  bool closing;
-  bool paused;      /* our output is backed up: socket reading is paused, and the rest of the
-                       read that was being processed waits in stash */
-  bool held;        /* the same, asked by the end (tr_relay_link_hold_input) */
-  uint8_t *stash;
-  size_t stash_len, stash_cap;
-};
-
 struct tr_relay_link_listener {
   tr_tls_uv_server *server;
   struct tr_relay_link_opts opts;
@@ -43,8 +27,8 @@ struct tr_relay_link_listener {
   void *data;
 };
 
-static tr_relay_link *link_new(const struct tr_relay_link_opts *opts,
-                               const struct tr_relay_link_events *ev, void *data) {
+tr_relay_link *tr_relay_link_alloc(const struct tr_relay_link_opts *opts,
+                                   const struct tr_relay_link_events *ev, void *data) {
   tr_relay_link *l = calloc(1, sizeof *l);
   if (l == NULL)
     return NULL;
@@ -64,9 +48,9 @@ static tr_relay_link *link_new(const struct tr_relay_link_opts *opts,
   return l;
 }
 
-static void link_free(tr_relay_link *l) {
+void tr_relay_link_free(tr_relay_link *l) {
   tr_frame_reader_free(&l->reader);
-  free(l->stash);
+  tr_byte_buf_free(&l->stash);
   free(l);
 }
 
@@ -76,7 +60,10 @@ static void hang_up(tr_relay_link *l) {
   l->closing = true;
   if (l->ev->on_closing != NULL)
     l->ev->on_closing(l);
-  tr_tls_uv_close(l->conn);
+  if (l->parent != NULL)
+    tr_relay_carried_hang_up(l);
+  else
+    tr_tls_uv_close(l->conn);
 }
 
 static void goodbye(tr_relay_link *l, Tracerelay__Goodbye__Reason reason, const char *text) {
@@ -89,8 +76,14 @@ static void goodbye(tr_relay_link *l, Tracerelay__Goodbye__Reason reason, const 
   f.goodbye = &bye;
   uint8_t *buf;
   size_t len;
+  if (l->parent != NULL) { /* on its slot: that ends the slot for the peer */
+    l->said_goodbye = tr_relay_carried_write_frame(l, &f) == 0;
+    return;
+  }
   /* Not through the send path: what a full queue means there (close the link, with a
-   * Goodbye) is already under way. */
+   * Goodbye) is already under way. After what a carrier gathered, in order. */
+  if (l->carrier != NULL)
+    tr_relay_carrier_flush(l);
   if (tr_relay_frame_encode(&f, l->max_out, &buf, &len) == 0) {
     tr_tls_uv_write(l->conn, buf, len);
     free(buf);
@@ -134,8 +127,12 @@ void tr_relay_link_hang_up(tr_relay_link *l) {
 
 /* ---- writing ---- */
 
-/* After a write that returned rc (the bytes now queued, or an error): 0 or rc. */
-static int wrote(tr_relay_link *l, int rc) {
+int tr_relay_link_write(tr_relay_link *l, const uint8_t *buf, size_t len) {
+  return l->carrier != NULL ? tr_relay_carrier_write(l, buf, len)
+                            : tr_tls_uv_write(l->conn, buf, len);
+}
+
+int tr_relay_link_wrote(tr_relay_link *l, int rc) {
   if (rc == TR_ERR_FULL)
     tr_relay_link_close(l, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
                         "the %s does not read what we send (%zu bytes queued)",
@@ -153,6 +150,11 @@ static int wrote(tr_relay_link *l, int rc) {
 
 int tr_relay_link_send_stamped(tr_relay_link *l, const Tracerelay__RelayFrame *f,
                                int64_t *sent_ns) {
+  if (l->parent != NULL) { /* no stamps: its writes are its carrier's, gathered */
+    if (sent_ns != NULL)
+      *sent_ns = 0;
+    return tr_relay_carried_send(l, f);
+  }
   if (l->closing)
     return TR_ERR_CLOSED;
   uint8_t *buf;
@@ -160,10 +162,13 @@ int tr_relay_link_send_stamped(tr_relay_link *l, const Tracerelay__RelayFrame *f
   int rc = tr_relay_frame_encode(f, l->max_out, &buf, &len);
   if (rc < 0)
     return rc;
-  rc = sent_ns != NULL ? tr_tls_uv_write_stamped(l->conn, buf, len, sent_ns)
-                       : tr_tls_uv_write(l->conn, buf, len);
+  if (sent_ns != NULL && l->carrier != NULL) /* at once, after what was gathered */
+    rc = tr_relay_link_wrote(l, tr_relay_carrier_flush(l));
+  if (rc == 0)
+    rc = sent_ns != NULL ? tr_tls_uv_write_stamped(l->conn, buf, len, sent_ns)
+                         : tr_relay_link_write(l, buf, len);
   free(buf);
-  return wrote(l, rc);
+  return tr_relay_link_wrote(l, rc);
 }
 
 int tr_relay_link_send(tr_relay_link *l, const Tracerelay__RelayFrame *f) {
@@ -171,9 +176,11 @@ int tr_relay_link_send(tr_relay_link *l, const Tracerelay__RelayFrame *f) {
 }
 
 int tr_relay_link_send_encoded(tr_relay_link *l, const uint8_t *frame, size_t len) {
+  if (l->parent != NULL) /* its frames need their slot, which an encoded one lacks */
+    return TR_ERR_UNSUPPORTED;
   if (l->closing)
     return TR_ERR_CLOSED;
-  return wrote(l, tr_tls_uv_write(l->conn, frame, len));
+  return tr_relay_link_wrote(l, tr_relay_link_write(l, frame, len));
 }
 
 int tr_relay_link_send_heartbeat(tr_relay_link *l, bool at_once) {
@@ -187,8 +194,10 @@ int tr_relay_link_send_heartbeat(tr_relay_link *l, bool at_once) {
 /* ---- heartbeats ---- */
 
 bool tr_relay_link_check_alive(tr_relay_link *l, uint64_t now_ns) {
-  if (l->closing)
+  if (tr_relay_link_closing(l))
     return false;
+  if (l->parent != NULL) /* its carrier's heartbeats speak for it */
+    return true;
   if (!l->open || !tr_relay_heartbeat_dead(&l->hb, now_ns))
     return true;
   unsigned long long ms = l->hb.timeout_ns / 1000000;
@@ -206,7 +215,8 @@ bool tr_relay_link_check_alive(tr_relay_link *l, uint64_t now_ns) {
 }
 
 void tr_relay_link_keep_alive(tr_relay_link *l, uint64_t now_ns) {
-  if (l->established && !l->closing && tr_relay_heartbeat_due(&l->hb, now_ns))
+  if (l->parent == NULL && l->established && !l->closing &&
+      tr_relay_heartbeat_due(&l->hb, now_ns))
     tr_relay_link_send_heartbeat(l, false);
 }
 
@@ -215,24 +225,14 @@ void tr_relay_link_keep_alive(tr_relay_link *l, uint64_t now_ns) {
 static void stash(tr_relay_link *l, const uint8_t *data, size_t len) {
   if (len == 0)
     return;
-  if (l->stash_len + len > TR_RELAY_LINK_STASH_MAX) {
+  if (l->stash.len + len > TR_RELAY_LINK_STASH_MAX) {
     tr_relay_link_close(l, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
                         "the %s sent %zu bytes while it read nothing of ours",
-                        l->opts.peer_role, l->stash_len + len);
+                        l->opts.peer_role, l->stash.len + len);
     return;
   }
-  if (l->stash_len + len > l->stash_cap) {
-    size_t cap = (l->stash_len + len) * 2;
-    uint8_t *grown = realloc(l->stash, cap);
-    if (grown == NULL) {
-      tr_relay_link_close(l, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED, "out of memory");
-      return;
-    }
-    l->stash = grown;
-    l->stash_cap = cap;
-  }
-  memcpy(l->stash + l->stash_len, data, len);
-  l->stash_len += len;
+  if (tr_byte_buf_append(&l->stash, data, len, 2 * len) < 0)
+    tr_relay_link_close(l, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED, "out of memory");
 }
 
 static void frame_too_long(tr_relay_link *l) {
@@ -241,7 +241,7 @@ static void frame_too_long(tr_relay_link *l) {
 
 /* Takes the next whole frame out of the reader: 1 with *out, 0 when it needs more bytes, or
  * a negative code once the link is closing for a protocol error. */
-static int next_frame(tr_relay_link *l, Tracerelay__RelayFrame **out) {
+static int next_frame(tr_relay_link *l, Tracerelay__RelayFrame **out, size_t *out_len) {
   const uint8_t *payload;
   size_t len;
   int rc = tr_frame_reader_next(&l->reader, &payload, &len);
@@ -256,7 +256,14 @@ static int next_frame(tr_relay_link *l, Tracerelay__RelayFrame **out) {
                                  len);
     return TR_ERR_PROTO;
   }
+  if (f->has_slot && f->slot != 0 && l->carrier == NULL) {
+    tr_relay_link_protocol_error(l, "a frame for slot %llu on a link that carries none",
+                                 (unsigned long long)f->slot);
+    tr_relay_frame_free(f);
+    return TR_ERR_PROTO;
+  }
   *out = f;
+  *out_len = len;
   return 1;
 }
 
@@ -266,9 +273,13 @@ static void consume(tr_relay_link *l, const uint8_t *data, size_t len) {
   for (;;) {
     while (!l->closing && !l->paused && !l->held) {
       Tracerelay__RelayFrame *f;
-      if (next_frame(l, &f) <= 0)
+      size_t flen;
+      if (next_frame(l, &f, &flen) <= 0)
         break;
-      l->ev->on_frame(l, f);
+      if (f->has_slot && f->slot != 0)
+        tr_relay_carrier_deliver(l, f, flen);
+      else
+        l->ev->on_frame(l, f);
     }
     if (l->closing)
       return;
@@ -289,6 +300,8 @@ static void consume(tr_relay_link *l, const uint8_t *data, size_t len) {
 }
 
 static void read_done(tr_relay_link *l) {
+  if (l->carrier != NULL)
+    tr_relay_carrier_read_done(l);
   if (!l->closing && l->ev->on_read_done != NULL)
     l->ev->on_read_done(l);
 }
@@ -311,7 +324,7 @@ static void on_tls_connect(tr_tls_uv_conn *conn) { open_link(tr_tls_uv_get_data(
 /* A server connection passed its handshake: until now its data was the listener. */
 static void on_tls_accept(tr_tls_uv_conn *conn) {
   tr_relay_link_listener *ls = tr_tls_uv_get_data(conn);
-  tr_relay_link *l = link_new(&ls->opts, ls->ev, ls->data);
+  tr_relay_link *l = tr_relay_link_alloc(&ls->opts, ls->ev, ls->data);
   if (l == NULL) {
     TR_WARN("link", "out of memory: dropping the connection of %s", tr_tls_uv_peer_name(conn));
     tr_tls_uv_set_data(conn, NULL);
@@ -338,12 +351,10 @@ static void on_tls_read(tr_tls_uv_conn *conn, const void *data, size_t len) {
 /* Nothing holds the input back any more: the stashed frames go first, then the socket is
  * read again (unless they stopped it once more). */
 static void restart_input(tr_relay_link *l) {
-  uint8_t *stashed = l->stash;
-  size_t len = l->stash_len;
-  l->stash = NULL;
-  l->stash_len = l->stash_cap = 0;
-  consume(l, stashed, len);
-  free(stashed);
+  tr_byte_buf stashed = l->stash;
+  l->stash = (tr_byte_buf){0};
+  consume(l, stashed.data, stashed.len);
+  tr_byte_buf_free(&stashed);
   read_done(l);
   if (!l->paused && !l->held && !l->closing)
     tr_tls_uv_resume_read(l->conn);
@@ -357,6 +368,8 @@ static void on_tls_drain(tr_tls_uv_conn *conn) {
     if (!l->held)
       restart_input(l);
   }
+  if (!l->closing && l->carrier != NULL)
+    tr_relay_carrier_drain(l);
   if (!l->closing && l->ev->on_drain != NULL)
     l->ev->on_drain(l);
 }
@@ -370,8 +383,10 @@ static void on_tls_close(tr_tls_uv_conn *conn, int reason, const char *why) {
     if (l->ev->on_closing != NULL)
       l->ev->on_closing(l);
   }
+  if (l->carrier != NULL) /* the links it carries end first */
+    tr_relay_carrier_end(l, reason, why);
   l->ev->on_closed(l, reason, why);
-  link_free(l);
+  tr_relay_link_free(l);
 }
 
 static const struct tr_tls_uv_callbacks connect_callbacks = {
@@ -387,13 +402,13 @@ int tr_relay_link_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *serve
                           const struct sockaddr *addr, const struct tr_relay_link_opts *opts,
                           const struct tr_relay_link_events *ev, void *data,
                           tr_relay_link **out) {
-  tr_relay_link *l = link_new(opts, ev, data);
+  tr_relay_link *l = tr_relay_link_alloc(opts, ev, data);
   if (l == NULL)
     return TR_ERR_NOMEM;
   int rc = tr_tls_uv_connect(loop, cfg, server_name, addr, &opts->tls, &connect_callbacks, l,
                              &l->conn);
   if (rc < 0) {
-    link_free(l);
+    tr_relay_link_free(l);
     return rc;
   }
   *out = l;
@@ -455,16 +470,24 @@ void tr_relay_link_established(tr_relay_link *l, size_t max_out) {
   l->max_out = max_out;
 }
 
-bool tr_relay_link_closing(const tr_relay_link *l) { return l->closing; }
-
-bool tr_relay_link_idle(const tr_relay_link *l) {
-  return !l->paused && tr_tls_uv_queued(l->conn) == 0;
+bool tr_relay_link_closing(const tr_relay_link *l) {
+  return l->closing || (l->parent != NULL && l->parent->closing);
 }
 
-size_t tr_relay_link_queued(const tr_relay_link *l) { return tr_tls_uv_queued(l->conn); }
+bool tr_relay_link_idle(const tr_relay_link *l) {
+  if (l->parent != NULL)
+    return tr_relay_link_idle(l->parent);
+  return !l->paused && tr_relay_link_queued(l) == 0;
+}
+
+size_t tr_relay_link_queued(const tr_relay_link *l) {
+  if (l->parent != NULL)
+    return tr_relay_link_queued(l->parent);
+  return tr_tls_uv_queued(l->conn) + (l->carrier != NULL ? tr_relay_carrier_gathered(l) : 0);
+}
 
 void tr_relay_link_hold_input(tr_relay_link *l) {
-  if (l->held || l->closing)
+  if (l->held || l->closing || l->parent != NULL)
     return;
   if (!l->paused)
     tr_tls_uv_pause_read(l->conn);
@@ -482,6 +505,8 @@ void tr_relay_link_release_input(tr_relay_link *l) {
 bool tr_relay_link_input_held(const tr_relay_link *l) { return l->held; }
 
 int tr_relay_link_send_clock_probe(tr_relay_link *l, uint64_t probe_id, int64_t *t1) {
+  if (l->parent != NULL) /* it has no send stamps of its own */
+    return TR_ERR_UNSUPPORTED;
   if (l->closing)
     return TR_ERR_CLOSED;
   if (!tr_relay_link_idle(l))
@@ -516,7 +541,13 @@ int tr_relay_link_send_clock_probe(tr_relay_link *l, uint64_t probe_id, int64_t 
 
 size_t tr_relay_link_max_in(const tr_relay_link *l) { return l->reader.max_payload; }
 
-tr_tls_uv_conn *tr_relay_link_conn(const tr_relay_link *l) { return l->conn; }
+tr_tls_uv_conn *tr_relay_link_conn(const tr_relay_link *l) {
+  return l->parent != NULL ? l->parent->conn : l->conn;
+}
+
+uint64_t tr_relay_link_bytes_in(const tr_relay_link *l) {
+  return l->parent != NULL ? l->bytes_in : tr_tls_uv_bytes_in(l->conn);
+}
 
 void *tr_relay_link_data(const tr_relay_link *l) { return l->data; }
 

@@ -157,6 +157,46 @@ bool tr_relay_link_input_held(const tr_relay_link *l);
  * one, else the reading taken just before the write (a valid bound either way). 0, TR_ERR_AGAIN,
  * TR_ERR_CLOSED or a send error. */
 int tr_relay_link_send_clock_probe(tr_relay_link *l, uint64_t probe_id, int64_t *t1);
+/* ---- carriers (tiers: docs/relay-protocol.md#multiplexing) ----
+ * A carrier is a link that also carries other links, one per slot: their frames ride on it
+ * marked with their slot (RelayFrame.slot), and everything written to the carrier in one turn
+ * of the loop goes out as one write. A carried link is used through this same API, except:
+ * - its connection (tr_relay_link_conn) is its carrier's, and so are its queue
+ *   (tr_relay_link_queued, _idle) and its backpressure: hold_input does nothing, and the end
+ *   hears on_drain when the carrier's queue drains;
+ * - it has no heartbeats of its own (check_alive is true while it is open, keep_alive sends
+ *   nothing: the carrier's prove both ends alive), no on_read and no send stamps (clock
+ *   probes and send_encoded return TR_ERR_UNSUPPORTED);
+ * - closing it ends its slot for the peer: a Goodbye on the slot, without a reason unless one
+ *   was given; the peer's Goodbye ends it likewise (one with a reason reaches on_frame first);
+ *   on_closed comes in the loop's next turn (reason 0: ended here; TR_ERR_CLOSED: by the peer);
+ * - when the carrier ends, every link it carries hears on_closed first, with its reason.
+ * A frame for a slot that ended, or for one this side does not know, is dropped and counted. */
+
+/* Makes l a carrier. accept_ev: the events of the links the peer opens (its first frame on a
+ * slot numbered above every slot before), shown to accept_ev->on_open with data as accepted
+ * links are; NULL: the peer opens none. At most max_slots carried at once (more from the peer
+ * is a protocol error). 0, TR_ERR_STATE (already one, or carried) or TR_ERR_NOMEM. */
+int tr_relay_link_carry(tr_relay_link *l, const struct tr_relay_link_events *accept_ev,
+                        void *data, unsigned max_slots);
+/* Opens a link in carrier l's next slot: it is open and established (its frames may be as long
+ * as the carrier's less a slot's room, until tr_relay_link_established says); *out is set, then
+ * ev->on_open runs, before this returns. 0, TR_ERR_STATE (l carries nothing), TR_ERR_CLOSED,
+ * TR_ERR_FULL (max_slots open) or TR_ERR_NOMEM. */
+int tr_relay_link_open_slot(tr_relay_link *l, const struct tr_relay_link_events *ev, void *data,
+                            tr_relay_link **out);
+bool tr_relay_link_carried(const tr_relay_link *l);
+struct tr_relay_carrier_stats {
+  unsigned carried;        /* links open on it now */
+  uint64_t dropped_frames; /* for slots that ended or were never opened */
+  uint64_t frames_out;     /* frames written, its own and its links' */
+  uint64_t writes;         /* writes to the connection they went out in */
+};
+/* Of l as a carrier (all 0 if it never carried), also from its on_closed (carried 0 then). */
+void tr_relay_link_carrier_stats(const tr_relay_link *l, struct tr_relay_carrier_stats *out);
+/* Bytes received: a carried link's frames; any other link's connection (tls_uv). */
+uint64_t tr_relay_link_bytes_in(const tr_relay_link *l);
+
 /* Ciphertext bytes of ours not yet written to the socket. */
 size_t tr_relay_link_queued(const tr_relay_link *l);
 /* The largest frame we accept, for Hello and Welcome's max_frame_bytes. */

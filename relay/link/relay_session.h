@@ -52,6 +52,8 @@
 #define TR_RELAY_FEATURE_UPSTREAM_LOST                                                             \
   TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_UPSTREAM_LOST)
 /* Everything an agent's link implements. */
+/* A regional's carrier link (relay_link.h, carriers): offered in no agent's Hello. */
+#define TR_RELAY_FEATURE_MULTIPLEX TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_MULTIPLEX)
 #define TR_RELAY_FEATURES_ALL                                                                      \
   (TR_RELAY_FEATURE_ZSTD | TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_AGENT_STATS |       \
    TR_RELAY_FEATURE_HOST_CLOCKS | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP |                            \

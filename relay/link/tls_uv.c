@@ -1246,4 +1246,6 @@ const char *tr_tls_uv_ciphersuite(const tr_tls_uv_conn *c) {
   return c->established ? tr_tls_ciphersuite(c->tls) : NULL;
 }
 void *tr_tls_uv_get_data(const tr_tls_uv_conn *c) { return c->data; }
+
+uv_loop_t *tr_tls_uv_loop(const tr_tls_uv_conn *c) { return c->tcp.loop; }
 void tr_tls_uv_set_data(tr_tls_uv_conn *c, void *data) { c->data = data; }

@@ -211,6 +211,8 @@ const char *tr_tls_uv_peer_address(const tr_tls_uv_conn *conn);
 /* The negotiated ciphersuite, or NULL before on_connect. */
 const char *tr_tls_uv_ciphersuite(const tr_tls_uv_conn *conn);
 void *tr_tls_uv_get_data(const tr_tls_uv_conn *conn);
+/* The loop conn runs on. */
+uv_loop_t *tr_tls_uv_loop(const tr_tls_uv_conn *conn);
 void tr_tls_uv_set_data(tr_tls_uv_conn *conn, void *data);
 
 #endif

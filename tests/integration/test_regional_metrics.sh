@@ -4,8 +4,9 @@
 # root, a regional (--metrics-listen) and two agents behind it. Once both hosts are connected
 # at the root, the regional's /metrics (its own agent's figures, then its forwarding's) says 2
 # agents, both forwarded, none held, bytes received from the agents and from the upstream, no
-# upstream link lost; its own agent's link to the root is up. Then the root stops: the
-# regional counts both agents' upstream links lost and forwards none. No sanitizer report in any
+# upstream link lost, its one carrier to the root up (made once, frames written to it, and
+# more frames than writes); its own agent's link to the root is up. Then the root stops: the
+# regional counts both agents' upstream links lost, forwards none, and its carrier is down. No sanitizer report in any
 # log (the regional's /metrics used to run the service's tr_metrics_write: a symbol clash).
 # Usage: test_regional_metrics.sh BIN_DIR. Exits 77 (skip) without curl.
 set -euo pipefail
@@ -42,6 +43,14 @@ want tracerelay_regional_received_from_agents_bytes_total '>' 0
 want tracerelay_regional_received_from_upstream_bytes_total '>' 0
 want tracerelay_regional_upstream_lost_total == 0
 want tracerelay_agent_link_up == 1 # the regional's own agent, to the root
+want tracerelay_regional_carrier_up == 1
+want tracerelay_regional_carrier_connects_total == 1
+want tracerelay_regional_carrier_frames_total '>' 0
+frames=$(metric tracerelay_regional_carrier_frames_total)
+writes=$(metric tracerelay_regional_carrier_writes_total)
+echo "carrier: $frames frames in $writes writes"
+python3 -c "import sys; sys.exit(0 if 0 < $writes <= $frames else 1)" ||
+  fail "carrier: $frames frames in $writes writes"
 
 # `tracerelay status` reads the regional too: its upstream, and both agents forwarded.
 RSOCK="$WORK/regional-a/consumer.sock"
@@ -72,6 +81,7 @@ wait "$SERVICE_PID" 2>/dev/null || true
 want tracerelay_regional_upstream_lost_total '>=' 2
 want tracerelay_regional_agents_forwarded == 0
 want tracerelay_agent_link_up == 0
+want tracerelay_regional_carrier_up == 0
 cluster_cleanup || true
 ! grep -l "Sanitizer\|runtime error" "$WORK"/*.log || fail "a sanitizer report in a log above"
 echo "PASS: test_regional_metrics"

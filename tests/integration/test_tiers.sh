@@ -22,8 +22,9 @@
 #     packet order trace_processor v58 needs (as test_timeline.sh).
 #  3. (first tree) refusals: an agent with pool-b-9's certificate under regional-a (allowed
 #     pool-a-* only), and a regional regional-c, listed in no --relay-allow, relaying
-#     pool-c-1: for each, the root logs a "not authorized" line naming the host, the host
-#     never appears in the root's status (polled for 10 s), its agent logs the refusal
+#     pool-c-1: the root logs a "not authorized" line naming pool-b-9, and one naming
+#     regional-c (its carrier is refused before any host rides on it); neither host
+#     ever appears in the root's status (polled for 10 s), each agent logs the refusal
 #     (goodbye/refused/not authorized), and the legitimate hosts stay connected. Whether
 #     regional-c's own host appears at the root is printed, not asserted.
 #  4. (third tree, `machines`) regional-a is killed with SIGKILL about 3 s into a recording
@@ -230,7 +231,8 @@ check_refusals() {
   local quiet_until=$((SECONDS + 3))
   while [ "$SECONDS" -lt "$deadline" ]; do
     seen+=$(cluster_status_hosts | awk '$1 == "pool-b-9" || $1 == "pool-c-1" { printf "%s ", $1 }' || true)
-    if [ "$(grep "not authorized" "$WORK/service.log" | grep -c "host pool-[bc]-[91]:" || true)" -lt 2 ]; then
+    if ! grep -q "not authorized to relay host pool-b-9:" "$WORK/service.log" ||
+      ! grep -q "regional-c .*not authorized to relay hosts" "$WORK/service.log"; then
       quiet_until=$((SECONDS + 3))
     elif [ "$SECONDS" -ge "$quiet_until" ]; then
       break
@@ -238,11 +240,12 @@ check_refusals() {
     sleep 0.25
   done
   [ -z "$seen" ] || fail "refused hosts appeared in the root's status: $(tr ' ' '\n' <<<"$seen" | sort -u | xargs)"
-  local h who
-  for h in pool-b-9:regional-a pool-c-1:regional-c; do
+  local h who named
+  for h in pool-b-9:regional-a:pool-b-9 pool-c-1:regional-c:regional-c; do
+    named=${h##*:} h=${h%:*}
     who=${h#*:} h=${h%%:*}
-    grep "not authorized" "$WORK/service.log" | grep -q -- "$h" ||
-      fail "the root logged no 'not authorized' line naming $h (relayed by $who)$(
+    grep "not authorized" "$WORK/service.log" | grep -q -- "$named" ||
+      fail "the root logged no 'not authorized' line naming $named (host $h under $who)$(
         grep -i "not authorized" "$WORK/service.log" | head -n 3 | sed 's/^/\n    root: /')"
     grep -Eiq "not authorized|refused|goodbye" "$WORK/agent-$h.log" ||
       fail "agent $h (under $who) did not log its refusal: $(tail -n 5 "$WORK/agent-$h.log")"
