@@ -166,7 +166,9 @@ static void on_carrier_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
                         cert);
     return;
   }
-  if (tr_relay_link_carry(p->link, &link_events, ls, ls->max_agents) < 0) {
+  /* Room for the slots of hosts refused for --max-agents (on_hello: OVERLOADED, on their
+   * slot) beside those it serves: only more than that ends the carrier. */
+  if (tr_relay_link_carry(p->link, &link_events, ls, 2 * ls->max_agents) < 0) {
     tr_relay_link_close(p->link, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
                         "out of memory");
     return;
