@@ -62,6 +62,7 @@ struct tr_link_server {
   unsigned hello_timeout_ms;
   unsigned max_agents, connected; /* agents Welcomed now, and their bound */
   unsigned ticks;
+  bool session; /* a session ran at the last tick: what the carriers were told */
   struct tr_clock_probe_sched probes;
   tr_relay_codec codec; /* decompresses every peer's batches */
   const tr_relay_allow *relay_allow;
@@ -147,6 +148,18 @@ static const char *hello_name(tr_link_peer *p, const Tracerelay__Hello *hello) {
 
 static const struct tr_relay_link_events link_events;
 
+/* Tells a regional's carrier whether a session runs here: it probes its hosts at the session
+ * rate only then (their exchanges come here, a fit each). */
+static void send_sessions(tr_link_peer *p, bool running) {
+  Tracerelay__UpstreamSessions u = TRACERELAY__UPSTREAM_SESSIONS__INIT;
+  u.has_running = 1;
+  u.running = running;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_UPSTREAM_SESSIONS;
+  f.upstream_sessions = &u;
+  tr_relay_link_send(p->link, &f);
+}
+
 /* A regional's carrier: one link for every host it relays, if the rules name it. */
 static void on_carrier_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   tr_link_server *ls = p->ls;
@@ -183,9 +196,11 @@ static void on_carrier_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_WELCOME;
   f.welcome = &w;
-  if (tr_relay_link_send(p->link, &f) == 0)
-    TR_INFO("link", "regional %s carries its hosts on one link from %s (%s)", cert,
-            tr_tls_uv_peer_address(conn), tr_tls_uv_ciphersuite(conn));
+  if (tr_relay_link_send(p->link, &f) < 0)
+    return;
+  send_sessions(p, ls->ev->any_session(ls->svc));
+  TR_INFO("link", "regional %s carries its hosts on one link from %s (%s)", cert,
+          tr_tls_uv_peer_address(conn), tr_tls_uv_ciphersuite(conn));
 }
 
 static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
@@ -581,6 +596,12 @@ static void on_tick(uv_timer_t *t) {
   uint64_t now_ns = uv_hrtime(), now_ms = uv_now(ls->loop);
   bool session = ls->ev->any_session(ls->svc);
   uv_timer_set_repeat(&ls->tick, session ? TICK_SESSION_MS : TICK_MS);
+  if (session != ls->session) {
+    ls->session = session;
+    for (tr_link_peer *p = ls->peers; p != NULL; p = p->next)
+      if (p->carrier)
+        send_sessions(p, session);
+  }
   /* Heartbeats and deadlines need no finer grain than TICK_MS: in a session, walking every
    * peer at each probe tick cost 5 % of the service's CPU with 1,000 agents. */
   bool heartbeats = ++ls->ticks % (TICK_MS / TICK_SESSION_MS) == 0 || !session;

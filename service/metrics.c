@@ -273,6 +273,10 @@ void tr_metrics_write_regional(const struct tr_regional_stats *st, tr_prom_text 
   service_gauge(t, "tracerelay_regional_carrier_up", "gauge",
                 "1 while the one link to the upstream that carries every agent's link is up",
                 st->carrier_up);
+  service_gauge(t, "tracerelay_regional_upstream_session", "gauge",
+                "1 while the upstream says a session runs there (the agents' clocks are probed "
+                "at the session rate then)",
+                st->upstream_session);
   service_gauge(t, "tracerelay_regional_carrier_connects_total", "counter",
                 "links to the upstream carrying the agents' links made (welcomed)",
                 (double)st->carrier_connects);

@@ -76,6 +76,9 @@ struct tr_regional {
    * first of them waits (logged once per outage); frames they sent for the lost link. */
   unsigned relinking;
   uint64_t relinking_since_ms, relink_dropped_frames;
+  /* A session runs at the upstream (it says so on the carrier): the agents' clocks are probed
+   * at the session rate only then. */
+  bool upstream_session;
   pump *pumps;
   struct tr_clock_probe_sched probes;
   uv_timer_t tick;
@@ -441,6 +444,14 @@ static void carrier_down(void *data, int reason, Tracerelay__Goodbye__Reason ref
   }
 }
 
+static void carrier_sessions(void *data, bool running) {
+  tr_regional *r = data;
+  if (running != r->upstream_session)
+    TR_DEBUG(COMP, "a session %s at the upstream: probing the agents' clocks at the %s rate",
+             running ? "runs" : "no longer runs", running ? "session" : "idle");
+  r->upstream_session = running;
+}
+
 static void carrier_stopped(void *data) {
   tr_regional *r = data;
   r->carrier = NULL;
@@ -448,7 +459,8 @@ static void carrier_stopped(void *data) {
 }
 
 static const struct tr_upstream_carrier_events carrier_events = {
-    .up = carrier_up, .down = carrier_down, .stopped = carrier_stopped};
+    .up = carrier_up, .down = carrier_down, .sessions = carrier_sessions,
+    .stopped = carrier_stopped};
 
 /* ---- the agent's link ---- */
 
@@ -618,8 +630,7 @@ static void on_tick(uv_timer_t *t) {
   if (heartbeats)
     for (pump *p = r->pumps; p != NULL; p = p->next)
       check_pump(p, now_ns, now_ms);
-  /* Always at the session rate: sessions are the upstream's, and it does not say. */
-  tr_clock_probe_tick(&r->probes, now_ms, true);
+  tr_clock_probe_tick(&r->probes, now_ms, r->upstream_session);
   if (heartbeats) {
     for (pump *p = r->pumps; p != NULL; p = p->next)
       if (p->down != NULL)
@@ -711,6 +722,7 @@ void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out) {
   if (r->carrier != NULL)
     tr_upstream_carrier_stats(r->carrier, &cs);
   out->carrier_up = cs.up;
+  out->upstream_session = r->upstream_session;
   out->carrier_connects = cs.connects;
   out->carrier_lost = cs.lost;
   out->carrier_frames_out = cs.frames_out;

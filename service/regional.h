@@ -10,7 +10,8 @@
  * upstream's Welcome; from then on every frame goes through in order both ways, re-encoded
  * but not interpreted (batches stay compressed), except:
  * - clock probes: the regional probes its agents itself (relay/clock/clock_probe.h, as the service
- *   does, always at the session rate) and sends each completed exchange upstream as a
+ *   does, at the session rate while the upstream says a session runs) and sends each completed
+ *   exchange upstream as a
  *   RelayedClockExchange; the upstream composes it with its own measurement of the regional's
  *   clock (relay/clock/clocksync.h, tr_clocksync_relay_exchange);
  * - heartbeats: each agent's link keeps its own; the carrier's speak for its slots.
@@ -76,6 +77,7 @@ struct tr_regional_stats {
   /* The carrier to the upstream (upstream_carrier.h): up now; since the start, carriers made
    * and lost, frames written to them and the writes those went out in. */
   bool carrier_up;
+  bool upstream_session; /* the upstream says a session runs there */
   uint64_t carrier_connects, carrier_lost, carrier_frames_out, carrier_writes;
 };
 void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out);

@@ -72,6 +72,8 @@ static void went_down(tr_upstream_carrier *c, int reason, const char *why) {
               : delay / 2 + random_below((uint32_t)delay + 1);
   c->failures++;
   c->retry_at_ms = uv_now(c->loop) + delay;
+  if (was_up && !c->stopping)
+    c->ev->sessions(c->data, false);
   Tracerelay__Goodbye__Reason refusal = c->refusal;
   c->refusal = TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED;
   if (!c->stopping)
@@ -139,6 +141,12 @@ static void carrier_frame(tr_relay_link *l, Tracerelay__RelayFrame *f) {
     tr_relay_link_hang_up(l);
     break;
   case TRACERELAY__RELAY_FRAME__MSG_HEARTBEAT:
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_UPSTREAM_SESSIONS:
+    if (c->state == WELCOMED)
+      c->ev->sessions(c->data, f->upstream_sessions->running);
+    else
+      tr_relay_link_protocol_error(l, "UpstreamSessions before the carrier's Welcome");
     break;
   default:
     tr_relay_link_protocol_error(l, "frame type %d on the carrier", (int)f->msg_case);

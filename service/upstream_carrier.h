@@ -29,6 +29,9 @@ struct tr_upstream_carrier_events {
    * reason of the upstream's Goodbye (e.g. REASON_NOT_AUTHORIZED: this regional may relay
    * nobody), why then its text; REASON_UNSPECIFIED if none came. */
   void (*down)(void *data, int reason, Tracerelay__Goodbye__Reason refusal, const char *why);
+  /* The upstream says whether a session runs there (UpstreamSessions): after the Welcome and
+   * whenever it changes. A carrier that goes down says nothing more: assume none. */
+  void (*sessions)(void *data, bool running);
   /* After tr_upstream_carrier_stop, once nothing of it is left: it is freed. */
   void (*stopped)(void *data);
 };

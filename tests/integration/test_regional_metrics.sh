@@ -5,7 +5,9 @@
 # at the root, the regional's /metrics (its own agent's figures, then its forwarding's) says 2
 # agents, both forwarded, none held, bytes received from the agents and from the upstream, no
 # upstream link lost, its one carrier to the root up (made once, frames written to it, and
-# more frames than writes); its own agent's link to the root is up. Then the root stops: the
+# more frames than writes); its own agent's link to the root is up. The root tells it whether a
+# session runs (tracerelay_regional_upstream_session: 0, 1 while a `record` at the root runs, 0
+# after), so it probes its agents at the session rate only then. Then the root stops: the
 # regional counts both agents' upstream links lost, forwards none, and its carrier is down. No sanitizer report in any
 # log (the regional's /metrics used to run the service's tr_metrics_write: a symbol clash).
 # Usage: test_regional_metrics.sh BIN_DIR. Exits 77 (skip) without curl.
@@ -44,6 +46,13 @@ want tracerelay_regional_received_from_upstream_bytes_total '>' 0
 want tracerelay_regional_upstream_lost_total == 0
 want tracerelay_agent_link_up == 1 # the regional's own agent, to the root
 want tracerelay_regional_carrier_up == 1
+want tracerelay_regional_upstream_session == 0
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 4s \
+  -o "$WORK/session.pftrace" >"$WORK/session-record.log" 2>&1 &
+rec_pid=$!
+want tracerelay_regional_upstream_session == 1
+wait "$rec_pid" || fail "record at the root: $(tail -n 3 "$WORK/session-record.log")"
+want tracerelay_regional_upstream_session == 0
 want tracerelay_regional_carrier_connects_total == 1
 want tracerelay_regional_carrier_frames_total '>' 0
 frames=$(metric tracerelay_regional_carrier_frames_total)
