@@ -8,7 +8,12 @@
  * clock probes: heartbeats O(peers) every TICK_MS, the probes' schedule every TICK_MS (every
  * TICK_SESSION_MS while a session runs) at the cost of the peers due only.
  * Who is probed when, and what an answer means, is relay/clock/clock_probe.c; this file sends the
- * probes and feeds the completed exchanges to the host's estimator. */
+ * probes and feeds the completed exchanges to the host's estimator.
+ * A BatchAck waits for the next command to its agent and rides in the command's TLS record
+ * (one record and one system call instead of two: in a flushing session every host gets a
+ * flush command each flush period), at most TR_LINK_ACK_DELAY_MS; a burst of at least
+ * TR_LINK_ACK_AT_ONCE_BYTES of chunks is acked at once, so a busy agent frees its spill queue
+ * as it did with an ack per read burst. */
 #include "service/link_server.h"
 
 #include <errno.h>
@@ -37,6 +42,8 @@ struct tr_link_peer {
   uint64_t connected_ms; /* handshake done: Hello is due within hello_timeout_ms */
   uint64_t features;  /* accepted */
   uint64_t acked;     /* last seq acknowledged on this connection */
+  uint64_t ack_owed_ms;    /* when a batch beyond acked was stored (0: no ack owed) */
+  uint64_t bytes_at_ack;   /* host->stats.bytes_received when the last ack went */
   bool resyncing;     /* between Welcome and the first frame that is not a re-announcement */
   int64_t t4;         /* BOOTTIME when the socket read being processed returned */
   /* A regional's link for one of its hosts (Hello.relayed_host): the regional probes the host
@@ -57,6 +64,8 @@ struct tr_link_server {
   uint64_t features;
   uint64_t instance_id;
   unsigned hello_timeout_ms;
+  unsigned ack_delay_ms;
+  uint64_t acks_sent, acks_alone; /* BatchAcks, and those in a record of their own */
   unsigned max_agents, connected; /* agents Welcomed now, and their bound */
   unsigned ticks;
   struct tr_clock_probe_sched probes;
@@ -68,18 +77,76 @@ struct tr_link_server {
 
 /* ---- writing ---- */
 
+static bool ack_owed(const tr_link_peer *p) {
+  return tr_hosts_peer(p->host)->stored_seq > p->acked;
+}
+
+static void ack_frame(tr_link_peer *p, Tracerelay__BatchAck *ack, Tracerelay__RelayFrame *f) {
+  *ack = (Tracerelay__BatchAck)TRACERELAY__BATCH_ACK__INIT;
+  ack->has_seq = 1;
+  ack->seq = tr_hosts_peer(p->host)->stored_seq;
+  *f = (Tracerelay__RelayFrame)TRACERELAY__RELAY_FRAME__INIT;
+  f->msg_case = TRACERELAY__RELAY_FRAME__MSG_BATCH_ACK;
+  f->batch_ack = ack;
+}
+
+static void acked(tr_link_peer *p, uint64_t seq) {
+  p->acked = seq;
+  p->ack_owed_ms = 0;
+  p->bytes_at_ack = p->host->stats.bytes_received;
+  p->ls->acks_sent++;
+}
+
 static void send_ack(tr_link_peer *p) {
-  uint64_t stored = tr_hosts_peer(p->host)->stored_seq;
-  if (stored <= p->acked || tr_relay_link_closing(p->link))
+  if (!ack_owed(p) || tr_relay_link_closing(p->link))
     return;
-  Tracerelay__BatchAck ack = TRACERELAY__BATCH_ACK__INIT;
-  ack.has_seq = 1;
-  ack.seq = stored;
-  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
-  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_BATCH_ACK;
-  f.batch_ack = &ack;
-  if (tr_relay_link_send(p->link, &f) == 0)
-    p->acked = stored;
+  Tracerelay__BatchAck ack;
+  Tracerelay__RelayFrame f;
+  ack_frame(p, &ack, &f);
+  if (tr_relay_link_send(p->link, &f) == 0) {
+    acked(p, ack.seq);
+    p->ls->acks_alone++;
+  }
+}
+
+/* f, after the BatchAck owed if there is one, in one write: one TLS record, one system call.
+ * A frame beyond the smallest max frame a peer may set goes on its own, after the ack. */
+static int send_with_ack(tr_link_peer *p, const Tracerelay__RelayFrame *f) {
+  Tracerelay__BatchAck ack;
+  Tracerelay__RelayFrame af;
+  uint8_t *a = NULL, *b = NULL, *both = NULL;
+  size_t alen, blen;
+  if (!ack_owed(p) || tr_relay_link_closing(p->link) ||
+      tr_relay_frame_encode(f, TR_RELAY_MIN_FRAME, &b, &blen) < 0) {
+    send_ack(p);
+    return tr_relay_link_send(p->link, f);
+  }
+  ack_frame(p, &ack, &af);
+  int rc = tr_relay_frame_encode(&af, TR_RELAY_MIN_FRAME, &a, &alen);
+  if (rc == 0 && (both = malloc(alen + blen)) == NULL)
+    rc = TR_ERR_NOMEM;
+  if (rc == 0) {
+    memcpy(both, a, alen);
+    memcpy(both + alen, b, blen);
+    rc = tr_relay_link_send_encoded(p->link, both, alen + blen);
+    if (rc == 0)
+      acked(p, ack.seq);
+  }
+  free(a);
+  free(b);
+  free(both);
+  return rc;
+}
+
+/* The ack owed for longer than the delay, or for a burst of chunks too large to wait. */
+static void send_ack_due(tr_link_peer *p, uint64_t now_ms) {
+  if (p->host == NULL || !ack_owed(p))
+    return;
+  if (p->ack_owed_ms == 0)
+    p->ack_owed_ms = now_ms;
+  if (now_ms - p->ack_owed_ms >= p->ls->ack_delay_ms ||
+      p->host->stats.bytes_received - p->bytes_at_ack >= TR_LINK_ACK_AT_ONCE_BYTES)
+    send_ack(p);
 }
 
 /* ---- clock probes: the transport's side of relay/clock/clock_probe.h ---- */
@@ -432,11 +499,10 @@ static void on_read(tr_relay_link *link) {
                                                      : tr_tls_uv_read_time(conn);
 }
 
-/* One BatchAck per read burst. */
+/* The BatchAck for the burst waits for a command to ride with (send_with_ack), unless due. */
 static void on_read_done(tr_relay_link *link) {
   tr_link_peer *p = tr_relay_link_data(link);
-  if (p->host != NULL)
-    send_ack(p);
+  send_ack_due(p, uv_now(p->ls->loop));
 }
 
 /* ---- connections ---- */
@@ -527,8 +593,10 @@ static void on_tick(uv_timer_t *t) {
       check_peer(p, now_ns, now_ms);
   tr_clock_probe_tick(&ls->probes, now_ms, session);
   if (heartbeats)
-    for (tr_link_peer *p = ls->peers; p != NULL; p = p->next)
+    for (tr_link_peer *p = ls->peers; p != NULL; p = p->next) {
+      send_ack_due(p, now_ms);
       tr_relay_link_keep_alive(p->link, now_ns);
+    }
 }
 
 /* ---- the public side ---- */
@@ -540,7 +608,7 @@ static int send_command(tr_host *host, const Tracerelay__Command *cmd) {
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_COMMAND;
   f.command = (Tracerelay__Command *)cmd;
-  int rc = tr_relay_link_send(link, &f);
+  int rc = send_with_ack(host->link, &f);
   return tr_relay_link_closing(link) ? TR_ERR_CLOSED : rc;
 }
 
@@ -587,6 +655,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_hosts *hosts, const struct tr_link_
   ls->relay_allow = opts->relay_allow;
   ls->hello_timeout_ms =
       opts->handshake_timeout_ms ? opts->handshake_timeout_ms : TR_TLS_UV_HANDSHAKE_TIMEOUT_MS;
+  ls->ack_delay_ms = opts->ack_delay_ms ? opts->ack_delay_ms : TR_LINK_ACK_DELAY_MS;
   if (getrandom(&ls->instance_id, sizeof ls->instance_id, 0) != sizeof ls->instance_id) {
     rc = TR_ERR_SYS(errno);
     goto fail_codec;
@@ -620,6 +689,11 @@ fail_free:
 
 int tr_link_server_port(const tr_link_server *ls) {
   return tr_relay_link_listener_port(ls->listener);
+}
+
+void tr_link_server_ack_stats(const tr_link_server *ls, uint64_t *sent, uint64_t *alone) {
+  *sent = ls->acks_sent;
+  *alone = ls->acks_alone;
 }
 
 void tr_link_server_tls_stats(const tr_link_server *ls, struct tr_tls_uv_server_stats *out) {
