@@ -74,6 +74,10 @@ struct tr_session {
   size_t num_buffers;
   tr_session_host *hosts;
   size_t num_hosts;
+  /* By host (tr_hosts_ordinal): 1 + the index of its newest entry in hosts, 0 for none. */
+  size_t *entry_of;
+  size_t cap_entry_of;
+  uint64_t host_entries_examined; /* by tr_session_find_host (for the tests of its cost) */
   tr_ds_instance *instances;
   size_t num_instances;
   size_t cap_instances;
