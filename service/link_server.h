@@ -89,9 +89,13 @@ extern const struct tr_link_commands tr_link_server_commands;
 int tr_link_server_port(const tr_link_server *ls);
 /* Uses cfg (referenced) for connections accepted from now on; connected agents keep theirs. */
 void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg);
-/* BatchAcks sent so far, and of them those that went in a record of their own (the others rode
- * with a command). */
-void tr_link_server_ack_stats(const tr_link_server *ls, uint64_t *sent, uint64_t *alone);
+/* What the server did so far (for the tests of its cost). */
+struct tr_link_server_counts {
+  uint64_t acks_sent;  /* BatchAcks */
+  uint64_t acks_alone; /* ... of them in a record of their own (the others rode with a command) */
+  uint64_t walks;      /* walks over every peer (heartbeats, deadlines, acks due) */
+};
+void tr_link_server_counts(const tr_link_server *ls, struct tr_link_server_counts *out);
 /* The agents' TLS handshakes: refused, and where their steps ran (relay/link/tls_uv.h). */
 void tr_link_server_tls_stats(const tr_link_server *ls, struct tr_tls_uv_server_stats *out);
 /* Closes the host's connection, if any, without a Goodbye: its agent reconnects and resumes.

@@ -9,7 +9,8 @@
  * server-side connection in mid-stream, then reconnect and resume with no chunk lost or
  * duplicated; an agent restart keeping its host entry; a second agent with an already connected name refused while the first keeps
  * working; an agent whose certificate comes from another CA refused; BatchAcks riding with the
- * next command, or going alone after the ack delay or a large burst. Every test ends with
+ * next command, or going alone after the ack delay or a large burst; the walk over the peers
+ * every 250 ms. Every test ends with
  * uv_loop_close() succeeding, so no handle outlives its owner. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -439,9 +440,9 @@ static void send_setup(tr_host *h, uint64_t request_id) {
 }
 
 static uint64_t acks(struct service *s, bool alone) {
-  uint64_t sent, by_itself;
-  tr_link_server_ack_stats(s->ls, &sent, &by_itself);
-  return alone ? by_itself : sent;
+  struct tr_link_server_counts c;
+  tr_link_server_counts(s->ls, &c);
+  return alone ? c.acks_alone : c.acks_sent;
 }
 
 static void test_acks_ride_with_commands(void **state) {
@@ -503,6 +504,30 @@ static void test_ack_goes_alone_after_its_delay(void **state) {
   service_stop(&loop, &s);
 }
 
+/* Issue 25 item 1: the walk over every peer (heartbeats, deadlines, acks due) goes every 250 ms,
+ * not at every 50 ms tick: at most one per 250 ms of loop time, however late the ticks come. */
+static void test_peers_walked_every_250_ms(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct service s;
+  struct agent a;
+  service_start(&loop, &s);
+  agent_start(&loop, &a, s.port, dir, "agent-web-1");
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  struct tr_link_server_counts c0, c1;
+  tr_link_server_counts(s.ls, &c0);
+  uv_update_time(&loop);
+  uint64_t t0 = uv_now(&loop);
+  RUN_UNTIL(&loop, uv_now(&loop) - t0 >= 1000, 3000);
+  tr_link_server_counts(s.ls, &c1);
+  uint64_t walks = c1.walks - c0.walks;
+  assert_true(walks >= 1);
+  assert_true(walks <= (uv_now(&loop) - t0) / 250 + 1);
+  agent_stop(&loop, &a, 3000);
+  service_stop(&loop, &s);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN); /* as the daemons do: a peer gone mid-write is an error code */
   for (size_t i = 0; i < sizeof payload; i++)
@@ -515,6 +540,7 @@ int main(void) {
       cmocka_unit_test(test_other_ca_refused),
       cmocka_unit_test(test_acks_ride_with_commands),
       cmocka_unit_test(test_ack_goes_alone_after_its_delay),
+      cmocka_unit_test(test_peers_walked_every_250_ms),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
 }
