@@ -42,12 +42,14 @@ typedef struct host_rec {
   size_t n_held;
   uint32_t *stale; /* during a resync: producer ids not re-announced yet */
   size_t n_stale;
+  size_t ordinal; /* 0, 1, 2... in the order the table made them */
 } host_rec;
 
 struct tr_hosts {
   tr_service *svc;
   const struct tr_link_events *ev; /* called with svc */
   tr_host *head, *tail;
+  size_t made; /* entries made so far: the next ordinal */
 };
 
 static host_rec *rec_of(tr_host *h) { return (host_rec *)h; }
@@ -596,6 +598,7 @@ int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
   h = &r->host;
   snprintf(h->name, sizeof h->name, "%s", name);
   h->machine_id = tr_machine_id(name);
+  r->ordinal = hs->made++;
   if (hs->tail != NULL)
     hs->tail->next = h;
   else
@@ -606,3 +609,5 @@ int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
 }
 
 tr_relay_peer *tr_hosts_peer(tr_host *h) { return &rec_of(h)->peer; }
+
+size_t tr_hosts_ordinal(const tr_host *h) { return ((const host_rec *)h)->ordinal; }

@@ -49,6 +49,9 @@ const struct tr_link_events *tr_hosts_events(const tr_hosts *hs);
 tr_host *tr_hosts_first(const tr_hosts *hs);
 /* How many there are (O(hosts)). */
 size_t tr_hosts_count(const tr_hosts *hs);
+/* The entry's number in its table: 0, 1, 2... in the order they were made, never reused (an
+ * index for arrays by host, e.g. a session's host entries). */
+size_t tr_hosts_ordinal(const tr_host *h);
 /* The host called name, or NULL. */
 tr_host *tr_hosts_find(const tr_hosts *hs, const char *name);
 /* The host called name, created (with its clock estimator) if new. name must be a valid

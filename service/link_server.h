@@ -9,7 +9,10 @@
  * - Hello -> Welcome {accepted features, machine name, service instance id, stored_seq};
  *   the agent's re-announced producers, then batches in seq order. Batches at or below
  *   stored_seq are duplicates (ignored, counted); gaps are counted as link loss. Items go to
- *   the chunk / patch / flush_ack events in batch order; one BatchAck per read burst.
+ *   the chunk / patch / flush_ack events in batch order. The BatchAck for what was stored
+ *   rides in the TLS record of the next command to the agent (in a flushing session, the next
+ *   flush), or goes alone once it waited ack_delay_ms, or at once after
+ *   TR_LINK_ACK_AT_ONCE_BYTES of chunks not yet acked.
  * - CommandReply is held until its after_seq batch was processed (across reconnects of the
  *   same agent instance), so a reply never overtakes the data before it.
  * - ClockProbe (the exchange and the schedule: relay/clock/clock_probe.h): one probe in flight per
@@ -44,6 +47,11 @@
 
 #define TR_LINK_DEFAULT_PORT 7393
 #define TR_LINK_MAX_QUEUED (1u << 20)
+/* A BatchAck waits at most this long for a command to ride with: more than the 250 ms flush
+ * period of a flushing session, so that there every ack rides with the next flush; what an
+ * agent holds meanwhile is bounded by TR_LINK_ACK_AT_ONCE_BYTES. */
+#define TR_LINK_ACK_DELAY_MS 500
+#define TR_LINK_ACK_AT_ONCE_BYTES (64u << 10)
 
 typedef struct tr_link_server tr_link_server;
 
@@ -62,6 +70,7 @@ struct tr_link_server_opts {
   /* Tiers: which regionals may relay which hosts (relay_allow.h; referenced). NULL or empty:
    * a Hello with relayed_host is refused (Goodbye REASON_NOT_AUTHORIZED, logged). */
   const struct tr_relay_allow *relay_allow;
+  unsigned ack_delay_ms; /* 0 = TR_LINK_ACK_DELAY_MS */
 };
 
 #define TR_LINK_DEFAULT_MAX_AGENTS 4096u
@@ -80,6 +89,13 @@ extern const struct tr_link_commands tr_link_server_commands;
 int tr_link_server_port(const tr_link_server *ls);
 /* Uses cfg (referenced) for connections accepted from now on; connected agents keep theirs. */
 void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg);
+/* What the server did so far (for the tests of its cost). */
+struct tr_link_server_counts {
+  uint64_t acks_sent;  /* BatchAcks */
+  uint64_t acks_alone; /* ... of them in a record of their own (the others rode with a command) */
+  uint64_t walks;      /* walks over every peer (heartbeats, deadlines, acks due) */
+};
+void tr_link_server_counts(const tr_link_server *ls, struct tr_link_server_counts *out);
 /* The agents' TLS handshakes: refused, and where their steps ran (relay/link/tls_uv.h). */
 void tr_link_server_tls_stats(const tr_link_server *ls, struct tr_tls_uv_server_stats *out);
 /* Closes the host's connection, if any, without a Goodbye: its agent reconnects and resumes.

@@ -318,17 +318,35 @@ static void match_host(tr_session *s, size_t hi) {
 }
 
 tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t *index) {
-  /* The newest entry is the live one when an agent restarted. */
-  for (size_t i = s->num_hosts; i-- > 0;)
-    if (s->hosts[i].host == host) {
-      if (index)
-        *index = i;
-      return &s->hosts[i];
-    }
-  return NULL;
+  /* O(1), per chunk and ack: a walk over the entries was linear in the hosts. */
+  size_t o = tr_hosts_ordinal(host);
+  if (o >= s->cap_entry_of || s->entry_of[o] == 0)
+    return NULL;
+  size_t i = s->entry_of[o] - 1;
+  s->host_entries_examined++;
+  if (index)
+    *index = i;
+  return &s->hosts[i];
+}
+
+/* Room in entry_of for the host; a failed call leaves it as it was. */
+static int entry_room(tr_session *s, const tr_host *host) {
+  size_t o = tr_hosts_ordinal(host);
+  if (o < s->cap_entry_of)
+    return 0;
+  size_t cap = o + 1 > 2 * s->cap_entry_of ? o + 1 : 2 * s->cap_entry_of;
+  size_t *n = realloc(s->entry_of, cap * sizeof *n);
+  if (!n)
+    return TR_ERR_NOMEM;
+  memset(n + s->cap_entry_of, 0, (cap - s->cap_entry_of) * sizeof *n);
+  s->entry_of = n;
+  s->cap_entry_of = cap;
+  return 0;
 }
 
 static int add_host(tr_session *s, tr_host *host, size_t *index) {
+  if (entry_room(s, host) != 0)
+    return TR_ERR_NOMEM;
   tr_session_host *n = realloc(s->hosts, (s->num_hosts + 1) * sizeof *n);
   if (!n)
     return TR_ERR_NOMEM;
@@ -353,6 +371,7 @@ static int add_host(tr_session *s, tr_host *host, size_t *index) {
   n->agent_instance_id = host->agent_instance_id;
   n->gone = host->link == NULL;
   *index = s->num_hosts++;
+  s->entry_of[tr_hosts_ordinal(host)] = s->num_hosts; /* the newest entry is the live one */
   return 0;
 }
 
@@ -752,6 +771,7 @@ void tr_session_free(tr_session *s) {
     free(s->hosts[h].drops_at_start); /* drops_at_end with it */
   }
   free(s->hosts);
+  free(s->entry_of);
   for (size_t i = 0; i < s->num_instances; i++) {
     free(s->instances[i].producer_name);
     free(s->instances[i].ds_name);
@@ -790,10 +810,8 @@ bool tr_session_visible_to(const tr_session *s, uid_t viewer) {
 }
 
 bool tr_session_has_host(const tr_session *s, const tr_host *host) {
-  for (size_t i = 0; i < s->num_hosts; i++)
-    if (s->hosts[i].host == host)
-      return true;
-  return false;
+  size_t o = tr_hosts_ordinal(host);
+  return o < s->cap_entry_of && s->entry_of[o] != 0;
 }
 
 /* ---- calls from the link server (link_calls.h) ---- */

@@ -74,6 +74,10 @@ struct tr_session {
   size_t num_buffers;
   tr_session_host *hosts;
   size_t num_hosts;
+  /* By host (tr_hosts_ordinal): 1 + the index of its newest entry in hosts, 0 for none. */
+  size_t *entry_of;
+  size_t cap_entry_of;
+  uint64_t host_entries_examined; /* by tr_session_find_host (for the tests of its cost) */
   tr_ds_instance *instances;
   size_t num_instances;
   size_t cap_instances;
@@ -117,6 +121,8 @@ void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay_
 void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
 /* How many of the session's flushes host entry host_index did not answer in time. */
 uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index);
+/* Instances the session's flushes looked at to fan out (two per started instance a flush). */
+uint64_t tr_session_flush_examined(const tr_session *s);
 
 /* session_unstopped.c's side: instances whose stop the agent never confirmed (its link was
  * down, or dropped before the answer). _add asks the agent again now if its link is up, else

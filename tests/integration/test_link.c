@@ -8,7 +8,9 @@
  * the data queued before it; clock probes feeding the host's estimator; a cut of the
  * server-side connection in mid-stream, then reconnect and resume with no chunk lost or
  * duplicated; an agent restart keeping its host entry; a second agent with an already connected name refused while the first keeps
- * working; an agent whose certificate comes from another CA refused. Every test ends with
+ * working; an agent whose certificate comes from another CA refused; BatchAcks riding with the
+ * next command, or going alone after the ack delay or a large burst; the walk over the peers
+ * every 250 ms. Every test ends with
  * uv_loop_close() succeeding, so no handle outlives its owner. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,6 +88,7 @@ struct agent {
   int welcomes;
   int commands;
   uint32_t chunks_per_command;
+  uint64_t acked_at_command[8]; /* the spill queue's acked seq as command i arrived */
   bool done;
 };
 
@@ -122,6 +125,8 @@ static void agent_on_welcome(tr_link_client *lc) {
 /* Each command first makes data, then replies: the reply must arrive after that data. */
 static void agent_on_command(tr_link_client *lc, const Tracerelay__Command *cmd) {
   struct agent *a = tr_link_client_data(lc);
+  if (a->commands < 8)
+    a->acked_at_command[a->commands] = tr_link_client_spill(lc)->acked_seq;
   a->commands++;
   push_chunks(a, a->chunks_per_command);
   assert_int_equal(tr_link_client_reply(lc, cmd->request_id, NULL), 0);
@@ -160,14 +165,19 @@ struct service {
   int port;
 };
 
-static void service_start(uv_loop_t *loop, struct service *s) {
+static void service_start_acking(uv_loop_t *loop, struct service *s, unsigned ack_delay_ms) {
   link_stub_reset();
   s->tls = config(TR_TLS_SERVER, dir, "service");
-  struct tr_link_server_opts opts = {.listen = "127.0.0.1:0", .tls = s->tls};
+  struct tr_link_server_opts opts = {.listen = "127.0.0.1:0", .tls = s->tls,
+                                     .ack_delay_ms = ack_delay_ms};
   assert_int_equal(tr_hosts_new(NULL, &link_stub_events, &s->hosts), 0);
   assert_int_equal(tr_link_server_start(loop, s->hosts, &opts, &s->ls), 0);
   s->port = tr_link_server_port(s->ls);
   assert_true(s->port > 0);
+}
+
+static void service_start(uv_loop_t *loop, struct service *s) {
+  service_start_acking(loop, s, 0);
 }
 
 static tr_host *host_of(struct service *s, const char *name) {
@@ -413,6 +423,111 @@ static void test_other_ca_refused(void **state) {
   service_stop(&loop, &s);
 }
 
+/* Issue 25 item 1: a BatchAck rides in the record of the next command to its agent (one TLS
+ * record and one system call instead of two per host and flush), and goes alone only after the
+ * ack delay or once a burst of chunks is too large to wait. */
+static void send_setup(tr_host *h, uint64_t request_id) {
+  Tracerelay__Command__SetupDataSource setup = TRACERELAY__COMMAND__SETUP_DATA_SOURCE__INIT;
+  setup.has_instance_id = 1;
+  setup.instance_id = request_id;
+  Tracerelay__Command cmd = TRACERELAY__COMMAND__INIT;
+  cmd.has_request_id = cmd.has_producer_id = 1;
+  cmd.request_id = request_id;
+  cmd.producer_id = 1;
+  cmd.cmd_case = TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE;
+  cmd.setup_data_source = &setup;
+  assert_int_equal(tr_link_server_commands.send_command(h, &cmd), 0);
+}
+
+static uint64_t acks(struct service *s, bool alone) {
+  struct tr_link_server_counts c;
+  tr_link_server_counts(s->ls, &c);
+  return alone ? c.acks_alone : c.acks_sent;
+}
+
+static void test_acks_ride_with_commands(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct service s;
+  struct agent a;
+  service_start_acking(&loop, &s, 60000); /* longer than the test: no ack goes for its age */
+  agent_start(&loop, &a, s.port, dir, "agent-web-1");
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1 &&
+                       host_of(&s, "web-1")->num_producers == 1, 5000);
+  tr_host *h = host_of(&s, "web-1");
+  const tr_relay_agent *spill = tr_link_client_spill(a.lc);
+
+  /* Each command makes data and a reply behind it: when the reply is in, the data is stored. */
+  a.chunks_per_command = 10;
+  uint64_t stored[6] = {0};
+  for (uint64_t k = 1; k <= 5; k++) {
+    send_setup(h, k);
+    RUN_UNTIL(&loop, link_stub_count(EV_REPLY, "web-1") == k, 5000);
+    stored[k] = tr_hosts_peer(h)->stored_seq;
+  }
+  /* Every command after the first brought the ack of what the one before made... */
+  for (int k = 1; k < 5; k++)
+    assert_true(a.acked_at_command[k] >= stored[k]);
+  assert_int_equal(acks(&s, false), 4);
+  assert_int_equal(acks(&s, true), 0); /* ...and no ack went in a record of its own */
+  run_for(&loop, 200);
+  assert_int_equal(acks(&s, true), 0);
+  assert_true(spill->acked_seq < stored[5]); /* the last one waits for a command */
+
+  /* A burst beyond TR_LINK_ACK_AT_ONCE_BYTES is acked at once: 400 chunks of 200 bytes. */
+  push_chunks(&a, 400);
+  RUN_UNTIL(&loop, h->stats.chunks_received == 50 + 400 &&
+                       spill->acked_seq == tr_hosts_peer(h)->stored_seq, 5000);
+  assert_int_equal(acks(&s, true), 1);
+
+  agent_stop(&loop, &a, 3000);
+  service_stop(&loop, &s);
+}
+
+static void test_ack_goes_alone_after_its_delay(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct service s;
+  struct agent a;
+  service_start_acking(&loop, &s, 100);
+  agent_start(&loop, &a, s.port, dir, "agent-web-1");
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  tr_host *h = host_of(&s, "web-1");
+  const tr_relay_agent *spill = tr_link_client_spill(a.lc);
+  push_chunks(&a, 10);
+  RUN_UNTIL(&loop, h->stats.chunks_received == 10, 5000);
+  RUN_UNTIL(&loop, spill->acked_seq == tr_hosts_peer(h)->stored_seq, 5000);
+  assert_int_equal(acks(&s, true), 1);
+  agent_stop(&loop, &a, 3000);
+  service_stop(&loop, &s);
+}
+
+/* Issue 25 item 1: the walk over every peer (heartbeats, deadlines, acks due) goes every 250 ms,
+ * not at every 50 ms tick: at most one per 250 ms of loop time, however late the ticks come. */
+static void test_peers_walked_every_250_ms(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct service s;
+  struct agent a;
+  service_start(&loop, &s);
+  agent_start(&loop, &a, s.port, dir, "agent-web-1");
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  struct tr_link_server_counts c0, c1;
+  tr_link_server_counts(s.ls, &c0);
+  uv_update_time(&loop);
+  uint64_t t0 = uv_now(&loop);
+  RUN_UNTIL(&loop, uv_now(&loop) - t0 >= 1000, 3000);
+  tr_link_server_counts(s.ls, &c1);
+  uint64_t walks = c1.walks - c0.walks;
+  assert_true(walks >= 1);
+  assert_true(walks <= (uv_now(&loop) - t0) / 250 + 1);
+  agent_stop(&loop, &a, 3000);
+  service_stop(&loop, &s);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN); /* as the daemons do: a peer gone mid-write is an error code */
   for (size_t i = 0; i < sizeof payload; i++)
@@ -423,6 +538,9 @@ int main(void) {
       cmocka_unit_test(test_agent_restart_keeps_host),
       cmocka_unit_test(test_duplicate_host_refused),
       cmocka_unit_test(test_other_ca_refused),
+      cmocka_unit_test(test_acks_ride_with_commands),
+      cmocka_unit_test(test_ack_goes_alone_after_its_delay),
+      cmocka_unit_test(test_peers_walked_every_250_ms),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
 }

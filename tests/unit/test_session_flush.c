@@ -5,8 +5,9 @@
  * fails and names, in the log and in the counters (the host's flushes_missed, the session's
  * per-host count in TraceStats), exactly the hosts that did not answer; that a host whose
  * link goes down during a flush is named at once, without waiting for the timeout, and counted
- * again by each flush while it is away; and that a flush with nothing to wait for completes at
- * once. */
+ * again by each flush while it is away; that a flush with nothing to wait for completes at
+ * once; that a flush's fan-out looks at each instance twice, not once per producer; and that
+ * an ack finds its host's entry in one step. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 
 #include <string.h>
 
+#include "service/session_priv.h"
 #include "session_fixture.h"
 
 #define START TRACERELAY__COMMAND__CMD_START_DATA_SOURCE
@@ -186,12 +188,75 @@ static void test_flush_with_nothing_to_wait_for(void **state) {
   fx_teardown();
 }
 
+/* NUM_HOSTS hosts of two producers each offering two data sources, all four instances of
+ * each host started. */
+static tr_session *two_producer_session(struct fx_config *cfg) {
+  const char *const names[] = {"track_event", "linux.ftrace", NULL};
+  static const char *const both[][3] = {{"track_event", "linux.ftrace", NULL},
+                                        {"track_event", "linux.ftrace", NULL}};
+  tr_session *s;
+  fx_setup();
+  for (size_t i = 0; i < NUM_HOSTS; i++) {
+    fx_make_host(i, kNames[i], 2, both);
+    fx_connect(i);
+  }
+  fx_config(cfg, names);
+  s = fx_enable(cfg);
+  for (size_t i = 0; i < NUM_HOSTS; i++)
+    fx_answer(i, START);
+  assert_int_equal(fx_observed.all_started, 1);
+  flush_result = -1;
+  return s;
+}
+
+/* Issue 25 item 1: one command per producer naming its instances, found in two passes over the
+ * instances (before, a pass over all of them per producer: O(hosts x instances) a flush, a
+ * million steps at 1,000 hosts). */
+static void test_flush_fans_out_in_two_passes(void **state) {
+  struct fx_config cfg;
+  tr_session *s = two_producer_session(&cfg);
+  (void)state;
+  size_t instances = NUM_HOSTS * 2 * 2;
+  uint64_t examined = tr_session_flush_examined(s);
+  assert_int_equal(tr_session_flush(s, 5000, 0, on_flush, &flush_result), 0);
+  assert_int_equal(tr_session_flush_examined(s) - examined, 2 * instances);
+  assert_int_equal(fx_count(ANY_HOST, FLUSH), NUM_HOSTS * 2);
+  for (size_t k = 0; k < fx_num_sent; k++)
+    if (fx_sent[k].what == FLUSH)
+      assert_int_equal(fx_sent[k].num_flushed, 2); /* the producer's two instances */
+  for (size_t i = 0; i < NUM_HOSTS; i++) {
+    assert_int_equal(fx_count(i, FLUSH), 2);
+    assert_int_equal(flush_result, -1);
+    fx_answer(i, FLUSH);
+  }
+  assert_int_equal(flush_result, 1);
+  fx_teardown();
+}
+
+/* Issue 25 item 1: an ack (as a chunk) finds its host's session entry in one step, whatever
+ * the number of hosts (before, a walk over the entries from the newest: the first host's
+ * acks cost one step per host). */
+static void test_acks_find_their_host_in_one_step(void **state) {
+  struct fx_config cfg;
+  tr_session *s = two_producer_session(&cfg);
+  (void)state;
+  assert_int_equal(tr_session_flush(s, 5000, 0, on_flush, &flush_result), 0);
+  uint64_t examined = s->host_entries_examined;
+  for (size_t i = 0; i < NUM_HOSTS; i++)
+    fx_answer(i, FLUSH); /* two acks each */
+  assert_int_equal(flush_result, 1);
+  assert_int_equal(s->host_entries_examined - examined, NUM_HOSTS * 2);
+  fx_teardown();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_flush_completes_when_every_host_acked),
       cmocka_unit_test(test_flush_timeout_names_silent_hosts),
       cmocka_unit_test(test_host_lost_during_flush_is_named_at_once),
       cmocka_unit_test(test_flush_with_nothing_to_wait_for),
+      cmocka_unit_test(test_flush_fans_out_in_two_passes),
+      cmocka_unit_test(test_acks_find_their_host_in_one_step),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
