@@ -102,9 +102,9 @@ def all_started(bin_dir, consumer, n):
     return done == n
 
 
-def scrape_histogram(port, name):
+def scrape_histogram(port, name, timeout=10):
     """(upper bound, cumulative count) pairs of a histogram on a /metrics page."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
         text = r.read().decode()
     out = []
     for line in text.splitlines():
