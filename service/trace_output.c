@@ -42,6 +42,11 @@ enum { PHASE_HEAD, PHASE_BUFFERS, PHASE_TAIL, PHASE_DONE };
 typedef struct out_host {
   const tr_host *host;
   tr_tbuf *const *tbufs;      /* [num_buffers], the session's */
+  /* The session's first entry of this host (its own index unless a restarted agent's), and
+   * whether a newer entry of the host follows: kept as entries are added, as passes ask them
+   * of every host (per packet, for the anchor) and 10,000 hosts made a walk each quadratic. */
+  size_t first;
+  bool superseded;
   int64_t clock_sync_from;    /* host BOOTTIME up to which remote_clock_sync was written */
   bool clock_sync_started;    /* clock_sync_from was set to the session's start */
   struct tr_clocksync_sync_pair clock_sync_last; /* the last one written */
@@ -135,10 +140,7 @@ static int push(tr_packet_list *l, int rc, tr_trace_writer_buf *b) {
 
 /* The session's first entry of entry index's host: a restarted agent's entries share it. */
 static size_t first_entry(const tr_trace_output *o, size_t index) {
-  for (size_t i = 0; i < index; i++)
-    if (o->hosts[i].host == o->hosts[index].host)
-      return i;
-  return index;
+  return o->hosts[index].first;
 }
 
 static bool host_listed_before(const tr_trace_output *o, size_t index) {
@@ -147,10 +149,7 @@ static bool host_listed_before(const tr_trace_output *o, size_t index) {
 
 /* The entry that speaks for a host: the newest one (a restarted agent's). */
 static bool newest_entry(const tr_trace_output *o, size_t index) {
-  for (size_t i = index + 1; i < o->num_hosts; i++)
-    if (o->hosts[i].host == o->hosts[index].host)
-      return false;
-  return true;
+  return !o->hosts[index].superseded;
 }
 
 static int64_t start_ns(const tr_trace_output *o) {
@@ -821,10 +820,19 @@ int tr_trace_output_add_host(tr_trace_output *o, const tr_host *host, tr_tbuf *c
   if (!n)
     return TR_ERR_NOMEM;
   o->hosts = n;
-  n = &o->hosts[o->num_hosts++];
+  size_t first = o->num_hosts;
+  for (size_t i = o->num_hosts; i-- > 0;) /* the host's newest entry so far, if it has one */
+    if (o->hosts[i].host == host) {
+      first = o->hosts[i].first;
+      o->hosts[i].superseded = true;
+      break;
+    }
+  n = &o->hosts[o->num_hosts];
   memset(n, 0, sizeof *n);
   n->host = host;
   n->tbufs = tbufs;
+  n->first = first;
+  o->num_hosts++;
   return 0;
 }
 
