@@ -1,7 +1,7 @@
 """benchlib.py: what the Python benches (bench_relay, bench_flood, bench_agents, bench_tiers)
-share: CPU time and RSS of a process from /proc, the whole machine's busy CPU time, a free
-loopback port, waiting for a daemon's socket or a log line, stopping a process, the hosts of
-`tracerelay status`, and a service's /metrics histograms."""
+share: CPU time, read/write system calls and RSS of a process from /proc, the whole machine's
+busy CPU time, a free loopback port, waiting for a daemon's socket or a log line, stopping a
+process, the hosts of `tracerelay status`, and a service's /metrics histograms."""
 import json
 import os
 import signal
@@ -32,6 +32,17 @@ def stime_s(pid):
             return int(f.read().rsplit(")", 1)[1].split()[12]) / TICK  # field 15 of stat(5)
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return 0.0
+
+
+def rw_syscalls(pid):
+    """The read and write system calls of a process (all its threads) so far: syscr + syscw of
+    /proc/PID/io (read, readv, write, writev and their kin; not epoll_wait); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            fields = dict(line.split(":") for line in f)
+        return int(fields["syscr"]) + int(fields["syscw"])
+    except (FileNotFoundError, ProcessLookupError, KeyError):
+        return 0
 
 
 def machine_busy_s():
