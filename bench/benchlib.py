@@ -1,9 +1,10 @@
 """benchlib.py: what the Python benches (bench_relay, bench_flood, bench_agents, bench_tiers)
-share: CPU time and RSS of a process from /proc, the whole machine's busy CPU time, a free
-loopback port, waiting for a daemon's socket or a log line, stopping a process, the hosts of
-`tracerelay status`, and a service's /metrics histograms."""
+share: CPU time, system calls (perf stat, or read/write calls from /proc) and RSS of a process,
+the whole machine's busy CPU time, a free loopback port, waiting for a daemon's socket or a log line, stopping a
+process, the hosts of `tracerelay status`, and a service's /metrics histograms."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +33,48 @@ def stime_s(pid):
             return int(f.read().rsplit(")", 1)[1].split()[12]) / TICK  # field 15 of stat(5)
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return 0.0
+
+
+def rw_syscalls(pid):
+    """The read and write system calls of a process (all its threads) so far: syscr + syscw of
+    /proc/PID/io (read, readv, write, writev and their kin; not epoll_wait); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            fields = dict(line.split(":") for line in f)
+        return int(fields["syscr"]) + int(fields["syscw"])
+    except (FileNotFoundError, ProcessLookupError, KeyError):
+        return 0
+
+
+class SyscallCount:
+    """The system calls a process makes from its construction until stop(): in all and by name
+    (SYSCALL_NAMES), counted by `perf stat` on the syscall tracepoints (needs perf and the right
+    to attach to the process: root, or perf_event_paranoid <= 1 for one's own); where perf cannot,
+    only the read and write calls (syscr + syscw, which do not count recvmsg and sendmsg)."""
+    NAMES = ("epoll_wait", "read", "write", "readv", "writev", "recvmsg", "sendmsg")
+
+    def __init__(self, pid, out_path):
+        self.pid, self.path, self.rw0, self.perf = pid, out_path, rw_syscalls(pid), None
+        if shutil.which("perf"):
+            events = ["raw_syscalls:sys_enter"] + [f"syscalls:sys_enter_{n}" for n in self.NAMES]
+            self.perf = subprocess.Popen(
+                ["perf", "stat", "-x,", "-o", out_path, "-p", str(pid)]
+                + sum((["-e", e] for e in events), []),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self):
+        """{"all": calls or None without perf, each name: calls, "rw": syscr + syscw}."""
+        out = {"all": None, "rw": rw_syscalls(self.pid) - self.rw0}
+        if self.perf is None or self.perf.poll() is not None:  # none, or it could not attach
+            return out
+        self.perf.send_signal(signal.SIGINT)
+        self.perf.wait(10)
+        with open(self.path) as f:  # "count,unit,event,..." ("<not counted>": it never ran)
+            for fields in (line.strip().split(",") for line in f):
+                if len(fields) > 2 and fields[2].startswith(("raw_syscalls:", "syscalls:")):
+                    name = fields[2].split("sys_enter")[1].lstrip("_") or "all"
+                    out[name] = int(fields[0]) if fields[0].isdigit() else 0
+        return out
 
 
 def machine_busy_s():
