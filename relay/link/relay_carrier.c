@@ -169,7 +169,12 @@ static void end_child(tr_relay_link *child) {
   if (c->num_ended == c->cap_ended) {
     size_t cap = c->cap_ended ? c->cap_ended * 2 : 16;
     tr_relay_link **grown = realloc(c->ended, cap * sizeof *grown);
-    if (grown == NULL) { /* cannot wait: it hears on_closed now */
+    if (grown == NULL) { /* cannot wait: it hears on_closed now, out of the read's list */
+      for (tr_relay_link **t = &c->touched; *t != NULL; t = &(*t)->next_touched)
+        if (*t == child) {
+          *t = child->next_touched;
+          break;
+        }
       child->ev->on_closed(child, child->end_reason, "closed");
       tr_relay_link_free(child);
       return;
