@@ -166,6 +166,14 @@ def scrape_value(port, name):
     return None
 
 
+def scrape_sum(port, name, timeout=60):
+    """The sum of every sample of a family (all label sets) on a /metrics page."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+        text = r.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
 def quantile(q, buckets):
     """Prometheus' histogram_quantile: linear within the bucket that holds rank q * count."""
     total = buckets[-1][1] if buckets else 0

@@ -95,6 +95,11 @@ static bool clock_rtt(const struct host_figures *f, double *v) {
   return f->clock_synced;
 }
 
+static bool clock_exchanges(const struct host_figures *f, double *v) {
+  *v = (double)f->clock.probes;
+  return f->clock_synced;
+}
+
 static bool clock_bound(const struct host_figures *f, double *v) {
   *v = (double)f->clock.bound_ns / 1e9;
   return f->clock_synced && f->clock.bound_ns >= 0;
@@ -163,6 +168,9 @@ static const struct host_metric kHostMetrics[] = {
      "clock error bound now: how far from its true instant the trace may place this host's "
      "next event (docs/timeline.md)",
      clock_bound},
+    {"tracerelay_host_clock_exchanges_total", "counter",
+     "clock exchanges the host's estimator took (its own, or relayed by its regional)",
+     clock_exchanges},
 };
 
 static void service_gauge(tr_prom_text *t, const char *name, const char *type, const char *help,

@@ -22,6 +22,10 @@
 # (tools/valgrind.sh); the wrapper must exec or be the daemon, so that its PID is the daemon's.
 
 CLUSTER_PIDS=()
+# The order cluster_cleanup stops them in: producers, agents, whatever else (proxies, load),
+# regionals, services, so each process ends while what it talks to is still up (an agent with
+# data not yet acknowledged would otherwise wait its shutdown timeout for the service).
+declare -gA CLUSTER_STOP_STEP=()
 CLUSTER_NETNS=()
 CLUSTER_HOSTS=()
 declare -gA CLUSTER_SERVICE_VIA=() # host name -> HOST:PORT its agent dials instead (a proxy)
@@ -81,16 +85,20 @@ cluster_finish() {
 cluster_cleanup() {
   local status=$?
   set +e # a failing kill or wait must not change the script's own exit status
-  local pid
-  for pid in "${CLUSTER_PIDS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null
-  done
-  for pid in "${CLUSTER_PIDS[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
+  local pid step
+  for step in 0 1 2 3 4; do
+    for pid in "${CLUSTER_PIDS[@]}"; do
+      [ "${CLUSTER_STOP_STEP[$pid]:-2}" = "$step" ] && kill -TERM "$pid" 2>/dev/null
+    done
+    for pid in "${CLUSTER_PIDS[@]}"; do
+      [ "${CLUSTER_STOP_STEP[$pid]:-2}" = "$step" ] || continue
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+    done
   done
   CLUSTER_PIDS=()
+  CLUSTER_STOP_STEP=()
   local ns
   for ns in "${CLUSTER_NETNS[@]}"; do
     ip netns del "$ns" 2>/dev/null
@@ -162,6 +170,7 @@ cluster_start_service() {
     >>"$WORK/service.log" 2>&1 &
   SERVICE_PID=$!
   CLUSTER_PIDS+=("$SERVICE_PID")
+  CLUSTER_STOP_STEP[$SERVICE_PID]=4
   wait_for_socket "$CONSUMER_SOCK" "$SERVICE_PID"
 }
 
@@ -176,6 +185,7 @@ cluster_start_agent() {
     "$@" >>"$WORK/agent-$name.log" 2>&1 &
   AGENT_PID=$!
   CLUSTER_PIDS+=("$AGENT_PID")
+  CLUSTER_STOP_STEP[$AGENT_PID]=1
   eval "AGENT_PID_${i}=$AGENT_PID"
   wait_for_socket "$WORK/$name/producer.sock" "$AGENT_PID"
 }
@@ -188,6 +198,7 @@ cluster_start_loadgen() {
     --stats-json "$WORK/loadgen-$name-$n.json" "$@" >>"$WORK/loadgen-$name-$n.log" 2>&1 &
   LOADGEN_PID=$!
   CLUSTER_PIDS+=("$LOADGEN_PID")
+  CLUSTER_STOP_STEP[$LOADGEN_PID]=0
 }
 
 # ---- Tiers (issue 14): a root service, regional services under it, agents under each regional.
@@ -295,6 +306,7 @@ cluster_start_regional() {
     --consumer-socket "$WORK/$name/consumer.sock" "$@" >>"$WORK/$name.log" 2>&1 &
   REGIONAL_PID=$!
   CLUSTER_PIDS+=("$REGIONAL_PID")
+  CLUSTER_STOP_STEP[$REGIONAL_PID]=3
   CLUSTER_REGIONAL_PID[$name]=$REGIONAL_PID
   wait_for_socket "$WORK/$name/producer.sock" "$REGIONAL_PID"
 }

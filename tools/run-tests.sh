@@ -5,7 +5,9 @@
 #  2. builds the Release configuration users install (-O3 -DNDEBUG, build-release, what the
 #     Debian package is made from) and runs the unit tests and the loss accounting tests
 #     (ctest label "accounting": overload, restarts, stop_backlog, slow_stop, soak_60s) on it.
-# Arguments go to ctest, for both builds:
+# Without arguments the unit tests (label "unit", the fuzz corpora among them) run two at a
+# time (ctest -j2: each is one process that waits for what it checks, and they halve the run),
+# the rest one at a time. Arguments go to ctest, for both builds, one test at a time:
 #   tools/run-tests.sh            as above
 #   tools/run-tests.sh -L unit    only the fast unit tests, on both builds
 #   tools/run-tests.sh -R NAME    one test, on both builds
@@ -38,18 +40,28 @@ ninja -C "$BUILD"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
-run_ctest sanitizers "$BUILD" "$@" || status=1
+RUNS=()
+# run_build NAME DIR DEFAULT_REST: the unit tests two at a time, then DEFAULT_REST (ctest
+# arguments) one at a time; with the script's arguments, only those.
+run_build() {
+  local name=$1 dir=$2 rest=$3
+  if [ "${#ARGS[@]}" -gt 0 ]; then
+    RUNS+=("$name"); run_ctest "$name" "$dir" "${ARGS[@]}" || status=1
+    return
+  fi
+  RUNS+=("$name-unit"); run_ctest "$name-unit" "$dir" -L unit -j2 || status=1
+  RUNS+=("$name-rest"); run_ctest "$name-rest" "$dir" $rest || status=1
+}
+ARGS=("$@")
+run_build sanitizers "$BUILD" "-LE unit"
 [ "${TR_RELEASE:-1}" = 0 ] && exit "$status"
 
 cmake -S . -B "$RELEASE" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTR_SANITIZE=OFF
 ninja -C "$RELEASE"
-if [ $# = 0 ]; then
-  set -- -L 'unit|accounting'
-fi
-run_ctest release "$RELEASE" "$@" || status=1
+run_build release "$RELEASE" "-L accounting"
 
-# Recap: each build's ctest summary (from its "% tests passed" line on), the last lines.
-for name in sanitizers release; do
+# Recap: each run's ctest summary (from its "% tests passed" line on), the last lines.
+for name in "${RUNS[@]}"; do
   echo "==== run-tests: $name build"
   sed -n '/% tests passed, /,$p' "$LOGS/$name.log"
 done

@@ -140,6 +140,10 @@ if (list(on_loop.values()) != [0.0] or len(on_workers) != 1
 bound = by("tracerelay_host_clock_error_bound_seconds", "host")
 if set(bound) != {"web-1", "web-2"} or any(not 0 <= b < 1 for b in bound.values()):
     sys.exit(f"FAIL: clock error bounds {bound}")
+# Each host's exchanges: at least the first dense probes' worth (TR_CLOCK_PROBE_DENSE, 10).
+exchanges = by("tracerelay_host_clock_exchanges_total", "host")
+if set(exchanges) != {"web-1", "web-2"} or any(n < 10 for n in exchanges.values()):
+    sys.exit(f"FAIL: clock exchanges {exchanges}")
 print("Prometheus agrees with status:", {h: want[h]["tracerelay_host_received_chunks_total"] for h in want},
       "chunks; bounds (s):", bound)
 PY
