@@ -18,6 +18,7 @@
 #include "service/link_server.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -58,6 +59,9 @@ struct tr_link_peer {
    * per relayed host, are peers of their own (accepted as its slots open). */
   bool carrier;
   tr_host *via; /* the regional's own host entry, once known (entries live as long as we do) */
+  /* A carrier: the regional's drift last told (UpstreamSessions), and whether any was. */
+  bool drift_told;
+  double drift_told_ppm;
   struct tr_clock_probe_peer probe; /* scheduled from Welcome (with the feature) to closing */
 };
 
@@ -226,16 +230,46 @@ static const char *hello_name(tr_link_peer *p, const Tracerelay__Hello *hello) {
 
 static const struct tr_relay_link_events link_events;
 
-/* Tells a regional's carrier whether a session runs here: it probes its hosts at the session
- * rate only then (their exchanges come here, a fit each). */
+/* Our estimate of a carrier's regional's clock drift, once its own host (its embedded agent,
+ * under the same certificate) has been measured. */
+static bool regional_drift(tr_link_peer *p, double *ppm) {
+  if (p->via == NULL)
+    p->via = tr_hosts_find(p->ls->hosts, tr_tls_uv_peer_name(tr_relay_link_conn(p->link)));
+  struct tr_clocksync_stats cs;
+  if (p->via == NULL || p->via->clock == NULL)
+    return false;
+  tr_clocksync_get_stats(p->via->clock, &cs);
+  if (cs.probes == 0)
+    return false;
+  *ppm = tr_clocksync_drift_ppm(p->via->clock);
+  return true;
+}
+
+/* Tells a regional's carrier whether a session runs here, and its clock's drift against ours:
+ * it probes its hosts at the session rate only then, paced by their drift against us (their
+ * exchanges come here, a fit each). */
 static void send_sessions(tr_link_peer *p, bool running) {
   Tracerelay__UpstreamSessions u = TRACERELAY__UPSTREAM_SESSIONS__INIT;
   u.has_running = 1;
   u.running = running;
+  if (regional_drift(p, &u.regional_drift_ppm)) {
+    u.has_regional_drift_ppm = 1;
+    p->drift_told = true;
+    p->drift_told_ppm = u.regional_drift_ppm;
+  }
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_UPSTREAM_SESSIONS;
   f.upstream_sessions = &u;
   tr_relay_link_send(p->link, &f);
+}
+
+/* Again when the regional's drift was first measured or moved by more than this. */
+#define DRIFT_RETELL_PPM 0.5
+
+static void tell_drift_moved(tr_link_peer *p) {
+  double ppm;
+  if (regional_drift(p, &ppm) && (!p->drift_told || fabs(ppm - p->drift_told_ppm) > DRIFT_RETELL_PPM))
+    send_sessions(p, p->ls->session);
 }
 
 /* A regional's carrier: one link for every host it relays, if the rules name it. */
@@ -694,6 +728,8 @@ static void on_tick(uv_timer_t *t) {
   if (walk)
     for (tr_link_peer *p = ls->peers; p != NULL; p = p->next) {
       send_ack_due(p, now_ms);
+      if (p->carrier && !tr_relay_link_closing(p->link))
+        tell_drift_moved(p);
       tr_relay_link_keep_alive(p->link, now_ns);
     }
 }

@@ -161,7 +161,9 @@ static const struct host_metric kHostMetrics[] = {
     {"tracerelay_host_clock_offset_seconds", "gauge",
      "service clock minus the host's (BOOTTIME), as the timeline maps it", clock_offset},
     {"tracerelay_host_clock_drift_ratio", "gauge",
-     "the host's clock rate relative to the service's, minus 1", clock_drift},
+     "the drift of the service's clock minus the host's (-1e-6: the host's clock runs 1 ppm "
+     "fast)",
+     clock_drift},
     {"tracerelay_host_clock_rtt_seconds", "gauge", "round trip of the best recent clock probe",
      clock_rtt},
     {"tracerelay_host_clock_error_bound_seconds", "gauge",
@@ -285,6 +287,13 @@ void tr_metrics_write_regional(const struct tr_regional_stats *st, tr_prom_text 
                 "1 while the upstream says a session runs there (the agents' clocks are probed "
                 "at the session rate then)",
                 st->upstream_session);
+  if (st->upstream_drift_known)
+    service_gauge(t, "tracerelay_regional_upstream_drift_ratio", "gauge",
+                  "the drift of the upstream's clock minus this regional's, as the upstream "
+                  "measures it (-1e-6: this regional's clock runs 1 ppm fast); the agents' "
+                  "probes are paced by their drift against the upstream: theirs against this "
+                  "regional plus this",
+                  st->upstream_drift_ppm / 1e6);
   service_gauge(t, "tracerelay_regional_carrier_connects_total", "counter",
                 "links to the upstream carrying the agents' links made (welcomed)",
                 (double)st->carrier_connects);

@@ -6,6 +6,7 @@
  * tick) and heartbeats (every HEARTBEAT_TICKS ticks), and the carrier's. */
 #include "service/regional.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,8 @@
 #define COMP "regional"
 #define TICK_MS TR_CLOCK_PROBE_SESSION_MIN_MS
 #define HEARTBEAT_TICKS 10
+/* An upstream's estimate beyond this is not one (its estimator clamps at 1000 ppm). */
+#define TR_REGIONAL_MAX_UPSTREAM_DRIFT_PPM 1000.0
 #define PROBE_FEATURES (TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)
 /* Features between an agent and us, never offered upstream. */
 #define OWN_FEATURES (PROBE_FEATURES | TR_RELAY_FEATURE_UPSTREAM_LOST)
@@ -79,6 +82,10 @@ struct tr_regional {
   /* A session runs at the upstream (it says so on the carrier): the agents' clocks are probed
    * at the session rate only then. */
   bool upstream_session;
+  /* The upstream's estimate of our clock's drift against its own, once it said one: a host's
+   * drift against the upstream is its drift against us plus this. */
+  bool upstream_drift_known;
+  double upstream_drift_ppm;
   pump *pumps;
   struct tr_clock_probe_sched probes;
   uv_timer_t tick;
@@ -135,9 +142,12 @@ static int64_t probe_sent_time(void *data, int64_t t1) {
   return tr_tls_uv_sent_time(tr_relay_link_conn(p->down), t1);
 }
 
+/* The session's pace follows the host's drift against the upstream, whose timeline the host
+ * is placed on: ours against the host's alone would probe two clocks that drift alike (the
+ * host's and ours) needlessly often, and two in step too rarely while we drift. */
 static double probe_drift_ppm(void *data) {
   pump *p = data;
-  return tr_clocksync_drift_ppm(p->clock);
+  return tr_clocksync_drift_ppm(p->clock) + p->r->upstream_drift_ppm;
 }
 
 /* Our own estimate paces the probes; the exchange itself goes upstream, where it counts, if
@@ -444,12 +454,16 @@ static void carrier_down(void *data, int reason, Tracerelay__Goodbye__Reason ref
   }
 }
 
-static void carrier_sessions(void *data, bool running) {
+static void carrier_sessions(void *data, bool running, bool has_drift, double drift_ppm) {
   tr_regional *r = data;
   if (running != r->upstream_session)
     TR_DEBUG(COMP, "a session %s at the upstream: probing the agents' clocks at the %s rate",
              running ? "runs" : "no longer runs", running ? "session" : "idle");
   r->upstream_session = running;
+  if (has_drift && isfinite(drift_ppm) && fabs(drift_ppm) < TR_REGIONAL_MAX_UPSTREAM_DRIFT_PPM) {
+    r->upstream_drift_known = true;
+    r->upstream_drift_ppm = drift_ppm;
+  }
 }
 
 static void carrier_stopped(void *data) {
@@ -723,6 +737,8 @@ void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out) {
     tr_upstream_carrier_stats(r->carrier, &cs);
   out->carrier_up = cs.up;
   out->upstream_session = r->upstream_session;
+  out->upstream_drift_known = r->upstream_drift_known;
+  out->upstream_drift_ppm = r->upstream_drift_ppm;
   out->carrier_connects = cs.connects;
   out->carrier_lost = cs.lost;
   out->carrier_frames_out = cs.frames_out;

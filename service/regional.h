@@ -78,6 +78,10 @@ struct tr_regional_stats {
    * and lost, frames written to them and the writes those went out in. */
   bool carrier_up;
   bool upstream_session; /* the upstream says a session runs there */
+  /* The upstream's estimate of our clock's drift against its own (ratio - 1), once it said one:
+   * the agents' probes in a session are paced by their drift plus this. */
+  bool upstream_drift_known;
+  double upstream_drift_ppm;
   uint64_t carrier_connects, carrier_lost, carrier_frames_out, carrier_writes;
 };
 void tr_regional_stats(const tr_regional *r, struct tr_regional_stats *out);

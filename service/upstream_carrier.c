@@ -73,7 +73,7 @@ static void went_down(tr_upstream_carrier *c, int reason, const char *why) {
   c->failures++;
   c->retry_at_ms = uv_now(c->loop) + delay;
   if (was_up && !c->stopping)
-    c->ev->sessions(c->data, false);
+    c->ev->sessions(c->data, false, false, 0);
   Tracerelay__Goodbye__Reason refusal = c->refusal;
   c->refusal = TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED;
   if (!c->stopping)
@@ -144,7 +144,9 @@ static void carrier_frame(tr_relay_link *l, Tracerelay__RelayFrame *f) {
     break;
   case TRACERELAY__RELAY_FRAME__MSG_UPSTREAM_SESSIONS:
     if (c->state == WELCOMED)
-      c->ev->sessions(c->data, f->upstream_sessions->running);
+      c->ev->sessions(c->data, f->upstream_sessions->running,
+                      f->upstream_sessions->has_regional_drift_ppm,
+                      f->upstream_sessions->regional_drift_ppm);
     else
       tr_relay_link_protocol_error(l, "UpstreamSessions before the carrier's Welcome");
     break;

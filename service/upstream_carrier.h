@@ -30,8 +30,10 @@ struct tr_upstream_carrier_events {
    * nobody), why then its text; REASON_UNSPECIFIED if none came. */
   void (*down)(void *data, int reason, Tracerelay__Goodbye__Reason refusal, const char *why);
   /* The upstream says whether a session runs there (UpstreamSessions): after the Welcome and
-   * whenever it changes. A carrier that goes down says nothing more: assume none. */
-  void (*sessions)(void *data, bool running);
+   * whenever it changes; with it, once measured, its estimate of our clock's drift against its
+   * own (drift_ppm, when has_drift). A carrier that goes down says nothing more: assume no
+   * session. */
+  void (*sessions)(void *data, bool running, bool has_drift, double drift_ppm);
   /* After tr_upstream_carrier_stop, once nothing of it is left: it is freed. */
   void (*stopped)(void *data);
 };

@@ -7,7 +7,10 @@
 # upstream link lost, its one carrier to the root up (made once, frames written to it, and
 # more frames than writes); its own agent's link to the root is up. The root tells it whether a
 # session runs (tracerelay_regional_upstream_session: 0, 1 while a `record` at the root runs, 0
-# after), so it probes its agents at the session rate only then. Then the root stops: the
+# after), so it probes its agents at the session rate only then, and how far its clock drifts
+# against the root's (the regional runs 150 ppm fast: tracerelay_regional_upstream_drift_ratio,
+# the drift of the root's clock minus the regional's, within 30 ppm of -150e-6), so it paces its agents by their drift against the root: in the session
+# each agent's clock exchanges at the root are under a quarter of the regional's own. Then the root stops: the
 # regional counts both agents' upstream links lost, forwards none, and its carrier is down. No sanitizer report in any
 # log (the regional's /metrics used to run the service's tr_metrics_write: a symbol clash).
 # Usage: test_regional_metrics.sh BIN_DIR. Exits 77 (skip) without curl.
@@ -24,7 +27,11 @@ M=$(free_port)
 
 cluster_tree "regional-a=web-1,web-2"
 cluster_start_service --relay-allow 'regional-a=web-*'
-cluster_start_regional regional-a --metrics-listen "127.0.0.1:$M" || fail "the regional did not start"
+# The regional's clock runs 150 ppm fast (its agents' on the real clock): the root measures
+# that on the regional's own host and tells it, and the regional paces its agents' probes by
+# their drift against the root (about 0 here), not against itself (about -150 ppm).
+cluster_start_regional regional-a --metrics-listen "127.0.0.1:$M" --fake-clock 0,150 ||
+  fail "the regional did not start"
 for h in web-1 web-2; do cluster_start_agent "$h" || fail "agent $h did not start"; done
 cluster_wait_hosts 30 web-1 web-2 regional-a || fail "the hosts did not all reach the root"
 
@@ -47,12 +54,32 @@ want tracerelay_regional_upstream_lost_total == 0
 want tracerelay_agent_link_up == 1 # the regional's own agent, to the root
 want tracerelay_regional_carrier_up == 1
 want tracerelay_regional_upstream_session == 0
+want tracerelay_regional_upstream_drift_ratio '<' -120e-6
+want tracerelay_regional_upstream_drift_ratio '>' -180e-6
+# Clock exchanges the root's estimators took, per host (its status).
+exchanges() {
+  "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json | python3 -c '
+import json, sys
+print(json.dumps({h["machine_name"]: h["clock"].get("probes", 0) for h in json.load(sys.stdin)["hosts"]}))'
+}
+before=$(exchanges)
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 4s \
   -o "$WORK/session.pftrace" >"$WORK/session-record.log" 2>&1 &
 rec_pid=$!
 want tracerelay_regional_upstream_session == 1
 wait "$rec_pid" || fail "record at the root: $(tail -n 3 "$WORK/session-record.log")"
 want tracerelay_regional_upstream_session == 0
+# In the session the root probes the regional's own host at its drift's pace (1 us / 150 ppm:
+# every 6.7 ms); the regional probes its agents at theirs against the root (1 s at ~0 ppm),
+# where its own estimate alone (150 ppm) would have paced them as often as itself.
+python3 - "$before" "$(exchanges)" <<'PY' || fail "the agents' probes are not paced by their drift against the root"
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+d = {h: b[h] - a.get(h, 0) for h in b}
+print("clock exchanges in the session:", d)
+if d["regional-a"] < 40 or any(d[h] * 4 > d["regional-a"] for h in ("web-1", "web-2")):
+    sys.exit(1)
+PY
 want tracerelay_regional_carrier_connects_total == 1
 want tracerelay_regional_carrier_frames_total '>' 0
 # Both from one scrape: frames and writes go on between two.
