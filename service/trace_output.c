@@ -273,14 +273,21 @@ static int64_t bound_at(const tr_trace_output *o, const out_host *sh, int64_t h,
 /* Samples over host times [sh->bound_from, to). */
 static int add_bound_samples(const tr_trace_output *o, out_host *sh, tr_packet_list *out,
                              int64_t to) {
+  /* A step's end is the next step's start: its bound is taken once. */
+  int64_t prev_end = -1, prev_est = -1, prev_ts = 0, prev_b = 0;
   for (int64_t end; sh->bound_from < to; sh->bound_from = end) {
     int64_t h = sh->bound_from;
     int64_t step = tr_clocksync_knot_gap(sh->host->clock, h) / 8;
     step = step < BOUND_STEP_MIN_NS ? BOUND_STEP_MIN_NS
            : step > BOUND_STEP_MAX_NS ? BOUND_STEP_MAX_NS : step;
     end = h + step < to ? h + step : to; /* the next call goes on from `to` */
-    int64_t ts, ts_end, b = 0, b_end = 0;
-    int64_t est = bound_at(o, sh, h, &ts, &b), est_end = bound_at(o, sh, end, &ts_end, &b_end);
+    int64_t ts = prev_ts, ts_end = 0, b = prev_b, b_end = 0;
+    int64_t est = h == prev_end ? prev_est : bound_at(o, sh, h, &ts, &b);
+    int64_t est_end = bound_at(o, sh, end, &ts_end, &b_end);
+    prev_end = end;
+    prev_est = est_end;
+    prev_ts = ts_end;
+    prev_b = b_end;
     tr_trace_writer_buf p;
     int rc;
     if (est < 0 || est_end < 0 || ts < 0)

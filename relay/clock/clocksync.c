@@ -103,6 +103,20 @@ static int ring_init(struct ring *r, size_t size, uint32_t max) {
   return r->a ? 0 : TR_ERR_NOMEM;
 }
 
+/* The index of the first sample of a ring at or after host time h (r->n if none): a ring's
+ * samples are in host-time order. O(log n). */
+static uint32_t ring_lower_bound(const struct ring *r, int64_t h) {
+  uint32_t lo = 0, hi = r->n;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (((const struct sample *)ring_at(r, mid))->h < h)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 /* Drops the samples of a ring older than cutoff (host time). */
 static void drop_older(struct ring *r, int64_t cutoff) {
   while (r->n > 0 && ((const struct sample *)ring_at(r, 0))->h < cutoff)
@@ -698,10 +712,12 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
   /* Candidates, oldest first: the window bests older than the exchange ring, the ring, then
    * the open exchange period's best (judged now, as it will be when its period closes). */
   int64_t cut = est->ex.n ? ex_at(est, 0)->h : est->ex_open ? est->ex_best.h : INT64_MAX;
-  uint32_t n_old = 0;
-  while (n_old < est->hist.n && hist_at(est, n_old)->h < cut)
-    n_old++;
+  uint32_t n_old = ring_lower_bound(&est->hist, cut);
   uint32_t total = n_old + est->ex.n + (est->ex_open ? 1 : 0);
+  /* Those before host_from would be skipped one by one: a long session keeps thousands. */
+  uint32_t first = ring_lower_bound(&est->hist, host_from);
+  if (first >= n_old)
+    first = n_old + ring_lower_bound(&est->ex, host_from);
   struct sample open = est->ex_best;
   if (est->ex_open) {
     open.outlier = !plausible(est, &open, floor);
@@ -712,7 +728,7 @@ int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_fro
                                                                : GAP_MAX_NS;
   if (spacing < period_ns)
     spacing = period_ns;
-  for (uint32_t i = 0; i <= total && n < cap; i++) {
+  for (uint32_t i = first; i <= total && n < cap; i++) {
     const struct sample *s = i == total ? NULL
                              : i < n_old ? hist_at(est, i)
                              : i < n_old + est->ex.n
