@@ -20,8 +20,7 @@
 #   connected to the same service from its own namespace (all in every session's fan-out and
 #   all probed); starved (issue 24): saturated, plus CPU-burning loops at 3x the CPU count
 #   (TR_TIMELINE_BURNERS overrides) beside the agents, loadgens and service for the whole
-#   recording, so every process waits for a CPU (the load stops once the recording is read
-#   back, before the checks). saturated and starved need namespaces (exit
+#   recording, so every process waits for a CPU. saturated and starved need namespaces (exit
 #   77 without).
 # TR_TIMELINE_DEBUG=1 runs the service at --log-level debug (every probe's four timestamps in
 #   its log, kept with TR_TIMELINE_KEEP).
@@ -141,7 +140,6 @@ scenario_load() {
     for h in "${HOSTS[@]}"; do
       cluster_start_loadgen "$h" --name "flood-$h" --writers 2 --rate 2000 --packet-size 2000 \
         --fake-clock "${FAKE[$h]}"
-      LOAD_PIDS+=("$LOADGEN_PID")
     done ;;
   busy) start_burners "$(nproc)" ;;
   esac
@@ -156,16 +154,7 @@ start_burners() {
     $(ns_prefix "$(host_ns $(((i - 1) % ${#HOSTS[@]} + 1)))") timeout "$((SECONDS_PER_TRACE + 20))" \
       sh -c 'while :; do :; done' &
     CLUSTER_PIDS+=("$!")
-    LOAD_PIDS+=("$!")
   done
-}
-
-# Once the recording is read back: the load ends, so the checks run at full speed.
-stop_load() {
-  local pid
-  for pid in "${LOAD_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${LOAD_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  LOAD_PIDS=()
 }
 
 # summary_line ENCODING STEP: one JSON line for the bench in SUMMARY, written whole in one
@@ -204,7 +193,6 @@ for enc in ${TR_TIMELINE_ENCODINGS:-machines global-clocks}; do
   SERVICE_ARGS=(--timeline "$enc")
   [ "${TR_TIMELINE_DEBUG:-0}" = 1 ] && SERVICE_ARGS+=(--log-level debug)
   cluster_start_service "${SERVICE_ARGS[@]}"
-  LOAD_PIDS=()
   scenario_links
   for h in "${HOSTS[@]}"; do
     cluster_start_agent "$h" --fake-clock "${FAKE[$h]}" "${AGENT_ARGS[@]}"
@@ -243,7 +231,6 @@ for enc in ${TR_TIMELINE_ENCODINGS:-machines global-clocks}; do
     cluster_cleanup; continue; }
   # The probes' round trips as the service measured them, for the bench's summary.
   "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json >"$WORK/status.json" 2>/dev/null || true
-  stop_load
   BOUND_US=${BOUND_GLOBAL_US:-1000}
   args=(--allow-inversions --check-own-bound)
   # A saturated link loses data (counted). On a starved machine the service may send no
