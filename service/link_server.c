@@ -128,28 +128,21 @@ static void send_ack(tr_link_peer *p) {
 static int send_with_ack(tr_link_peer *p, const Tracerelay__RelayFrame *f) {
   Tracerelay__BatchAck ack;
   Tracerelay__RelayFrame af;
-  uint8_t *a = NULL, *b = NULL, *both = NULL;
-  size_t alen, blen;
-  if (!ack_owed(p) || tr_relay_link_closing(p->link) || tr_relay_link_carried(p->link) ||
-      tr_relay_frame_encode(f, TR_RELAY_MIN_FRAME, &b, &blen) < 0) {
-    send_ack(p);
-    return tr_relay_link_send(p->link, f);
+  uint8_t *both = NULL;
+  size_t len;
+  if (ack_owed(p) && !tr_relay_link_closing(p->link) && !tr_relay_link_carried(p->link)) {
+    ack_frame(p, &ack, &af);
+    const Tracerelay__RelayFrame *pair[] = {&af, f};
+    if (tr_relay_frames_encode(pair, 2, TR_RELAY_MIN_FRAME, &both, &len) == 0) {
+      int rc = tr_relay_link_send_encoded(p->link, both, len);
+      free(both);
+      if (rc == 0)
+        acked(p, ack.seq);
+      return rc;
+    }
   }
-  ack_frame(p, &ack, &af);
-  int rc = tr_relay_frame_encode(&af, TR_RELAY_MIN_FRAME, &a, &alen);
-  if (rc == 0 && (both = malloc(alen + blen)) == NULL)
-    rc = TR_ERR_NOMEM;
-  if (rc == 0) {
-    memcpy(both, a, alen);
-    memcpy(both + alen, b, blen);
-    rc = tr_relay_link_send_encoded(p->link, both, alen + blen);
-    if (rc == 0)
-      acked(p, ack.seq);
-  }
-  free(a);
-  free(b);
-  free(both);
-  return rc;
+  send_ack(p);
+  return tr_relay_link_send(p->link, f);
 }
 
 /* The ack owed for longer than the delay, or for a burst of chunks too large to wait; on a

@@ -97,19 +97,32 @@ void tr_relay_items_free(Tracerelay__ChunkItems *items) {
     tracerelay__chunk_items__free_unpacked(items, NULL);
 }
 
-int tr_relay_frame_encode(const Tracerelay__RelayFrame *frame, size_t max_frame, uint8_t **out,
-                          size_t *out_len) {
-  size_t size = tracerelay__relay_frame__get_packed_size(frame);
-  if (size > max_frame || size > UINT32_MAX)
-    return TR_ERR_TOO_BIG;
-  uint8_t *buf = malloc(TR_FRAME_HEADER + size);
+int tr_relay_frames_encode(const Tracerelay__RelayFrame *const *frames, size_t n, size_t max_frame,
+                           uint8_t **out, size_t *out_len) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t size = tracerelay__relay_frame__get_packed_size(frames[i]);
+    if (size > max_frame || size > UINT32_MAX)
+      return TR_ERR_TOO_BIG;
+    total += TR_FRAME_HEADER + size;
+  }
+  uint8_t *buf = malloc(total);
   if (!buf)
     return TR_ERR_NOMEM;
-  write_le32(buf, (uint32_t)size);
-  tracerelay__relay_frame__pack(frame, buf + TR_FRAME_HEADER);
+  uint8_t *at = buf;
+  for (size_t i = 0; i < n; i++) {
+    size_t size = tracerelay__relay_frame__pack(frames[i], at + TR_FRAME_HEADER);
+    write_le32(at, (uint32_t)size);
+    at += TR_FRAME_HEADER + size;
+  }
   *out = buf;
-  *out_len = TR_FRAME_HEADER + size;
+  *out_len = total;
   return 0;
+}
+
+int tr_relay_frame_encode(const Tracerelay__RelayFrame *frame, size_t max_frame, uint8_t **out,
+                          size_t *out_len) {
+  return tr_relay_frames_encode(&frame, 1, max_frame, out, out_len);
 }
 
 /* ---- batches ---- */

@@ -53,6 +53,10 @@ void tr_relay_frame_free(Tracerelay__RelayFrame *frame);
  * is longer than max_frame. */
 int tr_relay_frame_encode(const Tracerelay__RelayFrame *frame, size_t max_frame, uint8_t **out,
                           size_t *out_len);
+/* The same for n frames, back to back in one buffer (one write); TR_ERR_TOO_BIG when any is
+ * longer than max_frame. */
+int tr_relay_frames_encode(const Tracerelay__RelayFrame *const *frames, size_t n, size_t max_frame,
+                           uint8_t **out, size_t *out_len);
 /* Makes *frame a Heartbeat stamped boottime_ns, held in *hb (both the caller's). */
 void tr_relay_frame_heartbeat(Tracerelay__RelayFrame *frame, Tracerelay__Heartbeat *hb,
                               uint64_t boottime_ns);

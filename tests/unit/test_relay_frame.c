@@ -137,6 +137,34 @@ static void test_encode_refuses_oversize(void **state) {
   free(text);
 }
 
+/* Several frames in one buffer (a command with the BatchAck before it): each read back in
+ * turn; one too long refuses them all. */
+static void test_frames_encode_back_to_back(void **state) {
+  (void)state;
+  Tracerelay__Heartbeat hb[3];
+  Tracerelay__RelayFrame f[3];
+  const Tracerelay__RelayFrame *frames[3];
+  for (int i = 0; i < 3; i++) {
+    tr_relay_frame_heartbeat(&f[i], &hb[i], 500 + (uint64_t)i);
+    frames[i] = &f[i];
+  }
+  uint8_t *out;
+  size_t len, one_len;
+  assert_int_equal(tr_relay_frames_encode(frames, 3, TR_RELAY_MAX_FRAME_DEFAULT, &out, &len), 0);
+  uint8_t *one = heartbeat_frame(500, &one_len);
+  assert_int_equal(len, 3 * one_len);
+  assert_memory_equal(out, one, one_len);
+  free(one);
+  tr_relay_reader r;
+  assert_int_equal(tr_relay_reader_init(&r, 0), 0);
+  uint64_t next_ts = 500;
+  feed(&r, out, len, len, &next_ts);
+  assert_int_equal(next_ts, 503);
+  tr_frame_reader_free(&r);
+  free(out);
+  assert_int_equal(tr_relay_frames_encode(frames, 3, one_len - 4 - 1, &out, &len), TR_ERR_TOO_BIG);
+}
+
 static void test_garbage(void **state) {
   (void)state;
   static const uint8_t bad_varint[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff,
@@ -518,6 +546,7 @@ int main(void) {
       cmocka_unit_test(test_space_commit),
       cmocka_unit_test(test_oversize_declared_length),
       cmocka_unit_test(test_encode_refuses_oversize),
+      cmocka_unit_test(test_frames_encode_back_to_back),
       cmocka_unit_test(test_garbage),
       cmocka_unit_test(test_decode_amplification_bounded),
       cmocka_unit_test(test_unknown_fields_survive),
