@@ -552,8 +552,9 @@ static void free_agent(tr_agent *a) {
   free(a);
 }
 
-static void render_metrics(void *data, tr_prom_text *t) {
+static void render_metrics(void *data, const struct tr_metrics_request *req, tr_prom_text *t) {
   tr_agent *a = data;
+  (void)req; /* an agent has no per-host series */
   size_t outbox = a->port ? tr_port_thread_outbox_bytes(a->port) : 0;
   tr_agent_metrics_write(t, a->link, &a->queue, outbox, a->n_producers);
   if (a->opts.metrics_more != NULL)

@@ -145,31 +145,35 @@ def all_started(bin_dir, consumer, n):
     return done == n
 
 
+def scrape_page(port, timeout=60, host_series=False):
+    """A daemon's /metrics page; without the per-host series unless asked (a 10,000-host root's
+    full page is 19 MB; builds before `?hosts=none` serve the whole page either way)."""
+    query = "" if host_series else "?hosts=none"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics{query}", timeout=timeout) as r:
+        return r.read().decode()
+
+
 def scrape_histogram(port, name, timeout=10):
     """(upper bound, cumulative count) pairs of a histogram on a /metrics page."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
-        text = r.read().decode()
     out = []
-    for line in text.splitlines():
+    for line in scrape_page(port, timeout).splitlines():
         if line.startswith(name + "_bucket{le=\""):
             le = line.split('"')[1]
             out.append((float("inf") if le == "+Inf" else float(le), float(line.split()[-1])))
     return out
 
 
-def scrape_value(port, name):
+def scrape_value(port, name, timeout=60):
     """The value of an unlabelled sample on a /metrics page, or None if it is not there."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
+    for line in scrape_page(port, timeout).splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
     return None
 
 
 def scrape_sum(port, name, timeout=60):
-    """The sum of every sample of a family (all label sets) on a /metrics page."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
-        text = r.read().decode()
+    """The sum of every sample of a family (all label sets) on the whole /metrics page."""
+    text = scrape_page(port, timeout, host_series=True)
     return sum(float(line.split()[-1]) for line in text.splitlines()
                if line.startswith(name + "{") or line.startswith(name + " "))
 

@@ -1,5 +1,5 @@
-/* metrics.c: the service's Prometheus metrics (--metrics-listen, relay/daemon/metrics_http.h): hosts
- * connected, sessions, and per host (label `host`, the machine name) its producers, traffic,
+/* metrics.c: the service's Prometheus metrics (--metrics-listen, relay/daemon/metrics_http.h):
+ * hosts connected, sessions, and per host (label `host`, the machine name) its producers, traffic,
  * every loss counter of the trace's HostStats, disconnects, its clock mapping (offset, drift,
  * probe RTT, error bound now) and the losses of its central buffers in the sessions that exist
  * now; and the loop's own lag (relay/daemon/loop_lag.h) and the agents' TLS handshakes; for a
@@ -8,6 +8,7 @@
 #include "service/metrics.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "relay/clock/clock.h"
@@ -23,11 +24,21 @@ struct host_figures {
   struct tr_host_buffer_losses buffers;
 };
 
-/* A per-host family: the value of a host, or false to leave the host out. */
+/* How a per-host family is also written for the whole fleet, without the host label. */
+enum fleet_fold { FOLD_NONE, FOLD_SUM, FOLD_MAX };
+
+/* A per-host family: the value of a host, or false to leave the host out; and its fleet-wide
+ * family over every host known (written always, also when a scrape asks for no per-host
+ * series). */
 struct host_metric {
   const char *name, *type, *help;
   bool (*value)(const struct host_figures *f, double *v);
+  enum fleet_fold fold;
+  const char *fleet_name;
 };
+
+/* A summed fleet-wide family's name: tracerelay_host_X -> tracerelay_hosts_X. */
+#define SUMMED(family) FOLD_SUM, "tracerelay_hosts_" family
 
 #define STAT(field)                                                                               \
   static bool field(const struct host_figures *f, double *v) {                                    \
@@ -106,73 +117,94 @@ static bool clock_bound(const struct host_figures *f, double *v) {
 }
 
 static const struct host_metric kHostMetrics[] = {
-    {"tracerelay_host_connected", "gauge", "1 while the host's agent is connected", connected},
-    {"tracerelay_host_producers", "gauge", "producers reachable on the host now", producers},
+    {"tracerelay_host_connected", "gauge", "1 while the host's agent is connected", connected,
+     FOLD_NONE, NULL},
+    {"tracerelay_host_producers", "gauge", "producers reachable on the host now", producers,
+     SUMMED("producers")},
     {"tracerelay_host_received_bytes_total", "counter", "chunk payload bytes received",
-     bytes_received},
-    {"tracerelay_host_received_chunks_total", "counter", "chunks received", chunks_received},
-    {"tracerelay_host_received_batches_total", "counter", "batches received", batches_received},
+     bytes_received, SUMMED("received_bytes_total")},
+    {"tracerelay_host_received_chunks_total", "counter", "chunks received", chunks_received,
+     SUMMED("received_chunks_total")},
+    {"tracerelay_host_received_batches_total", "counter", "batches received", batches_received,
+     SUMMED("received_batches_total")},
     {"tracerelay_host_link_lost_chunks_total", "counter",
-     "chunks lost on the link (batch sequence gaps)", link_lost_chunks},
-    {"tracerelay_host_link_lost_bytes_total", "counter", "their payload bytes", link_lost_bytes},
+     "chunks lost on the link (batch sequence gaps)", link_lost_chunks,
+     SUMMED("link_lost_chunks_total")},
+    {"tracerelay_host_link_lost_bytes_total", "counter",
+     "payload bytes of the chunks lost on the link", link_lost_bytes,
+     SUMMED("link_lost_bytes_total")},
     {"tracerelay_host_agent_queue_dropped_chunks_total", "counter",
-     "chunks the agent's queue had no room for", agent_queue_dropped_chunks},
-    {"tracerelay_host_agent_queue_dropped_bytes_total", "counter", "their payload bytes",
-     agent_queue_dropped_bytes},
-    {"tracerelay_host_agent_queue_dropped_packets_total", "counter", "packets begun in them",
-     agent_queue_dropped_packets},
+     "chunks the agent's queue had no room for", agent_queue_dropped_chunks,
+     SUMMED("agent_queue_dropped_chunks_total")},
+    {"tracerelay_host_agent_queue_dropped_bytes_total", "counter",
+     "payload bytes of the chunks the agent's queue had no room for",
+     agent_queue_dropped_bytes, SUMMED("agent_queue_dropped_bytes_total")},
+    {"tracerelay_host_agent_queue_dropped_packets_total", "counter",
+     "packets begun in the chunks the agent's queue had no room for",
+     agent_queue_dropped_packets, SUMMED("agent_queue_dropped_packets_total")},
     {"tracerelay_host_agent_spill_dropped_chunks_total", "counter",
-     "chunks dropped from the agent's spill queue", agent_spill_dropped_chunks},
-    {"tracerelay_host_agent_spill_dropped_bytes_total", "counter", "their payload bytes",
-     agent_spill_dropped_bytes},
-    {"tracerelay_host_agent_spill_dropped_packets_total", "counter", "packets begun in them",
-     agent_spill_dropped_packets},
+     "chunks dropped from the agent's spill queue", agent_spill_dropped_chunks,
+     SUMMED("agent_spill_dropped_chunks_total")},
+    {"tracerelay_host_agent_spill_dropped_bytes_total", "counter",
+     "payload bytes of the chunks dropped from the agent's spill queue",
+     agent_spill_dropped_bytes, SUMMED("agent_spill_dropped_bytes_total")},
+    {"tracerelay_host_agent_spill_dropped_packets_total", "counter",
+     "packets begun in the chunks dropped from the agent's spill queue",
+     agent_spill_dropped_packets, SUMMED("agent_spill_dropped_packets_total")},
     {"tracerelay_host_agent_smb_full_total", "counter",
      "times a producer's shared memory was found full (loss events, packet count unknown)",
-     agent_smb_full},
+     agent_smb_full, SUMMED("agent_smb_full_total")},
     {"tracerelay_host_agent_smb_full_seconds_total", "counter",
      "how long producers' shared memory was full, at most (the time since the commit before "
      "each finding)",
-     agent_smb_full_seconds},
+     agent_smb_full_seconds, SUMMED("agent_smb_full_seconds_total")},
     {"tracerelay_host_agent_abi_violations_total", "counter",
-     "commits and chunks refused at the agent's producer port", agent_abi_violations},
-    {"tracerelay_host_disconnects_total", "counter", "times the host's link went down",
-     disconnects},
-    {"tracerelay_host_flushes_missed_total", "counter",
-     "flushes the host did not answer in time", flushes_missed},
+     "commits and chunks refused at the agent's producer port", agent_abi_violations,
+     SUMMED("agent_abi_violations_total")},
+    {"tracerelay_host_disconnects_total", "counter", "times the host's link went down", disconnects,
+     SUMMED("disconnects_total")},
+    {"tracerelay_host_flushes_missed_total", "counter", "flushes the host did not answer in time",
+     flushes_missed, SUMMED("flushes_missed_total")},
     {"tracerelay_host_agent_exits_unclean_total", "counter",
      "agent processes replaced without an orderly stop (loss events, packet count unknown)",
-     agent_exits_unclean},
+     agent_exits_unclean, SUMMED("agent_exits_unclean_total")},
     {"tracerelay_host_session_chunks_overwritten", "gauge",
      "chunks of the host overwritten in RING_BUFFER central buffers (sessions now)",
-     chunks_overwritten},
+     chunks_overwritten, SUMMED("session_chunks_overwritten")},
     {"tracerelay_host_session_chunks_discarded", "gauge",
-     "chunks of the host a full DISCARD central buffer refused (sessions now)", chunks_discarded},
+     "chunks of the host a full DISCARD central buffer refused (sessions now)", chunks_discarded,
+     SUMMED("session_chunks_discarded")},
     {"tracerelay_host_session_packets_lost_in_gaps", "gauge",
-     "packets of the host cut by a lost chunk (sessions now)", packets_lost_in_gaps},
+     "packets of the host cut by a lost chunk (sessions now)", packets_lost_in_gaps,
+     SUMMED("session_packets_lost_in_gaps")},
     {"tracerelay_host_session_writer_packet_loss", "gauge",
-     "packets its writers marked as dropped (sessions now)", trace_writer_packet_loss},
+     "packets its writers marked as dropped (sessions now)", trace_writer_packet_loss,
+     SUMMED("session_writer_packet_loss")},
     {"tracerelay_host_session_patches_failed", "gauge",
-     "patches that found no chunk to apply to (sessions now)", patches_failed},
+     "patches that found no chunk to apply to (sessions now)", patches_failed,
+     SUMMED("session_patches_failed")},
     {"tracerelay_host_session_invalid_packets", "gauge",
-     "packets refused at read time as malformed (sessions now)", invalid_packets},
+     "packets refused at read time as malformed (sessions now)", invalid_packets,
+     SUMMED("session_invalid_packets")},
     {"tracerelay_host_session_abi_violations", "gauge",
-     "chunks the central buffers refused as malformed (sessions now)", abi_violations},
+     "chunks the central buffers refused as malformed (sessions now)", abi_violations,
+     SUMMED("session_abi_violations")},
     {"tracerelay_host_clock_offset_seconds", "gauge",
-     "service clock minus the host's (BOOTTIME), as the timeline maps it", clock_offset},
+     "service clock minus the host's (BOOTTIME), as the timeline maps it", clock_offset, FOLD_NONE,
+     NULL},
     {"tracerelay_host_clock_drift_ratio", "gauge",
      "the drift of the service's clock minus the host's (-1e-6: the host's clock runs 1 ppm "
      "fast)",
-     clock_drift},
+     clock_drift, FOLD_NONE, NULL},
     {"tracerelay_host_clock_rtt_seconds", "gauge", "round trip of the best recent clock probe",
-     clock_rtt},
+     clock_rtt, FOLD_NONE, NULL},
     {"tracerelay_host_clock_error_bound_seconds", "gauge",
      "clock error bound now: how far from its true instant the trace may place this host's "
      "next event (docs/timeline.md)",
-     clock_bound},
+     clock_bound, FOLD_MAX, "tracerelay_hosts_clock_error_bound_max_seconds"},
     {"tracerelay_host_clock_exchanges_total", "counter",
      "clock exchanges the host's estimator took (its own, or relayed by its regional)",
-     clock_exchanges},
+     clock_exchanges, SUMMED("clock_exchanges_total")},
 };
 
 static void service_gauge(tr_prom_text *t, const char *name, const char *type, const char *help,
@@ -181,7 +213,33 @@ static void service_gauge(tr_prom_text *t, const char *name, const char *type, c
   tr_prom_sample(t, name, NULL, v);
 }
 
-void tr_metrics_write(const tr_service *svc, tr_prom_text *t) {
+/* hm's fleet-wide family: the sum, or the largest value, over the hosts that have one. */
+static void write_fleet_family(const struct host_metric *hm, const struct host_figures *figs,
+                               size_t num_hosts, tr_prom_text *t) {
+  if (hm->fold == FOLD_NONE)
+    return;
+  double folded = 0;
+  size_t with_value = 0;
+  for (size_t i = 0; i < num_hosts; i++) {
+    double v;
+    if (!hm->value(&figs[i], &v))
+      continue;
+    if (hm->fold == FOLD_SUM)
+      folded += v;
+    else if (with_value == 0 || v > folded)
+      folded = v;
+    with_value++;
+  }
+  char help[320];
+  snprintf(help, sizeof help, "%s: %s",
+           hm->fold == FOLD_SUM ? "summed over every host known" : "the largest of any host",
+           hm->help);
+  tr_prom_family(t, hm->fleet_name, hm->type, help);
+  if (hm->fold == FOLD_SUM || with_value > 0)
+    tr_prom_sample(t, hm->fleet_name, NULL, folded);
+}
+
+void tr_metrics_write(const tr_service *svc, bool host_series, tr_prom_text *t) {
   size_t num_hosts = tr_hosts_count(svc->hosts);
   struct host_figures *figs = calloc(num_hosts + 1, sizeof *figs);
   if (!figs) {
@@ -213,7 +271,9 @@ void tr_metrics_write(const tr_service *svc, tr_prom_text *t) {
                           "flushes through every host with a producer to flush, from the request "
                           "to the last ack (or the timeout)",
                           &svc->flush_durations);
-  for (size_t m = 0; m < sizeof kHostMetrics / sizeof kHostMetrics[0]; m++) {
+  for (size_t m = 0; m < sizeof kHostMetrics / sizeof kHostMetrics[0]; m++)
+    write_fleet_family(&kHostMetrics[m], figs, num_hosts, t);
+  for (size_t m = 0; host_series && m < sizeof kHostMetrics / sizeof kHostMetrics[0]; m++) {
     const struct host_metric *hm = &kHostMetrics[m];
     tr_prom_family(t, hm->name, hm->type, hm->help);
     for (i = 0; i < num_hosts; i++) {

@@ -124,12 +124,12 @@ static void render_regional_metrics(void *data, tr_prom_text *t) {
   tr_metrics_write_regional(&st, t);
 }
 
-static void render_metrics(void *data, tr_prom_text *t) {
+static void render_metrics(void *data, const struct tr_metrics_request *req, tr_prom_text *t) {
   tr_service_daemon *d = data;
   struct tr_tls_uv_server_stats tls = {0};
   if (d->link != NULL)
     tr_link_server_tls_stats(d->link, &tls);
-  tr_metrics_write(&d->svc, t);
+  tr_metrics_write(&d->svc, req->host_series, t);
   tr_metrics_write_loop(d->lag, &tls, t);
 }
 

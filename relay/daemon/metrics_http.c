@@ -28,6 +28,7 @@ static struct {
   __typeof__(&MHD_add_response_header) add_response_header;
   __typeof__(&MHD_queue_response) queue_response;
   __typeof__(&MHD_destroy_response) destroy_response;
+  __typeof__(&MHD_lookup_connection_value) lookup_connection_value;
 } mhd;
 
 /* Loads the library once (the loop's thread only). 0, or TR_ERR_CONFIG with err set. */
@@ -55,6 +56,7 @@ static int load_mhd(char *err, size_t errlen) {
   SYM(add_response_header)
   SYM(queue_response)
   SYM(destroy_response)
+  SYM(lookup_connection_value)
 #undef SYM
   mhd.lib = lib;
   return 0;
@@ -102,8 +104,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
     return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n");
   if (strcmp(url, "/metrics") == 0) {
+    struct tr_metrics_request req = {.host_series = true};
+    const char *hosts = mhd.lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "hosts");
+    if (hosts != NULL && strcmp(hosts, "none") == 0)
+      req.host_series = false;
+    else if (hosts != NULL && strcmp(hosts, "all") != 0)
+      return text(c, MHD_HTTP_BAD_REQUEST, "hosts= takes all (the default) or none\n");
     tr_prom_text t = {0};
-    m->h.render(m->h.data, &t);
+    m->h.render(m->h.data, &req, &t);
     if (t.failed) {
       tr_prom_text_free(&t);
       return text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");

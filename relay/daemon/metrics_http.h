@@ -1,7 +1,8 @@
 /* metrics_http.h: the daemons' HTTP endpoint for Prometheus and Kubernetes (--metrics-listen):
- * GET /metrics (text exposition format), /healthz (200 while the loop runs) and /readyz (200
- * when the daemon says it is ready, else 503 with the reason). Anything else is 404, any method
- * but GET and HEAD 405.
+ * GET /metrics (text exposition format; `?hosts=none` leaves the per-host series out,
+ * `?hosts=all` is the default), /healthz (200 while the loop runs) and /readyz (200 when the
+ * daemon says it is ready, else 503 with the reason). Anything else is 404, any method but GET
+ * and HEAD 405, a hosts= value other than those two 400.
  *
  * HTTP is libmicrohttpd's (Debian's libmicrohttpd), run inside the caller's libuv loop with no
  * thread of its own: MHD's epoll fd is watched with uv_poll and MHD_run is called on the loop's
@@ -10,14 +11,22 @@
 #ifndef TR_METRICS_HTTP_H
 #define TR_METRICS_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <uv.h>
 
 #include "relay/daemon/prom_text.h"
 
+/* What a scrape of /metrics asked for. */
+struct tr_metrics_request {
+  /* false for /metrics?hosts=none: the per-host series (label `host`) left out, the fleet-wide
+   * ones kept (a daemon without per-host series ignores it). */
+  bool host_series;
+};
+
 struct tr_metrics_handlers {
   void *data;
-  void (*render)(void *data, tr_prom_text *out);
+  void (*render)(void *data, const struct tr_metrics_request *req, tr_prom_text *out);
   /* NULL when ready, else why not (static text). */
   const char *(*not_ready)(void *data);
 };

@@ -5,7 +5,8 @@
 # the work directory, loopback only) scrapes all three every second. The test waits until
 # Prometheus has scraped the figures after the record, then checks through its HTTP query API:
 # every target up; hosts connected = 2; per host, chunks and bytes received, SMB-full events
-# and disconnects equal what `tracerelay status --json` says; each agent's link_up = 1 and
+# and disconnects equal what `tracerelay status --json` says, and a second job scraping the
+# service's /metrics?hosts=none sees their sums and no per-host series; each agent's link_up = 1 and
 # producers = 1; the flush duration histogram holds the record's final flush; the service's loop
 # lag histogram has iterations in it, and no TLS handshake step ran on its loop's thread. It also checks /healthz and /readyz (an agent is ready once its link is up, a
 # service at once), a 404 and a 405, and that a bad --metrics-listen is refused at start.
@@ -42,6 +43,7 @@ for _ in $(seq 50); do [ "$(code "http://127.0.0.1:$A1_M/readyz")" = 200 ] && br
 [ "$(code "http://127.0.0.1:$A1_M/readyz")" = 200 ] || fail "agent /readyz not 200 with its link up"
 [ "$(code "http://127.0.0.1:$A1_M/nothing")" = 404 ] || fail "unknown path not 404"
 [ "$(code -X POST "http://127.0.0.1:$A1_M/metrics")" = 405 ] || fail "POST not 405"
+[ "$(code "http://127.0.0.1:$SVC_M/metrics?hosts=some")" = 400 ] || fail "hosts=some not 400"
 
 cluster_wait_hosts 30 web-1:1 web-2:1 || fail "the loadgens did not connect"
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" --data-source track_event -t 3s \
@@ -54,6 +56,9 @@ cat >"$WORK/prom/prometheus.yml" <<EOF
 global: {scrape_interval: 1s, evaluation_interval: 1s}
 scrape_configs:
   - job_name: tracerelay-service
+    static_configs: [{targets: ["127.0.0.1:$SVC_M"]}]
+  - job_name: tracerelay-fleet
+    params: {hosts: [none]}
     static_configs: [{targets: ["127.0.0.1:$SVC_M"]}]
   - job_name: tracerelay-agent
     static_configs: [{targets: ["127.0.0.1:$A1_M", "127.0.0.1:$A2_M"]}]
@@ -85,11 +90,14 @@ if any(w["tracerelay_host_received_chunks_total"] == 0 for w in want.values()):
 deadline, last = time.time() + 60, None
 while time.time() < deadline:
     try:
-        up = by("up", "instance")
         got = {m: by(m, "host") for m in want["web-1"]}
-        ready = len(up) == 3 and all(v == 1 for v in up.values()) and all(
-            got[m].get(h) == want[h][m] for h in want for m in want[h])
-        last = (up, got)
+        fleet = {m: by(m.replace("_host_", "_hosts_"), "job").get("tracerelay-fleet")
+                 for m in want["web-1"]}
+        up = [float(s["value"][1]) for s in query("up")]  # the service twice: two jobs
+        ready = len(up) == 4 and all(v == 1 for v in up) and all(
+            got[m].get(h) == want[h][m] for h in want for m in want[h]) and all(
+            fleet[m] == sum(want[h][m] for h in want) for m in fleet)
+        last = (up, got, fleet)
         if ready:
             break
     except OSError as e:
@@ -137,6 +145,12 @@ if (list(on_loop.values()) != [0.0] or len(on_workers) != 1
         or list(on_workers.values())[0] < 2 or list(refused.values()) != [0.0]):
     sys.exit(f"FAIL: handshake steps on the loop {on_loop}, on workers {on_workers}, "
              f"refused {refused}")
+# The fleet-wide families of the scrape without per-host series: no host label in it at all.
+per_host = query('count({job="tracerelay-fleet", host!=""})')
+bound_max = by('tracerelay_hosts_clock_error_bound_max_seconds{job="tracerelay-fleet"}', "job")
+if per_host or list(bound_max) != ["tracerelay-fleet"] or not 0 <= bound_max["tracerelay-fleet"] < 1:
+    sys.exit(f"FAIL: /metrics?hosts=none: {per_host} series with a host label, "
+             f"largest clock bound {bound_max}")
 bound = by("tracerelay_host_clock_error_bound_seconds", "host")
 if set(bound) != {"web-1", "web-2"} or any(not 0 <= b < 1 for b in bound.values()):
     sys.exit(f"FAIL: clock error bounds {bound}")

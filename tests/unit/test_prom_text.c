@@ -42,6 +42,9 @@ static void test_family_and_samples(void **state) {
   tr_prom_family(&t, "tracerelay_x_total", "counter", "things counted");
   tr_prom_sample(&t, "tracerelay_x_total", NULL, 42);
   tr_prom_sample(&t, "tracerelay_x_total", "web-1", 1e12);
+  tr_prom_sample(&t, "tracerelay_x_total", "", 0);
+  tr_prom_sample(&t, "tracerelay_x_total", NULL, -7);
+  tr_prom_sample(&t, "tracerelay_x_total", NULL, 1e16);
   tr_prom_family(&t, "tracerelay_y_seconds", "gauge", "a time");
   tr_prom_sample(&t, "tracerelay_y_seconds", "web-2", 2.5e-06);
   tr_prom_sample(&t, "tracerelay_y_seconds", "web-3", -0.5);
@@ -52,6 +55,9 @@ static void test_family_and_samples(void **state) {
                              "# TYPE tracerelay_x_total counter\n"
                              "tracerelay_x_total 42\n"
                              "tracerelay_x_total{host=\"web-1\"} 1000000000000\n"
+                             "tracerelay_x_total{host=\"\"} 0\n"
+                             "tracerelay_x_total -7\n"
+                             "tracerelay_x_total 1e+16\n"
                              "# HELP tracerelay_y_seconds a time\n"
                              "# TYPE tracerelay_y_seconds gauge\n"
                              "tracerelay_y_seconds{host=\"web-2\"} 2.5e-06\n"
@@ -66,6 +72,10 @@ static void test_label_escaping(void **state) {
   tr_prom_text t = {0};
   tr_prom_sample(&t, "m", "a\"b\\c\nd", 1);
   assert_string_equal(t.buf, "m{host=\"a\\\"b\\\\c\\nd\"} 1\n");
+  tr_prom_text_free(&t);
+  /* Escapes first and last, and back to back. */
+  tr_prom_sample(&t, "m", "\n\"\"x\\", 1);
+  assert_string_equal(t.buf, "m{host=\"\\n\\\"\\\"x\\\\\"} 1\n");
   tr_prom_text_free(&t);
 }
 
