@@ -166,13 +166,35 @@ static bool ds_matches(const Perfetto__Protos__TraceConfig__DataSource *ds, cons
   return true;
 }
 
-static bool has_instance(const tr_session *s, size_t hi, uint32_t producer_id, size_t cfg_index) {
-  for (size_t i = 0; i < s->num_instances; i++) {
-    const tr_ds_instance *in = &s->instances[i];
-    if (in->host_index == hi && in->producer_id == producer_id && in->cfg_index == cfg_index &&
+/* The first instance of host entry hi, and the one after in (NULL after the last): a walk
+ * over one host entry's instances, in the order they were made. */
+static tr_ds_instance *entry_first(tr_session *s, size_t hi) {
+  size_t k = s->hosts[hi].first_instance;
+  s->instances_examined += k != 0;
+  return k ? &s->instances[k - 1] : NULL;
+}
+
+static tr_ds_instance *entry_next(tr_session *s, const tr_ds_instance *in) {
+  size_t k = in->next_of_entry;
+  s->instances_examined += k != 0;
+  return k ? &s->instances[k - 1] : NULL;
+}
+
+/* The only writer of an instance's state: keeps the session's counts of instances yet to
+ * start and still stopping. */
+static void set_state(tr_session *s, tr_ds_instance *in, enum tr_ds_state state) {
+  s->num_starting -= in->state == TR_DS_SETUP || in->state == TR_DS_STARTING;
+  s->num_stopping -= in->state == TR_DS_STOPPING;
+  in->state = state;
+  s->num_starting += state == TR_DS_SETUP || state == TR_DS_STARTING;
+  s->num_stopping += state == TR_DS_STOPPING;
+}
+
+static bool has_instance(tr_session *s, size_t hi, uint32_t producer_id, size_t cfg_index) {
+  for (tr_ds_instance *in = entry_first(s, hi); in; in = entry_next(s, in))
+    if (in->producer_id == producer_id && in->cfg_index == cfg_index &&
         in->state != TR_DS_STOPPED)
       return true;
-  }
   return false;
 }
 
@@ -210,16 +232,13 @@ static void start_instance(tr_session *s, tr_ds_instance *in) {
             (unsigned long long)s->id, in->ds_name, s->hosts[in->host_index].host->name);
     return;
   }
-  in->state = TR_DS_STARTING;
+  set_state(s, in, TR_DS_STARTING);
   in->pending_request = cmd.request_id;
 }
 
 static void check_all_started(tr_session *s) {
-  if (s->all_started || s->state != TR_SESSION_STARTED)
+  if (s->all_started || s->state != TR_SESSION_STARTED || s->num_starting > 0)
     return;
-  for (size_t i = 0; i < s->num_instances; i++)
-    if (s->instances[i].state == TR_DS_STARTING || s->instances[i].state == TR_DS_SETUP)
-      return;
   s->all_started = true;
   tr_session_add_event(s, TR_TW_ALL_DATA_SOURCES_STARTED);
   if (s->obs.on_all_started)
@@ -253,13 +272,20 @@ static int add_instance(tr_session *s, size_t hi, const tr_remote_producer *p, s
   in->handles_clear = desc->has_handles_incremental_state_clear &&
                       desc->handles_incremental_state_clear;
   in->no_flush = desc->has_no_flush && desc->no_flush;
-  in->state = TR_DS_SETUP;
+  in->state = TR_DS_STOPPED; /* counted nowhere until it is made */
   if (!in->producer_name || !in->ds_name) {
     free(in->producer_name);
     free(in->ds_name);
     return TR_ERR_NOMEM;
   }
+  set_state(s, in, TR_DS_SETUP);
   s->num_instances++;
+  tr_session_host *sh = &s->hosts[hi];
+  if (sh->last_instance)
+    s->instances[sh->last_instance - 1].next_of_entry = s->num_instances;
+  else
+    sh->first_instance = s->num_instances;
+  sh->last_instance = s->num_instances;
 
   dsc.has_target_buffer = 1;
   dsc.target_buffer = s->buffers[ds->config->target_buffer].global_id;
@@ -277,7 +303,7 @@ static int add_instance(tr_session *s, size_t hi, const tr_remote_producer *p, s
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE;
   cmd.setup_data_source = &setup;
   if (tr_session_send(s, hi, &cmd) != 0) {
-    in->state = TR_DS_STOPPED;
+    set_state(s, in, TR_DS_STOPPED);
     return 0;
   }
   TR_INFO(COMP, "session %llu: data source %s on %s/%s (instance %llu)",
@@ -370,6 +396,7 @@ static int add_host(tr_session *s, tr_host *host, size_t *index) {
   n->smb_full_ns_at_start = host->stats.agent_smb_full_ns;
   n->agent_instance_id = host->agent_instance_id;
   n->gone = host->link == NULL;
+  n->older_entry = s->entry_of[tr_hosts_ordinal(host)];
   *index = s->num_hosts++;
   s->entry_of[tr_hosts_ordinal(host)] = s->num_hosts; /* the newest entry is the live one */
   return 0;
@@ -402,41 +429,46 @@ static void on_flush_period(uv_timer_t *t) {
   tr_session_flush(s, 0, FLUSH_FLAGS_PERIODIC, NULL, NULL);
 }
 
+static bool clears(const tr_ds_instance *in) {
+  return in->state == TR_DS_STARTED && in->handles_clear;
+}
+
+/* One ClearIncrementalState to first's producer on host entry hi, for its instances from first
+ * on that handle it (ids: room for them). */
+static void clear_producer(tr_session *s, size_t hi, tr_ds_instance *first, uint64_t *ids) {
+  size_t n = 0;
+  for (tr_ds_instance *in = first; in; in = entry_next(s, in))
+    if (in->producer_id == first->producer_id && clears(in))
+      ids[n++] = in->id;
+  Tracerelay__Command cmd = TRACERELAY__COMMAND__INIT;
+  Tracerelay__Command__ClearIncrementalState clr =
+      TRACERELAY__COMMAND__CLEAR_INCREMENTAL_STATE__INIT;
+  clr.n_instance_ids = n;
+  clr.instance_ids = ids;
+  cmd.has_producer_id = 1;
+  cmd.producer_id = first->producer_id;
+  cmd.cmd_case = TRACERELAY__COMMAND__CMD_CLEAR_INCREMENTAL_STATE;
+  cmd.clear_incremental_state = &clr;
+  tr_session_send(s, hi, &cmd);
+}
+
 /* ClearIncrementalState, one command per producer, to the instances that handle it. */
 static void on_clear_period(uv_timer_t *t) {
   tr_session *s = t->data;
   uint64_t *ids = malloc(s->num_instances * sizeof *ids + 1);
   if (!ids)
     return;
-  for (size_t i = 0; i < s->num_instances; i++) {
-    tr_ds_instance *first = &s->instances[i];
-    bool done_before = false;
-    size_t n = 0;
-    if (first->state != TR_DS_STARTED || !first->handles_clear)
-      continue;
-    for (size_t j = 0; j < i && !done_before; j++)
-      done_before = s->instances[j].host_index == first->host_index &&
-                    s->instances[j].producer_id == first->producer_id &&
-                    s->instances[j].state == TR_DS_STARTED && s->instances[j].handles_clear;
-    if (done_before)
-      continue;
-    for (size_t j = i; j < s->num_instances; j++) {
-      tr_ds_instance *in = &s->instances[j];
-      if (in->host_index == first->host_index && in->producer_id == first->producer_id &&
-          in->state == TR_DS_STARTED && in->handles_clear)
-        ids[n++] = in->id;
+  for (size_t hi = 0; hi < s->num_hosts; hi++)
+    for (tr_ds_instance *first = entry_first(s, hi); first; first = entry_next(s, first)) {
+      if (!clears(first))
+        continue;
+      bool done_before = false; /* the producer's command went with an earlier instance */
+      for (tr_ds_instance *in = entry_first(s, hi); in != first && !done_before;
+           in = entry_next(s, in))
+        done_before = in->producer_id == first->producer_id && clears(in);
+      if (!done_before)
+        clear_producer(s, hi, first, ids);
     }
-    Tracerelay__Command cmd = TRACERELAY__COMMAND__INIT;
-    Tracerelay__Command__ClearIncrementalState clr =
-        TRACERELAY__COMMAND__CLEAR_INCREMENTAL_STATE__INIT;
-    clr.n_instance_ids = n;
-    clr.instance_ids = ids;
-    cmd.has_producer_id = 1;
-    cmd.producer_id = first->producer_id;
-    cmd.cmd_case = TRACERELAY__COMMAND__CMD_CLEAR_INCREMENTAL_STATE;
-    cmd.clear_incremental_state = &clr;
-    tr_session_send(s, first->host_index, &cmd);
-  }
   free(ids);
 }
 
@@ -457,7 +489,7 @@ static void on_stop_timeout(uv_timer_t *t) {
     TR_WARN(COMP, "session %llu: %s on %s/%s did not stop within the timeout",
             (unsigned long long)s->id, in->ds_name, s->hosts[in->host_index].host->name,
             in->producer_name);
-    in->state = TR_DS_STOPPED;
+    set_state(s, in, TR_DS_STOPPED);
     in->pending_request = 0;
     s->hosts[in->host_index].stops_timed_out++;
     ask_again_to_stop(s, in);
@@ -655,12 +687,7 @@ int tr_session_start(tr_session *s) {
   return 0;
 }
 
-static bool stop_pending(const tr_session *s) {
-  for (size_t i = 0; i < s->num_instances; i++)
-    if (s->instances[i].state == TR_DS_STOPPING)
-      return true;
-  return false;
-}
+static bool stop_pending(const tr_session *s) { return s->num_stopping > 0; }
 
 static void stop_instance(tr_session *s, tr_ds_instance *in) {
   Tracerelay__Command cmd = TRACERELAY__COMMAND__INIT;
@@ -674,13 +701,13 @@ static void stop_instance(tr_session *s, tr_ds_instance *in) {
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE;
   cmd.stop_data_source = &stop;
   if (tr_session_send(s, in->host_index, &cmd) != 0) {
-    in->state = TR_DS_STOPPED;
+    set_state(s, in, TR_DS_STOPPED);
     in->pending_request = 0;
     ask_again_to_stop(s, in);
     notify_instance(s, in, false);
     return;
   }
-  in->state = TR_DS_STOPPING;
+  set_state(s, in, TR_DS_STOPPING);
   in->pending_request = cmd.request_id;
 }
 
@@ -843,9 +870,8 @@ void tr_session_on_host_connected(tr_service *svc, tr_host *host) {
           sh->drops_at_end[b] = tr_hosts_buffer_drops(host, s->buffers[b].global_id);
         sh->smb_full_at_end = host->stats.agent_smb_full;
         sh->smb_full_ns_at_end = host->stats.agent_smb_full_ns;
-        for (size_t i = 0; i < s->num_instances; i++)
-          if (s->instances[i].host_index == hi)
-            s->instances[i].state = TR_DS_STOPPED;
+        for (tr_ds_instance *in = entry_first(s, hi); in; in = entry_next(s, in))
+          set_state(s, in, TR_DS_STOPPED);
       }
       if (add_host(s, host, &hi) != 0) {
         TR_ERROR(COMP, "session %llu: out of memory adding host %s", (unsigned long long)s->id,
@@ -872,10 +898,10 @@ void tr_session_on_host_disconnected(tr_service *svc, tr_host *host, const char 
             (unsigned long long)s->id, host->name, reason ? reason : "no reason given");
     tr_session_flush_on_host_gone(s, hi);
     if (s->state == TR_SESSION_STOPPING) {
-      for (size_t i = 0; i < s->num_instances; i++)
-        if (s->instances[i].host_index == hi && s->instances[i].state == TR_DS_STOPPING) {
-          s->instances[i].state = TR_DS_STOPPED;
-          ask_again_to_stop(s, &s->instances[i]); /* the stop may not have reached it */
+      for (tr_ds_instance *in = entry_first(s, hi); in; in = entry_next(s, in))
+        if (in->state == TR_DS_STOPPING) {
+          set_state(s, in, TR_DS_STOPPED);
+          ask_again_to_stop(s, in); /* the stop may not have reached it */
         }
       if (!stop_pending(s))
         tr_session_end(s, NULL);
@@ -897,11 +923,10 @@ void tr_session_on_producers_changed(tr_service *svc, tr_host *host, uint32_t pr
     if (!tr_session_find_host(s, host, &hi))
       continue;
     if (!p || !p->connected) {
-      for (size_t i = 0; i < s->num_instances; i++) {
-        tr_ds_instance *in = &s->instances[i];
-        if (in->host_index != hi || in->producer_id != producer_id || in->state == TR_DS_STOPPED)
+      for (tr_ds_instance *in = entry_first(s, hi); in; in = entry_next(s, in)) {
+        if (in->producer_id != producer_id || in->state == TR_DS_STOPPED)
           continue;
-        in->state = TR_DS_STOPPED;
+        set_state(s, in, TR_DS_STOPPED);
         in->pending_request = 0;
         notify_instance(s, in, false);
       }
@@ -998,36 +1023,47 @@ void tr_session_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__F
   }
 }
 
+/* The instance of host awaiting the reply to request_id, in any of its entries (a reply from
+ * a restarted agent's predecessor finds nothing); NULL for none. */
+static tr_ds_instance *find_pending(tr_session *s, const tr_host *host, uint64_t request_id) {
+  size_t hi;
+  if (!tr_session_find_host(s, host, &hi))
+    return NULL;
+  for (size_t e = hi + 1; e != 0; e = s->hosts[e - 1].older_entry)
+    for (tr_ds_instance *in = entry_first(s, e - 1); in; in = entry_next(s, in))
+      if (in->pending_request == request_id)
+        return in;
+  return NULL;
+}
+
 void tr_session_on_command_reply(tr_service *svc, tr_host *host,
                                  const Tracerelay__CommandReply *reply) {
   for (tr_session *s = svc->sessions; s; s = s->next) {
-    for (size_t i = 0; i < s->num_instances; i++) {
-      tr_ds_instance *in = &s->instances[i];
-      if (in->pending_request != reply->request_id || s->hosts[in->host_index].host != host)
-        continue;
-      in->pending_request = 0;
-      if (reply->error && reply->error[0])
-        TR_WARN(COMP, "session %llu: %s on %s/%s: %s", (unsigned long long)s->id, in->ds_name,
-                host->name, in->producer_name, reply->error);
-      /* A stop the producer did not confirm (the agent's stop timeout ran out, or the
-       * producer went away while stopping): its last data may never come. A loss event, as
-       * when the session's own stop timeout runs out (on_stop_timeout). */
-      if (in->state == TR_DS_STOPPING && reply->error && reply->error[0])
-        s->hosts[in->host_index].stops_timed_out++;
-      if (in->state == TR_DS_STARTING && !(reply->error && reply->error[0])) {
-        in->state = TR_DS_STARTED;
-        in->was_started = true;
-        notify_instance(s, in, true);
-        check_all_started(s);
-      } else if (in->state == TR_DS_STARTING || in->state == TR_DS_STOPPING) {
-        in->state = TR_DS_STOPPED;
-        notify_instance(s, in, false);
-        check_all_started(s);
-        if (s->state == TR_SESSION_STOPPING && !stop_pending(s))
-          tr_session_end(s, NULL);
-      }
-      return;
+    tr_ds_instance *in = find_pending(s, host, reply->request_id);
+    if (!in)
+      continue;
+    in->pending_request = 0;
+    if (reply->error && reply->error[0])
+      TR_WARN(COMP, "session %llu: %s on %s/%s: %s", (unsigned long long)s->id, in->ds_name,
+              host->name, in->producer_name, reply->error);
+    /* A stop the producer did not confirm (the agent's stop timeout ran out, or the
+     * producer went away while stopping): its last data may never come. A loss event, as
+     * when the session's own stop timeout runs out (on_stop_timeout). */
+    if (in->state == TR_DS_STOPPING && reply->error && reply->error[0])
+      s->hosts[in->host_index].stops_timed_out++;
+    if (in->state == TR_DS_STARTING && !(reply->error && reply->error[0])) {
+      set_state(s, in, TR_DS_STARTED);
+      in->was_started = true;
+      notify_instance(s, in, true);
+      check_all_started(s);
+    } else if (in->state == TR_DS_STARTING || in->state == TR_DS_STOPPING) {
+      set_state(s, in, TR_DS_STOPPED);
+      notify_instance(s, in, false);
+      check_all_started(s);
+      if (s->state == TR_SESSION_STOPPING && !stop_pending(s))
+        tr_session_end(s, NULL);
     }
+    return;
   }
 }
 

@@ -132,10 +132,9 @@ static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) 
   /* rounded up: still an upper bound */
   h->session_smb_full_ms = (since(smb_full_ns, sh->smb_full_ns_at_start) + 999999u) / 1000000u;
   h->has_session_instances_not_started = 1;
-  for (size_t i = 0; i < s->num_instances; i++) {
-    const tr_ds_instance *in = &s->instances[i];
-    h->session_instances_not_started +=
-        in->host_index == hi && in->state != TR_DS_SETUP && !in->was_started;
+  for (size_t k = sh->first_instance; k != 0; k = s->instances[k - 1].next_of_entry) {
+    const tr_ds_instance *in = &s->instances[k - 1];
+    h->session_instances_not_started += in->state != TR_DS_SETUP && !in->was_started;
   }
   h->n_session_disconnected_at_ns = sh->num_disconnected_at;
   h->session_disconnected_at_ns = (uint64_t *)sh->disconnected_at;
@@ -298,11 +297,19 @@ int tr_session_stats_packet(tr_session *s, uint64_t ts, tr_trace_writer_buf *out
   return rc;
 }
 
+/* 1 + the index of host's newest entry in s, 0 for none; older ones follow through older_entry
+ * (the const twin of tr_session_find_host: a metrics scrape or status call reads every host's
+ * entries, one host at a time). */
+static size_t newest_entry(const tr_session *s, const tr_host *host) {
+  size_t o = tr_hosts_ordinal(host);
+  return o < s->cap_entry_of ? s->entry_of[o] : 0;
+}
+
 void tr_session_stats_add_host_losses(const tr_session *s, const tr_host *host,
                                       struct tr_host_buffer_losses *out) {
-  for (size_t h = 0; h < s->num_hosts; h++) {
-    const tr_session_host *sh = &s->hosts[h];
-    for (size_t b = 0; sh->host == host && sh->tbufs && b < s->num_buffers; b++) {
+  for (size_t e = newest_entry(s, host); e != 0; e = s->hosts[e - 1].older_entry) {
+    const tr_session_host *sh = &s->hosts[e - 1];
+    for (size_t b = 0; sh->tbufs && b < s->num_buffers; b++) {
       tr_tbuf_stats st;
       if (!sh->tbufs[b])
         continue;
@@ -324,17 +331,13 @@ void tr_session_stats_host_summary(const tr_session *s, const tr_host *host,
   size_t num_entries = 0;
   bool any_live = false;
   out->instances = out->instances_started = 0;
-  for (size_t h = 0; h < s->num_hosts; h++) {
-    const tr_session_host *sh = &s->hosts[h];
-    if (sh->host != host)
-      continue;
+  for (size_t e = newest_entry(s, host); e != 0; e = s->hosts[e - 1].older_entry) {
+    const tr_session_host *sh = &s->hosts[e - 1];
     num_entries++;
     any_live |= !sh->gone && !sh->retired;
-    for (size_t i = 0; i < s->num_instances; i++) {
-      if (s->instances[i].host_index != h)
-        continue;
+    for (size_t k = sh->first_instance; k != 0; k = s->instances[k - 1].next_of_entry) {
       out->instances++;
-      out->instances_started += s->instances[i].state == TR_DS_STARTED;
+      out->instances_started += s->instances[k - 1].state == TR_DS_STARTED;
     }
   }
   out->gone = num_entries > 0 && !any_live;

@@ -6,8 +6,9 @@
  * hears of each instance and of all started once the last start is answered; that a host
  * connecting after the session started, or a producer appearing later, gets the data sources
  * set up and started, and its chunks land in its own central buffer; that a deferred start
- * waits for tr_session_start; and that a stop the agent never confirmed is asked again when
- * the same agent is back. */
+ * waits for tr_session_start; that a stop the agent never confirmed is asked again when
+ * the same agent is back; and that a reply, a status or a metrics read looks at its own host's
+ * instances only, across an agent's restart. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "relay/base/tr_error.h"
+#include "service/session_priv.h"
 #include "session_fixture.h"
 
 #define SETUP TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE
@@ -466,6 +468,67 @@ static void test_new_session_reaches_every_host_of_the_table(void **state) {
   fx_teardown();
 }
 
+
+/* Issue 25 item 4: a session of 10,000 hosts walked every instance of every host for each of
+ * its 20,000 setup and start replies (and for each host's status and metrics). Four hosts of
+ * three producers with two data sources each (6 instances a host): a reply looks at its own
+ * host's instances only; all started comes with the last start; after host-a's agent restarts,
+ * its summary and losses cover both its entries, and the session ends with the last stop. */
+static void test_replies_look_at_their_own_hosts_instances(void **state) {
+  const char *const two[][3] = {{"track_event", "other", NULL},
+                                {"track_event", "other", NULL},
+                                {"track_event", "other", NULL}};
+  const char *const names[] = {"track_event", "other", NULL};
+  const char *const hosts[] = {"host-a", "host-b", "host-c", "host-d"};
+  enum { PER_HOST = 6 };
+  struct fx_config cfg;
+  struct tr_session_host_summary sum;
+  (void)state;
+  fx_setup();
+  for (size_t i = 0; i < 4; i++) {
+    fx_make_host(i, hosts[i], 3, two);
+    fx_connect(i);
+  }
+  fx_config(&cfg, names);
+  tr_session *s = fx_enable(&cfg);
+  assert_int_equal(fx_count(ANY_HOST, START), 4 * PER_HOST);
+  uint64_t examined = s->instances_examined;
+  for (size_t i = 0; i < 4; i++) {
+    assert_int_equal(fx_observed.all_started, 0);
+    fx_answer(i, SETUP);
+    fx_answer(i, START);
+  }
+  assert_int_equal(fx_observed.instances_started, 4 * PER_HOST);
+  assert_int_equal(fx_observed.all_started, 1);
+  /* 48 replies, each at most its host's 6 instances (a walk over all: 24 each). */
+  assert_true(s->instances_examined - examined <= 2 * 4 * PER_HOST * PER_HOST);
+
+  fx_disconnect(0);
+  fx_hosts[0]->agent_instance_id++; /* host-a's agent restarted: a second entry */
+  fx_connect(0);
+  fx_answer(0, START);
+  tr_session_stats_host_summary(s, fx_hosts[0], &sum);
+  assert_int_equal(sum.instances, 2 * PER_HOST);
+  assert_int_equal(sum.instances_started, PER_HOST);
+  assert_false(sum.gone);
+  tr_session_stats_host_summary(s, fx_hosts[1], &sum);
+  assert_int_equal(sum.instances, PER_HOST);
+  assert_int_equal(sum.instances_started, PER_HOST);
+  struct tr_host_buffer_losses losses = {0};
+  tr_session_stats_add_host_losses(s, fx_hosts[0], &losses);
+  assert_int_equal(losses.chunks_discarded + losses.chunks_overwritten, 0);
+
+  tr_session_disable(s);
+  assert_int_equal(fx_count(ANY_HOST, STOP), 4 * PER_HOST); /* not the retired entry's */
+  for (size_t i = 0; i < 4; i++) {
+    assert_int_equal(fx_observed.ended, 0);
+    fx_answer(i, STOP);
+  }
+  assert_int_equal(fx_observed.ended, 1);
+  tr_session_free(s);
+  fx_teardown();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fan_out_to_every_host),
@@ -478,6 +541,7 @@ int main(void) {
       cmocka_unit_test(test_unconfirmed_stop_is_counted),
       cmocka_unit_test(test_unconfirmed_stop_asked_again),
       cmocka_unit_test(test_new_session_reaches_every_host_of_the_table),
+      cmocka_unit_test(test_replies_look_at_their_own_hosts_instances),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
