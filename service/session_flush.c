@@ -20,6 +20,7 @@
 #include "service/hosts.h"
 
 #define COMP "session"
+#define MISSED_NAMED_MAX 8 /* hosts named in the log per flush; the rest counted */
 
 #define NO_ACK SIZE_MAX
 
@@ -119,10 +120,13 @@ static bool settle_host(tr_flush_op *f, size_t hi) {
   return owed;
 }
 
-/* Counts and names every host that still owes an ack (each host once). Acks are settled
- * host by host, so a host is named at its first unsettled ack only. */
+/* Counts every host that still owes an ack (each host once), and names the first
+ * MISSED_NAMED_MAX in the log, then how many more: a fleet of silent hosts would write a line
+ * each at every flush (10,000 a flush at 10,000 hosts) on the loop's thread. Acks are settled
+ * host by host, so a host is counted at its first unsettled ack only. */
 static void count_missed(tr_flush_op *f, size_t only_host, bool all_hosts) {
   tr_session *s = f->s;
+  size_t counted = 0;
   for (size_t i = 0; i < f->num_acks; i++) {
     size_t hi = f->acks[i].host_index;
     if (f->acks[i].acked || (!all_hosts && hi != only_host) || !settle_host(f, hi))
@@ -130,10 +134,18 @@ static void count_missed(tr_flush_op *f, size_t only_host, bool all_hosts) {
     f->missed = true;
     s->flushes->missed[hi]++;
     tr_hosts_count_flush_missed(s->hosts[hi].host);
-    TR_WARN(COMP, "session %llu: flush %llu: host %s did not answer%s", (unsigned long long)s->id,
-            (unsigned long long)f->id, s->hosts[hi].host->name,
-            s->hosts[hi].gone ? " (disconnected)" : " within the timeout");
+    if (counted++ < MISSED_NAMED_MAX)
+      TR_WARN(COMP, "session %llu: flush %llu: host %s did not answer%s",
+              (unsigned long long)s->id, (unsigned long long)f->id, s->hosts[hi].host->name,
+              s->hosts[hi].gone ? " (disconnected)" : " within the timeout");
   }
+  if (counted > MISSED_NAMED_MAX)
+    TR_WARN(COMP,
+            "session %llu: flush %llu: %zu more hosts did not answer within the timeout (%zu in "
+            "all; each host's count in `tracerelay status` and "
+            "tracerelay_host_flushes_missed_total)",
+            (unsigned long long)s->id, (unsigned long long)f->id, counted - MISSED_NAMED_MAX,
+            counted);
 }
 
 static void on_flush_timeout(uv_timer_t *t) {

@@ -18,7 +18,7 @@
 
 #include "service/session.h"
 
-#define FX_MAX_HOSTS 4
+#define FX_MAX_HOSTS 12
 #define FX_MAX_PRODUCERS 3 /* per host */
 #define FX_MAX_SENT 128
 

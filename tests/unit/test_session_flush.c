@@ -2,7 +2,7 @@
  * through the link's callback table and a fake link (session_fixture.h), without processes.
  * Checks that a flush asks every producer with a started instance once (probing each live
  * host's clock first) and completes, ok, only when the last host acked; that at its timeout it
- * fails and names, in the log and in the counters (the host's flushes_missed, the session's
+ * fails and names, in the log (eight hosts, then how many more) and in the counters (the host's flushes_missed, the session's
  * per-host count in TraceStats), exactly the hosts that did not answer; that a host whose
  * link goes down during a flush is named at once, without waiting for the timeout, and counted
  * again by each flush while it is away; that a flush with nothing to wait for completes at
@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include "service/session_priv.h"
@@ -249,10 +250,43 @@ static void test_acks_find_their_host_in_one_step(void **state) {
   fx_teardown();
 }
 
+/* A fleet of silent hosts is named up to 8 hosts a flush, then counted in one line (at 10,000
+ * hosts each timed-out flush wrote 10,000 lines); every one of them is counted as missing it. */
+static void test_flush_timeout_names_eight_then_counts(void **state) {
+  const char *const names[] = {"track_event", NULL};
+  char host_names[FX_MAX_HOSTS][16], log[8192];
+  struct fx_config cfg;
+  (void)state;
+  fx_setup();
+  for (size_t i = 0; i < FX_MAX_HOSTS; i++) {
+    snprintf(host_names[i], sizeof host_names[i], "host-%02zu", i);
+    fx_make_host(i, host_names[i], 1, kTrackEvent);
+    fx_connect(i);
+  }
+  fx_config(&cfg, names);
+  tr_session *s = fx_enable(&cfg);
+  for (size_t i = 0; i < FX_MAX_HOSTS; i++)
+    fx_answer(i, START);
+  flush_result = -1;
+  assert_int_equal(tr_session_flush(s, 20, 0, on_flush, &flush_result), 0);
+  fx_answer(0, FLUSH); /* the other 11 stay silent */
+  fx_capture_log(wait_for_flush, NULL, log, sizeof log);
+  assert_int_equal(flush_result, 0);
+  size_t named = 0;
+  for (const char *p = log; (p = strstr(p, "did not answer within the timeout\"")); p++)
+    named++;
+  assert_int_equal(named, 8);
+  assert_non_null(strstr(log, "flush 1: 3 more hosts did not answer within the timeout (11 in all"));
+  for (size_t i = 0; i < FX_MAX_HOSTS; i++)
+    assert_int_equal(fx_hosts[i]->stats.flushes_missed, i == 0 ? 0 : 1);
+  fx_teardown();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_flush_completes_when_every_host_acked),
       cmocka_unit_test(test_flush_timeout_names_silent_hosts),
+      cmocka_unit_test(test_flush_timeout_names_eight_then_counts),
       cmocka_unit_test(test_host_lost_during_flush_is_named_at_once),
       cmocka_unit_test(test_flush_with_nothing_to_wait_for),
       cmocka_unit_test(test_flush_fans_out_in_two_passes),
