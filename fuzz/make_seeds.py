@@ -223,6 +223,94 @@ def seeds_relay():
     for name, s in streams.items():
         write(d, name, bytes([0]) + s)
 
+# ---- relay_carrier: a carrier's input, ops between socket reads (fuzz_relay_carrier.c) -------
+
+def on_slot(frame, slot):
+    """A whole relay frame (header included) moved onto a slot: RelayFrame.slot = 30."""
+    return le_frame(frame[4:] + fv(30, slot))
+
+def reads(stream, piece=240):
+    """The stream as socket reads of at most piece bytes: [n - 1][n bytes] each."""
+    return b"".join(bytes([len(stream[i:i + piece]) - 1]) + stream[i:i + piece]
+                    for i in range(0, len(stream), piece))
+
+OPEN, CLOSE, CLOSE_REASON, HANG_UP, SEND, TURN, DRAIN, SHUTDOWN, PEER_GONE = range(0xf0, 0xf9)
+
+CARRIER_MAX_SLOTS = [1, 2, 3, 4, 8, 17, 33, 256]  # picked by config bits 1-3
+
+def carrier_config(accept, max_slots, refuse=False, keep_on_goodbye=False):
+    return bytes([int(accept) | CARRIER_MAX_SLOTS.index(max_slots) << 1 | int(refuse) << 4 |
+                  int(keep_on_goodbye) << 5])
+
+def seeds_relay_carrier():
+    d = reset("relay_carrier")
+    s = relay_streams()
+    beat = lambda n: relay(4, fv(1, n))
+    bye = lambda reason=None: relay(3, (fv(1, reason) + fb(2, "going away")) if reason else b"")
+    agents = [s["session"], s["reconnect-resync"].split(le_frame(b"\xff"))[0], s["seq-gap"]]
+    # Three agents' sessions on slots 1-3, frame by frame in turn, the carrier's own heartbeats
+    # between; slot 2 ends silently, slot 1 with a reason, frames follow for both (dropped).
+    per_agent = [[on_slot(f, n + 1) for f in le_frames(a)] for n, a in enumerate(agents)]
+    mixed = b""
+    for k in range(max(len(p) for p in per_agent)):
+        for p in per_agent:
+            if k < len(p) and len(mixed) < 8000:  # small seeds keep the fuzzer's inputs small
+                mixed += p[k]
+        mixed += beat(k + 1)
+    tail = (on_slot(bye(), 2) + on_slot(beat(7), 2) + on_slot(bye(5), 1) + on_slot(beat(8), 1) +
+            on_slot(beat(9), 3))
+    upstream = carrier_config(True, 8) + reads(mixed) + bytes([TURN, DRAIN, 0x81, SEND, 0]) + \
+        reads(tail) + bytes([TURN, SEND, 0, TURN])
+    write(d, "upstream-three-agents", upstream)
+    write(d, "upstream-three-agents-bytewise",
+          carrier_config(True, 8) + reads(mixed[:1500], 1) + bytes([TURN]) + reads(tail, 1))
+    write(d, "upstream-keep-on-goodbye",
+          carrier_config(True, 8, keep_on_goodbye=True) + reads(mixed) + reads(tail))
+    # Slots with gaps; one below the highest never opened, one that ended: both dropped.
+    hello = lambda slot: on_slot(s["patches"][:len(le_frames(s["patches"])[0])], slot)
+    gaps = (hello(1) + hello(5) + on_slot(beat(1), 3) + on_slot(bye(), 1) + on_slot(beat(2), 1) +
+            on_slot(beat(3), 5) + on_slot(beat(4), 2**64 - 1) + on_slot(beat(5), 5))
+    write(d, "upstream-unknown-slots", carrier_config(True, 4) + reads(gaps) +
+          bytes([TURN, OPEN, SEND, 1, TURN]))
+    # Forty slots, then all of them ended in one read, then the carrier (past the tables' sizes).
+    many = b"".join(hello(n) for n in range(1, 41))
+    write(d, "upstream-many-slots", carrier_config(True, 256) + reads(many) + bytes([TURN]) +
+          reads(b"".join(on_slot(bye(), n) for n in range(1, 41))) + bytes([TURN]) +
+          reads(b"".join(hello(n) for n in range(41, 61))))
+    # More slots than the carrier takes: a protocol error ends it.
+    write(d, "upstream-too-many-slots",
+          carrier_config(True, 2) + reads(hello(1) + hello(2) + hello(3) + on_slot(beat(1), 1)))
+    # The end refuses slots 3 and 6 at their Hello (as --max-agents does): their frames dropped.
+    refused = b"".join(hello(n) + on_slot(beat(n), n) for n in range(1, 8))
+    write(d, "upstream-refuses", carrier_config(True, 8, refuse=True) + reads(refused) +
+          bytes([TURN]) + reads(on_slot(beat(9), 3) + on_slot(bye(4), 4)) + bytes([TURN]))
+    # A regional's carrier: this side opens slots and sends; the upstream answers on them, says
+    # Goodbye on one, writes for a slot never opened; slots close from this side too.
+    answers = (on_slot(relay(2, fv(1, 7) + ff64(2, 0x1122) + fv(3, 4 << 20)), 1) +
+               on_slot(relay(2, fv(1, 7)), 2) + on_slot(beat(1), 3) + on_slot(beat(1), 9) +
+               on_slot(bye(3), 3) + on_slot(beat(2), 3))
+    regional = (carrier_config(False, 4) + bytes([OPEN, OPEN, OPEN, SEND, 0, SEND, 1, SEND, 2,
+                                                  TURN]) + reads(answers) +
+                bytes([CLOSE_REASON, 1, SEND, 1, CLOSE, 0, TURN, OPEN, OPEN, OPEN, DRAIN, 0x80,
+                       HANG_UP, 0, TURN, SEND, 0]) + reads(on_slot(beat(3), 2) + beat(99)))
+    write(d, "regional-opens-slots", regional)
+    write(d, "regional-shutdown", regional + bytes([SEND, 1, SHUTDOWN]))
+    write(d, "regional-peer-gone", regional + bytes([SEND, 1, PEER_GONE]))
+    # The peer ends the carrier with a Goodbye, while slots are open and output is gathered.
+    write(d, "carrier-goodbye", carrier_config(True, 8) + reads(hello(1) + hello(2)) +
+          bytes([SEND, 0, SEND, 1]) + reads(bye(1)))
+    # A frame that does not decode, and one longer than the reader takes.
+    write(d, "undecodable", carrier_config(True, 8) + reads(hello(1) + le_frame(b"\xff\xff")))
+    write(d, "too-long", carrier_config(True, 8) + reads(hello(1) + struct.pack("<I", 5 << 20)))
+
+def le_frames(stream):
+    """The whole frames (header included) of a stream."""
+    i, out = 0, []
+    while i + 4 <= len(stream):
+        n = struct.unpack_from("<I", stream, i)[0]
+        out.append(stream[i:i + 4 + n]); i += 4 + n
+    return out
+
 # ---- trace_buffer: an op stream (fuzz_trace_buffer.c) over real fragments ------------------
 
 def seeds_trace_buffer():
@@ -289,6 +377,7 @@ def seeds_ipc_frame():
 def main():
     seeds_producer_port()
     seeds_relay()
+    seeds_relay_carrier()
     seeds_trace_buffer()
     seeds_packet_rewrite()
     seeds_pbtxt()

@@ -252,7 +252,9 @@ int tr_relay_link_open_slot(tr_relay_link *l, const struct tr_relay_link_events 
                             tr_relay_link **out) {
   if (l->carrier == NULL || l->closing)
     return l->carrier == NULL ? TR_ERR_STATE : TR_ERR_CLOSED;
-  if (l->carrier->num_slots >= l->carrier->max_slots)
+  /* No number is left after the highest slot (the peer may have opened it): one past it would
+   * wrap to 0, the carrier's own frames. */
+  if (l->carrier->num_slots >= l->carrier->max_slots || l->carrier->last_slot == UINT64_MAX)
     return TR_ERR_FULL;
   tr_relay_link *child = new_child(l, l->carrier->last_slot + 1, ev, data);
   if (child == NULL)

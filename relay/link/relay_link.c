@@ -60,10 +60,15 @@ static void hang_up(tr_relay_link *l) {
   l->closing = true;
   if (l->ev->on_closing != NULL)
     l->ev->on_closing(l);
-  if (l->parent != NULL)
+  if (l->parent != NULL) {
     tr_relay_carried_hang_up(l);
-  else
-    tr_tls_uv_close(l->conn);
+    return;
+  }
+  /* What a carrier gathered was sent as far as its ends know: it leaves before the close, as
+   * a plain link's queued bytes do (a Goodbye has sent it already). */
+  if (l->carrier != NULL)
+    tr_relay_carrier_flush(l);
+  tr_tls_uv_close(l->conn);
 }
 
 static void goodbye(tr_relay_link *l, Tracerelay__Goodbye__Reason reason, const char *text) {

@@ -182,7 +182,7 @@ int tr_relay_link_carry(tr_relay_link *l, const struct tr_relay_link_events *acc
 /* Opens a link in carrier l's next slot: it is open and established (its frames may be as long
  * as the carrier's less a slot's room, until tr_relay_link_established says); *out is set, then
  * ev->on_open runs, before this returns. 0, TR_ERR_STATE (l carries nothing), TR_ERR_CLOSED,
- * TR_ERR_FULL (max_slots open) or TR_ERR_NOMEM. */
+ * TR_ERR_FULL (max_slots open, or the highest slot number taken) or TR_ERR_NOMEM. */
 int tr_relay_link_open_slot(tr_relay_link *l, const struct tr_relay_link_events *ev, void *data,
                             tr_relay_link **out);
 bool tr_relay_link_carried(const tr_relay_link *l);

@@ -8,7 +8,8 @@
  * (the Goodbye reaches the peer's end), the others carrying on; frames for a slot that ended or
  * was never opened dropped and counted; the carrier's end ending every slot first, with its
  * reason; a slot on a link that carries none, and more slots than the receiver takes, closing
- * with a protocol error. Every test ends with uv_loop_close() succeeding. */
+ * with a protocol error; what was gathered leaving when the carrier hangs up, and no slot to
+ * open after the highest number (two bugs fuzz_relay_carrier found). Every test ends with uv_loop_close() succeeding. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -347,6 +348,42 @@ static void test_frames_for_unknown_slots_dropped(void **state) {
   fixture_finish(&f);
 }
 
+/* Bug (fuzz_relay_carrier, crash-hang-up-drops-gathered): a carrier closed without a Goodbye
+ * (tr_relay_link_hang_up, as after the peer's Goodbye, or a close without a reason) dropped what
+ * its links had sent in the same turn of the loop, still gathered: sends that had returned 0
+ * never left, where a plain link's queued frames do. */
+static void test_hang_up_sends_what_was_gathered(void **state) {
+  (void)state;
+  struct fixture f;
+  fixture_start(&f, MAX_SLOTS);
+  struct end *a = open_slot(&f);
+  assert_int_equal(send_heartbeat(a->link, 1), 0);
+  RUN_UNTIL(&f, f.num_accepted == 1 && f.accepted[1].heartbeats == 1, 5000);
+  assert_int_equal(send_heartbeat(a->link, 2), 0);
+  tr_relay_link_hang_up(f.client.link);
+  RUN_UNTIL(&f, f.client.closed && f.server.closed, 5000);
+  assert_int_equal(f.accepted[1].heartbeats, 2);
+  fixture_finish(&f);
+}
+
+/* Bug (fuzz_relay_carrier, crash-slot-number-wraps): once the peer had opened slot 2^64 - 1, a
+ * slot this side opened was numbered 0, the carrier's own frames, and broke the order of the
+ * slot table. Now there is no slot left to open. */
+static void test_no_slot_after_the_highest(void **state) {
+  (void)state;
+  struct fixture f;
+  fixture_start(&f, MAX_SLOTS);
+  write_raw(&f, UINT64_MAX, 1);
+  RUN_UNTIL(&f, f.num_accepted == 1 && f.accepted[1].heartbeats == 1, 5000);
+  struct end extra;
+  end_init(&extra, &f);
+  tr_relay_link *l = NULL;
+  assert_int_equal(tr_relay_link_open_slot(f.server.link, &slot_events, &extra, &l), TR_ERR_FULL);
+  assert_null(l);
+  assert_null(extra.link);
+  fixture_finish(&f);
+}
+
 /* The carrier ends: every slot on both sides ends first, with the carrier's reason. */
 static void test_carrier_end_ends_slots(void **state) {
   (void)state;
@@ -402,6 +439,8 @@ int main(void) {
       cmocka_unit_test(test_slot_ends_either_side),
       cmocka_unit_test(test_frames_for_unknown_slots_dropped),
       cmocka_unit_test(test_carrier_end_ends_slots),
+      cmocka_unit_test(test_hang_up_sends_what_was_gathered),
+      cmocka_unit_test(test_no_slot_after_the_highest),
       cmocka_unit_test(test_slot_on_plain_link_is_protocol_error),
       cmocka_unit_test(test_too_many_slots_is_protocol_error),
   };

@@ -1,0 +1,123 @@
+/* fake_tls_uv.c: the tls_uv.h calls relay_link.c and relay_carrier.c make, over no socket (see
+ * fake_tls_uv.h). Only what those two files call is here: a new call there fails the fuzz
+ * target's link, which is the cue to fake it too. */
+#include "fuzz/fake_tls_uv.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "relay/base/tr_error.h"
+
+struct tr_tls_uv_conn {
+  uv_loop_t *loop;
+  const struct tr_tls_uv_callbacks *cbs;
+  void *data;
+  bool connected, closing, paused;
+  uint64_t bytes_in;
+};
+
+static fake_tls_uv_write_fn write_hook;
+static void *write_arg;
+
+void fake_tls_uv_set_write_hook(fake_tls_uv_write_fn fn, void *arg) {
+  write_hook = fn;
+  write_arg = arg;
+}
+
+void fake_tls_uv_open(tr_tls_uv_conn *c) {
+  c->connected = true;
+  c->cbs->on_connect(c);
+}
+
+void fake_tls_uv_read(tr_tls_uv_conn *c, const void *data, size_t len) {
+  if (c->closing || c->paused || len == 0)
+    return;
+  c->bytes_in += len;
+  c->cbs->on_read(c, data, len);
+}
+
+void fake_tls_uv_drain(tr_tls_uv_conn *c) {
+  if (!c->closing && c->cbs->on_drain != NULL)
+    c->cbs->on_drain(c);
+}
+
+bool fake_tls_uv_closing(const tr_tls_uv_conn *c) { return c->closing; }
+
+void fake_tls_uv_end(tr_tls_uv_conn *c, int reason, const char *why) {
+  c->closing = true;
+  c->cbs->on_close(c, reason, why);
+  free(c);
+}
+
+/* ---- tls_uv.h ---- */
+
+int tr_tls_uv_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *server_name,
+                      const struct sockaddr *addr, const struct tr_tls_uv_options *opts,
+                      const struct tr_tls_uv_callbacks *cbs, void *data, tr_tls_uv_conn **out) {
+  (void)cfg, (void)server_name, (void)addr, (void)opts;
+  tr_tls_uv_conn *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return TR_ERR_NOMEM;
+  c->loop = loop;
+  c->cbs = cbs;
+  c->data = data;
+  *out = c;
+  return 0;
+}
+
+int tr_tls_uv_write(tr_tls_uv_conn *c, const void *data, size_t len) {
+  if (c->closing)
+    return TR_ERR_CLOSED;
+  if (!c->connected)
+    return TR_ERR_STATE;
+  if (write_hook != NULL)
+    write_hook(write_arg, data, len);
+  return 0;
+}
+
+int tr_tls_uv_write_stamped(tr_tls_uv_conn *c, const void *data, size_t len, int64_t *sent_ns) {
+  *sent_ns = 0;
+  return tr_tls_uv_write(c, data, len);
+}
+
+int tr_tls_uv_pause_read(tr_tls_uv_conn *c) {
+  if (c->closing)
+    return TR_ERR_CLOSED;
+  c->paused = true;
+  return 0;
+}
+
+int tr_tls_uv_resume_read(tr_tls_uv_conn *c) {
+  if (c->closing)
+    return TR_ERR_CLOSED;
+  c->paused = false;
+  return 0;
+}
+
+void tr_tls_uv_close(tr_tls_uv_conn *c) { c->closing = true; }
+size_t tr_tls_uv_queued(const tr_tls_uv_conn *c) { (void)c; return 0; }
+uint64_t tr_tls_uv_bytes_in(const tr_tls_uv_conn *c) { return c->bytes_in; }
+void tr_tls_uv_mark_order(tr_tls_uv_conn *c) { (void)c; }
+const char *tr_tls_uv_peer_name(const tr_tls_uv_conn *c) { (void)c; return "regional-a"; }
+const char *tr_tls_uv_peer_address(const tr_tls_uv_conn *c) { (void)c; return "192.0.2.1:7393"; }
+void *tr_tls_uv_get_data(const tr_tls_uv_conn *c) { return c->data; }
+void tr_tls_uv_set_data(tr_tls_uv_conn *c, void *data) { c->data = data; }
+uv_loop_t *tr_tls_uv_loop(const tr_tls_uv_conn *c) { return c->loop; }
+
+/* Listening: relay_link.c's listener calls, never made by the fuzz target. */
+int tr_tls_uv_listen(uv_loop_t *loop, tr_tls_config *cfg, const struct sockaddr *addr,
+                     const struct tr_tls_uv_options *opts, const struct tr_tls_uv_callbacks *cbs,
+                     void *data, tr_tls_uv_server **out) {
+  (void)loop, (void)cfg, (void)addr, (void)opts, (void)cbs, (void)data, (void)out;
+  abort();
+}
+int tr_tls_uv_server_port(const tr_tls_uv_server *srv) { (void)srv; abort(); }
+void tr_tls_uv_server_set_config(tr_tls_uv_server *srv, tr_tls_config *cfg) {
+  (void)srv, (void)cfg;
+  abort();
+}
+void tr_tls_uv_server_stats(const tr_tls_uv_server *srv, struct tr_tls_uv_server_stats *out) {
+  (void)srv, (void)out;
+  abort();
+}
+void tr_tls_uv_server_close(tr_tls_uv_server *srv) { (void)srv; abort(); }
