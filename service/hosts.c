@@ -43,6 +43,7 @@ typedef struct host_rec {
   uint32_t *stale; /* during a resync: producer ids not re-announced yet */
   size_t n_stale;
   size_t ordinal; /* 0, 1, 2... in the order the table made them */
+  struct host_rec *same_bucket; /* the next record in its bucket of the name index */
 } host_rec;
 
 struct tr_hosts {
@@ -50,6 +51,11 @@ struct tr_hosts {
   const struct tr_link_events *ev; /* called with svc */
   tr_host *head, *tail;
   size_t made; /* entries made so far: the next ordinal */
+  /* By name: FNV-1a of it, chained in a power-of-two number of buckets, at most one record a
+   * bucket on average (a reconnect storm of 10,000 agents looked each Hello's name up among
+   * 10,000 records: a fifth of a starved root's samples). */
+  host_rec **buckets;
+  size_t num_buckets;
 };
 
 static host_rec *rec_of(tr_host *h) { return (host_rec *)h; }
@@ -555,6 +561,7 @@ void tr_hosts_free(tr_hosts *hs) {
     host_free(rec_of(h));
     h = next;
   }
+  free(hs->buckets);
   free(hs);
 }
 
@@ -571,11 +578,37 @@ size_t tr_hosts_count(const tr_hosts *hs) {
   return n;
 }
 
+static host_rec **bucket_of(const tr_hosts *hs, const char *name) {
+  return &hs->buckets[tr_fnv1a64(name, strlen(name)) & (hs->num_buckets - 1)];
+}
+
 tr_host *tr_hosts_find(const tr_hosts *hs, const char *name) {
-  for (tr_host *h = hs->head; h != NULL; h = h->next)
-    if (strcmp(h->name, name) == 0)
-      return h;
+  if (hs->num_buckets == 0)
+    return NULL;
+  for (host_rec *r = *bucket_of(hs, name); r != NULL; r = r->same_bucket)
+    if (strcmp(r->host.name, name) == 0)
+      return &r->host;
   return NULL;
+}
+
+/* Room in the name index for one more record: the buckets doubled (and every record placed
+ * again) when there would be more records than buckets. 0 or TR_ERR_NOMEM. */
+static int index_room(tr_hosts *hs) {
+  if (hs->made < hs->num_buckets)
+    return 0;
+  size_t n = hs->num_buckets ? 2 * hs->num_buckets : 64;
+  host_rec **grown = calloc(n, sizeof *grown);
+  if (grown == NULL)
+    return TR_ERR_NOMEM;
+  free(hs->buckets);
+  hs->buckets = grown;
+  hs->num_buckets = n;
+  for (tr_host *h = hs->head; h != NULL; h = h->next) {
+    host_rec **b = bucket_of(hs, h->name);
+    rec_of(h)->same_bucket = *b;
+    *b = rec_of(h);
+  }
+  return 0;
 }
 
 int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
@@ -586,6 +619,8 @@ int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
   }
   if (!tr_tls_valid_machine_name(name, strlen(name)))
     return TR_ERR_INVAL;
+  if (index_room(hs) != 0)
+    return TR_ERR_NOMEM;
   host_rec *r = calloc(1, sizeof *r);
   if (r == NULL)
     return TR_ERR_NOMEM;
@@ -599,6 +634,9 @@ int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
   snprintf(h->name, sizeof h->name, "%s", name);
   h->machine_id = tr_machine_id(name);
   r->ordinal = hs->made++;
+  host_rec **b = bucket_of(hs, h->name);
+  r->same_bucket = *b;
+  *b = r;
   if (hs->tail != NULL)
     hs->tail->next = h;
   else

@@ -14,8 +14,8 @@
  * A new agent instance (restart) or a resync that does not re-announce a producer ends it the
  * same way.
  *
- * Costs: lookups are O(hosts) by name (done once per connection) and O(producers of the host)
- * per update, O(buffers with drops^2) per AgentStats. Memory per host is bounded by
+ * Costs: lookups by name are O(1) on average (a hash index; done once per connection) and
+ * O(producers of the host) per update, O(buffers with drops^2) per AgentStats. Memory per host is bounded by
  * TR_HOSTS_MAX_PRODUCERS, TR_HOSTS_MAX_HELD_FRAMES, TR_HOSTS_MAX_BUFFER_DROPS and the frame
  * limit. Not thread-safe (one loop). */
 #ifndef TR_SERVICE_HOSTS_H

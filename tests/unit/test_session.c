@@ -15,9 +15,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include "relay/base/tr_error.h"
+#include "service/hosts.h"
 #include "service/session_priv.h"
 #include "session_fixture.h"
 
@@ -529,6 +531,32 @@ static void test_replies_look_at_their_own_hosts_instances(void **state) {
   fx_teardown();
 }
 
+/* The host table's name index: 1,000 hosts (its buckets doubled four times on the way) are
+ * each found by name, as the same entry, in the order they were made; a name never seen is
+ * not found. */
+static void test_host_table_finds_every_name(void **state) {
+  enum { N = 1000 };
+  static tr_host *made[N];
+  char name[32];
+  (void)state;
+  fx_setup();
+  for (size_t i = 0; i < N; i++) {
+    snprintf(name, sizeof name, "fleet-%04zu", i);
+    assert_int_equal(tr_hosts_get(fx_host_table, name, &made[i]), 0);
+    assert_int_equal(tr_hosts_ordinal(made[i]), i);
+  }
+  for (size_t i = 0; i < N; i++) {
+    tr_host *again;
+    snprintf(name, sizeof name, "fleet-%04zu", i);
+    assert_ptr_equal(tr_hosts_find(fx_host_table, name), made[i]);
+    assert_int_equal(tr_hosts_get(fx_host_table, name, &again), 0); /* no second entry */
+    assert_ptr_equal(again, made[i]);
+  }
+  assert_null(tr_hosts_find(fx_host_table, "fleet-1000"));
+  assert_int_equal(tr_hosts_count(fx_host_table), N);
+  fx_teardown();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fan_out_to_every_host),
@@ -542,6 +570,7 @@ int main(void) {
       cmocka_unit_test(test_unconfirmed_stop_asked_again),
       cmocka_unit_test(test_new_session_reaches_every_host_of_the_table),
       cmocka_unit_test(test_replies_look_at_their_own_hosts_instances),
+      cmocka_unit_test(test_host_table_finds_every_name),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
