@@ -32,7 +32,8 @@ struct tr_link_events {
    * (tr_hosts_add_clock_snapshot, whose errors it returns). */
   int (*host_clock_snapshot)(tr_service *svc, tr_host *host,
                              const Tracerelay__HostClockSnapshot *snap);
-  /* Whether any tracing session exists (the link probes clocks densely then). */
+  /* Whether any tracing session records (has not stopped; the link probes clocks densely
+   * then). */
   bool (*any_session)(const tr_service *svc);
 };
 

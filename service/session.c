@@ -843,7 +843,14 @@ bool tr_session_has_host(const tr_session *s, const tr_host *host) {
 
 /* ---- calls from the link server (link_calls.h) ---- */
 
-bool tr_session_any(const tr_service *svc) { return svc->num_sessions > 0; }
+/* A session still recording: one that stopped, its trace waiting to be read (a 10,000-host
+ * trace took minutes), needs no clock probes at the session rate (10,000 fits a second then). */
+bool tr_session_any(const tr_service *svc) {
+  for (const tr_session *s = svc->sessions; s; s = s->next)
+    if (s->state != TR_SESSION_STOPPED)
+      return true;
+  return false;
+}
 
 void tr_session_on_host_connected(tr_service *svc, tr_host *host) {
   tr_session_unstopped_reconnected(svc, host);

@@ -7,33 +7,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Room for len more bytes and the NUL after them: false (and t->failed) when there is none. */
+static bool reserve(tr_prom_text *t, size_t len) {
+  if (t->failed)
+    return false;
+  if (t->len + len < t->cap)
+    return true;
+  size_t cap = t->cap ? t->cap : 4096;
+  while (cap <= t->len + len)
+    cap *= 2;
+  char *grown = realloc(t->buf, cap);
+  if (!grown) {
+    t->failed = true;
+    return false;
+  }
+  t->buf = grown;
+  t->cap = cap;
+  return true;
+}
+
 static void put(tr_prom_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(tr_prom_text *t, const char *fmt, ...) {
-  if (t->failed)
-    return;
-  for (;;) {
+  for (size_t room = 0; reserve(t, room);) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+    int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
     va_end(ap);
     if (n < 0) {
       t->failed = true;
       return;
     }
-    if (t->buf && t->len + (size_t)n < t->cap) {
+    if (t->len + (size_t)n < t->cap) {
       t->len += (size_t)n;
       return;
     }
-    size_t cap = t->cap ? t->cap : 4096;
-    while (cap <= t->len + (size_t)n)
-      cap *= 2;
-    char *grown = realloc(t->buf, cap);
-    if (!grown) {
-      t->failed = true;
-      return;
-    }
-    t->buf = grown;
-    t->cap = cap;
+    room = (size_t)n; /* too little room: grow, then again */
   }
 }
 
@@ -43,20 +51,8 @@ void tr_prom_family(tr_prom_text *t, const char *name, const char *type, const c
 
 /* Appends len bytes as they are. */
 static void put_bytes(tr_prom_text *t, const char *s, size_t len) {
-  if (t->failed)
+  if (!reserve(t, len))
     return;
-  if (t->len + len >= t->cap) {
-    size_t cap = t->cap ? t->cap : 4096;
-    while (cap <= t->len + len)
-      cap *= 2;
-    char *grown = realloc(t->buf, cap);
-    if (!grown) {
-      t->failed = true;
-      return;
-    }
-    t->buf = grown;
-    t->cap = cap;
-  }
   memcpy(t->buf + t->len, s, len);
   t->len += len;
   t->buf[t->len] = '\0';
