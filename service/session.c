@@ -343,12 +343,17 @@ static void match_host(tr_session *s, size_t hi) {
   }
 }
 
+size_t tr_session_newest_entry(const tr_session *s, const tr_host *host) {
+  size_t o = tr_hosts_ordinal(host);
+  return o < s->cap_entry_of ? s->entry_of[o] : 0;
+}
+
 tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t *index) {
   /* O(1), per chunk and ack: a walk over the entries was linear in the hosts. */
-  size_t o = tr_hosts_ordinal(host);
-  if (o >= s->cap_entry_of || s->entry_of[o] == 0)
+  size_t e = tr_session_newest_entry(s, host);
+  if (e == 0)
     return NULL;
-  size_t i = s->entry_of[o] - 1;
+  size_t i = e - 1;
   s->host_entries_examined++;
   if (index)
     *index = i;
@@ -837,8 +842,7 @@ bool tr_session_visible_to(const tr_session *s, uid_t viewer) {
 }
 
 bool tr_session_has_host(const tr_session *s, const tr_host *host) {
-  size_t o = tr_hosts_ordinal(host);
-  return o < s->cap_entry_of && s->entry_of[o] != 0;
+  return tr_session_newest_entry(s, host) != 0;
 }
 
 /* ---- calls from the link server (link_calls.h) ---- */
@@ -1030,8 +1034,8 @@ void tr_session_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__F
   }
 }
 
-/* The instance of host awaiting the reply to request_id, in any of its entries (a reply from
- * a restarted agent's predecessor finds nothing); NULL for none. */
+/* The instance of host awaiting the reply to request_id, in any of its entries (request ids
+ * are the service's, unique: at most one matches); NULL for none. */
 static tr_ds_instance *find_pending(tr_session *s, const tr_host *host, uint64_t request_id) {
   size_t hi;
   if (!tr_session_find_host(s, host, &hi))

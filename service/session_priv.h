@@ -112,6 +112,9 @@ struct tr_session {
 /* The session host entry for a host (its newest, when its agent restarted); NULL if the host
  * never joined the session. */
 tr_session_host *tr_session_find_host(tr_session *s, const tr_host *host, size_t *index);
+/* 1 + the index of host's newest entry, 0 if it never joined; the entries before it follow
+ * through older_entry (a status call or a scrape reads every host's entries this way). */
+size_t tr_session_newest_entry(const tr_session *s, const tr_host *host);
 void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev);
 /* Sends cmd to the agent of host entry host_index, with a new request id: TR_ERR_CLOSED when
  * that entry is gone or retired. */

@@ -297,17 +297,9 @@ int tr_session_stats_packet(tr_session *s, uint64_t ts, tr_trace_writer_buf *out
   return rc;
 }
 
-/* 1 + the index of host's newest entry in s, 0 for none; older ones follow through older_entry
- * (the const twin of tr_session_find_host: a metrics scrape or status call reads every host's
- * entries, one host at a time). */
-static size_t newest_entry(const tr_session *s, const tr_host *host) {
-  size_t o = tr_hosts_ordinal(host);
-  return o < s->cap_entry_of ? s->entry_of[o] : 0;
-}
-
 void tr_session_stats_add_host_losses(const tr_session *s, const tr_host *host,
                                       struct tr_host_buffer_losses *out) {
-  for (size_t e = newest_entry(s, host); e != 0; e = s->hosts[e - 1].older_entry) {
+  for (size_t e = tr_session_newest_entry(s, host); e != 0; e = s->hosts[e - 1].older_entry) {
     const tr_session_host *sh = &s->hosts[e - 1];
     for (size_t b = 0; sh->tbufs && b < s->num_buffers; b++) {
       tr_tbuf_stats st;
@@ -331,7 +323,7 @@ void tr_session_stats_host_summary(const tr_session *s, const tr_host *host,
   size_t num_entries = 0;
   bool any_live = false;
   out->instances = out->instances_started = 0;
-  for (size_t e = newest_entry(s, host); e != 0; e = s->hosts[e - 1].older_entry) {
+  for (size_t e = tr_session_newest_entry(s, host); e != 0; e = s->hosts[e - 1].older_entry) {
     const tr_session_host *sh = &s->hosts[e - 1];
     num_entries++;
     any_live |= !sh->gone && !sh->retired;
