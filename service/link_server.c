@@ -5,9 +5,11 @@
  * backpressure, Goodbye and the one close path; this file gives the frames their meaning.
  * What must outlive a connection (the batch sequence, held replies, producers, the clock
  * estimate) lives in the host table (hosts.c). One timer per server drives heartbeats and
- * clock probes: the probes' schedule every TICK_MS (every TICK_SESSION_MS while a session runs)
- * at the cost of the peers due only; heartbeats, deadlines and acks due in a walk over every
- * peer every WALK_MS.
+ * clock probes: the probes' schedule every TICK_MS, at the cost of the peers due only; while a
+ * session runs, when the next probe is due (or the walk), but not sooner than TICK_SESSION_MS
+ * after the last tick: a root whose hosts are all behind regionals probes only the regionals
+ * and need not wake 200 times a second. Heartbeats, deadlines and acks due in a walk over
+ * every peer every WALK_MS.
  * Who is probed when, and what an answer means, is relay/clock/clock_probe.c; this file sends the
  * probes and feeds the completed exchanges to the host's estimator.
  * A BatchAck waits for the next command to its agent and rides in the command's TLS record
@@ -80,6 +82,7 @@ struct tr_link_server {
   struct tr_link_server_counts counts;
   unsigned max_agents, connected; /* agents Welcomed now, and their bound */
   uint64_t walked_ms; /* when on_tick last walked the peers */
+  uint64_t ticked_ms; /* when on_tick last ran */
   bool session; /* a session ran at the last tick: what the carriers were told */
   struct tr_clock_probe_sched probes;
   tr_relay_codec codec; /* decompresses every peer's batches */
@@ -87,6 +90,9 @@ struct tr_link_server {
   bool stopping;
   bool tick_closed;
 };
+
+static void on_tick(uv_timer_t *t);
+static void tick_sooner(tr_link_server *ls);
 
 /* ---- writing ---- */
 
@@ -379,9 +385,11 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
     return;
   p->acked = tr_hosts_peer(host)->stored_seq;
   p->resyncing = tr_hosts_resync_begin(ls->hosts, host) == 0;
-  if (p->features & TR_RELAY_FEATURE_CLOCK_PROBES)
+  if (p->features & TR_RELAY_FEATURE_CLOCK_PROBES) {
     tr_clock_probe_add(&ls->probes, &p->probe, p, p->features & TR_RELAY_FEATURE_CLOCK_FOLLOW_UP,
                        uv_now(ls->loop));
+    tick_sooner(ls); /* its first probe is due now */
+  }
   TR_INFO("link", "host %s connected from %s%s%s (agent %016llx, features %#llx, resuming after "
           "batch %llu, %s)", host->name, tr_tls_uv_peer_address(tr_relay_link_conn(p->link)),
           p->relayed ? " through regional " : "",
@@ -450,6 +458,7 @@ static void on_probe_answer(tr_link_peer *p, const Tracerelay__ClockProbe *a) {
   if (tr_clock_probe_answer(&p->ls->probes, &p->probe, a->probe_id, a->t2, a->t3, p->t4,
                             uv_now(p->ls->loop)) < 0)
     tr_relay_link_protocol_error(p->link, "clock probe answer with t2/t3 out of range");
+  tick_sooner(p->ls);
 }
 
 /* Two-step probes: the exact send time of the answer, when the agent had one. */
@@ -458,6 +467,7 @@ static void on_probe_follow_up(tr_link_peer *p, const Tracerelay__ClockFollowUp 
                                fu->has_t3_late && fu->t3_late,
                                uv_now(p->ls->loop)) < 0)
     tr_relay_link_protocol_error(p->link, "clock follow-up with t3 out of range");
+  tick_sooner(p->ls);
 }
 
 /* Tiers: an exchange the regional measured with this host, on the regional's clock; made one
@@ -695,11 +705,43 @@ static void check_peer(tr_link_peer *p, uint64_t now_ns, uint64_t now_ms) {
                                  p->ls->hello_timeout_ms);
 }
 
+/* In a session, when the tick has work next: the next probe due or the next walk, but not
+ * sooner than TICK_SESSION_MS after the last tick. */
+static uint64_t session_tick_due(const tr_link_server *ls) {
+  uint64_t due = tr_clock_probe_next_due_ms(&ls->probes);
+  uint64_t walk_due = ls->walked_ms + WALK_MS, soonest = ls->ticked_ms + TICK_SESSION_MS;
+  if (walk_due < due)
+    due = walk_due;
+  return due < soonest ? soonest : due;
+}
+
+/* Sets the tick for when it has work: between sessions every TICK_MS; in a session at
+ * session_tick_due, at most WALK_MS from now. */
+static void arm_tick(tr_link_server *ls, uint64_t now_ms) {
+  uint64_t delay = TICK_MS;
+  if (ls->session) {
+    uint64_t due = session_tick_due(ls);
+    delay = due <= now_ms ? 0 : due - now_ms > WALK_MS ? WALK_MS : due - now_ms;
+  }
+  uv_timer_start(&ls->tick, on_tick, delay, 0);
+}
+
+/* After the probes' schedule changed (a peer added, an exchange ended, a probe asked for): a
+ * session's tick set for later than the schedule now needs comes sooner. */
+static void tick_sooner(tr_link_server *ls) {
+  if (!ls->session || ls->stopping)
+    return;
+  uint64_t now_ms = uv_now(ls->loop), due = session_tick_due(ls);
+  if (due < now_ms + uv_timer_get_due_in(&ls->tick))
+    arm_tick(ls, now_ms);
+}
+
 static void on_tick(uv_timer_t *t) {
   tr_link_server *ls = t->data;
   uint64_t now_ns = uv_hrtime(), now_ms = uv_now(ls->loop);
   bool session = ls->ev->any_session(ls->svc);
-  uv_timer_set_repeat(&ls->tick, session ? TICK_SESSION_MS : TICK_MS);
+  ls->counts.ticks++;
+  ls->ticked_ms = now_ms;
   if (session != ls->session) {
     ls->session = session;
     for (tr_link_peer *p = ls->peers; p != NULL; p = p->next)
@@ -725,6 +767,7 @@ static void on_tick(uv_timer_t *t) {
         tell_drift_moved(p);
       tr_relay_link_keep_alive(p->link, now_ns);
     }
+  arm_tick(ls, now_ms);
 }
 
 /* ---- the public side ---- */
@@ -742,8 +785,10 @@ static int send_command(tr_host *host, const Tracerelay__Command *cmd) {
 
 static void probe_clock(tr_host *host) {
   tr_link_peer *p = host->link;
-  if (p != NULL)
+  if (p != NULL) {
     tr_clock_probe_request(&p->ls->probes, &p->probe, uv_now(p->ls->loop));
+    tick_sooner(p->ls);
+  }
 }
 
 const struct tr_link_commands tr_link_server_commands = {.send_command = send_command,
@@ -802,7 +847,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_hosts *hosts, const struct tr_link_
   }
   uv_timer_init(loop, &ls->tick);
   ls->tick.data = ls;
-  uv_timer_start(&ls->tick, on_tick, TICK_MS, TICK_MS);
+  arm_tick(ls, uv_now(loop));
   TR_INFO("link", "listening for agents on %s (port %d)", opts->listen,
           tr_relay_link_listener_port(ls->listener));
   *out = ls;

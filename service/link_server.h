@@ -94,6 +94,7 @@ struct tr_link_server_counts {
   uint64_t acks_sent;  /* BatchAcks */
   uint64_t acks_alone; /* ... of them in a record of their own (the others rode with a command) */
   uint64_t walks;      /* walks over every peer (heartbeats, deadlines, acks due) */
+  uint64_t ticks;      /* times the timer of probes and walks ran */
 };
 void tr_link_server_counts(const tr_link_server *ls, struct tr_link_server_counts *out);
 /* The agents' TLS handshakes: refused, and where their steps ran (relay/link/tls_uv.h). */

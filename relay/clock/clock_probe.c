@@ -243,3 +243,10 @@ void tr_clock_probe_tick(struct tr_clock_probe_sched *s, uint64_t now_ms, bool s
   for (; busy != NULL; busy = busy->aside_next)
     queue(s, busy);
 }
+
+uint64_t tr_clock_probe_next_due_ms(const struct tr_clock_probe_sched *s) {
+  const struct tr_due_node *idle = tr_due_heap_first(&s->idle);
+  const struct tr_due_node *in_flight = tr_due_heap_first(&s->in_flight);
+  uint64_t due = idle != NULL ? idle->due : UINT64_MAX;
+  return in_flight != NULL && in_flight->due < due ? in_flight->due : due;
+}

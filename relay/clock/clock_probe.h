@@ -136,6 +136,10 @@ void tr_clock_probe_remove(struct tr_clock_probe_sched *s, struct tr_clock_probe
 /* Forgets timed-out probes and sends those due, within the budget (above). session: a tracing
  * session exists (the drift-paced periods apply). */
 void tr_clock_probe_tick(struct tr_clock_probe_sched *s, uint64_t now_ms, bool session);
+/* When the next tick has something to do (a probe due, an exchange to time out), in the last
+ * tick's session state; UINT64_MAX when no peer is scheduled. A peer left due by a spent budget
+ * or a busy link is due already (a time not after the last tick's). O(1). */
+uint64_t tr_clock_probe_next_due_ms(const struct tr_clock_probe_sched *s);
 /* A probe now unless the peer's last is younger than its session period; wanted if it cannot
  * go yet. Nothing for a peer not scheduled. */
 void tr_clock_probe_request(struct tr_clock_probe_sched *s, struct tr_clock_probe_peer *p,

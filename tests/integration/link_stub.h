@@ -35,6 +35,8 @@ extern struct link_event link_events[LINK_STUB_MAX_EVENTS];
 extern size_t link_n_events;
 
 extern const struct tr_link_events link_stub_events;
+/* What any_session answers (false unless a test sets it). */
+extern bool link_stub_session;
 
 void link_stub_reset(void);
 /* Events of one kind for one host. */

@@ -25,6 +25,7 @@
 
 #include "agent/link_client.h"
 #include "link_stub.h"
+#include "relay/clock/clock_probe.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
 #include "service/link_server.h"
@@ -528,6 +529,44 @@ static void test_peers_walked_every_250_ms(void **state) {
   service_stop(&loop, &s);
 }
 
+static uint32_t probes_of(tr_host *h) {
+  struct tr_clocksync_stats cs;
+  tr_clocksync_get_stats(h->clock, &cs);
+  return cs.probes;
+}
+
+/* Issue 25 item 3: in a session the tick wakes when a probe is due or the walk is, not every 5
+ * ms (200 times a second before, whatever was due): over two seconds of loop time, no more
+ * ticks than walks and probes, and the agent is still probed. */
+static void test_session_tick_wakes_when_due(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct service s;
+  struct agent a;
+  service_start(&loop, &s);
+  agent_start(&loop, &a, s.port, dir, "agent-web-1");
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  tr_host *h = host_of(&s, "web-1");
+  RUN_UNTIL(&loop, probes_of(h) >= TR_CLOCK_PROBE_DENSE, 10000); /* past the dense ones */
+  link_stub_session = true;
+  struct tr_link_server_counts c0, c1;
+  tr_link_server_counts(s.ls, &c0);
+  uint32_t probes = probes_of(h);
+  uv_update_time(&loop);
+  uint64_t t0 = uv_now(&loop);
+  RUN_UNTIL(&loop, uv_now(&loop) - t0 >= 2000 && probes_of(h) > probes, 10000);
+  tr_link_server_counts(s.ls, &c1);
+  link_stub_session = false;
+  uint64_t elapsed = uv_now(&loop) - t0, ticks = c1.ticks - c0.ticks;
+  /* Each tick walks or sends a probe due (one in flight at the end), but the one that saw the
+   * session begin. */
+  assert_true(ticks >= elapsed / 250);
+  assert_true(ticks <= elapsed / 250 + 1 + (probes_of(h) - probes) + 1 + 1);
+  agent_stop(&loop, &a, 3000);
+  service_stop(&loop, &s);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN); /* as the daemons do: a peer gone mid-write is an error code */
   for (size_t i = 0; i < sizeof payload; i++)
@@ -541,6 +580,7 @@ int main(void) {
       cmocka_unit_test(test_acks_ride_with_commands),
       cmocka_unit_test(test_ack_goes_alone_after_its_delay),
       cmocka_unit_test(test_peers_walked_every_250_ms),
+      cmocka_unit_test(test_session_tick_wakes_when_due),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
 }

@@ -525,6 +525,27 @@ static void test_tick_examines_only_due(void **state) {
     assert_int_equal(peers[i].sends, i < N / 2 ? 2 : 1);
 }
 
+/* The next tick's work: none scheduled; a new peer due at once; then its next probe, or the
+ * timeout of the exchange in flight, whichever comes first; a busy link's probe stays due. */
+static void test_next_due(void **state) {
+  (void)state;
+  assert_true(tr_clock_probe_next_due_ms(&sched) == UINT64_MAX);
+  fake *f = first_probe(false); /* out at START_MS: its timeout is the only thing due */
+  assert_int_equal(tr_clock_probe_next_due_ms(&sched), START_MS + TR_CLOCK_PROBE_TIMEOUT_MS);
+  assert_int_equal(answer(f), 1);
+  assert_int_equal(tr_clock_probe_next_due_ms(&sched), START_MS + TR_CLOCK_PROBE_DENSE_MS);
+  fake *g = &peers[1];
+  now_ms += 10;
+  add(g, false);
+  assert_int_equal(tr_clock_probe_next_due_ms(&sched), now_ms);
+  g->send_rc = TR_ERR_AGAIN;
+  tr_clock_probe_tick(&sched, now_ms, false);
+  assert_int_equal(tr_clock_probe_next_due_ms(&sched), now_ms); /* still wanted */
+  tr_clock_probe_remove(&sched, &g->probe);
+  tr_clock_probe_remove(&sched, &f->probe);
+  assert_true(tr_clock_probe_next_due_ms(&sched) == UINT64_MAX);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_exchange, setup),
@@ -539,6 +560,7 @@ int main(void) {
       cmocka_unit_test_setup(test_busy_link, setup),
       cmocka_unit_test_setup(test_remove, setup),
       cmocka_unit_test_setup(test_tick_examines_only_due, setup),
+      cmocka_unit_test_setup(test_next_due, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
