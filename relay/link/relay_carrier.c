@@ -5,7 +5,10 @@
  * appended; lookups are binary searches), and gathers what is written to it, its own frames
  * and its carried links', into one buffer sent once per loop turn (libuv's prepare and check
  * phases: before the loop sleeps, after it woke) or at once past FLUSH_AT bytes: a thousand
- * hosts' acks or flush commands become a few TLS records and one system call. A carried link
+ * hosts' acks or flush commands become a few TLS records and one system call. With a linger
+ * (tr_relay_carrier_set_linger) what was gathered waits up to that long after its first byte
+ * for the turns after, on a timer: a regional's upstream then wakes once for many of its
+ * turns. A carried link
  * that ends is taken out of the array at once (later frames for its slot are dropped) and
  * hears on_closed in the same phases, never from inside the call that ended it. The carrier's
  * state lives apart from the link, as the two libuv handles close after it is gone. */
@@ -40,8 +43,11 @@ struct tr_relay_carrier {
   tr_relay_link **ended;       /* carried links that ended, waiting for their on_closed */
   size_t num_ended, cap_ended;
   tr_byte_buf out;             /* the gathered output */
+  unsigned linger_ms;          /* how long it may wait for more; 0: it goes at the turn's end */
+  uint64_t gathered_ms;        /* the loop's time when its first byte was gathered */
   uv_prepare_t prepare;
   uv_check_t check;
+  uv_timer_t linger;           /* the gathered output's time is up */
   int handles_open;
 };
 
@@ -91,6 +97,7 @@ static void slot_remove(tr_relay_carrier *c, uint64_t slot) {
 static void phase_stop(tr_relay_carrier *c) {
   uv_prepare_stop(&c->prepare);
   uv_check_stop(&c->check);
+  uv_timer_stop(&c->linger);
 }
 
 static void reap_ended(tr_relay_carrier *c) {
@@ -103,10 +110,25 @@ static void reap_ended(tr_relay_carrier *c) {
   }
 }
 
+static void on_linger(uv_timer_t *t);
+
+/* Whether the gathered output goes now: at once without a linger, else when its time is up
+ * (the timer set for then, so that the loop does not sleep past it). */
+static bool output_due(tr_relay_carrier *c) {
+  if (c->linger_ms == 0)
+    return true;
+  uint64_t now = uv_now(c->prepare.loop), due = c->gathered_ms + c->linger_ms;
+  if (now >= due)
+    return true;
+  if (!uv_is_active((uv_handle_t *)&c->linger))
+    uv_timer_start(&c->linger, on_linger, due - now, 0);
+  return false;
+}
+
 static void on_phase(tr_relay_carrier *c) {
   tr_relay_link *l = c->link;
   reap_ended(c);
-  if (l != NULL && c->out.len > 0)
+  if (l != NULL && c->out.len > 0 && output_due(c))
     tr_relay_link_wrote(l, tr_relay_carrier_flush(l));
   if (c->num_ended == 0 && c->out.len == 0)
     phase_stop(c);
@@ -114,6 +136,7 @@ static void on_phase(tr_relay_carrier *c) {
 
 static void on_prepare(uv_prepare_t *h) { on_phase(h->data); }
 static void on_check(uv_check_t *h) { on_phase(h->data); }
+static void on_linger(uv_timer_t *t) { on_phase(t->data); }
 
 static void phase_start(tr_relay_carrier *c) {
   if (c->link == NULL)
@@ -132,6 +155,8 @@ static void on_handle_closed(uv_handle_t *h) {
 
 int tr_relay_carrier_write(tr_relay_link *l, const uint8_t *buf, size_t len) {
   tr_relay_carrier *c = l->carrier;
+  if (c->out.len == 0)
+    c->gathered_ms = uv_now(c->prepare.loop);
   if (tr_byte_buf_append(&c->out, buf, len, 64u << 10) < 0)
     return TR_ERR_NOMEM;
   l->frames_out++;
@@ -145,6 +170,7 @@ int tr_relay_carrier_flush(tr_relay_link *l) {
   tr_relay_carrier *c = l->carrier;
   if (c->out.len == 0)
     return 0;
+  uv_timer_stop(&c->linger);
   l->writes++;
   int rc = tr_tls_uv_write(l->conn, c->out.data, c->out.len);
   c->out.len = 0;
@@ -154,6 +180,11 @@ int tr_relay_carrier_flush(tr_relay_link *l) {
 }
 
 size_t tr_relay_carrier_gathered(const tr_relay_link *l) { return l->carrier->out.len; }
+
+void tr_relay_carrier_set_linger(tr_relay_link *l, unsigned ms) {
+  if (l->carrier != NULL)
+    l->carrier->linger_ms = ms;
+}
 
 /* ---- carried links: their side of the API ---- */
 
@@ -373,8 +404,9 @@ int tr_relay_link_carry(tr_relay_link *l, const struct tr_relay_link_events *acc
   uv_loop_t *loop = tr_tls_uv_loop(l->conn);
   uv_prepare_init(loop, &c->prepare);
   uv_check_init(loop, &c->check);
-  c->prepare.data = c->check.data = c;
-  c->handles_open = 2;
+  uv_timer_init(loop, &c->linger);
+  c->prepare.data = c->check.data = c->linger.data = c;
+  c->handles_open = 3;
   l->carrier = c;
   return 0;
 }
@@ -405,6 +437,7 @@ void tr_relay_carrier_end(tr_relay_link *l, int reason, const char *why) {
   phase_stop(c);
   uv_close((uv_handle_t *)&c->prepare, on_handle_closed);
   uv_close((uv_handle_t *)&c->check, on_handle_closed);
+  uv_close((uv_handle_t *)&c->linger, on_handle_closed);
 }
 
 bool tr_relay_link_carried(const tr_relay_link *l) { return l->parent != NULL; }

@@ -160,7 +160,7 @@ int tr_relay_link_send_clock_probe(tr_relay_link *l, uint64_t probe_id, int64_t 
 /* ---- carriers (tiers: docs/relay-protocol.md#multiplexing) ----
  * A carrier is a link that also carries other links, one per slot: their frames ride on it
  * marked with their slot (RelayFrame.slot), and everything written to the carrier in one turn
- * of the loop goes out as one write. A carried link is used through this same API, except:
+ * of the loop (or, with a linger, in several) goes out as one write. A carried link is used through this same API, except:
  * - its connection (tr_relay_link_conn) is its carrier's, and so are its queue
  *   (tr_relay_link_queued, _idle) and its backpressure: hold_input does nothing, and the end
  *   hears on_drain when the carrier's queue drains;
@@ -185,6 +185,11 @@ int tr_relay_link_carry(tr_relay_link *l, const struct tr_relay_link_events *acc
  * TR_ERR_FULL (max_slots open, or the highest slot number taken) or TR_ERR_NOMEM. */
 int tr_relay_link_open_slot(tr_relay_link *l, const struct tr_relay_link_events *ev, void *data,
                             tr_relay_link **out);
+/* What carrier l gathers may wait up to ms after its first byte for later turns' (0, the
+ * default: it goes at the end of the loop's turn); 256 KiB gathered, a stamped send, a Goodbye
+ * or a close send it at once. For a regional's carrier: its upstream wakes once for many of
+ * its turns. Does nothing if l carries nothing. */
+void tr_relay_carrier_set_linger(tr_relay_link *l, unsigned ms);
 bool tr_relay_link_carried(const tr_relay_link *l);
 struct tr_relay_carrier_stats {
   unsigned carried;        /* links open on it now */

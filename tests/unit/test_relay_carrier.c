@@ -433,6 +433,33 @@ static void test_too_many_slots_is_protocol_error(void **state) {
   fixture_finish(&f);
 }
 
+/* With a linger, what a slot writes in ten turns of the loop waits for the linger and goes in
+ * one write (without one: a write per turn), in order; the loop does not sleep past it. */
+static void test_linger_gathers_turns(void **state) {
+  (void)state;
+  enum { LINGER_MS = 2000, TURNS = 10 };
+  struct fixture f;
+  fixture_start(&f, MAX_SLOTS);
+  tr_relay_carrier_set_linger(f.client.link, LINGER_MS);
+  struct end *e = open_slot(&f);
+  struct tr_relay_carrier_stats before = stats(f.client.link);
+  uv_update_time(&f.loop);
+  uint64_t t0 = uv_now(&f.loop);
+  for (uint64_t k = 1; k <= TURNS; k++) {
+    assert_int_equal(send_heartbeat(e->link, k), 0);
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+  }
+  uv_update_time(&f.loop);
+  uint64_t turns_ms = uv_now(&f.loop) - t0;
+  if (turns_ms < LINGER_MS) /* a starved machine may take longer: then some went already */
+    assert_int_equal(stats(f.client.link).writes, before.writes);
+  RUN_UNTIL(&f, f.num_accepted == 1 && f.accepted[1].heartbeats == TURNS, 10000);
+  assert_true(f.accepted[1].in_order);
+  uint64_t writes = stats(f.client.link).writes - before.writes;
+  assert_true(writes >= 1 && writes <= 1 + turns_ms / LINGER_MS);
+  fixture_finish(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slots_both_ways_gathered),
@@ -443,6 +470,7 @@ int main(void) {
       cmocka_unit_test(test_no_slot_after_the_highest),
       cmocka_unit_test(test_slot_on_plain_link_is_protocol_error),
       cmocka_unit_test(test_too_many_slots_is_protocol_error),
+      cmocka_unit_test(test_linger_gathers_turns),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
 }
