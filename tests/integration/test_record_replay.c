@@ -6,8 +6,9 @@
  * Checked: the requests decode to the recorded methods and trace_config (minus the fields the
  * perfetto CLI adds), and the trace file holds exactly the packets of the recorded ReadBuffers
  * slices (consumer-cli-relay streams them over six has_more replies). Also: Ctrl-C sends
- * Flush(0, perfetto_cmd|trace-stop) then DisableTracing and still writes the trace, and an
- * error in the EnableTracing reply makes the exit status 1. */
+ * Flush(0, perfetto_cmd|trace-stop) then DisableTracing and still writes the trace, an
+ * error in the EnableTracing reply makes the exit status 1, and a read-back the service never
+ * answers ends after --read-timeout. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,7 +34,7 @@
 typedef Perfetto__Protos__IPCFrame IPCFrame;
 
 enum { ENABLE = 1, DISABLE = 2, READ_BUFFERS = 3, FLUSH = 5, GET_TRACE_STATS = 10 };
-enum mode { REPLAY, STOP_WITH_SIGINT, SESSION_ERROR };
+enum mode { REPLAY, STOP_WITH_SIGINT, SESSION_ERROR, SILENT_READ };
 #define MAX_FRAMES 64
 
 typedef struct frames {
@@ -185,6 +186,8 @@ static void *serve(void *arg) {
           PERFETTO__PROTOS__ENABLE_TRACING_RESPONSE__INIT;
       resp.error = "buffer size over the limit";
       send_reply(fd, req->request_id, &resp.base);
+    } else if (method == READ_BUFFERS && s->mode == SILENT_READ) {
+      /* a service too busy to answer: no reply, the connection open */
     } else if (method == FLUSH) {
       send_reply(fd, req->request_id, NULL);
     } else if (method == DISABLE) {
@@ -282,7 +285,8 @@ static uint8_t *expected_trace(const frames *to_service, const frames *to_consum
 
 /* ---- running the CLI ---- */
 
-static pid_t spawn_cli(const char *sock, const char *config, const char *out, const char *log) {
+static pid_t spawn_cli(const char *sock, const char *config, const char *out, const char *log,
+                       const char *extra) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
@@ -290,7 +294,7 @@ static pid_t spawn_cli(const char *sock, const char *config, const char *out, co
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
     execl(TR_BIN_DIR "/tracerelay", "tracerelay", "record", "--socket", sock, "-c", config, "-o",
-          out, (char *)NULL);
+          out, extra, (char *)NULL);
     _exit(127);
   }
   return pid;
@@ -312,7 +316,8 @@ static int run_session(fake_service *s, const char *capture, char *log, size_t l
   s->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
   assert_int_equal(bind(s->listen_fd, (struct sockaddr *)&addr, sizeof addr), 0);
   assert_int_equal(listen(s->listen_fd, 1), 0);
-  s->cli = spawn_cli(sock, config, out, logpath);
+  s->cli = spawn_cli(sock, config, out, logpath,
+                     s->mode == SILENT_READ ? "--read-timeout=300ms" : NULL);
   pthread_t thread;
   assert_int_equal(pthread_create(&thread, NULL, serve, s), 0);
   int wstatus;
@@ -429,6 +434,25 @@ static void test_session_error_exits_1(void **state) {
   free_frames(&s.to_consumer);
 }
 
+/* A service that never answers ReadBuffers (busy, the connection open): record gives up after
+ * --read-timeout with a message that names the flag, exit 1, and leaves no empty output. */
+static void test_silent_read_back_gives_up_after_read_timeout(void **state) {
+  (void)state;
+  fake_service s = {.mode = SILENT_READ};
+  char log[4096], out[128];
+  int status = run_session(&s, "consumer-cli", log, sizeof log);
+  assert_int_equal(status, 1);
+  if (!strstr(log, "sent nothing of the trace for 0.3 s: giving up (--read-timeout"))
+    fail_msg("unexpected output:\n%s", log);
+  assert_int_equal(s.got.n, 3);
+  assert_int_equal(method_of(s.got.f[2]), READ_BUFFERS);
+  snprintf(out, sizeof out, "%s/out.pftrace", tmpdir);
+  assert_int_equal(access(out, F_OK), -1);
+  free_frames(&s.got);
+  free_frames(&s.to_service);
+  free_frames(&s.to_consumer);
+}
+
 /* No service at the socket: one message that names it, and the output is neither created nor
  * touched (an existing file keeps its bytes), so nothing more needs saying about it. */
 static void test_no_service_names_the_socket(void **state) {
@@ -441,7 +465,8 @@ static void test_no_service_names_the_socket(void **state) {
   assert_non_null(f);
   fputs("an earlier trace", f);
   fclose(f);
-  pid_t pid = spawn_cli(sock, TR_VECTORS_DIR "/ipc/consumer-cli.config.pbtxt", out, logpath);
+  pid_t pid =
+      spawn_cli(sock, TR_VECTORS_DIR "/ipc/consumer-cli.config.pbtxt", out, logpath, NULL);
   int wstatus;
   assert_int_equal(waitpid(pid, &wstatus, 0), pid);
   assert_int_equal(WEXITSTATUS(wstatus), 1);
@@ -481,6 +506,7 @@ int main(void) {
       cmocka_unit_test(test_ctrl_c_flushes_then_disables),
       cmocka_unit_test(test_session_error_exits_1),
       cmocka_unit_test(test_no_service_names_the_socket),
+      cmocka_unit_test(test_silent_read_back_gives_up_after_read_timeout),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -68,6 +68,10 @@ void cmd_record_usage(FILE *out) {
       "                        started or did not confirm its stop in time on some host, an\n"
       "                        agent was killed or crashed during the session, or a host's\n"
       "                        link was down at the end; without it record warns and goes on\n"
+      "      --read-timeout DURATION  give up reading the trace back when the service sent\n"
+      "                        nothing of it for this long (default 30s; 0 = wait as long as\n"
+      "                        the connection is open). A root with thousands of hosts on a\n"
+      "                        busy machine can take longer between replies\n"
       "  -h, --help            this text\n"
       "\n"
       "On a terminal, a status line shows the elapsed time, the bytes in the central buffers\n"
@@ -97,6 +101,7 @@ enum long_only {
   OPT_PROGRESS,
   OPT_TXT,
   OPT_STRICT,
+  OPT_READ_TIMEOUT,
 };
 
 struct options {
@@ -107,6 +112,7 @@ struct options {
   bool progress;
   bool txt;
   bool strict;
+  int64_t read_timeout_ms;
   record_overrides over;
   const char *data_sources[MAX_DATA_SOURCES];
 };
@@ -142,6 +148,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
       {"progress", no_argument, NULL, OPT_PROGRESS},
       {"txt", no_argument, NULL, OPT_TXT},
       {"strict", no_argument, NULL, OPT_STRICT},
+      {"read-timeout", required_argument, NULL, OPT_READ_TIMEOUT},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -149,6 +156,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
   *ov = (record_overrides){.duration_ms = -1, .buffer_kb = -1, .flush_period_ms = -1,
                            .data_sources = o->data_sources};
   o->socket_path = default_socket();
+  o->read_timeout_ms = RECORD_READ_IDLE_MS_DEFAULT;
   int opt;
   opterr = 0;
   optind = 1;
@@ -187,6 +195,11 @@ static int parse_options(int argc, char **argv, struct options *o) {
     case OPT_PROGRESS: o->progress = true; break;
     case OPT_TXT: o->txt = true; break;
     case OPT_STRICT: o->strict = true; break;
+    case OPT_READ_TIMEOUT:
+      if ((o->read_timeout_ms = record_parse_duration_ms(optarg, 1000)) < 0)
+        return usage_error("bad duration '%s' for --read-timeout (examples: 30s, 5m; 0: none)",
+                           optarg);
+      break;
     case 'h': cmd_record_usage(stdout); return 0;
     case ':': return usage_error("%s needs a value", argv[optind - 1]);
     default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -314,6 +327,7 @@ int cmd_record(int argc, char **argv) {
       .stop_requests = &stop_requests,
       .progress_lines = o.progress,
       .strict = o.strict,
+      .read_idle_ms = o.read_timeout_ms,
   };
   status = record_session_run(&s);
   if (out.fd >= 0)

@@ -26,7 +26,6 @@
 
 #define POLL_MS 200
 #define DEFAULT_FLUSH_TIMEOUT_MS 5000
-#define READ_IDLE_TIMEOUT_MS 30000
 #define STATS_PERIOD_MS 1000
 #define STATS_GIVE_UP_MS 5000 /* an unanswered GetTraceStats no longer blocks the next one */
 #define FINAL_STATS_MS 2000   /* the last GetTraceStats, after the session ended */
@@ -308,13 +307,16 @@ static int read_buffers(run *r) {
     return 1; /* nothing to read back (a regional): the session's failure said why */
   if (rc < 0)
     return invoke_failed(r, "ReadBuffers", rc);
-  int64_t idle_deadline = progress_now_ms() + READ_IDLE_TIMEOUT_MS;
+  int64_t idle_ms = r->s->read_idle_ms;
+  int64_t idle_deadline = progress_now_ms() + idle_ms;
   for (;;) {
     IPCFrame *f = NULL;
     if (*r->s->stop_requests >= 2)
       return errorf(r, "interrupted again: the trace in %s is incomplete", r->s->out_path);
-    if (progress_now_ms() >= idle_deadline)
-      return errorf(r, "%s stopped sending the trace", r->s->socket_path);
+    if (idle_ms > 0 && progress_now_ms() >= idle_deadline)
+      return errorf(r, "%s sent nothing of the trace for %.1f s: giving up (--read-timeout "
+                    "waits longer, 0 for as long as the connection is open)",
+                    r->s->socket_path, (double)idle_ms / 1000);
     progress_update(&r->prog, "reading", r->sink.bytes);
     if ((rc = recv_frame(r, &f)) > 0)
       return 1;
@@ -322,7 +324,7 @@ static int read_buffers(run *r) {
       continue;
     const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep = reply_to(f, r->read_id);
     if (rep) {
-      idle_deadline = progress_now_ms() + READ_IDLE_TIMEOUT_MS;
+      idle_deadline = progress_now_ms() + idle_ms;
       bool more = rep->has_more;
       rc = rep->success ? add_slices(r, rep)
            : r->salvaging ? 1

@@ -18,6 +18,8 @@
 #define RECORD_CONNECT_TIMEOUT_MS 5000
 /* How long the service may take to end the session once stopped, beyond its own timeouts. */
 #define RECORD_STOP_GRACE_MS 60000
+/* How long the read-back waits for the service's next reply, unless --read-timeout says. */
+#define RECORD_READ_IDLE_MS_DEFAULT 30000
 
 typedef struct record_session {
   const char *socket_path;
@@ -32,6 +34,8 @@ typedef struct record_session {
   volatile sig_atomic_t *stop_requests; /* bumped by the signal handler */
   bool progress_lines;   /* --progress: progress as stderr lines even off a terminal */
   bool strict;           /* --strict: what the config asked for and no host has fails the run */
+  int64_t read_idle_ms;  /* --read-timeout: the read-back gives up after this long without a
+                            reply (0: it waits as long as the connection is open) */
 } record_session;
 
 /* Runs the session and prints what went wrong to stderr. Returns the exit status: 0, or 1 for
