@@ -715,15 +715,17 @@ static uint64_t session_tick_due(const tr_link_server *ls) {
   return due < soonest ? soonest : due;
 }
 
-/* Sets the tick for when it has work: between sessions every TICK_MS; in a session at
- * session_tick_due, at most WALK_MS from now. */
+/* How long until the tick has work: between sessions TICK_MS; in a session until
+ * session_tick_due, at most WALK_MS. */
+static uint64_t tick_delay(const tr_link_server *ls, uint64_t now_ms) {
+  if (!ls->session)
+    return TICK_MS;
+  uint64_t due = session_tick_due(ls);
+  return due <= now_ms ? 0 : due - now_ms > WALK_MS ? WALK_MS : due - now_ms;
+}
+
 static void arm_tick(tr_link_server *ls, uint64_t now_ms) {
-  uint64_t delay = TICK_MS;
-  if (ls->session) {
-    uint64_t due = session_tick_due(ls);
-    delay = due <= now_ms ? 0 : due - now_ms > WALK_MS ? WALK_MS : due - now_ms;
-  }
-  uv_timer_start(&ls->tick, on_tick, delay, 0);
+  uv_timer_start(&ls->tick, on_tick, tick_delay(ls, now_ms), 0);
 }
 
 /* After the probes' schedule changed (a peer added, an exchange ended, a probe asked for): a
@@ -731,9 +733,9 @@ static void arm_tick(tr_link_server *ls, uint64_t now_ms) {
 static void tick_sooner(tr_link_server *ls) {
   if (!ls->session || ls->stopping)
     return;
-  uint64_t now_ms = uv_now(ls->loop), due = session_tick_due(ls);
-  if (due < now_ms + uv_timer_get_due_in(&ls->tick))
-    arm_tick(ls, now_ms);
+  uint64_t delay = tick_delay(ls, uv_now(ls->loop));
+  if (delay < uv_timer_get_due_in(&ls->tick))
+    uv_timer_start(&ls->tick, on_tick, delay, 0);
 }
 
 static void on_tick(uv_timer_t *t) {

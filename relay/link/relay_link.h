@@ -160,7 +160,8 @@ int tr_relay_link_send_clock_probe(tr_relay_link *l, uint64_t probe_id, int64_t 
 /* ---- carriers (tiers: docs/relay-protocol.md#multiplexing) ----
  * A carrier is a link that also carries other links, one per slot: their frames ride on it
  * marked with their slot (RelayFrame.slot), and everything written to the carrier in one turn
- * of the loop (or, with a linger, in several) goes out as one write. A carried link is used through this same API, except:
+ * of the loop (or, with a linger, in several) goes out as one write. A carried link is used
+ * through this same API, except:
  * - its connection (tr_relay_link_conn) is its carrier's, and so are its queue
  *   (tr_relay_link_queued, _idle) and its backpressure: hold_input does nothing, and the end
  *   hears on_drain when the carrier's queue drains;
