@@ -165,6 +165,7 @@ void tr_sock_stamp_drain(tr_sock_stamp *s, int fd) {
     struct iovec iov = {.iov_base = data, .iov_len = sizeof data};
     struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
                        .msg_controllen = sizeof ctl.buf};
+    s->errq_reads++;
     if (recvmsg(fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
       return; /* EAGAIN: empty */
     uint32_t key = 0;
@@ -172,6 +173,7 @@ void tr_sock_stamp_drain(tr_sock_stamp *s, int fd) {
     if (t != 0 && s->tx_waiting && key == s->tx_key) {
       s->tx_ns = t;
       s->tx_waiting = false;
+      return; /* the newest write's stamp: none can be queued behind it */
     }
   }
 }

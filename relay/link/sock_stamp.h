@@ -42,6 +42,7 @@ typedef struct tr_sock_stamp {
   bool tx_waiting;   /* the marked write's stamp has not arrived yet */
   int64_t tx_ns;     /* its send stamp (BOOTTIME) once arrived, else 0 */
   uint32_t ooo_mark; /* TCP's count of segments received out of order, at the last mark */
+  uint32_t errq_reads; /* error-queue reads so far (each a system call), for tests */
 } tr_sock_stamp;
 
 /* Turns stamps on for a connected TCP socket with nothing written yet. */
@@ -67,7 +68,9 @@ int64_t tr_sock_stamp_sent_time(tr_sock_stamp *s, int fd);
  * the kernel does not count. */
 bool tr_sock_stamp_reordered(tr_sock_stamp *s, int fd);
 void tr_sock_stamp_mark_order(tr_sock_stamp *s, int fd);
-/* Empties the error queue (the stamps of writes no longer marked), keeping the marked one's. */
+/* Reads the error queue up to the marked write's stamp, which it keeps (the stamps before it are
+ * of writes no longer marked; a stamp behind it would be of a later write, and the marked
+ * write is the latest), or until the queue is empty. */
 void tr_sock_stamp_drain(tr_sock_stamp *s, int fd);
 
 #endif

@@ -2,7 +2,8 @@
  * a marked write gets a send stamp (matched by byte count, also after unmarked bytes), the
  * read gets a receive stamp, both lie between clock reads taken around them and in causal
  * order (sent <= received), both on the simulated clock when one is set, and a write that is
- * no longer the marked one never lends it its stamp; over IPv6 too. */
+ * no longer the marked one never lends it its stamp, one error-queue read finds a stamp that is
+ * there; over IPv6 too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,6 +124,27 @@ static void test_marked_write_is_stamped(void **state) {
   close_pair(&p);
 }
 
+/* The marked write's stamp ends the error queue's reading: on loopback it is there when the
+ * write returns, so one read finds it (no second read to hear the queue is empty), and
+ * nothing is left queued to keep the socket signalled. */
+static void test_one_read_per_stamp(void **state) {
+  (void)state;
+  struct pair p;
+  open_pair(&p);
+  for (int i = 0; i < 20; i++) {
+    uint32_t reads = p.sa.errq_reads;
+    assert_int_equal(tr_sock_stamp_send(&p.sa, p.a, "probe", 5), 5);
+    if (!p.sa.tx_waiting) /* found in the send's own reading */
+      assert_int_equal(p.sa.errq_reads - reads, 1);
+    assert_true(tr_sock_stamp_sent_time(&p.sa, p.a) > 0);
+    struct pollfd pf = {.fd = p.a, .events = 0};
+    assert_int_equal(poll(&pf, 1, 0), 0); /* no POLLERR: the queue is empty */
+    int64_t ignored;
+    read_n(&p, 5, &ignored);
+  }
+  close_pair(&p);
+}
+
 static void test_simulated_clock(void **state) {
   (void)state;
   /* Two hours ahead and 200 ppm fast: the stamps are converted onto that clock. */
@@ -193,6 +215,7 @@ static int stamping_off(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_marked_write_is_stamped),
+      cmocka_unit_test(test_one_read_per_stamp),
       cmocka_unit_test(test_simulated_clock),
       cmocka_unit_test(test_ipv6),
       cmocka_unit_test(test_only_the_marked_write),
