@@ -440,11 +440,9 @@ static void on_frame(tr_relay_link *link, Tracerelay__RelayFrame *f) {
 static void on_read(tr_relay_link *link) {
   tr_link_client *lc = tr_relay_link_data(link);
   /* A probe's receive time, taken before decryption, checked for reordering since the last
-   * read (the service's side of the link carries little, so checking every read costs
-   * little). */
-  tr_tls_uv_conn *conn = tr_relay_link_conn(link);
-  lc->t2 = tr_tls_uv_read_time_checked(conn);
-  tr_tls_uv_mark_order(conn);
+   * read, which marks for the next (the service's side of the link carries little, so checking
+   * every read costs little). */
+  lc->t2 = tr_tls_uv_read_time_checked(tr_relay_link_conn(link), true);
 }
 
 static void on_writable(tr_relay_link *link) { pump(tr_relay_link_data(link)); }

@@ -620,7 +620,7 @@ static void on_read(tr_relay_link *link) {
   /* Before decryption: a probe answer's arrival; checked for reordering while an answer is
    * due (a saturated, lossy link), plain otherwise (a getsockopt per read would cost). Frames
    * held while reading was paused keep the time of the read that brought them. */
-  p->t4 = tr_clock_probe_awaiting_answer(&p->probe) ? tr_tls_uv_read_time_checked(conn)
+  p->t4 = tr_clock_probe_awaiting_answer(&p->probe) ? tr_tls_uv_read_time_checked(conn, false)
                                                      : tr_tls_uv_read_time(conn);
 }
 

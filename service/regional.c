@@ -593,7 +593,7 @@ static void down_open(tr_relay_link *down) {
 static void down_read(tr_relay_link *down) {
   pump *p = tr_relay_link_data(down);
   tr_tls_uv_conn *conn = tr_relay_link_conn(down);
-  p->t4 = tr_clock_probe_awaiting_answer(&p->probe) ? tr_tls_uv_read_time_checked(conn)
+  p->t4 = tr_clock_probe_awaiting_answer(&p->probe) ? tr_tls_uv_read_time_checked(conn, false)
                                                      : tr_tls_uv_read_time(conn);
 }
 

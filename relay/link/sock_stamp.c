@@ -189,9 +189,14 @@ static bool ooo_count(int fd, uint32_t *count) {
   return true;
 }
 
-bool tr_sock_stamp_reordered(tr_sock_stamp *s, int fd) {
+bool tr_sock_stamp_reordered(tr_sock_stamp *s, int fd, bool mark) {
   uint32_t count;
-  return ooo_count(fd, &count) && count != s->ooo_mark;
+  if (!ooo_count(fd, &count))
+    return false;
+  bool reordered = count != s->ooo_mark;
+  if (mark)
+    s->ooo_mark = count;
+  return reordered;
 }
 
 void tr_sock_stamp_mark_order(tr_sock_stamp *s, int fd) {

@@ -65,8 +65,9 @@ int64_t tr_sock_stamp_sent_time(tr_sock_stamp *s, int fd);
  * saturated link: stamps up to 14 ms early). Such bytes can sit in TCP's out-of-order queue
  * across many reads, so the mark belongs where the awaited message cannot have arrived yet
  * (when the probe it answers left). One getsockopt(TCP_INFO) each; false (and no mark) where
- * the kernel does not count. */
-bool tr_sock_stamp_reordered(tr_sock_stamp *s, int fd);
+ * the kernel does not count. With mark, the count read is also the new mark (one call for
+ * both, where every read is checked). */
+bool tr_sock_stamp_reordered(tr_sock_stamp *s, int fd, bool mark);
 void tr_sock_stamp_mark_order(tr_sock_stamp *s, int fd);
 /* Reads the error queue up to the marked write's stamp, which it keeps (the stamps before it are
  * of writes no longer marked; a stamp behind it would be of a later write, and the marked

@@ -455,11 +455,16 @@ int tr_tls_uv_write_stamped(tr_tls_uv_conn *c, const void *data, size_t len, int
 
 int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *c) { return c->read_ns; }
 
-int64_t tr_tls_uv_read_time_checked(tr_tls_uv_conn *c) {
+int64_t tr_tls_uv_read_time_checked(tr_tls_uv_conn *c, bool mark) {
   uv_os_fd_t fd;
-  if (c->read_ns == c->read_clock_ns || uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
     return c->read_ns;
-  return tr_sock_stamp_reordered(&c->stamps, fd) ? c->read_clock_ns : c->read_ns;
+  if (c->read_ns == c->read_clock_ns) { /* unstamped: nothing to check */
+    if (mark)
+      tr_sock_stamp_mark_order(&c->stamps, fd);
+    return c->read_ns;
+  }
+  return tr_sock_stamp_reordered(&c->stamps, fd, mark) ? c->read_clock_ns : c->read_ns;
 }
 
 void tr_tls_uv_mark_order(tr_tls_uv_conn *c) {

@@ -190,13 +190,14 @@ size_t tr_tls_uv_queued(const tr_tls_uv_conn *conn);
  * tr_tls_uv_read_time_checked: the same, unless TCP received segments out of order since the
  * last tr_tls_uv_mark_order (relay/link/sock_stamp.h, tr_sock_stamp_reordered): then the clock when
  * that read returned, since the stamp may be early. Mark when the message awaited is sent for
- * (a probe leaves), so that bytes held in TCP's out-of-order queue over many reads are caught.
+ * (a probe leaves), so that bytes held in TCP's out-of-order queue over many reads are caught;
+ * with mark, the check also marks (where every read may carry a probe: one call for both).
  * One getsockopt per call: for reads that may carry a probe, not for every read of a busy link. */
 int tr_tls_uv_write_stamped(tr_tls_uv_conn *conn, const void *data, size_t len, int64_t *sent_ns);
 int64_t tr_tls_uv_sent_time(tr_tls_uv_conn *conn, int64_t sent_ns);
 bool tr_tls_uv_sent_time_pending(tr_tls_uv_conn *conn, int64_t sent_ns);
 int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *conn);
-int64_t tr_tls_uv_read_time_checked(tr_tls_uv_conn *conn);
+int64_t tr_tls_uv_read_time_checked(tr_tls_uv_conn *conn, bool mark);
 void tr_tls_uv_mark_order(tr_tls_uv_conn *conn);
 /* Closes gracefully: queued bytes and a close_notify are sent (for at most
  * TR_TLS_UV_CLOSE_LINGER_MS), then on_close(conn, 0, ...) runs. Safe to call from any
