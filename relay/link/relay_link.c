@@ -192,11 +192,11 @@ int tr_relay_link_send_heartbeat(tr_relay_link *l, bool at_once) {
   Tracerelay__Heartbeat hb;
   Tracerelay__RelayFrame f;
   tr_relay_frame_heartbeat(&f, &hb, tr_clock_boottime_ns());
-  /* A plain write goes to the socket at once while nothing of ours waits; a link that gathers
-   * its carried links' frames sends at once only a stamped write (its stamp goes unused), which
-   * costs the error queue's reads. */
+  /* at_once takes the stamped write's path to the socket; its stamp goes unused. A plain write
+   * would reach the socket as soon, yet warmed the path less: the probes' error bounds came
+   * 0.4-0.6 us wider (bench/README.md, issue 25 item 1, sixth session). */
   int64_t sent = 0;
-  return tr_relay_link_send_stamped(l, &f, at_once && l->carrier != NULL ? &sent : NULL);
+  return tr_relay_link_send_stamped(l, &f, at_once ? &sent : NULL);
 }
 
 /* ---- heartbeats ---- */

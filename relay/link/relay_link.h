@@ -118,9 +118,8 @@ int tr_relay_link_send_stamped(tr_relay_link *l, const Tracerelay__RelayFrame *f
                                int64_t *sent_ns);
 /* Queues a frame already encoded (header included), as tr_relay_link_send. */
 int tr_relay_link_send_encoded(tr_relay_link *l, const uint8_t *frame, size_t len);
-/* Sends a Heartbeat now; at_once: straight to the socket if nothing of ours waits, frames
- * gathered for carried links included (it warms the kernel's path for a clock probe right
- * behind it). */
+/* Sends a Heartbeat now; at_once: as a stamped write, straight to the socket if nothing of
+ * ours waits (it warms the kernel's path for a clock probe right behind it). */
 int tr_relay_link_send_heartbeat(tr_relay_link *l, bool at_once);
 
 /* Closes l if nothing was heard for the heartbeat timeout. False once l is closing. */
