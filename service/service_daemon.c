@@ -13,10 +13,13 @@
 #include "service/service_daemon.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "relay/base/log.h"
 #include "relay/link/tls.h"
@@ -62,19 +65,38 @@ struct tr_service_daemon {
 
 #define FD_RESERVE 256 /* consumers, the metrics endpoint, files, the loop's own */
 
+/* The kernel grows a process's descriptor table as descriptors are opened, and in a process
+ * with threads each growth waits for an RCU grace period: in a storm of 1,000 agents the accept
+ * that took descriptor 256, 512 or 1,024 held the loop 10-18 ms (bench/README.md, issue 25
+ * item 2). Opening descriptor need - 1 once now grows it to its size for need at start. */
+static void presize_fd_table(rlim_t need) {
+  int base = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (base < 0)
+    return;
+  if (need > (rlim_t)base + 1 && need <= INT_MAX) {
+    int top = fcntl(base, F_DUPFD_CLOEXEC, (int)(need - 1));
+    if (top >= 0)
+      close(top);
+  }
+  close(base);
+}
+
 /* Every agent holds a socket: the descriptors for max_agents of them must be there before the
  * first one connects, not missing at agent 1,021. Raises the soft limit up to the hard one if
- * needed; else says what to change. */
+ * needed, and sizes the descriptor table for them; else says what to change. */
 static int check_fd_limit(unsigned max_agents) {
   struct rlimit rl;
   rlim_t need = (rlim_t)max_agents + FD_RESERVE;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) {
+    presize_fd_table(need);
     return 0;
+  }
   if (rl.rlim_max >= need || rl.rlim_max == RLIM_INFINITY) {
     rl.rlim_cur = need;
     if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
       TR_INFO(COMP, "raised the open-file limit to %llu for --max-agents %u",
               (unsigned long long)need, max_agents);
+      presize_fd_table(need);
       return 0;
     }
   }

@@ -4,7 +4,8 @@
 # connection: the service given an agent's certificate (clientAuth only); a certificate file
 # that does not exist; a bad value in a config file (its file and line); an out-of-range port
 # (exit 2, as any bad flag); a warning for an agent certificate that is not valid yet; an
-# open-file limit too low for --max-agents (issue 14); an agent past --max-agents refused
+# open-file limit too low for --max-agents (issue 14), and the descriptor table sized for it at
+# start; an agent past --max-agents refused
 # with a Goodbye that names the limit; a producer past the agent's --max-producers refused
 # with a log line that names it; and a regional's flags misused (tiers).
 # Usage: test_startup_errors.sh BIN_DIR
@@ -86,11 +87,18 @@ expect 1 "max-agents 2000 needs about 2256 open files" bash -c 'ulimit -n 512 &&
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$BIN/tracerelay-service" --listen "127.0.0.1:$port" "${svc[@]}" --cert "$P/service.crt" \
   --key "$P/service.key" --max-agents 1 >"$W/svc.log" 2>&1 &
-CLUSTER_PIDS+=("$!")
+svc_pid=$!
+CLUSTER_PIDS+=("$svc_pid")
 wait_line() { # wait_line REGEX FILE: up to 30 s
   for _ in $(seq 300); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.1; done
   return 1
 }
+# Its descriptor table sized at start for --max-agents and the reserve (257 descriptors: a
+# table of 512), not grown by the accepts, each growth an RCU wait on the loop (issue 25).
+wait_line "listening" "$W/svc.log" || fail "the service did not start: $(cat "$W/svc.log")"
+fdsize=$(awk '/^FDSize:/ {print $2}' "/proc/$svc_pid/status")
+[ "$fdsize" -ge 257 ] || fail "descriptor table of $fdsize at start, not sized for --max-agents"
+echo "ok: the descriptor table is sized at start ($fdsize)"
 # web-1 first (once it is in), then web-2, which must be refused.
 for h in web-1 web-2; do
   "$BIN/tracerelay-agent" --service "127.0.0.1:$port" --service-name svc --ca "$P/ca.crt" \
