@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -87,18 +88,17 @@ static void presize_fd_table(rlim_t need) {
 static int check_fd_limit(unsigned max_agents) {
   struct rlimit rl;
   rlim_t need = (rlim_t)max_agents + FD_RESERVE;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) {
-    presize_fd_table(need);
-    return 0;
-  }
-  if (rl.rlim_max >= need || rl.rlim_max == RLIM_INFINITY) {
+  bool enough = getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need;
+  if (!enough && (rl.rlim_max >= need || rl.rlim_max == RLIM_INFINITY)) {
     rl.rlim_cur = need;
-    if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    enough = setrlimit(RLIMIT_NOFILE, &rl) == 0;
+    if (enough)
       TR_INFO(COMP, "raised the open-file limit to %llu for --max-agents %u",
               (unsigned long long)need, max_agents);
-      presize_fd_table(need);
-      return 0;
-    }
+  }
+  if (enough) {
+    presize_fd_table(need);
+    return 0;
   }
   TR_ERROR(COMP, "--max-agents %u needs about %llu open files, but the limit is %llu (hard "
            "%llu): raise it (ulimit -n, LimitNOFILE= in the unit) or lower --max-agents",

@@ -94,6 +94,13 @@ static void free_frames(frames *fr) {
   fr->n = 0;
 }
 
+/* The frames a session's run kept: what the CLI sent, and the recording replayed. */
+static void free_session(fake_service *s) {
+  free_frames(&s->got);
+  free_frames(&s->to_service);
+  free_frames(&s->to_consumer);
+}
+
 static uint32_t method_of(const IPCFrame *f) {
   return f->msg_case == PERFETTO__PROTOS__IPCFRAME__MSG_MSG_INVOKE_METHOD
              ? f->msg_invoke_method->method_id
@@ -376,9 +383,7 @@ static void replay(const char *capture) {
   assert_int_equal(method_of(s.got.f[2]), READ_BUFFERS);
   assert_int_equal(s.got.f[2]->msg_invoke_method->args_proto.len, 0);
   check_trace_file(&s);
-  free_frames(&s.got);
-  free_frames(&s.to_service);
-  free_frames(&s.to_consumer);
+  free_session(&s);
 }
 
 static void test_replay_consumer_cli(void **state) {
@@ -412,45 +417,40 @@ static void test_ctrl_c_flushes_then_disables(void **state) {
   assert_int_equal(method_of(s.got.f[3]), DISABLE);
   assert_int_equal(method_of(s.got.f[4]), READ_BUFFERS);
   check_trace_file(&s);
-  free_frames(&s.got);
-  free_frames(&s.to_service);
-  free_frames(&s.to_consumer);
+  free_session(&s);
 }
 
-static void test_session_error_exits_1(void **state) {
-  (void)state;
-  fake_service s = {.mode = SESSION_ERROR};
+/* Runs the CLI against a fake service in mode: it exits 1 saying message, after asking for
+ * ReadBuffers (its third request). */
+static void expect_exit_1_after_read_buffers(enum mode mode, const char *message) {
+  fake_service s = {.mode = mode};
   char log[4096];
   int status = run_session(&s, "consumer-cli", log, sizeof log);
   assert_int_equal(status, 1);
-  if (!strstr(log, "the tracing session failed: buffer size over the limit"))
+  if (!strstr(log, message))
     fail_msg("unexpected output:\n%s", log);
-  /* ReadBuffers is still asked for: a session the service ended with an error (its shutdown)
-   * may hold what was flushed before; the run fails all the same. */
   assert_int_equal(s.got.n, 3);
   assert_int_equal(method_of(s.got.f[2]), READ_BUFFERS);
-  free_frames(&s.got);
-  free_frames(&s.to_service);
-  free_frames(&s.to_consumer);
+  free_session(&s);
+}
+
+/* ReadBuffers is still asked for: a session the service ended with an error (its shutdown) may
+ * hold what was flushed before; the run fails all the same. */
+static void test_session_error_exits_1(void **state) {
+  (void)state;
+  expect_exit_1_after_read_buffers(SESSION_ERROR,
+                                   "the tracing session failed: buffer size over the limit");
 }
 
 /* A service that never answers ReadBuffers (busy, the connection open): record gives up after
  * --read-timeout with a message that names the flag, exit 1, and leaves no empty output. */
 static void test_silent_read_back_gives_up_after_read_timeout(void **state) {
   (void)state;
-  fake_service s = {.mode = SILENT_READ};
-  char log[4096], out[128];
-  int status = run_session(&s, "consumer-cli", log, sizeof log);
-  assert_int_equal(status, 1);
-  if (!strstr(log, "sent nothing of the trace for 0.3 s: giving up (--read-timeout"))
-    fail_msg("unexpected output:\n%s", log);
-  assert_int_equal(s.got.n, 3);
-  assert_int_equal(method_of(s.got.f[2]), READ_BUFFERS);
+  expect_exit_1_after_read_buffers(
+      SILENT_READ, "sent nothing of the trace for 0.3 s: giving up (--read-timeout");
+  char out[128];
   snprintf(out, sizeof out, "%s/out.pftrace", tmpdir);
   assert_int_equal(access(out, F_OK), -1);
-  free_frames(&s.got);
-  free_frames(&s.to_service);
-  free_frames(&s.to_consumer);
 }
 
 /* No service at the socket: one message that names it, and the output is neither created nor
