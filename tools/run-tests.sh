@@ -4,7 +4,7 @@
 #     every registered test with ctest;
 #  2. builds the Release configuration users install (-O3 -DNDEBUG, build-release, what the
 #     Debian package is made from) and runs the unit tests and the loss accounting tests
-#     (ctest label "accounting": overload, restarts, stop_backlog, slow_stop, soak_60s) on it.
+#     (ctest label "accounting": overload, restarts, stop_backlog, slow_stop, the 60 s soak) on it.
 # Without arguments the unit tests (label "unit", the fuzz corpora among them) run two at a
 # time (ctest -j2: each is one process that waits for what it checks, and they halve the run),
 # the rest one at a time. Arguments go to ctest, for both builds, one test at a time:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_overload.sh: more producers than their shared memory can hold at the configured rate.
 # On web-1, 6 loadgens write 1 KB events at 2 x 4000 a second each into a small SMB (32 KB asked
-# for): the SMB fills up (the producers count their dropped packets, the agent counts SMB-full
-# events, which the trace and record's summary show), and everything the producers did write is accounted for exactly: written = in
+# for), and web-1's agent is held (SIGSTOP) for 0.5 s meanwhile: the SMB fills up (the
+# producers count their dropped packets, the agent counts SMB-full events, which the trace
+# and record's summary show), and everything the producers did write is accounted for exactly: written = in
 # trace + counted lost. web-1's agent has a 1 MiB queue, so that its link usually falls behind
 # too and whole chunks are dropped in the agent, drop markers and all (the count that was off by
 # up to 41 packets in Release runs, issue 24 item 2). web-2 runs a steady producer next to it:
@@ -40,6 +41,12 @@ sleep 1
   -t 9s -o "$WORK/overload.pftrace" >"$WORK/record.log" 2>&1 &
 RECORD=$!; CLUSTER_PIDS+=("$RECORD")
 sleep 1.5
+# web-1's agent held for half a second, as a starved host holds it: on an idle machine the
+# Release agent keeps up with the six producers (the SMB never filled there, 2026-11-27, and
+# the test skipped), so the overload it checks is made here, while the writers write (4 s).
+kill -STOP "$AGENT_PID_1"
+sleep 0.5
+kill -CONT "$AGENT_PID_1"
 "$TR_BIN/consumer_probe" --socket "$CONSUMER_SOCK" --data-source probe_source --rounds 8 \
   --interval-ms 200 --bound-ms 2000 >"$WORK/probe.json" 2>"$WORK/probe.log" || {
   echo "FAIL: the service or agent did not answer within 2 s under load: $(cat "$WORK/probe.json")"
@@ -55,9 +62,9 @@ dropped=$(python3 -c 'import json,glob,sys; print(sum(json.load(open(f))["total"
 cluster_log "web-1 producers dropped $dropped packets (SMB full)"
 FAULT_EXPECT_LOSS= fault_check_accounting "$WORK/overload.pftrace" exact web-1
 fault_check_accounting "$WORK/overload.pftrace" lossless web-2
-# The overload is a precondition a machine can take away: starved of CPU alike (all niced,
-# load average 76), six producers at their rate did not outrun the Release agent once
-# (2026-11-27). Then the lossless accounting above is all there is to check: said, not failed.
+# The overload is a precondition a machine could still take away (writers that got no CPU
+# while the agent was held): then the lossless accounting above is all there is to check:
+# said, not failed.
 if [ "$dropped" -eq 0 ]; then
   echo "SKIP: the SMB never filled (the agent kept up with the producers on this machine): no"
   echo "overload happened, so only the lossless accounting was checked (written = in trace)"
