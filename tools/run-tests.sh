@@ -5,9 +5,10 @@
 #  2. builds the Release configuration users install (-O3 -DNDEBUG, build-release, what the
 #     Debian package is made from) and runs the unit tests and the loss accounting tests
 #     (ctest label "accounting": overload, restarts, stop_backlog, slow_stop, the 60 s soak) on it.
-# Without arguments the unit tests (label "unit", the fuzz corpora among them) run two at a
-# time (ctest -j2: each is one process that waits for what it checks, and they halve the run),
-# the rest one at a time. Arguments go to ctest, for both builds, one test at a time:
+# Without arguments the tests run two at a time (ctest -j2: most wait for what they check, and
+# two halve the run), but for those tests/CMakeLists.txt marks RUN_SERIAL (the timeline tests,
+# tiers, the soak), and the Release build's accounting tests, which run one at a time.
+# Arguments go to ctest, for both builds, one test at a time:
 #   tools/run-tests.sh            as above
 #   tools/run-tests.sh -L unit    only the fast unit tests, on both builds
 #   tools/run-tests.sh -R NAME    one test, on both builds
@@ -42,7 +43,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
 RUNS=()
 # run_build NAME DIR DEFAULT_REST: the unit tests two at a time, then DEFAULT_REST (ctest
-# arguments) one at a time; with the script's arguments, only those.
+# arguments); with the script's arguments, only those, one at a time.
 run_build() {
   local name=$1 dir=$2 rest=$3
   if [ "${#ARGS[@]}" -gt 0 ]; then
@@ -53,7 +54,7 @@ run_build() {
   RUNS+=("$name-rest"); run_ctest "$name-rest" "$dir" $rest || status=1
 }
 ARGS=("$@")
-run_build sanitizers "$BUILD" "-LE unit"
+run_build sanitizers "$BUILD" "-LE unit -j2"
 [ "${TR_RELEASE:-1}" = 0 ] && exit "$status"
 
 cmake -S . -B "$RELEASE" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTR_SANITIZE=OFF
