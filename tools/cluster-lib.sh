@@ -41,7 +41,10 @@ cluster_init() {
     WORK=$(mktemp -d /tmp/tracerelay-cluster.XXXXXX)
     CLUSTER_RUN_DIR=${CLUSTER_RUN_DIR:-$WORK}
   fi
-  CLUSTER_ID=$(printf '%04x' $((RANDOM % 65536)))
+  # Six hex digits: clusters running at once (tools/run-tests.sh runs two tests at a time) must
+  # not share namespace or interface names ("tr" + id + a letter + a host number stays within
+  # the kernel's 15 characters up to host 9999).
+  CLUSTER_ID=$(printf '%06x' $(((RANDOM << 15 | RANDOM) % 16777216)))
   CONSUMER_SOCK="$WORK/consumer.sock"
   SERVICE_NAME=tracerelay-service
   USE_NETNS=1
