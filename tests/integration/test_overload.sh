@@ -66,7 +66,7 @@ fault_check_accounting "$WORK/overload.pftrace" lossless web-2
 # while the agent was held): then the lossless accounting above is all there is to check:
 # said, not failed.
 if [ "$dropped" -eq 0 ]; then
-  echo "SKIP: the SMB never filled (the agent kept up with the producers on this machine): no"
+  echo "SKIP: the SMB never filled (the producers wrote too little while the agent was held): no"
   echo "overload happened, so only the lossless accounting was checked (written = in trace)"
   exit 77
 fi
