@@ -193,6 +193,14 @@ def quantile(q, buckets):
     return lower
 
 
+def within(buckets, bound):
+    """The share of a histogram's observations at most bound (a bucket's upper bound: exact),
+    or None if it has none."""
+    total = buckets[-1][1] if buckets else 0
+    below = [cum for le, cum in buckets if le == bound]
+    return below[0] / total if total and below else None
+
+
 def wait_for_line(path, text, limit):
     """Waits up to limit seconds for a line containing text in the file at path."""
     t0 = time.monotonic()

@@ -26,7 +26,10 @@ struct tr_link_events {
   void (*producers_changed)(tr_service *svc, tr_host *host, uint32_t producer_id);
   void (*chunk)(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk);
   void (*patch)(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch);
-  void (*flush_ack)(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack);
+  /* arrived_ns: BOOTTIME when the bytes that carried the ack reached the service's socket
+   * (tr_tls_uv_read_time), 0 if not known. */
+  void (*flush_ack)(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack,
+                    int64_t arrived_ns);
   void (*command_reply)(tr_service *svc, tr_host *host, const Tracerelay__CommandReply *reply);
   /* A HostClockSnapshot from the host's agent: kept in host->clock_snapshots
    * (tr_hosts_add_clock_snapshot, whose errors it returns). */

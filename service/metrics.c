@@ -271,6 +271,11 @@ void tr_metrics_write(const tr_service *svc, bool host_series, tr_prom_text *t) 
                           "flushes through every host with a producer to flush, from the request "
                           "to the last ack (or the timeout)",
                           &svc->flush_durations);
+  tr_prom_histogram_write(t, "tracerelay_flush_service_seconds",
+                          "of the flushes every producer answered, the service's own part: the "
+                          "round trip less the time from the fan-out's end to the last ack's "
+                          "arrival in the service's socket (the network's and the agents')",
+                          &svc->flush_service_parts);
   for (size_t m = 0; m < sizeof kHostMetrics / sizeof kHostMetrics[0]; m++)
     write_fleet_family(&kHostMetrics[m], figs, num_hosts, t);
   for (size_t m = 0; host_series && m < sizeof kHostMetrics / sizeof kHostMetrics[0]; m++) {

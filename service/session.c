@@ -42,6 +42,7 @@ int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline t
   svc->next_buffer_id = 1;
   svc->flush_durations = (tr_prom_histogram){
       .le = kFlushBounds, .n = sizeof kFlushBounds / sizeof kFlushBounds[0]};
+  svc->flush_service_parts = svc->flush_durations;
   return tr_trace_writer_service_system_info(&svc->system_info);
 }
 
@@ -60,6 +61,10 @@ uint64_t tr_session_next_flush_id(tr_session *s) { return ++s->svc->next_flush_i
 
 void tr_session_observe_flush(tr_session *s, double seconds) {
   tr_prom_histogram_observe(&s->svc->flush_durations, seconds);
+}
+
+void tr_session_observe_flush_service_part(tr_session *s, double seconds) {
+  tr_prom_histogram_observe(&s->svc->flush_service_parts, seconds);
 }
 
 /* ---- config ---- */
@@ -1026,11 +1031,12 @@ void tr_session_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch
   free(p);
 }
 
-void tr_session_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack) {
+void tr_session_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack,
+                             int64_t arrived_ns) {
   for (tr_session *s = svc->sessions; s; s = s->next) {
     size_t hi;
     if (tr_session_find_host(s, host, &hi))
-      tr_session_flush_on_ack(s, hi, ack);
+      tr_session_flush_on_ack(s, hi, ack, arrived_ns);
   }
 }
 

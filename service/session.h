@@ -64,6 +64,11 @@ struct tr_service {
    * or the timeout (tr_session_observe_flush; the metrics endpoint's
    * tracerelay_flush_duration_seconds). */
   tr_prom_histogram flush_durations;
+  /* Of each flush every producer answered, the service's own part of that time: the round
+   * trip less the stretch from the fan-out's end to the arrival of the last ack in the
+   * service's socket, which the network and the agents took (tr_flush_service_part_ns;
+   * tracerelay_flush_service_seconds). */
+  tr_prom_histogram flush_service_parts;
   /* Stops to ask again when their host is back (session_unstopped.c). */
   struct tr_unstopped *unstopped;
   size_t num_unstopped;
@@ -99,7 +104,8 @@ void tr_session_on_host_disconnected(tr_service *svc, tr_host *host, const char 
 void tr_session_on_producers_changed(tr_service *svc, tr_host *host, uint32_t producer_id);
 void tr_session_on_chunk(tr_service *svc, tr_host *host, const Tracerelay__Chunk *chunk);
 void tr_session_on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *patch);
-void tr_session_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack);
+void tr_session_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack,
+                             int64_t arrived_ns);
 void tr_session_on_command_reply(tr_service *svc, tr_host *host,
                                  const Tracerelay__CommandReply *reply);
 int tr_session_on_host_clock_snapshot(tr_service *svc, tr_host *host,

@@ -6,7 +6,9 @@
  * that still owes an ack is named in the log and counted (tr_host_stats.flushes_missed and the
  * session's per-host count, both in the trace's stats). A host whose link is down owes its acks
  * at once. Before sending, each host whose last clock probe is older than its probe period is
- * probed, so the timeline is fresh at the end of the data.
+ * probed, so the timeline is fresh at the end of the data. Of a flush every producer answered,
+ * the service's own part of the round trip is observed apart (tr_flush_service_part_ns): the
+ * agents' and the network's stretch ends when the last ack reaches the service's socket.
  *
  * This file alone keeps the session's flush bookkeeping (tr_session.flushes): the flushes in
  * flight, the counts for TraceStats and each host entry's missed flushes. */
@@ -17,6 +19,7 @@
 
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
+#include "relay/clock/clock.h"
 #include "service/hosts.h"
 
 #define COMP "session"
@@ -57,6 +60,8 @@ struct tr_flush_op {
   bool done;
   bool missed; /* some host was counted as not answering */
   uint64_t started_ns; /* uv_hrtime() when it was sent */
+  int64_t fanned_out_ns;   /* BOOTTIME when every command had been handed to the link */
+  int64_t last_arrival_ns; /* BOOTTIME when the latest ack so far reached the socket; 0: none */
 };
 
 static void on_flush_closed(uv_handle_t *h) {
@@ -261,6 +266,7 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
       count_missed(f, f->acks[a].host_index, false);
   free(ack_of);
   free(ids);
+  f->fanned_out_ns = (int64_t)tr_clock_boottime_ns();
   if (timeout_ms == 0)
     timeout_ms = s->flush_timeout_ms;
   if (all_acked(f)) {
@@ -272,15 +278,32 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
   return 0;
 }
 
-void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack) {
+uint64_t tr_flush_service_part_ns(uint64_t total_ns, int64_t fanned_out_ns,
+                                  int64_t last_arrival_ns) {
+  if (fanned_out_ns <= 0 || last_arrival_ns <= fanned_out_ns)
+    return total_ns;
+  uint64_t theirs = (uint64_t)(last_arrival_ns - fanned_out_ns);
+  return theirs < total_ns ? total_ns - theirs : 0;
+}
+
+void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack,
+                             int64_t arrived_ns) {
   for (tr_flush_op *f = s->flushes->ops; f; f = f->next) {
     if (f->id != ack->flush_request_id || f->done)
       continue;
     size_t i = find_ack(f, host_index, ack->producer_id);
     if (i != NO_ACK)
       settle(f, i);
-    if (all_acked(f))
+    if (arrived_ns > f->last_arrival_ns)
+      f->last_arrival_ns = arrived_ns;
+    if (all_acked(f)) {
+      if (!f->missed) {
+        uint64_t part = tr_flush_service_part_ns(uv_hrtime() - f->started_ns, f->fanned_out_ns,
+                                                 f->last_arrival_ns);
+        tr_session_observe_flush_service_part(s, (double)part / 1e9);
+      }
       complete(f, true);
+    }
     return;
   }
 }

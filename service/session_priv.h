@@ -121,10 +121,11 @@ void tr_session_add_event(tr_session *s, enum tr_trace_writer_event ev);
 int tr_session_send(tr_session *s, size_t host_index, Tracerelay__Command *cmd);
 uint64_t tr_session_now(void);
 /* The service-wide parts of a flush (session.c's): its id, unique over the service's life so
- * that an ack names one flush, and its duration, from the request to the last ack or the
- * timeout, for the service's flush duration histogram. */
+ * that an ack names one flush, its duration, from the request to the last ack or the
+ * timeout, for the service's flush duration histogram, and the service's own part of it. */
 uint64_t tr_session_next_flush_id(tr_session *s);
 void tr_session_observe_flush(tr_session *s, double seconds);
+void tr_session_observe_flush_service_part(tr_session *s, double seconds);
 
 /* session_flush.c's side. The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM),
  * grown with each host entry (likewise), and freed with it, after every flush still pending
@@ -132,7 +133,15 @@ void tr_session_observe_flush(tr_session *s, double seconds);
 int tr_session_flush_new(tr_session_flushes **out);
 int tr_session_flush_add_host(tr_session *s);
 void tr_session_flush_free(tr_session_flushes *fl);
-void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack);
+void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack,
+                             int64_t arrived_ns);
+/* The service's own part of a flush's round trip of total_ns: all of it but the stretch from
+ * the fan-out's end (fanned_out_ns) to the last ack's arrival in the service's socket
+ * (last_arrival_ns; both BOOTTIME, 0 = not known), which the network and the agents took. An
+ * ack that arrived before the fan-out ended (a quick agent while others were still being
+ * asked) leaves it all to the service. */
+uint64_t tr_flush_service_part_ns(uint64_t total_ns, int64_t fanned_out_ns,
+                                  int64_t last_arrival_ns);
 void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
 /* How many of the session's flushes host entry host_index did not answer in time. */
 uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index);

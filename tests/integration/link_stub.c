@@ -70,12 +70,14 @@ static void on_patch(tr_service *svc, tr_host *host, const Tracerelay__Patch *pa
   }
 }
 
-static void on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack) {
+static void on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack,
+                         int64_t arrived_ns) {
   (void)svc;
   struct link_event *e = add(EV_FLUSH_ACK, host);
   if (e) {
     e->producer_id = ack->producer_id;
     e->id = ack->flush_request_id;
+    e->arrived_ns = arrived_ns;
   }
 }
 

@@ -27,6 +27,7 @@ struct link_event {
   uint32_t patch_offset;
   uint32_t patch_data;
   size_t payload_len;
+  int64_t arrived_ns; /* a flush ack's: when its bytes reached the service's socket */
 };
 
 #define LINK_STUB_MAX_EVENTS 200000

@@ -140,7 +140,7 @@ static void answer(tr_host *host, const Tracerelay__Command *cmd) {
     Tracerelay__FlushAck ack = TRACERELAY__FLUSH_ACK__INIT;
     ack.flush_request_id = cmd->flush->flush_request_id;
     ack.producer_id = cmd->producer_id;
-    tr_session_on_flush_ack(&svc, host, &ack);
+    tr_session_on_flush_ack(&svc, host, &ack, 0);
     return;
   }
   default:

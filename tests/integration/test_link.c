@@ -25,6 +25,7 @@
 
 #include "agent/link_client.h"
 #include "link_stub.h"
+#include "relay/clock/clock.h"
 #include "relay/clock/clock_probe.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
@@ -239,7 +240,10 @@ static void test_handshake_data_commands_clock(void **state) {
   assert_true(h->system_info->num_cpus > 0);
   assert_int_equal(a.welcomes, 1);
 
-  /* Chunks, a patch between two of them, then a flush ack behind everything. */
+  /* Chunks, a patch between two of them, then a flush ack behind everything; the ack comes
+   * with the time its bytes reached the service's socket (the service's part of a flush ends
+   * there), after they were queued and before it was seen. */
+  int64_t queued_ns = (int64_t)tr_clock_boottime_ns();
   push_chunks(&a, 1000);
   tr_chunkq_patch patch = {.producer_id = 1, .chunk_id = 999, .writer_id = 1, .offset = 4,
                            .data = {1, 2, 3, 4}};
@@ -248,6 +252,9 @@ static void test_handshake_data_commands_clock(void **state) {
   assert_int_equal(tr_chunkq_push_flush_ack(&a.q, 1, 99), 0);
   tr_link_client_kick(a.lc);
   RUN_UNTIL(&loop, link_stub_count(EV_FLUSH_ACK, "web-1") == 1, 5000);
+  int64_t seen_ns = (int64_t)tr_clock_boottime_ns();
+  int64_t arrived_ns = link_events[index_of(EV_FLUSH_ACK, 99)].arrived_ns;
+  assert_true(queued_ns < arrived_ns && arrived_ns <= seen_ns);
   assert_chunks_once_in_order("web-1", 2000);
   size_t ipatch = index_of(EV_PATCH, 999);
   assert_true(index_of(EV_CHUNK, 999) < ipatch && ipatch < index_of(EV_CHUNK, 1000));

@@ -127,6 +127,13 @@ flushes = by("tracerelay_flush_duration_seconds_count", "instance")
 p99 = by("histogram_quantile(0.99, tracerelay_flush_duration_seconds_bucket)", "instance")
 if list(flushes.values()) != [1.0] or len(p99) != 1 or not 0 < list(p99.values())[0] <= 5:
     sys.exit(f"FAIL: flush duration histogram: count {flushes}, p99 {p99}")
+# Both producers answered it: the service's own part of it observed once, no longer than it.
+parts = by("tracerelay_flush_service_seconds_count", "instance")
+part_s = by("tracerelay_flush_service_seconds_sum", "instance")
+total_s = by("tracerelay_flush_duration_seconds_sum", "instance")
+if (list(parts.values()) != [1.0] or len(part_s) != 1
+        or not 0 <= list(part_s.values())[0] <= list(total_s.values())[0]):
+    sys.exit(f"FAIL: flush service part: count {parts}, sum {part_s}, round trip {total_s}")
 # The loop's lag: iterations observed, the histogram usable, its maximum a real duration.
 lag = by("tracerelay_service_loop_lag_seconds_count", "instance")
 lag_p99 = by("histogram_quantile(0.99, tracerelay_service_loop_lag_seconds_bucket)", "instance")

@@ -21,6 +21,7 @@ tr_host *fx_hosts[FX_MAX_HOSTS];
 struct fx_sent fx_sent[FX_MAX_SENT];
 size_t fx_num_sent;
 size_t fx_probes;
+int64_t fx_ack_arrived_ns;
 struct fx_observed fx_observed;
 
 static int fake_link; /* what a connected host's link points at: never dereferenced */
@@ -100,6 +101,7 @@ void fx_setup(void) {
   memset(&fx_observed, 0, sizeof fx_observed);
   fx_num_sent = 0;
   fx_probes = 0;
+  fx_ack_arrived_ns = 0;
   assert_int_equal(uv_loop_init(&fx_loop), 0);
   assert_int_equal(tr_hosts_new(&fx_svc, &tr_session_link_events, &fx_host_table), 0);
   assert_int_equal(tr_session_service_init(&fx_svc, &fx_loop, TR_TIMELINE_MACHINES,
@@ -221,7 +223,7 @@ void fx_answer(size_t i, Tracerelay__Command__CmdCase what) {
       Tracerelay__FlushAck ack = TRACERELAY__FLUSH_ACK__INIT;
       ack.flush_request_id = e->flush_id;
       ack.producer_id = e->producer_id;
-      tr_session_link_events.flush_ack(&fx_svc, fx_hosts[i], &ack);
+      tr_session_link_events.flush_ack(&fx_svc, fx_hosts[i], &ack, fx_ack_arrived_ns);
     } else {
       Tracerelay__CommandReply reply = TRACERELAY__COMMAND_REPLY__INIT;
       reply.request_id = e->request_id;

@@ -43,6 +43,8 @@ extern tr_host *fx_hosts[FX_MAX_HOSTS]; /* fx_make_host's, in it */
 extern struct fx_sent fx_sent[FX_MAX_SENT];
 extern size_t fx_num_sent;
 extern size_t fx_probes; /* probe_clock calls */
+/* The arrival fx_answer gives the FlushAcks it sends (BOOTTIME; 0, not known, after fx_setup). */
+extern int64_t fx_ack_arrived_ns;
 
 /* What the session told its consumer. */
 struct fx_observed {

@@ -6,8 +6,10 @@
  * per-host count in TraceStats), exactly the hosts that did not answer; that a host whose
  * link goes down during a flush is named at once, without waiting for the timeout, and counted
  * again by each flush while it is away; that a flush with nothing to wait for completes at
- * once; that a flush's fan-out looks at each instance twice, not once per producer; and that
- * an ack finds its host's entry in one step. */
+ * once; that a flush's fan-out looks at each instance twice, not once per producer; that
+ * an ack finds its host's entry in one step; and that the service's own part of a flush
+ * leaves out the agents' stretch, up to the last ack's arrival, and is observed only for
+ * flushes every producer answered. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "relay/clock/clock.h"
 #include "service/session_priv.h"
 #include "session_fixture.h"
 
@@ -282,6 +285,42 @@ static void test_flush_timeout_names_eight_then_counts(void **state) {
   fx_teardown();
 }
 
+static void test_service_part_of_a_flush(void **state) {
+  (void)state;
+  const uint64_t ms = 1000000;
+  /* Fan-out done 2 ms in, last ack in 90 ms after that, done 100 ms in: 10 ms the service's. */
+  assert_int_equal(tr_flush_service_part_ns(100 * ms, 1000 * ms, 1090 * ms), 10 * ms);
+  /* Every ack in before the fan-out ended, or none known: all of it the service's. */
+  assert_int_equal(tr_flush_service_part_ns(100 * ms, 1000 * ms, 999 * ms), 100 * ms);
+  assert_int_equal(tr_flush_service_part_ns(100 * ms, 1000 * ms, 0), 100 * ms);
+  /* Clocks that disagree by more than the flush took never make it negative. */
+  assert_int_equal(tr_flush_service_part_ns(100 * ms, 1000 * ms, 1200 * ms), 0);
+
+  struct fx_config cfg;
+  tr_session *s = started_session(&cfg);
+  const tr_prom_histogram *total = &fx_svc.flush_durations, *part = &fx_svc.flush_service_parts;
+  /* The last ack arrives after the flush is seen done (as if a slow agent answered): none of
+   * it is the service's. */
+  assert_int_equal(tr_session_flush(s, 5000, 0, on_flush, &flush_result), 0);
+  fx_answer(0, FLUSH);
+  fx_answer(1, FLUSH);
+  fx_ack_arrived_ns = (int64_t)tr_clock_boottime_ns() + 3600 * (int64_t)1000000000;
+  fx_answer(2, FLUSH);
+  assert_int_equal(flush_result, 1);
+  assert_int_equal(total->count, 1);
+  assert_int_equal(part->count, 1);
+  assert_true(part->sum == 0.0);
+  /* A flush that timed out is not a round trip: its duration is observed, no part of it. */
+  flush_result = -1;
+  assert_int_equal(tr_session_flush(s, 20, 0, on_flush, &flush_result), 0);
+  fx_answer(0, FLUSH);
+  fx_run_until_set(&flush_result);
+  assert_int_equal(flush_result, 0);
+  assert_int_equal(total->count, 2);
+  assert_int_equal(part->count, 1);
+  fx_teardown();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_flush_completes_when_every_host_acked),
@@ -291,6 +330,7 @@ int main(void) {
       cmocka_unit_test(test_flush_with_nothing_to_wait_for),
       cmocka_unit_test(test_flush_fans_out_in_two_passes),
       cmocka_unit_test(test_acks_find_their_host_in_one_step),
+      cmocka_unit_test(test_service_part_of_a_flush),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
