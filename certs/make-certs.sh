@@ -5,7 +5,8 @@
 # service.key; more under other names with --service-file, e.g. for the regionals of tiers) and
 # any number of agent certificates (agent-NAME.crt, agent-NAME.key). All keys
 # are EC P-256, written mode 0600. Running it again is safe: an existing CA is reused and
-# existing certificates are kept unless --force is given, so agents can be added one at a time.
+# existing certificates are kept unless --force is given, so agents can be added one at a time
+# (a service certificate asked for under names it does not carry is refused, not kept).
 # The test-only options (--expired, --not-yet-valid, --no-client-auth) exist so the TLS tests
 # can produce every certificate the relay must refuse; a second, independent CA is simply
 # another OUTDIR.
@@ -42,7 +43,9 @@ Validity of the certificates issued in this run:
 Other:
   --no-client-auth      agent certificates get the serverAuth usage instead of clientAuth,
                         so the service must refuse them (for tests)
-  --force               reissue certificates that already exist (the CA is never replaced)
+  --force               reissue certificates that already exist (the CA is never replaced);
+                        without it an existing service certificate is kept if it carries
+                        every name asked for, and refused with an error if it does not
   -h, --help            this text
 
 Examples:
@@ -212,10 +215,24 @@ leaf_ext() { # leaf_ext EKU SAN
   printf 'subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid\n'
 }
 
+# An existing service certificate is kept only if it carries every name asked for now: one
+# kept for other names would leave the agents failing with a name mismatch.
+check_kept_names() { # check_kept_names BASENAME SAN
+  local crt=$outdir/$1.crt have e missing=()
+  [[ -f $crt && -f $outdir/$1.key && $force -eq 0 ]] || return 0
+  have=$(openssl x509 -in "$crt" -noout -ext subjectAltName 2>/dev/null | tail -n +2 |
+    tr -d ' ' | sed 's/IPAddress:/IP:/g')
+  IFS=, read -ra want <<<"$2"
+  for e in "${want[@]}"; do [[ ,$have, == *,"$e",* ]] || missing+=("$e"); done
+  [[ ${#missing[@]} -eq 0 ]] || die "$crt exists for ${have:-no names}, not ${missing[*]}: --force" \
+    "reissues it (agents then need the new name), --service-file BASE issues another beside it"
+}
+
 if [[ ${#service_names[@]} -gt 0 ]]; then
   san=""
   for n in "${service_names[@]}"; do san+="${san:+,}DNS:$n"; done
   [[ $localhost -eq 1 ]] && san+=",DNS:localhost,IP:127.0.0.1"
+  check_kept_names "$service_file" "$san"
   issue "$service_file" "${service_names[0]}" "$(leaf_ext serverAuth "$san")"
 fi
 

@@ -4,7 +4,9 @@
 # leaving it: a root's service.{crt,key} and a regional's service-site-a.{crt,key} in the same
 # directory, both issued by its one CA (openssl verify), each with its own name in its
 # subjectAltName and the serverAuth usage; the first certificate and the CA untouched by the
-# second run; a bad or ambiguous --service-file refused. Then the two services are used: the
+# second run; a bad or ambiguous --service-file refused; a run asking for the existing
+# service.crt under another name refused, saying so, the certificate untouched (the same names
+# again keep it). Then the two services are used: the
 # root's and the regional's certificates each load in a tracerelay-service (it starts and
 # listens), which checks the key matches the certificate and the usage.
 # Usage: test_make_certs.sh BIN_DIR. Exits 77 (skip) without openssl.
@@ -46,6 +48,14 @@ for bad in ca agent-site-a "a/b"; do
 done
 ! "$MC" "$PKI" --service-file lonely >/dev/null 2>&1 || fail "--service-file without --service-name accepted"
 [ "$(fp "$PKI/ca.crt")" = "$ca_fp" ] || fail "a refused run changed the CA"
+# The same names keep the certificate; another name is refused, not silently kept.
+"$MC" "$PKI" --service-name root.example.net >/dev/null || fail "the same name again was refused"
+if "$MC" "$PKI" --service-name other.example.net >/dev/null 2>"$WORK/err"; then
+  fail "service.crt for root.example.net was kept for other.example.net"
+fi
+grep -q "service.crt exists for DNS:root.example.net, not DNS:other.example.net: --force" "$WORK/err" ||
+  fail "the refusal does not say why: $(cat "$WORK/err")"
+[ "$(fp "$PKI/service.crt")" = "$root_fp" ] || fail "a refused run replaced service.crt"
 
 # Both certificates serve: each loads in a service (key pair and usage checked at start).
 for c in service service-site-a; do
