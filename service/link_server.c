@@ -443,7 +443,8 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
       ev->patch(svc, host, it->patch);
       break;
     case TRACERELAY__CHUNK_ITEM__ITEM_FLUSH_ACK:
-      ev->flush_ack(svc, host, it->flush_ack, tr_tls_uv_read_time(tr_relay_link_conn(p->link)));
+      ev->flush_ack(svc, host, it->flush_ack,
+                    tr_tls_uv_read_time(tr_relay_link_conn(p->link)));
       break;
     default:
       break;

@@ -66,7 +66,7 @@ struct tr_service {
   tr_prom_histogram flush_durations;
   /* Of each flush every producer answered, the service's own part of that time: the round
    * trip less the stretch from the fan-out's end to the arrival of the last ack in the
-   * service's socket, which the network and the agents took (tr_flush_service_part_ns;
+   * service's socket, which the network and the agents took (tr_session_flush_service_part_ns;
    * tracerelay_flush_service_seconds). */
   tr_prom_histogram flush_service_parts;
   /* Stops to ask again when their host is back (session_unstopped.c). */

@@ -7,8 +7,9 @@
  * session's per-host count, both in the trace's stats). A host whose link is down owes its acks
  * at once. Before sending, each host whose last clock probe is older than its probe period is
  * probed, so the timeline is fresh at the end of the data. Of a flush every producer answered,
- * the service's own part of the round trip is observed apart (tr_flush_service_part_ns): the
- * agents' and the network's stretch ends when the last ack reaches the service's socket.
+ * the service's own part of the round trip is observed apart
+ * (tr_session_flush_service_part_ns): the agents' and the network's stretch ends when the last
+ * ack reaches the service's socket.
  *
  * This file alone keeps the session's flush bookkeeping (tr_session.flushes): the flushes in
  * flight, the counts for TraceStats and each host entry's missed flushes. */
@@ -278,8 +279,8 @@ int tr_session_flush(tr_session *s, uint32_t timeout_ms, uint64_t flags, tr_sess
   return 0;
 }
 
-uint64_t tr_flush_service_part_ns(uint64_t total_ns, int64_t fanned_out_ns,
-                                  int64_t last_arrival_ns) {
+uint64_t tr_session_flush_service_part_ns(uint64_t total_ns, int64_t fanned_out_ns,
+                                          int64_t last_arrival_ns) {
   if (fanned_out_ns <= 0 || last_arrival_ns <= fanned_out_ns)
     return total_ns;
   uint64_t theirs = (uint64_t)(last_arrival_ns - fanned_out_ns);
@@ -298,8 +299,8 @@ void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay_
       f->last_arrival_ns = arrived_ns;
     if (all_acked(f)) {
       if (!f->missed) {
-        uint64_t part = tr_flush_service_part_ns(uv_hrtime() - f->started_ns, f->fanned_out_ns,
-                                                 f->last_arrival_ns);
+        uint64_t part = tr_session_flush_service_part_ns(uv_hrtime() - f->started_ns,
+                                                         f->fanned_out_ns, f->last_arrival_ns);
         tr_session_observe_flush_service_part(s, (double)part / 1e9);
       }
       complete(f, true);

@@ -140,8 +140,8 @@ void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay_
  * (last_arrival_ns; both BOOTTIME, 0 = not known), which the network and the agents took. An
  * ack that arrived before the fan-out ended (a quick agent while others were still being
  * asked) leaves it all to the service. */
-uint64_t tr_flush_service_part_ns(uint64_t total_ns, int64_t fanned_out_ns,
-                                  int64_t last_arrival_ns);
+uint64_t tr_session_flush_service_part_ns(uint64_t total_ns, int64_t fanned_out_ns,
+                                          int64_t last_arrival_ns);
 void tr_session_flush_on_host_gone(tr_session *s, size_t host_index);
 /* How many of the session's flushes host entry host_index did not answer in time. */
 uint64_t tr_session_flush_missed(const tr_session *s, size_t host_index);

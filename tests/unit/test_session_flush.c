@@ -289,12 +289,12 @@ static void test_service_part_of_a_flush(void **state) {
   (void)state;
   const uint64_t ms = 1000000;
   /* Fan-out done 2 ms in, last ack in 90 ms after that, done 100 ms in: 10 ms the service's. */
-  assert_int_equal(tr_flush_service_part_ns(100 * ms, 1000 * ms, 1090 * ms), 10 * ms);
+  assert_int_equal(tr_session_flush_service_part_ns(100 * ms, 1000 * ms, 1090 * ms), 10 * ms);
   /* Every ack in before the fan-out ended, or none known: all of it the service's. */
-  assert_int_equal(tr_flush_service_part_ns(100 * ms, 1000 * ms, 999 * ms), 100 * ms);
-  assert_int_equal(tr_flush_service_part_ns(100 * ms, 1000 * ms, 0), 100 * ms);
+  assert_int_equal(tr_session_flush_service_part_ns(100 * ms, 1000 * ms, 999 * ms), 100 * ms);
+  assert_int_equal(tr_session_flush_service_part_ns(100 * ms, 1000 * ms, 0), 100 * ms);
   /* Clocks that disagree by more than the flush took never make it negative. */
-  assert_int_equal(tr_flush_service_part_ns(100 * ms, 1000 * ms, 1200 * ms), 0);
+  assert_int_equal(tr_session_flush_service_part_ns(100 * ms, 1000 * ms, 1200 * ms), 0);
 
   struct fx_config cfg;
   tr_session *s = started_session(&cfg);
