@@ -178,9 +178,14 @@ def scrape_sum(port, name, timeout=60):
                if line.startswith(name + "{") or line.startswith(name + " "))
 
 
+def histogram_count(buckets):
+    """How many observations a histogram's cumulative (upper bound, count) buckets hold."""
+    return buckets[-1][1] if buckets else 0
+
+
 def quantile(q, buckets):
     """Prometheus' histogram_quantile: linear within the bucket that holds rank q * count."""
-    total = buckets[-1][1] if buckets else 0
+    total = histogram_count(buckets)
     if total == 0:
         return None
     rank, lower, below = q * total, 0.0, 0.0
@@ -196,7 +201,7 @@ def quantile(q, buckets):
 def within(buckets, bound):
     """The share of a histogram's observations at most bound (a bucket's upper bound: exact),
     or None if it has none."""
-    total = buckets[-1][1] if buckets else 0
+    total = histogram_count(buckets)
     below = [cum for le, cum in buckets if le == bound]
     return below[0] / total if total and below else None
 
