@@ -16,10 +16,12 @@
  * the link sends everything queued. Nothing the producers commit is left unread. */
 #include "agent/agent.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agent/link_client.h"
+#include "agent/agent_triggers.h"
 #include "agent/agent_metrics.h"
 #include "agent/port_thread.h"
 #include "relay/daemon/metrics_http.h"
@@ -66,6 +68,7 @@ struct tr_agent {
   /* The instances stopped at shutdown whose stop has not ended yet (producer, instance). */
   struct draining { uint32_t producer_id; uint64_t instance_id; } *draining;
   size_t n_draining;
+  tr_agent_triggers triggers; /* on their way to the service */
   bool drain_listed; /* every instance was asked to stop: the port may close once none is left */
   bool port_closing;
   void (*done)(void *data);
@@ -319,6 +322,15 @@ static void on_stopped(void *data, uint32_t producer_id, uint64_t instance_id,
     drained(a, producer_id, false, instance_id);
 }
 
+static void on_trigger(void *data, uint32_t producer_id, const char *name) {
+  tr_agent *a = data;
+  const agent_producer *p = find_producer(a, producer_id);
+  char unknown[32];
+  snprintf(unknown, sizeof unknown, "producer %u", producer_id);
+  tr_agent_triggers_raise(&a->triggers, a->link, producer_id, p ? p->name : unknown,
+                          p ? p->uid : 0, name);
+}
+
 static void on_queue_has_data(void *data) {
   tr_agent *a = data;
   tr_link_client_kick(a->link);
@@ -473,6 +485,7 @@ static void on_welcome(tr_link_client *lc) {
   tr_agent *a = tr_link_client_data(lc);
   for (size_t i = 0; i < a->n_producers; i++)
     send_connected(a, &a->producers[i]);
+  tr_agent_triggers_welcome(&a->triggers, lc);
 }
 
 /* The service restarted without this instance's session: stop it so the next session can
@@ -547,6 +560,7 @@ static void free_agent(tr_agent *a) {
   free(a->producers);
   free(a->pending);
   free(a->draining);
+  tr_agent_triggers_free(&a->triggers);
   tr_chunkq_free(&a->queue);
   tr_tls_config_unref(a->tls);
   free(a);
@@ -622,6 +636,7 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
              .data_source_started = on_started,
              .data_source_stopped = on_stopped,
              .flush_acked = on_flush_acked,
+             .trigger = on_trigger,
              .queue_has_data = on_queue_has_data,
              .command_done = on_command_done}};
   rc = tr_port_thread_start(loop, &pc, &a->port);

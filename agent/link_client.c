@@ -732,6 +732,17 @@ int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__Pr
   return send_frame(lc, &f);
 }
 
+int tr_link_client_send_trigger(tr_link_client *lc, const Tracerelay__Trigger *t) {
+  if (!lc->welcomed)
+    return TR_ERR_CLOSED;
+  if (!(lc->features & TR_RELAY_FEATURE_TRIGGERS))
+    return TR_ERR_UNSUPPORTED;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_TRIGGER;
+  f.trigger = (Tracerelay__Trigger *)t;
+  return send_frame(lc, &f);
+}
+
 void tr_link_client_reload_tls(tr_link_client *lc, tr_tls_config *cfg) {
   tr_tls_config *old = lc->tls;
   lc->tls = tr_tls_config_ref(cfg);

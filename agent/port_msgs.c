@@ -72,9 +72,19 @@ fail:
   return NULL;
 }
 
+struct port_event *tr_port_msgs_event_trigger(uint32_t producer_id, const char *name) {
+  struct port_event *e = tr_port_msgs_event_new(PORT_EV_TRIGGER, producer_id);
+  if (e != NULL && (e->trigger_name = strdup(name)) == NULL) {
+    tr_port_msgs_event_free(e);
+    return NULL;
+  }
+  return e;
+}
+
 void tr_port_msgs_event_free(struct port_event *e) {
   if (e == NULL)
     return;
+  free(e->trigger_name);
   free((void *)e->info.name);
   free((void *)e->info.sdk_version);
   for (size_t i = 0; i < e->info.num_data_sources; i++)

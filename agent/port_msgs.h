@@ -55,6 +55,7 @@ enum port_event_kind {
   PORT_EV_STOPPED,
   PORT_EV_FLUSH_ACKED,
   PORT_EV_COMMAND_DONE,
+  PORT_EV_TRIGGER, /* ActivateTriggers: one event per trigger name */
   PORT_EV_CLOSED, /* the port is closed: the last event */
 };
 
@@ -68,6 +69,7 @@ struct port_event {
   bool timed_out;        /* STOPPED */
   struct port_command *cmd; /* COMMAND_DONE: the command, owned by the event */
   struct tr_port_result result; /* COMMAND_DONE */
+  char *trigger_name;           /* TRIGGER: the event's copy */
 };
 
 /* NULL when out of memory. */
@@ -79,6 +81,8 @@ struct port_event *tr_port_msgs_event_new(enum port_event_kind kind, uint32_t pr
 /* An event carrying a copy of *info (or NULL). */
 struct port_event *tr_port_msgs_event_with_info(enum port_event_kind kind,
                                                 const tr_producer_info *info);
+/* A TRIGGER event for producer_id carrying a copy of name (or NULL). */
+struct port_event *tr_port_msgs_event_trigger(uint32_t producer_id, const char *name);
 /* Frees an event (and its command). */
 void tr_port_msgs_event_free(struct port_event *e);
 

@@ -95,6 +95,20 @@ static void on_flush_acked(tr_producer_port *port, uint32_t producer_id, uint64_
   post_id(port, PORT_EV_FLUSH_ACKED, producer_id, request_id, false);
 }
 
+/* A producer's ActivateTriggers: at most MAX_TRIGGERS_PER_CALL names go on (a call names one
+ * or a few; thousands in one frame would only flood the link and the service's matching). */
+#define MAX_TRIGGERS_PER_CALL 32u
+static void on_triggers(tr_producer_port *port, uint32_t producer_id, const char *const *names,
+                        size_t num_names) {
+  if (num_names > MAX_TRIGGERS_PER_CALL) {
+    TR_WARN(LOG_COMP, "producer %u activated %zu triggers in one call: the first %u go on",
+            producer_id, num_names, MAX_TRIGGERS_PER_CALL);
+    num_names = MAX_TRIGGERS_PER_CALL;
+  }
+  for (size_t i = 0; i < num_names; i++)
+    post(pt_of(port), tr_port_msgs_event_trigger(producer_id, names[i]));
+}
+
 static void on_queue_has_data(tr_producer_port *port) {
   tr_port_handoff_wake_link(&pt_of(port)->handoff);
 }
@@ -252,6 +266,10 @@ static void dispatch(tr_port_thread *pt, const struct port_event *e) {
     if (cb->command_done)
       cb->command_done(cb->data, &e->result);
     break;
+  case PORT_EV_TRIGGER:
+    if (cb->trigger)
+      cb->trigger(cb->data, e->info.id, e->trigger_name);
+    break;
   case PORT_EV_CLOSED:
     break;
   }
@@ -364,6 +382,7 @@ static int start_port(tr_port_thread *pt, const struct tr_port_thread_config *cf
                                        .data_source_started = on_started,
                                        .data_source_stopped = on_stopped,
                                        .flush_acked = on_flush_acked,
+                                       .triggers = on_triggers,
                                        .queue_has_data = on_queue_has_data}};
   int rc = tr_producer_port_new(pt->port_loop, &pc, &pt->port);
   if (rc < 0) {

@@ -41,6 +41,8 @@ struct tr_port_thread_callbacks {
   void (*data_source_stopped)(void *data, uint32_t producer_id, uint64_t instance_id,
                               bool timed_out);
   void (*flush_acked)(void *data, uint32_t producer_id, uint64_t flush_request_id);
+  /* The producer activated a trigger (ActivateTriggers: once per name). */
+  void (*trigger)(void *data, uint32_t producer_id, const char *name);
   /* Entries were moved into the chunk queue. */
   void (*queue_has_data)(void *data);
   /* Every command's result, in its place among the events. */

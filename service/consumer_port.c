@@ -2,14 +2,17 @@
  * tr_consumer per connection (see consumer_port.h). */
 #include "service/consumer_port.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "perfetto/ipc/consumer_port.pb-c.h"
+#include "perfetto/ipc/producer_port.pb-c.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
 #include "relay/base/varint.h"
+#include "relay/link/relay_session.h"
 #include "relay/producer/ipc_frame.h"
 #include "service/hosts.h"
 #include "service/state_reply.h"
@@ -709,6 +712,39 @@ static void clone_session(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, 
   reply_msg(consumer_of(conn), req, &r.base, false);
 }
 
+/* tracerelay's own method, not Perfetto's (its CLI never calls it): `tracerelay trigger`, a
+ * trigger raised on the service's own host with no agent there. It takes the producer
+ * port's ActivateTriggersRequest; the caller is named by its peer credentials. */
+static void activate_triggers(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len,
+                              bool drop) {
+  tr_consumer *c = consumer_of(conn);
+  const Perfetto__Protos__SystemInfo *si = c->port->svc->system_info;
+  Perfetto__Protos__ActivateTriggersRequest *r =
+      perfetto__protos__activate_triggers_request__unpack(NULL, len, args);
+  char producer[64];
+  (void)drop;
+  if (!r) {
+    reply_fail(c, req);
+    return;
+  }
+  snprintf(producer, sizeof producer, "tracerelay trigger (pid %d)", (int)c->peer.pid);
+  for (size_t i = 0; i < r->n_trigger_names; i++) {
+    if (strlen(r->trigger_names[i]) > TR_RELAY_TRIGGER_NAME_MAX) {
+      TR_WARN(COMP, "trigger from uid %u pid %d refused: a name over %u bytes",
+              (unsigned)c->peer.uid, (int)c->peer.pid, TR_RELAY_TRIGGER_NAME_MAX);
+      continue;
+    }
+    struct tr_session_trigger t = {.name = r->trigger_names[i],
+                                   .producer_name = producer,
+                                   .producer_uid = c->peer.uid,
+                                   .host = si && si->machine_name ? si->machine_name : "service"};
+    tr_session_triggers_activate(c->port->svc, &t);
+  }
+  perfetto__protos__activate_triggers_request__free_unpacked(r, NULL);
+  Perfetto__Protos__ActivateTriggersResponse ok = PERFETTO__PROTOS__ACTIVATE_TRIGGERS_RESPONSE__INIT;
+  reply_msg(c, req, &ok.base, false);
+}
+
 static const tr_ipc_method methods[] = {
     {"EnableTracing", enable_tracing},
     {"DisableTracing", disable_tracing},
@@ -725,6 +761,7 @@ static const tr_ipc_method methods[] = {
     {"QueryCapabilities", query_capabilities},
     {"SaveTraceForBugreport", save_trace_for_bugreport},
     {"CloneSession", clone_session},
+    {"ActivateTriggers", activate_triggers},
 };
 
 static const tr_ipc_service consumer_service = {"ConsumerPort", methods,
@@ -863,6 +900,7 @@ int tr_consumer_port_check_request(unsigned method_id, const uint8_t *args, size
       &perfetto__protos__query_capabilities_request__descriptor,
       &perfetto__protos__save_trace_for_bugreport_request__descriptor,
       &perfetto__protos__clone_session_request__descriptor,
+      &perfetto__protos__activate_triggers_request__descriptor,
   };
   ProtobufCMessage *m;
   int rc = 0;

@@ -31,6 +31,9 @@ struct tr_link_events {
   void (*flush_ack)(tr_service *svc, tr_host *host, const Tracerelay__FlushAck *ack,
                     int64_t arrived_ns);
   void (*command_reply)(tr_service *svc, tr_host *host, const Tracerelay__CommandReply *reply);
+  /* A producer of the host activated a trigger (its name checked for length); NULL: triggers
+   * are not taken. */
+  void (*trigger)(tr_service *svc, tr_host *host, const Tracerelay__Trigger *trigger);
   /* A HostClockSnapshot from the host's agent: kept in host->clock_snapshots
    * (tr_hosts_add_clock_snapshot, whose errors it returns). */
   int (*host_clock_snapshot)(tr_service *svc, tr_host *host,

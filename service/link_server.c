@@ -600,6 +600,17 @@ static void on_frame(tr_relay_link *link, Tracerelay__RelayFrame *f) {
     else
       tr_relay_link_protocol_error(p->link, "agent stats without the feature");
     break;
+  case TRACERELAY__RELAY_FRAME__MSG_TRIGGER:
+    if (!(p->features & TR_RELAY_FEATURE_TRIGGERS))
+      tr_relay_link_protocol_error(p->link, "trigger without the feature");
+    else if (!f->trigger->name || strlen(f->trigger->name) > TR_RELAY_TRIGGER_NAME_MAX ||
+             (f->trigger->producer_name &&
+              strlen(f->trigger->producer_name) > TR_RELAY_TRIGGER_NAME_MAX))
+      tr_relay_link_protocol_error(p->link, "trigger without a name, or a name over %u bytes",
+                                   TR_RELAY_TRIGGER_NAME_MAX);
+    else if (ls->ev->trigger)
+      ls->ev->trigger(ls->svc, p->host, f->trigger);
+    break;
   case TRACERELAY__RELAY_FRAME__MSG_HOST_CLOCK_SNAPSHOT:
     if (!(p->features & TR_RELAY_FEATURE_HOST_CLOCKS))
       tr_relay_link_protocol_error(p->link, "host clock snapshot without the feature");

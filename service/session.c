@@ -52,6 +52,7 @@ void tr_session_service_free(tr_service *svc) {
     tr_session_free(s);
   }
   tr_session_unstopped_free(svc);
+  tr_session_triggers_service_free(svc);
   if (svc->system_info)
     perfetto__protos__system_info__free_unpacked(svc->system_info, NULL);
   svc->system_info = NULL;
@@ -69,7 +70,7 @@ void tr_session_observe_flush_service_part(tr_session *s, double seconds) {
 
 /* ---- config ---- */
 
-static int compile_anchored(const char *pattern, regex_t *re) {
+int tr_session_regex_compile(const char *pattern, regex_t *re) {
   size_t n = strlen(pattern) + 5;
   char *anchored = malloc(n);
   int rc;
@@ -116,7 +117,7 @@ int tr_session_validate_config(const Perfetto__Protos__TraceConfig *cfg, char *e
                    ds->config->name, ds->config->target_buffer, cfg->n_buffers);
     for (size_t j = 0; j < ds->n_producer_name_regex_filter; j++) {
       regex_t re;
-      if (compile_anchored(ds->producer_name_regex_filter[j], &re) != 0)
+      if (tr_session_regex_compile(ds->producer_name_regex_filter[j], &re) != 0)
         CONFIG_ERROR("data_sources[%zu].producer_name_regex_filter \"%s\" is not a valid POSIX "
                      "extended regex",
                      i, ds->producer_name_regex_filter[j]);
@@ -131,7 +132,7 @@ int tr_session_validate_config(const Perfetto__Protos__TraceConfig *cfg, char *e
                  TR_SESSION_MIN_FILE_PERIOD_MS);
   if (cfg->output_path && cfg->output_path[0] && !cfg->write_into_file)
     CONFIG_ERROR("output_path is set but write_into_file is not");
-  return 0;
+  return tr_session_triggers_validate(cfg, err, err_len);
 }
 
 /* ---- matching ---- */
@@ -147,7 +148,7 @@ static bool regex_any(char **patterns, size_t n, const char *name) {
   for (size_t i = 0; i < n; i++) {
     regex_t re;
     bool hit;
-    if (compile_anchored(patterns[i], &re) != 0)
+    if (tr_session_regex_compile(patterns[i], &re) != 0)
       continue;
     hit = regexec(&re, name, 0, NULL, 0) == 0;
     regfree(&re);
@@ -427,11 +428,18 @@ static void duration_flush_done(void *ud, bool ok) {
   tr_session_disable(s);
 }
 
-static void on_duration(uv_timer_t *t) {
-  tr_session *s = t->data;
+void tr_session_stop_after_flush(tr_session *s) {
+  if (s->state >= TR_SESSION_STOPPING || s->duration_flushing)
+    return;
   s->duration_flushing = true;
   if (tr_session_flush(s, 0, FLUSH_FLAGS_TRACE_STOP, duration_flush_done, s) != 0)
     tr_session_disable(s);
+}
+
+static void on_duration(uv_timer_t *t) {
+  tr_session *s = t->data;
+  if (!tr_session_triggers_stop_pending(s)) /* else the trigger's stop is under way */
+    tr_session_stop_after_flush(s);
 }
 
 static void on_flush_period(uv_timer_t *t) {
@@ -612,8 +620,10 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   s->svc = svc;
   s->id = ++svc->next_session_id;
   s->consumer_uid = consumer_uid;
-  if ((rc = copy_config(cfg, &s->cfg)) != 0)
+  if ((rc = copy_config(cfg, &s->cfg)) != 0 ||
+      (rc = tr_session_triggers_new(cfg, &s->triggers)) != 0)
     goto fail;
+  s->cfg->duration_ms = tr_session_triggers_duration_ms(cfg);
   s->stop_timeout_ms = or_default_timeout(cfg->data_source_stop_timeout_ms);
   s->flush_timeout_ms = or_default_timeout(cfg->flush_timeout_ms);
   rc = new_output(s, output_fd, err, err_len);
@@ -637,8 +647,10 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   if (obs)
     s->obs = *obs;
   s->obs_ud = obs_ud;
-  s->state = cfg->deferred_start ? TR_SESSION_CONFIGURED : TR_SESSION_STARTED;
+  s->state = cfg->deferred_start || tr_session_triggers_wait_to_start(cfg) ? TR_SESSION_CONFIGURED
+                                                                          : TR_SESSION_STARTED;
   init_timer(s, &s->duration_timer);
+  init_timer(s, &s->trigger_timer);
   init_timer(s, &s->flush_timer);
   init_timer(s, &s->clear_timer);
   init_timer(s, &s->stop_timer);
@@ -661,6 +673,7 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
     match_host(s, hi);
   }
   tr_session_unmatched_log(s);
+  tr_session_triggers_enabled(s);
   if (s->state == TR_SESSION_STARTED) {
     tr_session_add_event(s, TR_TW_TRACING_STARTED);
     start_timers(s);
@@ -673,6 +686,7 @@ fail:
     if (s->output)
       tr_trace_output_free(s->output);
     tr_session_flush_free(s->flushes);
+    tr_session_triggers_free(s->triggers);
     free(s->buffers);
     if (s->cfg)
       perfetto__protos__trace_config__free_unpacked(s->cfg, NULL);
@@ -682,6 +696,11 @@ fail_fd:
   if (output_fd >= 0)
     close(output_fd);
   return rc;
+}
+
+void tr_session_start_triggered(tr_session *s, uint32_t duration_ms) {
+  s->cfg->duration_ms = duration_ms;
+  tr_session_start(s);
 }
 
 int tr_session_start(tr_session *s) {
@@ -745,6 +764,7 @@ void tr_session_end(tr_session *s, const char *error) {
   uv_timer_stop(&s->flush_timer);
   uv_timer_stop(&s->clear_timer);
   uv_timer_stop(&s->stop_timer);
+  uv_timer_stop(&s->trigger_timer);
   tr_session_add_event(s, TR_TW_TRACING_DISABLED);
   s->end_error = error ? strdup(error) : NULL; /* without memory: announced without it */
   if (tr_trace_output_stop(s->output)) { /* the file's final pass: output_file_done follows */
@@ -816,12 +836,14 @@ void tr_session_free(tr_session *s) {
   free(s->instances);
   free(s->buffers);
   free(s->detach_key);
+  tr_session_triggers_free(s->triggers);
   perfetto__protos__trace_config__free_unpacked(s->cfg, NULL);
   TR_INFO(COMP, "session %llu: freed", (unsigned long long)s->id);
   uv_close((uv_handle_t *)&s->duration_timer, on_timer_closed);
   uv_close((uv_handle_t *)&s->flush_timer, on_timer_closed);
   uv_close((uv_handle_t *)&s->clear_timer, on_timer_closed);
   uv_close((uv_handle_t *)&s->stop_timer, on_timer_closed);
+  uv_close((uv_handle_t *)&s->trigger_timer, on_timer_closed);
 }
 
 /* ---- what other files read (session.h) ---- */
@@ -1084,6 +1106,16 @@ void tr_session_on_command_reply(tr_service *svc, tr_host *host,
   }
 }
 
+void tr_session_on_trigger(tr_service *svc, tr_host *host, const Tracerelay__Trigger *trigger) {
+  struct tr_session_trigger t = {.name = trigger->name,
+                                 .producer_name = trigger->producer_name ? trigger->producer_name
+                                                                         : "?",
+                                 .producer_uid = trigger->producer_uid,
+                                 .host = host->name};
+  if (t.name)
+    tr_session_triggers_activate(svc, &t);
+}
+
 const struct tr_link_events tr_session_link_events = {
     .host_connected = tr_session_on_host_connected,
     .host_disconnected = tr_session_on_host_disconnected,
@@ -1092,6 +1124,7 @@ const struct tr_link_events tr_session_link_events = {
     .patch = tr_session_on_patch,
     .flush_ack = tr_session_on_flush_ack,
     .command_reply = tr_session_on_command_reply,
+    .trigger = tr_session_on_trigger,
     .host_clock_snapshot = tr_session_on_host_clock_snapshot,
     .any_session = tr_session_any,
 };

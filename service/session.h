@@ -69,6 +69,9 @@ struct tr_service {
    * service's socket, which the network and the agents took (tr_session_flush_service_part_ns;
    * tracerelay_flush_service_seconds). */
   tr_prom_histogram flush_service_parts;
+  /* The triggers that matched a session in the last 24 hours (session_triggers.c's, for
+   * max_per_24_h); made on the first trigger. */
+  struct tr_session_trigger_history *trigger_history;
   /* Stops to ask again when their host is back (session_unstopped.c). */
   struct tr_unstopped *unstopped;
   size_t num_unstopped;
@@ -108,6 +111,7 @@ void tr_session_on_flush_ack(tr_service *svc, tr_host *host, const Tracerelay__F
                              int64_t arrived_ns);
 void tr_session_on_command_reply(tr_service *svc, tr_host *host,
                                  const Tracerelay__CommandReply *reply);
+void tr_session_on_trigger(tr_service *svc, tr_host *host, const Tracerelay__Trigger *trigger);
 int tr_session_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *snap);
 bool tr_session_any(const tr_service *svc);
@@ -119,6 +123,21 @@ bool tr_session_any(const tr_service *svc);
 int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline,
                             tr_hosts *hosts, const struct tr_link_commands *link);
 void tr_session_service_free(tr_service *svc);
+
+/* A trigger raised somewhere in the cluster: by a producer on a host (the link's Trigger
+ * frame) or on the service's own host (`tracerelay trigger`, consumer_port.c). */
+struct tr_session_trigger {
+  const char *name;
+  const char *producer_name;
+  uint32_t producer_uid;
+  const char *host; /* the machine that raised it */
+};
+/* Matches t against every session's trigger_config and acts on the sessions it matches, on
+ * every host (session_triggers.c has the rules). */
+void tr_session_triggers_activate(tr_service *svc, const struct tr_session_trigger *t);
+/* trigger_config's checks (traced's, with its words), for tr_session_validate_config. */
+int tr_session_triggers_validate(const Perfetto__Protos__TraceConfig *cfg, char *err,
+                                 size_t err_len);
 
 /* Checks a TraceConfig: 1..128 buffers with sizes the central buffer takes, at least one data
  * source with a name, target_buffer in range, filters that compile, periods in range. On error

@@ -5,6 +5,8 @@
 #ifndef TR_SESSION_PRIV_H
 #define TR_SESSION_PRIV_H
 
+#include <regex.h>
+
 #include "relay/trace/trace_buffer.h"
 #include "service/session.h"
 
@@ -63,6 +65,10 @@ typedef struct tr_session_buffer {
   enum tr_tbuf_policy policy;
 } tr_session_buffer;
 
+/* What a session's triggers did so far: session_triggers.c's alone; NULL without a
+ * trigger_config. */
+typedef struct tr_session_triggers tr_session_triggers;
+
 /* The session's flushes in flight and what they came to: session_flush.c's alone. */
 typedef struct tr_session_flushes tr_session_flushes;
 
@@ -97,6 +103,8 @@ struct tr_session {
   tr_trace_output *output; /* the read side: owned, never NULL once enabled */
   tr_session_flushes *flushes; /* owned; NULL only while tr_session_enable builds it */
   uv_timer_t duration_timer, flush_timer, clear_timer, stop_timer;
+  uv_timer_t trigger_timer; /* session_triggers.c's: a START_TRACING timeout, a stop delay */
+  tr_session_triggers *triggers; /* owned */
   unsigned timers_open;
   bool duration_flushing;
   tr_session_observer obs;
@@ -126,6 +134,29 @@ uint64_t tr_session_now(void);
 uint64_t tr_session_next_flush_id(tr_session *s);
 void tr_session_observe_flush(tr_session *s, double seconds);
 void tr_session_observe_flush_service_part(tr_session *s, double seconds);
+
+/* A producer_name_regex (filter or trigger) as a full match: 0, or TR_ERR_CONFIG if it is
+ * not a POSIX extended regex. */
+int tr_session_regex_compile(const char *pattern, regex_t *re);
+/* Flushes every host, then stops the session (at its duration's end, or a trigger's). */
+void tr_session_stop_after_flush(tr_session *s);
+/* Starts a session that waited for a START_TRACING trigger, to run duration_ms (0: until it
+ * is stopped). */
+void tr_session_start_triggered(tr_session *s, uint32_t duration_ms);
+
+/* session_triggers.c's side: the session's trigger state from its config (*out NULL without
+ * trigger_config; 0 or TR_ERR_NOMEM), freed with the session; whether the session waits for
+ * a START_TRACING trigger, and the duration it runs (traced's: trigger_timeout_ms for
+ * STOP_TRACING and CLONE_SNAPSHOT); _enabled once the session is made (withholds its trace,
+ * arms the START_TRACING timeout); whether a STOP_TRACING trigger's stop is under way (the
+ * duration's end then leaves the stop to it). */
+int tr_session_triggers_new(const Perfetto__Protos__TraceConfig *cfg, tr_session_triggers **out);
+void tr_session_triggers_free(tr_session_triggers *t);
+bool tr_session_triggers_wait_to_start(const Perfetto__Protos__TraceConfig *cfg);
+uint32_t tr_session_triggers_duration_ms(const Perfetto__Protos__TraceConfig *cfg);
+void tr_session_triggers_enabled(tr_session *s);
+bool tr_session_triggers_stop_pending(const tr_session *s);
+void tr_session_triggers_service_free(tr_service *svc);
 
 /* session_flush.c's side. The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM),
  * grown with each host entry (likewise), and freed with it, after every flush still pending

@@ -110,6 +110,9 @@ struct tr_trace_output {
   size_t num_events;
   out_host_mark host_marks[TR_TRACE_OUTPUT_MAX_HOST_MARKS]; /* likewise */
   size_t num_host_marks;
+  tr_trace_writer_buf triggers[TR_TRACE_OUTPUT_MAX_TRIGGERS]; /* packets, likewise */
+  size_t num_triggers;
+  bool withheld; /* tr_trace_output_withhold */
   bool first_read_done;
   bool stopped;
   out_reader reader;
@@ -208,6 +211,37 @@ void tr_trace_output_add_event(tr_trace_output *o, enum tr_trace_writer_event ev
   o->events[o->num_events].event = ev;
   o->num_events++;
 }
+
+int tr_trace_output_add_trigger(tr_trace_output *o, uint64_t boottime_ns,
+                                const struct tr_trace_writer_trigger *t) {
+  if (o->num_triggers == TR_TRACE_OUTPUT_MAX_TRIGGERS) {
+    TR_WARN(COMP, "session %llu: %u triggers since the last read; trigger \"%s\" is in the log "
+            "only", (unsigned long long)o->p.session_id, TR_TRACE_OUTPUT_MAX_TRIGGERS,
+            t->trigger_name);
+    return TR_ERR_FULL;
+  }
+  int rc = tr_trace_writer_trigger(o->p.uid, boottime_ns, t, &o->triggers[o->num_triggers]);
+  if (rc == 0)
+    o->num_triggers++;
+  return rc;
+}
+
+/* traced's place for them: after the trace config, and like it not with disable_trace_config. */
+static int add_triggers(tr_trace_output *o, tr_packet_list *out) {
+  const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = o->p.cfg->builtin_data_sources;
+  int rc = 0;
+  if (!(b && b->disable_trace_config) && (rc = tr_packet_list_reserve(out, o->num_triggers)) == 0)
+    for (size_t i = 0; i < o->num_triggers; i++) {
+      tr_packet_list_push(out, o->triggers[i]);
+      o->triggers[i] = (tr_trace_writer_buf){0};
+    }
+  for (size_t i = 0; i < o->num_triggers; i++)
+    tr_trace_writer_buf_free(&o->triggers[i]);
+  o->num_triggers = 0;
+  return rc;
+}
+
+void tr_trace_output_withhold(tr_trace_output *o, bool withheld) { o->withheld = withheld; }
 
 void tr_trace_output_add_host_mark(tr_trace_output *o, const tr_host *host,
                                    enum tr_host_mark_kind kind) {
@@ -590,6 +624,8 @@ static int build_head(tr_trace_output *o) {
     }
     o->first_read_done = true;
   }
+  if (rc == 0)
+    rc = add_triggers(o, &r->svc);
   /* traced's order: lifecycle events, then remote_clock_sync. */
   if (rc == 0)
     rc = add_events(o, &r->svc);
@@ -669,6 +705,8 @@ static int build_tail(tr_trace_output *o) {
 int tr_trace_output_begin(tr_trace_output *o) {
   int rc;
   tr_trace_output_reset(o);
+  if (o->withheld)
+    return 0; /* an inactive reader: no packet */
   o->reader.active = true;
   o->reader.final = o->stopped;
   o->reader.phase = PHASE_HEAD;
@@ -829,6 +867,8 @@ void tr_trace_output_free(tr_trace_output *o) {
   close_file(o);
   tr_trace_output_reset(o);
   tr_packet_list_free(&o->clock_journal);
+  for (size_t i = 0; i < o->num_triggers; i++)
+    tr_trace_writer_buf_free(&o->triggers[i]);
   tr_timeline_output_free(o->timeline);
   tr_tbuf_seqids_free(o->seqids);
   free(o->hosts);

@@ -36,6 +36,7 @@
 #define TR_TRACE_OUTPUT_MAX_SEQUENCES (1u << 20)
 #define TR_TRACE_OUTPUT_MAX_EVENTS 64u
 #define TR_TRACE_OUTPUT_MAX_HOST_MARKS 64u /* pending between two read passes */
+#define TR_TRACE_OUTPUT_MAX_TRIGGERS 64u   /* likewise */
 
 /* The session's clock journal, run every TR_CLOCK_JOURNAL_MS while it runs: what a read pass
  * would write of the clocks (remote_clock_sync in `machines`, cross-host snapshots in
@@ -107,6 +108,14 @@ void tr_trace_output_finish_file(tr_trace_output *o);
  * Periodic flushes get half the room between two passes, so the lifecycle events always fit. */
 void tr_trace_output_add_event(tr_trace_output *o, enum tr_trace_writer_event ev);
 /* A host's link change at the current time, written at the next pass. host outlives it. */
+/* A trigger the session received (copied), for the next pass's head, where traced puts it:
+ * after the trace config. 0, TR_ERR_FULL (TR_TRACE_OUTPUT_MAX_TRIGGERS pending: logged), or
+ * TR_ERR_NOMEM. */
+int tr_trace_output_add_trigger(tr_trace_output *o, uint64_t boottime_ns,
+                                const struct tr_trace_writer_trigger *t);
+/* While withheld (a session waiting for its trigger, or one read only through clones, as
+ * traced's IsWaitingForTrigger), a pass yields no packet at all, as traced returns none. */
+void tr_trace_output_withhold(tr_trace_output *o, bool withheld);
 void tr_trace_output_add_host_mark(tr_trace_output *o, const tr_host *host,
                                    enum tr_host_mark_kind kind);
 

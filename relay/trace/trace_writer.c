@@ -157,6 +157,22 @@ int tr_trace_writer_service_event(int32_t uid, uint64_t boottime_ns,
   return finish(&p, 0, NULL, 0, out);
 }
 
+int tr_trace_writer_trigger(int32_t uid, uint64_t boottime_ns,
+                            const struct tr_trace_writer_trigger *t, tr_trace_writer_buf *out) {
+  Perfetto__Protos__TracePacket p;
+  Perfetto__Protos__Trigger tg = PERFETTO__PROTOS__TRIGGER__INIT;
+  tg.trigger_name = (char *)t->trigger_name;
+  tg.producer_name = (char *)t->producer_name;
+  tg.has_trusted_producer_uid = tg.has_stop_delay_ms = 1;
+  tg.trusted_producer_uid = t->producer_uid;
+  tg.stop_delay_ms = t->stop_delay_ms;
+  init_header(&p, uid);
+  set_timestamp(&p, boottime_ns);
+  p.data_case = PERFETTO__PROTOS__TRACE_PACKET__DATA_TRIGGER;
+  p.trigger = &tg;
+  return finish(&p, 0, NULL, 0, out);
+}
+
 /* A track descriptor; parent 0: none. counter_unit NULL: not a counter track. */
 static int track_descriptor(int32_t uid, uint64_t uuid, uint64_t parent, const char *name,
                             const char *counter_unit, tr_trace_writer_buf *out) {

@@ -60,6 +60,15 @@ int tr_trace_writer_system_info(int32_t uid, const Perfetto__Protos__SystemInfo 
                                 uint32_t machine_id, tr_trace_writer_buf *out);
 int tr_trace_writer_service_event(int32_t uid, uint64_t boottime_ns,
                                   enum tr_trace_writer_event event, tr_trace_writer_buf *out);
+/* A trigger that a session received (TracePacket.trigger, as traced writes it), at the
+ * service's BOOTTIME of its arrival. */
+struct tr_trace_writer_trigger {
+  const char *trigger_name, *producer_name;
+  int32_t producer_uid;
+  uint64_t stop_delay_ms;
+};
+int tr_trace_writer_trigger(int32_t uid, uint64_t boottime_ns,
+                            const struct tr_trace_writer_trigger *t, tr_trace_writer_buf *out);
 /* The service's own track (a TrackDescriptor named "tracerelay service", uuid
  * TR_TRACE_WRITER_SERVICE_TRACK_UUID). Write a track before its events. */
 #define TR_TRACE_WRITER_SERVICE_TRACK_UUID 0x7472616365726c79ull /* "tracerly" */

@@ -38,6 +38,8 @@ typedef struct run {
   uint64_t start_ns;
   uint64_t end_ns;
   uint64_t stop_due_ns; /* --stop-delay: when the stop asked for is confirmed (0: none asked) */
+  bool triggered;       /* --trigger was activated */
+  uint64_t connect_ns;  /* when the producer connected */
 } run;
 
 static uint64_t mono_ns(void) {
@@ -115,6 +117,18 @@ static int stop_when_due(run *r) {
     return 0;
   int rc = stop_load(r);
   return rc < 0 ? rc : lg_session_notify_stopped(&r->session, r->instance_id);
+}
+
+/* Activates --trigger once the data source has run --trigger-after. */
+static int trigger_when_due(run *r) {
+  bool from_connect = r->opt->trigger_from_connect;
+  uint64_t from = from_connect ? r->connect_ns : r->start_ns;
+  if (!r->opt->trigger || r->triggered || (!from_connect && !r->running) ||
+      mono_ns() < from + (uint64_t)(r->opt->trigger_after_s * 1e9))
+    return 0;
+  r->triggered = true;
+  TR_INFO("loadgen", "activating trigger \"%s\"", r->opt->trigger);
+  return lg_session_activate_trigger(&r->session, r->opt->trigger);
 }
 
 static int handle(run *r, const Perfetto__Protos__GetAsyncCommandResponse *cmd) {
@@ -198,6 +212,7 @@ int main(int argc, char **argv) {
              "listening there?)", opt.socket_path, tr_strerror(rc));
     return 1;
   }
+  r.connect_ns = mono_ns();
   while (rc >= 0 && !r.stopped && !g_signal) {
     Perfetto__Protos__GetAsyncCommandResponse *cmd = NULL;
     rc = lg_session_next_command(&r.session, COMMAND_WAIT_MS, &cmd);
@@ -207,6 +222,8 @@ int main(int argc, char **argv) {
     }
     if (rc >= 0)
       rc = stop_when_due(&r);
+    if (rc >= 0)
+      rc = trigger_when_due(&r);
   }
   if (rc < 0)
     TR_ERROR("loadgen", "producer session on %s ended: %s", opt.socket_path, tr_strerror(rc));

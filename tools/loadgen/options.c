@@ -62,6 +62,13 @@ static const char kHelp[] =
     "  --stop-delay S         test feature: confirm a stop (NotifyDataSourceStopped) S seconds\n"
     "                         after the service asked for it, writing on meanwhile, as a data\n"
     "                         source whose teardown takes that long (default 0: at once).\n"
+    "  --trigger NAME         activate trigger NAME (ActivateTriggers, as the SDK's\n"
+    "                         perfetto::Tracing::ActivateTriggers) once the data source has\n"
+    "                         run --trigger-after MS, writing on meanwhile and after.\n"
+    "  --trigger-after MS     when to activate --trigger (default 0: as it starts).\n"
+    "  --trigger-from WHEN    what --trigger-after counts from: `start` (the data source's,\n"
+    "                         default) or `connect` (for START_TRACING sessions, whose data\n"
+    "                         sources start only once triggered).\n"
     "  --help                 print this text.\n"
     "  --version              print the version.\n"
     "\n"
@@ -101,7 +108,7 @@ static int parse_double(const char *flag, const char *s, double *out) {
 int lg_options_parse(int argc, char **argv, lg_options *o) {
   enum { SOCKET = 256, NAME, DATA_SOURCE, WRITERS, RATE, PACKET_SIZE, DURATION, PACKETS,
          FAKE_CLOCK, PAGE_SIZE, SMB_SIZE, CHUNKS_PER_PAGE, NO_FLUSH, STATS_JSON, FLOW_SEND,
-         FLOW_RECV, COMMIT_LATENCY, STOP_DELAY, HELP, VERSION };
+         FLOW_RECV, COMMIT_LATENCY, STOP_DELAY, TRIGGER, TRIGGER_AFTER, TRIGGER_FROM, HELP, VERSION };
   static const struct option longopts[] = {
       {"socket", required_argument, NULL, SOCKET},
       {"name", required_argument, NULL, NAME},
@@ -121,6 +128,9 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
       {"flow-recv", required_argument, NULL, FLOW_RECV},
       {"commit-latency", no_argument, NULL, COMMIT_LATENCY},
       {"stop-delay", required_argument, NULL, STOP_DELAY},
+      {"trigger", required_argument, NULL, TRIGGER},
+      {"trigger-after", required_argument, NULL, TRIGGER_AFTER},
+      {"trigger-from", required_argument, NULL, TRIGGER_FROM},
       {"help", no_argument, NULL, HELP},
       {"version", no_argument, NULL, VERSION},
       {NULL, 0, NULL, 0},
@@ -174,6 +184,16 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
     case FLOW_RECV: o->flow_recv = optarg; break;
     case COMMIT_LATENCY: o->commit_latency = true; break;
     case STOP_DELAY: rc = parse_double("--stop-delay", optarg, &o->stop_delay_s); break;
+    case TRIGGER: o->trigger = optarg; break;
+    case TRIGGER_AFTER:
+      rc = parse_u64("--trigger-after", optarg, 0, 7ull * 24 * 3600 * 1000, &v);
+      o->trigger_after_s = (double)v / 1e3;
+      break;
+    case TRIGGER_FROM:
+      if (strcmp(optarg, "start") != 0 && strcmp(optarg, "connect") != 0)
+        rc = bad("--trigger-from", optarg);
+      o->trigger_from_connect = strcmp(optarg, "connect") == 0;
+      break;
     case HELP: fputs(kHelp, stdout); return 1;
     case VERSION: printf("tracerelay-loadgen %s\n", TR_VERSION); return 1;
     default:

@@ -25,6 +25,9 @@ typedef struct lg_options {
   bool commit_latency; /* sample commit-to-free latency (commit_latency.h) */
   const char *flow_send, *flow_recv; /* FIFO paths, or NULL (tools/loadgen/flows.h) */
   double stop_delay_s; /* confirm a stop this long after it came (0: at once) */
+  const char *trigger;    /* --trigger: a trigger to activate, or NULL */
+  double trigger_after_s; /* that long after the data source started */
+  bool trigger_from_connect; /* --trigger-from connect: after the connection instead */
 } lg_options;
 
 /* Returns 0 with *o filled, 1 if --help or --version was printed, or TR_ERR_CONFIG after

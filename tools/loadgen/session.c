@@ -235,6 +235,14 @@ int lg_session_notify_stopped(lg_session *s, uint64_t instance_id) {
   return invoke(s, TR_PM_NOTIFY_STOPPED, &req.base, true, NULL);
 }
 
+int lg_session_activate_trigger(lg_session *s, const char *name) {
+  Perfetto__Protos__ActivateTriggersRequest req = PERFETTO__PROTOS__ACTIVATE_TRIGGERS_REQUEST__INIT;
+  char *names[] = {(char *)name};
+  req.n_trigger_names = 1;
+  req.trigger_names = names;
+  return invoke(s, TR_PM_ACTIVATE_TRIGGERS, &req.base, true, NULL);
+}
+
 int lg_session_register_writer(lg_session *s, uint32_t writer_id, uint32_t target_buffer) {
   Perfetto__Protos__RegisterTraceWriterRequest req =
       PERFETTO__PROTOS__REGISTER_TRACE_WRITER_REQUEST__INIT;

@@ -64,6 +64,8 @@ int lg_session_take_fd(lg_session *s);
 
 int lg_session_notify_started(lg_session *s, uint64_t instance_id);
 int lg_session_notify_stopped(lg_session *s, uint64_t instance_id);
+/* ActivateTriggers with one name (no reply asked). */
+int lg_session_activate_trigger(lg_session *s, const char *name);
 int lg_session_register_writer(lg_session *s, uint32_t writer_id, uint32_t target_buffer);
 
 /* The smb_writer commit callback (ctx = the session): queues and wakes the IPC thread. */

@@ -12,5 +12,7 @@ int cmd_inspect(int argc, char **argv);
 void cmd_inspect_usage(FILE *out);
 int cmd_status(int argc, char **argv);
 void cmd_status_usage(FILE *out);
+int cmd_trigger(int argc, char **argv);
+void cmd_trigger_usage(FILE *out);
 
 #endif

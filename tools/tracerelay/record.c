@@ -272,9 +272,12 @@ static int open_output(void *ctx) {
 
 /* After the session: an output file that received nothing is not a trace, so it is removed
  * and the run fails (a service killed mid-session, a session refused) rather than leaving a
- * 0-byte .pftrace behind; a partial one left by a failed session is kept, and said to be.
- * Standard output (-o -) is never removed. Returns the exit status. */
-static int finish_output(int fd, const char *path, int status) {
+ * 0-byte .pftrace behind, unless the session waited for a trigger that never came (traced's
+ * and our service's answer then is an empty trace, the run's expected end: exit 0); a
+ * partial one left by a failed session is kept, and said to be. Standard output (-o -) is
+ * never removed. Returns the exit status. */
+static int finish_output(int fd, const char *path, int status,
+                         const Perfetto__Protos__TraceConfig *cfg) {
   struct stat st;
   bool is_file = strcmp(path, "-") != 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   if (close(fd) < 0 && status == 0) {
@@ -289,12 +292,15 @@ static int finish_output(int fd, const char *path, int status) {
                       "bytes): a partial trace\n", path, (long long)st.st_size);
     return status;
   }
+  bool untriggered = status == 0 && cfg->trigger_config && cfg->trigger_config->n_triggers > 0;
+  const char *why = untriggered ? "no trigger came within trigger_timeout_ms, so the session "
+                                  "ended with no data (as traced ends it)"
+                                : "no trace data was received";
   if (unlink(path) == 0)
-    fprintf(stderr, "tracerelay record: no trace data was received; removed the empty %s\n",
-            path);
+    fprintf(stderr, "tracerelay record: %s; removed the empty %s\n", why, path);
   else
-    fprintf(stderr, "tracerelay record: no trace data was received; %s is empty\n", path);
-  return status ? status : 1;
+    fprintf(stderr, "tracerelay record: %s; %s is empty\n", why, path);
+  return untriggered ? 0 : status ? status : 1;
 }
 
 int cmd_record(int argc, char **argv) {
@@ -331,7 +337,7 @@ int cmd_record(int argc, char **argv) {
   };
   status = record_session_run(&s);
   if (out.fd >= 0)
-    status = finish_output(out.fd, o.out_path, status);
+    status = finish_output(out.fd, o.out_path, status, cfg);
   protobuf_c_message_free_unpacked(&cfg->base, NULL);
   return status;
 }
