@@ -712,9 +712,10 @@ static void clone_session(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, 
   reply_msg(consumer_of(conn), req, &r.base, false);
 }
 
-/* tracerelay's own method, not Perfetto's (its CLI never calls it): `tracerelay trigger`, a
- * trigger raised on the service's own host with no agent there. It takes the producer
- * port's ActivateTriggersRequest; the caller is named by its peer credentials. */
+/* TracerelayPort.ActivateTriggers, a service of our own beside Perfetto's ConsumerPort (which
+ * stays byte for byte traced's, BindServiceReply included): `tracerelay trigger`, a trigger
+ * raised on the service's own host with no agent there. It takes the producer port's
+ * ActivateTriggersRequest; the caller is named by its peer credentials. */
 static void activate_triggers(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len,
                               bool drop) {
   tr_consumer *c = consumer_of(conn);
@@ -761,11 +762,16 @@ static const tr_ipc_method methods[] = {
     {"QueryCapabilities", query_capabilities},
     {"SaveTraceForBugreport", save_trace_for_bugreport},
     {"CloneSession", clone_session},
+};
+
+static const tr_ipc_method our_methods[] = {
     {"ActivateTriggers", activate_triggers},
 };
 
-static const tr_ipc_service consumer_service = {"ConsumerPort", methods,
-                                                sizeof methods / sizeof methods[0]};
+static const tr_ipc_service consumer_services[] = {
+    {"ConsumerPort", methods, sizeof methods / sizeof methods[0]},
+    {"TracerelayPort", our_methods, sizeof our_methods / sizeof our_methods[0]},
+};
 
 /* ---- connections ---- */
 
@@ -840,8 +846,8 @@ int tr_consumer_port_start(tr_consumer_port *port, tr_service *svc, const char *
   int rc;
   memset(&cfg, 0, sizeof cfg);
   cfg.name = "consumer socket";
-  cfg.services = &consumer_service;
-  cfg.num_services = 1;
+  cfg.services = consumer_services;
+  cfg.num_services = sizeof consumer_services / sizeof consumer_services[0];
   cfg.on_connect = on_connect;
   cfg.on_disconnect = on_disconnect;
   port->svc = svc;
@@ -900,7 +906,6 @@ int tr_consumer_port_check_request(unsigned method_id, const uint8_t *args, size
       &perfetto__protos__query_capabilities_request__descriptor,
       &perfetto__protos__save_trace_for_bugreport_request__descriptor,
       &perfetto__protos__clone_session_request__descriptor,
-      &perfetto__protos__activate_triggers_request__descriptor,
   };
   ProtobufCMessage *m;
   int rc = 0;

@@ -1,7 +1,7 @@
 /* trigger.c: `tracerelay trigger NAME...`: raises triggers on the service's own host, with no
- * agent there, through the service's consumer socket (its ActivateTriggers method, which
- * Perfetto's ConsumerPort does not have). Each name acts on every session whose
- * trigger_config names it, across the cluster, as a producer's ActivateTriggers would. */
+ * agent there, through the service's consumer socket (TracerelayPort.ActivateTriggers, a
+ * service of tracerelay's own beside Perfetto's ConsumerPort). Each name acts on every session
+ * whose trigger_config names it, across the cluster, as a producer's ActivateTriggers would. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,16 +100,16 @@ int cmd_trigger(int argc, char **argv) {
     goto out;
   }
   perfetto__protos__activate_triggers_request__pack(&req, args);
-  if ((rc = tr_ipc_client_bind(c, "ConsumerPort", TIMEOUT_MS)) < 0) {
-    fprintf(stderr, "tracerelay trigger: %s has no consumer port: %s\n", path, tr_strerror(rc));
+  rc = tr_ipc_client_bind(c, "TracerelayPort", TIMEOUT_MS);
+  if (rc == TR_ERR_NOT_FOUND) {
+    fprintf(stderr,
+            "tracerelay trigger: %s takes no triggers on its consumer socket (Perfetto's "
+            "traced does not: raise them on its producer socket, see --help)\n",
+            path);
     goto out;
   }
-  rc = tr_ipc_client_invoke(c, "ActivateTriggers", args, len, false, -1, &id);
-  if (rc == TR_ERR_UNSUPPORTED) {
-    fprintf(stderr, "tracerelay trigger: %s takes no triggers on its consumer socket (Perfetto's "
-            "traced does not: raise them on its producer socket, see --help)\n", path);
-    goto out;
-  }
+  if (rc == 0)
+    rc = tr_ipc_client_invoke(c, "ActivateTriggers", args, len, false, -1, &id);
   if (rc < 0) {
     fprintf(stderr, "tracerelay trigger: cannot send to %s: %s\n", path, tr_strerror(rc));
     goto out;
