@@ -5,11 +5,11 @@
  * producer_name_regex, skip_probability or max_per_24_h keep out change nothing; a
  * START_TRACING session waits, starts on every host when triggered, and ends empty at
  * trigger_timeout_ms without a trigger. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cmocka.h>
 
 #include <stdio.h>
 #include <string.h>
