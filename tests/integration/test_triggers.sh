@@ -6,6 +6,8 @@
 #   loadgen on web-3 activated it (ActivateTriggers on web-3's agent), well before the
 #   trigger_timeout; the trace holds a `trigger` packet naming the trigger, the producer and
 #   web-3, and every host's data up to stop_delay_ms after the trigger;
+# - Perfetto v58.2 CLI's own `activate_triggers` bytes (a recorded vector) on web-1's agent
+#   stop a session of the recorded flight-recorder config;
 # - the same trigger raised on the service's own host (`tracerelay trigger`, no agent);
 # - START_TRACING: the session waits, starts when web-2's loadgen raises the trigger and runs
 #   stop_delay_ms: every host's data lies after the trigger;
@@ -79,6 +81,26 @@ for h in "${HOSTS[@]}"; do
   echo "STOP_TRACING: $h: $n packets, from $(((trig_ts - first) / 1000000)) ms before the trigger to $(((last - trig_ts) / 1000000)) ms after"
 done
 
+# ---- the real CLI's trigger: v58.2's `activate_triggers` bytes (tests/vectors) replayed on
+# web-1's producer socket, in a session of the recorded flight-recorder config ----
+loadgens cli
+cp "$TR_SRC/tests/vectors/ipc/consumer-trigger-stop.config.pbtxt" "$WORK/cli.cfg"
+"$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" -c "$WORK/cli.cfg" --txt \
+  -o "$WORK/cli.pftrace" 2>"$WORK/cli.log" &
+RECORD_PID=$!
+cluster_wait_session 60 web-1 web-2 web-3 || fail "the recorded config's session did not run"
+python3 "$TR_SRC/tests/integration/replay_ipc.py" "$WORK/web-1/producer.sock" \
+  "$TR_SRC/tests/vectors/ipc/producer-activate-triggers.to-service.bin" 2 ||
+  fail "the agent did not answer the CLI's bytes"
+wait "$RECORD_PID" || fail "record of the recorded config failed: $(cat "$WORK/cli.log")"
+python3 "$TR_SRC/tests/integration/trigger_packets.py" "$WORK/cli.pftrace" >"$WORK/cli.triggers"
+grep -Eq "^[0-9]+ boom web-1/perfetto_cmd_producer [0-9]+ 500$" "$WORK/cli.triggers" ||
+  fail "the CLI's trigger packet is '$(cat "$WORK/cli.triggers")'"
+for h in "${HOSTS[@]}"; do
+  read -r _ _ n < <(host_span "$WORK/cli.pftrace" "$h")
+  [ "$n" -gt 0 ] || fail "the CLI-triggered trace has nothing of $h"
+done
+
 # ---- the same, raised on the service's own host: once every host's data flows ----
 loadgens local
 ( cluster_wait_session 60 web-1 web-2 web-3 && "$TR_BIN/tracerelay" trigger --socket "$CONSUMER_SOCK" boom ) \
@@ -99,8 +121,8 @@ done
 loadgens start
 record_with start 'trigger_config { trigger_mode: START_TRACING triggers { name: "go" stop_delay_ms: 1500 } trigger_timeout_ms: 120000 }' &
 RECORD_PID=$!
-for _ in $(seq 600); do grep -q "session 3: enabled" "$WORK/service.log" && break; sleep 0.1; done
-grep -q "session 3: enabled" "$WORK/service.log" || fail "the START_TRACING session was not enabled"
+for _ in $(seq 600); do grep -q "session 4: enabled" "$WORK/service.log" && break; sleep 0.1; done
+grep -q "session 4: enabled" "$WORK/service.log" || fail "the START_TRACING session was not enabled"
 cluster_start_loadgen web-2 --name starter --data-source none --trigger go --trigger-from connect
 wait "$RECORD_PID" || fail "the START_TRACING record failed"
 python3 "$TR_SRC/tests/integration/trigger_packets.py" "$WORK/start.pftrace" >"$WORK/start.triggers"

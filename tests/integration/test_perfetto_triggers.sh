@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# test_perfetto_triggers.sh: the flight recorder with Perfetto's own CLI (issue 38), when
+# TR_PERFETTO names a perfetto v58.2 binary (skipped, exit 77, without it). Two hosts on
+# loopback, a loadgen on each; `perfetto --txt -c` records the issue's config (ring buffer,
+# STOP_TRACING trigger "boom", stop_delay_ms 500, trigger_timeout_ms 15000) through the
+# service's consumer socket, and a second perfetto CLI sends `activate_triggers: "boom"` on
+# web-2's agent's producer socket once both hosts' data flows, as on a host with traced. The
+# first CLI must exit 0 with a trace, well before the trigger timeout, holding the trigger
+# packet (producer perfetto_cmd_producer, on web-2) and data of both hosts up to ~0.5 s after
+# the trigger.
+# Usage: test_perfetto_triggers.sh BIN_DIR
+set -euo pipefail
+TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
+PERFETTO=${TR_PERFETTO:-}
+if [ -z "$PERFETTO" ] || [ ! -x "$PERFETTO" ]; then
+  echo "SKIP: TR_PERFETTO does not name a perfetto CLI"
+  exit 77
+fi
+source "$TR_SRC/tools/cluster-lib.sh"
+export TR_NO_NETNS=1
+fail() { echo "FAIL: $*"; exit 1; }
+cluster_init "$1"
+cluster_hosts web-1 web-2
+cluster_start_service
+for h in web-1 web-2; do
+  cluster_start_agent "$h"
+  cluster_start_loadgen "$h" --name "app-$h" --rate 1000
+done
+cluster_wait_hosts 30 web-1:1 web-2:1 || fail "the loadgens did not connect"
+
+cat >"$WORK/flight.cfg" <<'CFG'
+buffers { size_kb: 32768 fill_policy: RING_BUFFER }
+data_sources { config { name: "track_event" } }
+trigger_config { trigger_mode: STOP_TRACING triggers { name: "boom" stop_delay_ms: 500 } trigger_timeout_ms: 15000 }
+CFG
+echo 'activate_triggers: "boom"' >"$WORK/trigger.cfg"
+start=$(date +%s%N)
+PERFETTO_CONSUMER_SOCK_NAME=$CONSUMER_SOCK "$PERFETTO" --txt -c "$WORK/flight.cfg" \
+  -o "$WORK/flight.pftrace" >"$WORK/cli.log" 2>&1 &
+CLI_PID=$!
+cluster_wait_session 30 web-1 web-2 || fail "the CLI's session did not run on both hosts"
+PERFETTO_PRODUCER_SOCK_NAME=$WORK/web-2/producer.sock "$PERFETTO" --txt -c "$WORK/trigger.cfg" \
+  >"$WORK/trigger-cli.log" 2>&1 || fail "perfetto activate_triggers exited $?: $(cat "$WORK/trigger-cli.log")"
+wait "$CLI_PID" || fail "the recording CLI exited $?: $(cat "$WORK/cli.log")"
+elapsed=$((($(date +%s%N) - start) / 1000000))
+[ "$elapsed" -lt 14000 ] || fail "the CLI took ${elapsed} ms: the trigger did not stop the session"
+[ -s "$WORK/flight.pftrace" ] || fail "the CLI wrote no trace: $(cat "$WORK/cli.log")"
+python3 "$TR_SRC/tests/integration/trigger_packets.py" "$WORK/flight.pftrace" >"$WORK/triggers"
+read -r trig_ts name producer _ delay <"$WORK/triggers" || fail "no trigger packet"
+[ "$name $producer $delay" = "boom web-2/perfetto_cmd_producer 500" ] ||
+  fail "the trigger packet is '$(cat "$WORK/triggers")'"
+for h in web-1 web-2; do
+  read -r first last n < <("$TR_BIN/tracerelay" inspect --json "$WORK/flight.pftrace" | python3 -c '
+import json, sys
+h = [h for h in json.load(sys.stdin)["hosts"] if h["name"] == sys.argv[1]][0]
+print(h["first_ts"], h["last_ts"], h["packets"])' "$h")
+  [ "$n" -gt 100 ] || fail "$h has $n packets"
+  [ "$last" -ge $((trig_ts + 400000000)) ] || fail "$h ends $(((last - trig_ts) / 1000000)) ms after the trigger"
+  echo "$h: $n packets, up to $(((last - trig_ts) / 1000000)) ms after the trigger"
+done
+echo "PASS: the CLI stopped ${elapsed} ms after it started, $(stat -c %s "$WORK/flight.pftrace") bytes"
