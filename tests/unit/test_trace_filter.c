@@ -98,7 +98,7 @@ static bool next_packet(const struct buf *t, size_t *pos, const uint8_t **p, siz
 /* The recorded triple: every packet of the unfiltered trace through our filter, framed as
  * proto_filter frames them (Trace.packet's length keeps the input's varint width), gives the
  * offline-filtered file byte for byte: all 3023 packets, the last (trace_stats) too, since the
- * offline tool filters it (traced itself does not: see test_filter_session.sh). */
+ * offline tool filters it (traced itself does not: see test_trace_filter.sh). */
 static void test_recorded_triple(void **state) {
   (void)state;
   struct buf in = slurp("traces/trace-filter-unfiltered.pftrace");
