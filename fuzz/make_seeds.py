@@ -352,6 +352,35 @@ def seeds_packet_rewrite():
             seen[shape] = 1
             write(d, "%s-%d" % (trace, n), bytes([n & 3]) + bytes(pkt))
 
+# ---- trace_filter: [u16 code len][u16 overlay len][code][overlay][split][TracePacket] -----
+
+def filter_code(words):
+    """Bytecode from words: their varints and the FNV-1a checksum traced expects."""
+    h = 0xcbf29ce484222325
+    for w in words:
+        for k in range(4):
+            h = ((h ^ ((w >> (8 * k)) & 0xFF)) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return b"".join(varint(w) for w in words) + varint(h & 0xFFFFFFFF)
+
+def seeds_trace_filter():
+    d = reset("trace_filter")
+    code = open(os.path.join(VEC, "ipc", "trace-filter.bytecode"), "rb").read()
+    # an overlay making TrackEvent's name (message of Trace.packet.track_event) a filter string
+    overlay = filter_code([0, (1 << 3) | 4, 0])
+    data = open(os.path.join(VEC, "traces", "trace-filter-unfiltered.pftrace"), "rb").read()
+    seen = {}
+    for n, pkt in enumerate(all_of(data, 1)):
+        shape = tuple(sorted({f for f, _, _ in fields(pkt)}))
+        if shape in seen or len(pkt) > 8192:
+            continue
+        seen[shape] = 1
+        head = struct.pack("<HH", len(code), 0) + code
+        write(d, "vector-%d" % n, head + bytes([len(pkt) // 2 & 0xFF]) + bytes(pkt))
+    small = filter_code([(1 << 3) | 3, 1, 0, (8 << 3) | 1, (11 << 3) | 4, 0])
+    atrace = fb(1, fv(8, 5) + fb(11, b"B|12|ev k=abc k=de"))
+    write(d, "overlay-atrace", struct.pack("<HH", len(small), len(overlay)) + small + overlay +
+          bytes([3]) + atrace)
+
 # ---- text formats ------------------------------------------------------------------------
 
 def seeds_pbtxt():
@@ -380,6 +409,7 @@ def main():
     seeds_relay_carrier()
     seeds_trace_buffer()
     seeds_packet_rewrite()
+    seeds_trace_filter()
     seeds_pbtxt()
     seeds_config_file()
     seeds_ipc_frame()

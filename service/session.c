@@ -132,7 +132,8 @@ int tr_session_validate_config(const Perfetto__Protos__TraceConfig *cfg, char *e
                  TR_SESSION_MIN_FILE_PERIOD_MS);
   if (cfg->output_path && cfg->output_path[0] && !cfg->write_into_file)
     CONFIG_ERROR("output_path is set but write_into_file is not");
-  return tr_session_triggers_validate(cfg, err, err_len);
+  int rc = tr_session_triggers_validate(cfg, err, err_len);
+  return rc ? rc : tr_trace_output_check_filter(cfg, err, err_len); /* as traced: refused */
 }
 
 /* ---- matching ---- */

@@ -15,6 +15,7 @@
 #include "service/session_priv.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "relay/base/tr_error.h"
 #include "service/hosts.h"
@@ -57,6 +58,9 @@ void tr_session_stats_free(Perfetto__Protos__TraceStats *stats) {
   if (stats->n_buffer_stats)
     free(stats->buffer_stats[0]);
   free(stats->buffer_stats);
+  if (stats->filter_stats)
+    free(stats->filter_stats->bytes_discarded_per_buffer);
+  free(stats->filter_stats);
   free(stats);
 }
 
@@ -201,6 +205,32 @@ out:
   return rc;
 }
 
+/* filter_stats, for a session with a trace_filter (the read side's counts). */
+static int fill_filter_stats(tr_session *s, Perfetto__Protos__TraceStats *st) {
+  tr_trace_filter_stats f;
+  const uint64_t *discarded;
+  size_t n;
+  Perfetto__Protos__TraceStats__FilterStats *fs;
+  if (!tr_trace_output_filter_stats(s->output, &f, &discarded, &n))
+    return 0;
+  if (!(fs = st->filter_stats = calloc(1, sizeof *fs)))
+    return TR_ERR_NOMEM;
+  perfetto__protos__trace_stats__filter_stats__init(fs);
+  fs->has_input_packets = fs->has_input_bytes = fs->has_output_bytes = 1;
+  fs->has_errors = fs->has_time_taken_ns = 1;
+  fs->input_packets = f.input_packets;
+  fs->input_bytes = f.input_bytes;
+  fs->output_bytes = f.output_bytes;
+  fs->errors = f.errors;
+  fs->time_taken_ns = f.time_taken_ns;
+  if (n && !(fs->bytes_discarded_per_buffer = malloc(n * sizeof(uint64_t))))
+    return TR_ERR_NOMEM;
+  if (n)
+    memcpy(fs->bytes_discarded_per_buffer, discarded, n * sizeof(uint64_t));
+  fs->n_bytes_discarded_per_buffer = n;
+  return 0;
+}
+
 int tr_session_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uint8_t **ext,
                      size_t *ext_len) {
   Perfetto__Protos__TraceStats *st = calloc(1, sizeof *st);
@@ -274,7 +304,7 @@ int tr_session_stats(tr_session *s, Perfetto__Protos__TraceStats **out, uint8_t 
     st->has_final_flush_outcome = 1;
     st->final_flush_outcome = (Perfetto__Protos__TraceStats__FinalFlushOutcome)flushes.final_outcome;
   }
-  if (pack_extension(s, ext, ext_len) != 0)
+  if (fill_filter_stats(s, st) != 0 || pack_extension(s, ext, ext_len) != 0)
     goto fail;
   *out = st;
   return 0;

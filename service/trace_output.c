@@ -21,6 +21,7 @@
 
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
+#include "relay/trace/trace_filter.h"
 #include "service/trace_file.h"
 
 #define COMP "output"
@@ -96,6 +97,7 @@ typedef struct out_reader {
   size_t next_svc;
   size_t buffer;
   size_t host;
+  bool stats_written; /* the tail's TraceStats, made once every other packet went by */
 } out_reader;
 
 struct tr_trace_output {
@@ -121,6 +123,14 @@ struct tr_trace_output {
   tr_timeline_out *timeline;
   tr_trace_file *file; /* write_into_file, else NULL (and once its final pass is written) */
   bool final_pass_begun;
+  /* trace_filter: the session config's filter (NULL: none), its output (the packet last
+   * yielded), and what it took out of each buffer's packets (TraceStats.filter_stats). */
+  tr_trace_filter *filter;
+  uint8_t *filtered;
+  size_t filtered_cap;
+  uint64_t *filter_discarded; /* [num_buffers] */
+  size_t filter_buffers_seen;  /* 1 + the highest buffer index filtered, as traced counts */
+  uint64_t filter_bypassed_packets, filter_bypassed_bytes; /* the TraceStats packets */
   uv_timer_t write_timer, clock_timer;
   unsigned timers_open;
 };
@@ -686,7 +696,6 @@ static int bound_final_reach(tr_trace_output *o, tr_packet_list *out) {
 
 static int build_tail(tr_trace_output *o) {
   out_reader *r = &o->reader;
-  tr_trace_writer_buf p;
   int rc;
 
   note_read_horizons(o);
@@ -694,12 +703,30 @@ static int build_tail(tr_trace_output *o) {
   if (r->final && (rc = bound_final_reach(o, &r->svc)) != 0)
     return rc;
   tr_trace_output_add_event(o, TR_TW_READ_TRACING_BUFFERS_COMPLETED);
-  if ((rc = add_events(o, &r->svc)) != 0 || (rc = tr_packet_list_reserve(&r->svc, 1)) != 0)
-    return rc;
-  if ((rc = o->p.trace_stats(o->p.ud, tr_clock_boottime_ns(), &p)) != 0)
+  /* room for TraceStats, made by tail_stats once the rest of the pass was filtered */
+  return (rc = add_events(o, &r->svc)) != 0 ? rc : tr_packet_list_reserve(&r->svc, 1);
+}
+
+/* The pass's last packet: the session's TraceStats, now that every other packet of the pass
+ * went through the filter; like traced, it bypasses the filter itself, and is counted in the
+ * filter's input and output after its stats were taken. */
+static int tail_stats(tr_trace_output *o, tr_output_packet *out) {
+  out_reader *r = &o->reader;
+  tr_trace_writer_buf p;
+  int rc = o->p.trace_stats(o->p.ud, tr_clock_boottime_ns(), &p);
+  if (rc != 0)
     return rc;
   tr_packet_list_push(&r->svc, p);
-  return 0;
+  r->next_svc = r->svc.n;
+  r->stats_written = true;
+  if (o->filter) {
+    o->filter_bypassed_packets++;
+    o->filter_bypassed_bytes += p.len;
+  }
+  out->data = p.data;
+  out->len = p.len;
+  out->trusted_len = 0;
+  return 1;
 }
 
 int tr_trace_output_begin(tr_trace_output *o) {
@@ -756,7 +783,7 @@ static int next_buffer_packet(tr_trace_output *o, tr_output_packet *out) {
   return 0;
 }
 
-int tr_trace_output_next(tr_trace_output *o, tr_output_packet *out) {
+static int next_unfiltered(tr_trace_output *o, tr_output_packet *out) {
   out_reader *r = &o->reader;
   int rc;
   if (!r->active)
@@ -773,6 +800,8 @@ int tr_trace_output_next(tr_trace_output *o, tr_output_packet *out) {
         return 1;
       }
       if (r->phase == PHASE_TAIL) {
+        if (!r->stats_written)
+          return tail_stats(o, out);
         r->phase = PHASE_DONE;
         break;
       }
@@ -795,6 +824,64 @@ int tr_trace_output_next(tr_trace_output *o, tr_output_packet *out) {
       return 0;
     }
   }
+}
+
+/* Replaces the packet with what the session's trace_filter keeps of it (data and trusted
+ * slice as one message); a packet the filter cannot parse becomes an empty one, counted in
+ * its errors, as traced does: a filtered packet is never removed. */
+static int filter_packet(tr_trace_output *o, tr_output_packet *out) {
+  tr_trace_filter_slice s[2] = {{out->data, out->len}, {out->trusted, out->trusted_len}};
+  size_t n = out->len + out->trusted_len, len;
+  if (n > o->filtered_cap) {
+    uint8_t *b = realloc(o->filtered, n);
+    if (!b)
+      return TR_ERR_NOMEM;
+    o->filtered = b;
+    o->filtered_cap = n;
+  }
+  int rc = tr_trace_filter_run(o->filter, s, 2, o->filtered, &len);
+  if (rc == TR_ERR_NOMEM)
+    return rc;
+  if (rc == 0 && o->reader.phase == PHASE_BUFFERS) {
+    size_t b = o->reader.buffer;
+    o->filter_discarded[b] += n - len;
+    if (b + 1 > o->filter_buffers_seen)
+      o->filter_buffers_seen = b + 1;
+  }
+  out->data = o->filtered;
+  out->len = rc == 0 ? len : 0;
+  out->trusted_len = 0;
+  return 1;
+}
+
+int tr_trace_output_next(tr_trace_output *o, tr_output_packet *out) {
+  int rc = next_unfiltered(o, out);
+  if (rc != 1 || !o->filter || (o->reader.phase == PHASE_TAIL && o->reader.stats_written &&
+                                o->reader.next_svc == o->reader.svc.n))
+    return rc;
+  return filter_packet(o, out);
+}
+
+int tr_trace_output_check_filter(const Perfetto__Protos__TraceConfig *cfg, char *err,
+                                 size_t err_len) {
+  tr_trace_filter *f = NULL;
+  int rc = cfg->trace_filter ? tr_trace_filter_from_config(cfg->trace_filter, &f, err, err_len)
+                             : 0;
+  tr_trace_filter_free(f);
+  return rc;
+}
+
+bool tr_trace_output_filter_stats(const tr_trace_output *o, tr_trace_filter_stats *st,
+                                  const uint64_t **discarded_per_buffer, size_t *n_buffers) {
+  if (!o->filter)
+    return false;
+  tr_trace_filter_get_stats(o->filter, st);
+  st->input_packets += o->filter_bypassed_packets;
+  st->input_bytes += o->filter_bypassed_bytes;
+  st->output_bytes += o->filter_bypassed_bytes;
+  *discarded_per_buffer = o->filter_discarded;
+  *n_buffers = o->filter_buffers_seen;
+  return true;
 }
 
 /* ---- lifecycle ---- */
@@ -842,6 +929,13 @@ int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace
     goto fail;
   if ((rc = tr_tbuf_seqids_new(TR_TRACE_OUTPUT_MAX_SEQUENCES, &o->seqids)) != 0)
     goto fail;
+  /* from the session's copy of the config: a clone that cleared trace_filter gets none */
+  if (p->cfg->trace_filter &&
+      ((rc = tr_trace_filter_from_config(p->cfg->trace_filter, &o->filter, err, err_len)) != 0 ||
+       !(o->filter_discarded = calloc(o->num_buffers ? o->num_buffers : 1, sizeof(uint64_t))))) {
+    rc = rc ? rc : TR_ERR_NOMEM;
+    goto fail;
+  }
   random_uuid(o);
   tr_clock_snapshot(&o->start_clocks);
   o->timeline = tr_timeline_output_new(p->timeline, p->uid, o->seqids, start_ns(o));
@@ -856,6 +950,8 @@ int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace
 fail:
   tr_trace_file_close(o->file);
   tr_tbuf_seqids_free(o->seqids);
+  tr_trace_filter_free(o->filter);
+  free(o->filter_discarded);
   free(o);
 fail_fd:
   if (output_fd >= 0)
@@ -871,6 +967,9 @@ void tr_trace_output_free(tr_trace_output *o) {
     tr_trace_writer_buf_free(&o->triggers[i]);
   tr_timeline_output_free(o->timeline);
   tr_tbuf_seqids_free(o->seqids);
+  tr_trace_filter_free(o->filter);
+  free(o->filtered);
+  free(o->filter_discarded);
   free(o->hosts);
   uv_close((uv_handle_t *)&o->write_timer, on_timer_closed);
   uv_close((uv_handle_t *)&o->clock_timer, on_timer_closed);

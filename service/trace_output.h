@@ -6,7 +6,9 @@
  * host; on every pass: the service events since the last one, the hosts' link marks, the clock
  * journal and the clock packets since), then for each buffer and each host the packets of that
  * (buffer, host) central buffer with the trusted slice to append, then
- * read_tracing_buffers_completed and TraceStats. A pass is final once the session stopped
+ * read_tracing_buffers_completed and TraceStats. With a trace_filter in the config, every packet
+ * but that TraceStats comes out filtered (an empty packet where the filter errs), and TraceStats
+ * carries filter_stats. A pass is final once the session stopped
  * (tr_trace_output_stop): nothing stalls then and the buffers end empty.
  *
  * The read side owns: the pass in progress, the service events and link marks not yet written,
@@ -28,6 +30,7 @@
 
 #include "perfetto/config/trace_config.pb-c.h"
 #include "relay/trace/trace_buffer.h"
+#include "relay/trace/trace_filter.h"
 #include "relay/trace/trace_writer.h"
 #include "service/packet_list.h"
 #include "service/host.h"
@@ -134,6 +137,16 @@ int tr_trace_output_begin(tr_trace_output *o);
 int tr_trace_output_next(tr_trace_output *o, tr_output_packet *out);
 /* Drops the pass state. */
 void tr_trace_output_reset(tr_trace_output *o);
+
+/* TraceConfig.trace_filter builds as the read side will build it (relay/trace/trace_filter.h):
+ * 0 (also without one), TR_ERR_CONFIG with traced's reason in err, TR_ERR_NOMEM. */
+int tr_trace_output_check_filter(const Perfetto__Protos__TraceConfig *cfg, char *err,
+                                 size_t err_len);
+/* TraceStats.filter_stats of a session with a trace_filter (false: none): the filter's counts
+ * with the TraceStats packets that bypassed it, and the bytes it took out of each buffer's
+ * packets, for buffers [0, *n_buffers) (valid until the next read pass). */
+bool tr_trace_output_filter_stats(const tr_trace_output *o, tr_trace_filter_stats *st,
+                                  const uint64_t **discarded_per_buffer, size_t *n_buffers);
 
 /* Host packets the `global-clocks` rewrite dropped as malformed (TraceStats.invalid_packets). */
 uint64_t tr_trace_output_invalid_packets(const tr_trace_output *o);
