@@ -14,6 +14,7 @@
 #include "relay/base/varint.h"
 #include "relay/link/relay_session.h"
 #include "relay/producer/ipc_frame.h"
+#include "relay/trace/packet_compress.h"
 #include "service/hosts.h"
 #include "service/state_reply.h"
 #include "service/status.h"
@@ -44,6 +45,7 @@ typedef struct tr_consumer {
   uint8_t *pkt; /* current packet (data + trusted), copied so it survives a drain wait */
   size_t pkt_len, pkt_cap, pkt_off;
   bool have_pkt;
+  tr_packet_compress *compress; /* the config's compression, for the read under way */
   uint8_t *reply;
   flush_ctx *flushes;
 } tr_consumer;
@@ -219,18 +221,16 @@ static void start_tracing(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, 
 static void read_finish(tr_consumer *c) {
   c->reading = false;
   c->have_pkt = false;
+  tr_packet_compress_free(c->compress);
+  c->compress = NULL;
   tr_ipc_conn_on_drain(c->conn, NULL);
   if (c->session)
     tr_trace_output_reset(tr_session_output(c->session));
 }
 
-static int take_packet(tr_consumer *c) {
-  tr_output_packet p;
-  int rc = tr_trace_output_next(tr_session_output(c->session), &p);
-  size_t n;
-  if (rc <= 0)
-    return rc;
-  n = p.len + p.trusted_len;
+static int hold_packet(tr_consumer *c, const uint8_t *data, size_t len, const uint8_t *tail,
+                       size_t tail_len) {
+  size_t n = len + tail_len;
   if (n > c->pkt_cap) {
     uint8_t *np = realloc(c->pkt, n);
     if (!np)
@@ -238,13 +238,45 @@ static int take_packet(tr_consumer *c) {
     c->pkt = np;
     c->pkt_cap = n;
   }
-  if (p.len)
-    memcpy(c->pkt, p.data, p.len);
-  memcpy(c->pkt + p.len, p.trusted, p.trusted_len);
+  if (len)
+    memcpy(c->pkt, data, len);
+  if (tail_len)
+    memcpy(c->pkt + len, tail, tail_len);
   c->pkt_len = n;
   c->pkt_off = 0;
   c->have_pkt = true;
   return 1;
+}
+
+/* Compressed, the next packet is a group of the pass's packets, as traced compresses each
+ * ReadBuffers step's (packet_compress.h). */
+static int take_group(tr_consumer *c) {
+  const uint8_t *out;
+  size_t n;
+  int rc;
+  while (!tr_packet_compress_full(c->compress)) {
+    tr_output_packet p;
+    if ((rc = tr_trace_output_next(tr_session_output(c->session), &p)) <= 0) {
+      if (rc < 0)
+        return rc;
+      break;
+    }
+    if ((rc = tr_packet_compress_add(c->compress, p.data, p.len, p.trusted, p.trusted_len)) != 0)
+      return rc;
+  }
+  if (tr_packet_compress_count(c->compress) == 0)
+    return 0;
+  if ((rc = tr_packet_compress_finish(c->compress, &out, &n)) != 0)
+    return rc;
+  return hold_packet(c, out, n, NULL, 0);
+}
+
+static int take_packet(tr_consumer *c) {
+  tr_output_packet p;
+  if (c->compress)
+    return take_group(c);
+  int rc = tr_trace_output_next(tr_session_output(c->session), &p);
+  return rc <= 0 ? rc : hold_packet(c, p.data, p.len, p.trusted, p.trusted_len);
 }
 
 /* Sends replies until the pass is over or the socket is backed up (then waits for drain). */
@@ -323,7 +355,16 @@ static void read_buffers(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, s
     reply_fail(c, req);
     return;
   }
+  int level;
+  enum tr_packet_codec codec = tr_packet_compress_codec(tr_session_config(c->session), &level);
+  if (codec != TR_PACKET_CODEC_NONE &&
+      tr_packet_compress_new(codec, level, TR_PACKET_COMPRESS_READ_GROUP, &c->compress) != 0) {
+    reply_fail(c, req);
+    return;
+  }
   if (tr_trace_output_begin(tr_session_output(c->session)) != 0) {
+    tr_packet_compress_free(c->compress);
+    c->compress = NULL;
     reply_fail(c, req);
     return;
   }

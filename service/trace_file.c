@@ -3,7 +3,9 @@
  * A pass: gather a step's records into a buffer on the loop, queue it for the writer's
  * thread, and gather the next step in the next loop iteration (next_step), or once the
  * writer made room if its queue was full (on_written). When the read pass has no packet left
- * the pass is gathered; it is done once the writer has written everything. */
+ * the pass is gathered; it is done once the writer has written everything. With the config's
+ * compression a step is one group of about TR_PACKET_COMPRESS_FILE_GROUP bytes of packets,
+ * written as one compressed packet, as traced compresses each of its write_into_file reads. */
 #include "service/trace_file.h"
 
 #include <errno.h>
@@ -15,6 +17,7 @@
 
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
+#include "relay/trace/packet_compress.h"
 #include "service/file_writer.h"
 
 #define COMP "output"
@@ -38,6 +41,7 @@ struct tr_trace_file {
   void *done_ud;
   uint8_t *held; /* a gathered step the writer refused (its queue was full) */
   size_t held_len;
+  tr_packet_compress *compress; /* the config's compression, NULL: none */
 };
 
 static int open_fd(const Perfetto__Protos__TraceConfig *cfg, int output_fd, int *out, char *err,
@@ -98,7 +102,17 @@ int tr_trace_file_open(uv_loop_t *loop, const Perfetto__Protos__TraceConfig *cfg
     snprintf(err, err_len, "out of memory");
     return TR_ERR_NOMEM;
   }
+  int level;
+  enum tr_packet_codec codec = tr_packet_compress_codec(cfg, &level);
+  if (codec != TR_PACKET_CODEC_NONE &&
+      (rc = tr_packet_compress_new(codec, level, TR_PACKET_COMPRESS_FILE_GROUP, &f->compress))) {
+    close(fd);
+    free(f);
+    snprintf(err, err_len, "cannot start the trace's compression: %s", tr_strerror(rc));
+    return rc;
+  }
   if ((rc = tr_file_writer_new(loop, fd, on_written, f, &f->writer)) != 0) {
+    tr_packet_compress_free(f->compress);
     free(f);
     snprintf(err, err_len, "cannot start the file's writer: %s", tr_strerror(rc));
     return rc;
@@ -119,6 +133,7 @@ void tr_trace_file_close(tr_trace_file *f) {
   if (f->writing && !f->gathered_all)
     f->src.reset(f->src.ud);
   free(f->held);
+  tr_packet_compress_free(f->compress);
   tr_file_writer_close(f->writer);
   uv_close((uv_handle_t *)&f->next_step, on_idle_closed);
 }
@@ -168,16 +183,43 @@ static void end_gathering(tr_trace_file *f, int rc) {
              (unsigned long long)f->session_id, tr_strerror(rc));
 }
 
-/* Gathers the pass's next records, up to the budget, into f->held. */
+/* Compressed: the pass's next group as one record into f->held. 1 while the pass may have
+ * more, 0 at its end, or the error that ended it. */
+static int gather_group(tr_trace_file *f, size_t *len, size_t *cap) {
+  tr_output_packet group = {0};
+  int more = 1, rc;
+  while (more == 1 && !tr_packet_compress_full(f->compress)) {
+    tr_output_packet pkt;
+    if ((more = f->src.next(f->src.ud, &pkt)) == 1 &&
+        (rc = tr_packet_compress_add(f->compress, pkt.data, pkt.len, pkt.trusted,
+                                     pkt.trusted_len)) != 0)
+      more = rc;
+  }
+  if (more < 0) {
+    tr_packet_compress_reset(f->compress);
+    return more;
+  }
+  if (tr_packet_compress_count(f->compress) == 0)
+    return more;
+  if ((rc = tr_packet_compress_finish(f->compress, &group.data, &group.len)) != 0 ||
+      (rc = put_record(f, &group, &f->held, len, cap)) != 0)
+    return rc;
+  return more;
+}
+
+/* Gathers the pass's next records, up to the budget (compressed: one group), into f->held. */
 static void gather(tr_trace_file *f) {
   size_t len = 0, cap = 0;
   tr_output_packet pkt;
   int rc = 1;
-  while (len < f->budget && (rc = f->src.next(f->src.ud, &pkt)) == 1) {
-    if ((rc = put_record(f, &pkt, &f->held, &len, &cap)) != 0)
-      break;
-    rc = 1; /* the pass may have more */
-  }
+  if (f->compress)
+    rc = gather_group(f, &len, &cap);
+  else
+    while (len < f->budget && (rc = f->src.next(f->src.ud, &pkt)) == 1) {
+      if ((rc = put_record(f, &pkt, &f->held, &len, &cap)) != 0)
+        break;
+      rc = 1; /* the pass may have more */
+    }
   f->held_len = len;
   if (len == 0) {
     free(f->held);

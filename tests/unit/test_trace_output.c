@@ -9,7 +9,8 @@
  * re-planned it, and that in `machines` no edge is written below data a pass already wrote.
  * A write_into_file pass (service/trace_file.h) is written a step per loop iteration, holds
  * every packet once, in the pass's order, leaves the loop running while the file takes
- * nothing (a pipe nobody reads), and stops at max_file_size_bytes. */
+ * nothing (a pipe nobody reads), and stops at max_file_size_bytes; with the config's
+ * compression (deflate, zstd) it holds the same packets inside one compressed packet. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,12 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include "perfetto/trace/trace_packet.pb-c.h"
 #include "relay/clock/clock.h"
 #include "relay/clock/clocksync.h"
 #include "relay/trace/trace_writer.h"
 #include "relay/base/tr_error.h"
+#include "relay/base/varint.h"
 #include "service/trace_file.h"
 #include "service/trace_output.h"
 
@@ -727,8 +731,8 @@ static size_t file_markers(FILE *file, uint8_t *markers, size_t cap, uint8_t *la
   return record_markers(bytes, len, markers, cap, last);
 }
 
-static tr_trace_file *open_file(struct fixture *f, int fd, uint64_t max_bytes) {
-  Perfetto__Protos__TraceConfig cfg = f->cfg;
+static tr_trace_file *open_file_cfg(struct fixture *f, Perfetto__Protos__TraceConfig cfg, int fd,
+                                    uint64_t max_bytes) {
   tr_trace_file *file;
   char err[128];
   cfg.write_into_file = 1;
@@ -736,6 +740,10 @@ static tr_trace_file *open_file(struct fixture *f, int fd, uint64_t max_bytes) {
   assert_int_equal(tr_trace_file_open(&f->loop, &cfg, 1, fd, &file, err, sizeof err), 0);
   assert_non_null(file);
   return file;
+}
+
+static tr_trace_file *open_file(struct fixture *f, int fd, uint64_t max_bytes) {
+  return open_file_cfg(f, f->cfg, fd, max_bytes);
 }
 
 /* Puts n packets of 300 bytes with markers 1..n (timestamp = marker, then a filler
@@ -832,6 +840,72 @@ static void test_file_full_ends_the_pass(void **state) {
   teardown(&f);
 }
 
+/* With the config's compression the file holds one compressed packet per group of about
+ * 1 MiB (traced's write_into_file read), whatever the step budget: here the whole pass, every
+ * packet of which is inside, in order, the tail included. */
+static void file_compressed(const Perfetto__Protos__TraceConfig *asked, uint8_t field_tag_1,
+                            uint8_t field_tag_2) {
+  static uint8_t bytes[1 << 20], content[1 << 20];
+  struct fixture f;
+  struct file_run r = {.drain_fd = -1};
+  uint8_t markers[64], last = 0;
+  uint64_t n = 0;
+  size_t at = 0, clen;
+  setup(&f, TR_TIMELINE_MACHINES);
+  put_packets(&f, 30);
+  FILE *tmp = tmpfile();
+  assert_non_null(tmp);
+  Perfetto__Protos__TraceConfig cfg = f.cfg;
+  cfg.has_compression_type = asked->has_compression_type;
+  cfg.compression_type = asked->compression_type;
+  cfg.compression = asked->compression;
+  tr_trace_file *file = open_file_cfg(&f, cfg, dup(fileno(tmp)), 0);
+  run_file_pass(&f, file, 1, &r); /* a step per packet uncompressed; one group here */
+  assert_int_equal(r.done_rc, 0);
+  tr_trace_file_close(file);
+  assert_int_equal(uv_run(&f.loop, UV_RUN_DEFAULT), 0);
+  rewind(tmp);
+  size_t len = fread(bytes, 1, sizeof bytes, tmp);
+  /* one record: 0x0A len { field tag, len, compressed bytes } */
+  assert_int_equal(bytes[at++], 0x0A);
+  assert_true(tr_varint_get(bytes, len, &at, &n));
+  assert_int_equal(n, len - at);
+  assert_int_equal(bytes[at++], field_tag_1);
+  assert_int_equal(bytes[at++], field_tag_2);
+  assert_true(tr_varint_get(bytes, len, &at, &n));
+  assert_int_equal(n, len - at);
+  if (field_tag_2 == 0x03) { /* compressed_packets (50): zlib */
+    uLongf out = sizeof content;
+    assert_int_equal(uncompress(content, &out, bytes + at, (uLong)n), Z_OK);
+    clen = out;
+  } else {
+    clen = ZSTD_decompress(content, sizeof content, bytes + at, n);
+    assert_false(ZSTD_isError(clen));
+  }
+  assert_int_equal(record_markers(content, clen, markers, 64, &last), 30);
+  for (uint8_t i = 0; i < 30; i++)
+    assert_int_equal(markers[i], i + 1);
+  assert_int_equal(last, STATS_MARK);
+  assert_true(len < clen / 2);
+  fclose(tmp);
+  teardown(&f);
+}
+
+static void test_file_compressed(void **state) {
+  (void)state;
+  Perfetto__Protos__TraceConfig cfg = PERFETTO__PROTOS__TRACE_CONFIG__INIT;
+  Perfetto__Protos__TraceConfig__CompressionConfig c =
+      PERFETTO__PROTOS__TRACE_CONFIG__COMPRESSION_CONFIG__INIT;
+  Perfetto__Protos__TraceConfig__CompressionConfig__Zstd z =
+      PERFETTO__PROTOS__TRACE_CONFIG__COMPRESSION_CONFIG__ZSTD__INIT;
+  cfg.has_compression_type = 1;
+  cfg.compression_type = PERFETTO__PROTOS__TRACE_CONFIG__COMPRESSION_TYPE__COMPRESSION_TYPE_DEFLATE;
+  file_compressed(&cfg, 0x92, 0x03); /* field 50, wire type 2 */
+  c.zstd = &z;
+  cfg.compression = &c;
+  file_compressed(&cfg, 0xAA, 0x08); /* field 133, wire type 2 */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pass_order),
@@ -849,6 +923,7 @@ int main(void) {
       cmocka_unit_test(test_file_pass_in_steps),
       cmocka_unit_test(test_file_blocked_write_keeps_loop_running),
       cmocka_unit_test(test_file_full_ends_the_pass),
+      cmocka_unit_test(test_file_compressed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
