@@ -743,7 +743,7 @@ static void test_flush_timeout_and_host_loss(void **state) {
   cfg.buffers = bufs;
   cfg.n_data_sources = 1;
   cfg.data_sources = dss;
-  tr_session_observer obs = {NULL, NULL, on_session_end};
+  tr_session_observer obs = {NULL, NULL, on_session_end, NULL};
   assert_int_equal(tr_session_enable(&svc, 0, &cfg, -1, &obs, NULL, &s, err, sizeof err), 0);
   uv_run(&loop, UV_RUN_NOWAIT);
   assert_int_equal(setups_seen, 2);
