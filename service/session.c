@@ -967,7 +967,7 @@ void tr_session_on_host_disconnected(tr_service *svc, tr_host *host, const char 
   for (tr_session *s = svc->sessions; s; s = s->next) {
     size_t hi;
     tr_session_host *sh = tr_session_find_host(s, host, &hi);
-    if (!sh || sh->gone)
+    if (!sh || sh->gone || s->read_only) /* a clone keeps the links as they were */
       continue;
     sh->gone = true;
     sh->disconnects++;

@@ -118,8 +118,9 @@ static int clone_entry(tr_session *src, tr_session *c, size_t h) {
     n->smb_full_at_end = sh->host->stats.agent_smb_full;
     n->smb_full_ns_at_end = sh->host->stats.agent_smb_full_ns;
   }
-  /* Retired and gone: the link's calls pass a clone's entries by. */
-  n->retired = n->gone = true;
+  /* Retired: no chunk nor command reaches a clone's entry (gone keeps the link's state at the
+   * clone, which its stats report). */
+  n->retired = true;
   for (size_t b = 0; b < nb; b++) {
     if (!sh->tbufs[b])
       continue;
