@@ -37,6 +37,7 @@
 #include "perfetto/trace/trace.pb-c.h"
 #include "relay/base/fnv1a.h"
 #include "relay/producer/ipc_frame.h"
+#include "relay/producer/unix_fds.h"
 #include "relay/base/tr_error.h"
 #include "relay/base/varint.h"
 #include "service/consumer_port.h"
@@ -504,7 +505,9 @@ static void on_done(uv_async_t *a) {
   tr_consumer_port_close(&port, NULL);
 }
 
-static void replay(const char *capture) {
+/* The service with the two fake hosts (offering desc) on a loop of its own, client on its own
+ * thread until it is done, then the service freed; the host table stays for the checks. */
+static void run_client(void *(*client)(void *)) {
   uv_loop_t loop;
   pthread_t th;
   uv_loop_init(&loop);
@@ -512,21 +515,25 @@ static void replay(const char *capture) {
   uv_idle_init(&loop, &pump);
   uv_async_init(&loop, &done_async, on_done);
   desc.name = "track_event";
-  desc.has_no_flush = 1;
-  desc.no_flush = 0;
+  setups_seen = 0;
   make_host(0, "web-1");
   make_host(1, "web-2");
   snprintf(sock_path, sizeof sock_path, "/tmp/tr-consumer-%d.sock", (int)getpid());
   assert_int_equal(tr_consumer_port_start(&port, &svc, sock_path, 0600), 0);
-
-  memset(&result, 0, sizeof result);
-  capture_name = capture;
-  assert_int_equal(pthread_create(&th, NULL, client_main, NULL), 0);
+  assert_int_equal(pthread_create(&th, NULL, client, NULL), 0);
   uv_run(&loop, UV_RUN_DEFAULT);
   pthread_join(th, NULL);
   tr_session_service_free(&svc);
   uv_run(&loop, UV_RUN_DEFAULT); /* session timers close */
   assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void replay(const char *capture) {
+  desc.has_no_flush = 1;
+  desc.no_flush = 0;
+  memset(&result, 0, sizeof result);
+  capture_name = capture;
+  run_client(client_main);
 
   assert_true(result.read_replies >= 2); /* > 32 KiB of data: several has_more replies */
   check_trace(&result); /* reads the hosts' machine ids */
@@ -589,23 +596,7 @@ static int connect_port(void) {
 /* Sends frame i of fr, with an fd on the same sendmsg when fd >= 0 (as the CLI sends its -o
  * file with CloneSession). */
 static void send_frame(int sock, const frames *fr, size_t i, int fd) {
-  struct iovec iov = {.iov_base = fr->raw[i], .iov_len = fr->len[i]};
-  union {
-    struct cmsghdr h;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } ctl;
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (fd >= 0) {
-    memset(&ctl, 0, sizeof ctl);
-    m.msg_control = ctl.buf;
-    m.msg_controllen = sizeof ctl.buf;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  }
-  assert_int_equal(sendmsg(sock, &m, 0), (ssize_t)fr->len[i]);
+  assert_int_equal(tr_unix_fds_send(sock, fr->raw[i], fr->len[i], fd, 0), (ssize_t)fr->len[i]);
 }
 
 static void bind_port(int sock, const frames *req, const frames *rec) {
@@ -764,29 +755,12 @@ static void *clone_client(void *arg) {
 }
 
 static void test_clone(void **state) {
-  uv_loop_t loop;
-  pthread_t th;
   (void)state;
-  uv_loop_init(&loop);
-  service_init(&loop);
-  uv_idle_init(&loop, &pump);
-  uv_async_init(&loop, &done_async, on_done);
-  desc.name = "track_event";
   desc.has_no_flush = 1;
   desc.no_flush = 0;
-  setups_seen = 0;
-  make_host(0, "web-1");
-  make_host(1, "web-2");
-  snprintf(sock_path, sizeof sock_path, "/tmp/tr-consumer-%d.sock", (int)getpid());
-  assert_int_equal(tr_consumer_port_start(&port, &svc, sock_path, 0600), 0);
   memset(&clone_result, 0, sizeof clone_result);
   memset(&source_result, 0, sizeof source_result);
-  assert_int_equal(pthread_create(&th, NULL, clone_client, NULL), 0);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  pthread_join(th, NULL);
-  tr_session_service_free(&svc);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  run_client(clone_client);
   /* Both read as a stopped session does: every packet of both hosts, their anchors, system
    * infos and stats. */
   check_trace(&clone_result);
@@ -880,28 +854,13 @@ static void *query_client(void *arg) {
 }
 
 static void test_query_methods(void **state) {
-  uv_loop_t loop;
-  pthread_t th;
   (void)state;
-  uv_loop_init(&loop);
-  service_init(&loop);
-  uv_idle_init(&loop, &pump);
-  uv_async_init(&loop, &done_async, on_done);
-  desc.name = "track_event";
   static uint8_t big_descriptor[40000]; /* an SDK app's many categories */
   desc.has_track_event_descriptor_raw = 1;
   desc.track_event_descriptor_raw = (ProtobufCBinaryData){sizeof big_descriptor, big_descriptor};
-  make_host(0, "web-1");
-  make_host(1, "web-2");
-  snprintf(sock_path, sizeof sock_path, "/tmp/tr-consumer-%d.sock", (int)getpid());
-  assert_int_equal(tr_consumer_port_start(&port, &svc, sock_path, 0600), 0);
-  assert_int_equal(pthread_create(&th, NULL, query_client, NULL), 0);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  pthread_join(th, NULL);
+  run_client(query_client);
   desc.has_track_event_descriptor_raw = 0;
   desc.track_event_descriptor_raw = (ProtobufCBinaryData){0, NULL};
-  tr_session_service_free(&svc);
-  assert_int_equal(uv_loop_close(&loop), 0);
   tr_hosts_free(host_table);
 }
 
