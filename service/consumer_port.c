@@ -28,6 +28,7 @@
 #define READ_HIGH_WATER (512u * 1024u)
 
 typedef struct flush_ctx flush_ctx;
+typedef struct clone_ctx clone_ctx;
 
 typedef struct tr_consumer {
   tr_consumer_port *port;
@@ -38,7 +39,7 @@ typedef struct tr_consumer {
   uint64_t enable_req;
   bool observing;
   uint64_t observe_req;
-  bool observe_instances, observe_started;
+  bool observe_instances, observe_started, observe_clone_trigger;
   /* ReadBuffers stream */
   bool reading;
   uint64_t read_req;
@@ -48,12 +49,18 @@ typedef struct tr_consumer {
   tr_packet_compress *compress; /* the config's compression, for the read under way */
   uint8_t *reply;
   flush_ctx *flushes;
+  clone_ctx *cloning; /* the CloneSession awaiting its source's flush; NULL for none */
 } tr_consumer;
 
 struct flush_ctx {
   tr_consumer *c; /* NULL once the consumer is gone */
   uint64_t req;
   flush_ctx *next;
+};
+
+struct clone_ctx {
+  tr_consumer *c; /* NULL once the consumer is gone: the clone is freed when it comes */
+  uint64_t req;
 };
 
 /* ---- encoding helpers ---- */
@@ -139,7 +146,30 @@ static void on_end(void *ud, const char *error) {
   send_enable_reply(ud, error);
 }
 
-static const tr_session_observer observer = {on_instance, on_all_started, on_end};
+/* traced's notification of a CLONE_SNAPSHOT trigger: the CLI then clones the session. */
+static void on_clone_trigger_hit(void *ud, const struct tr_session_clone_trigger *t) {
+  tr_consumer *c = ud;
+  Perfetto__Protos__ObservableEvents ev = PERFETTO__PROTOS__OBSERVABLE_EVENTS__INIT;
+  Perfetto__Protos__ObservableEvents__CloneTriggerHit hit =
+      PERFETTO__PROTOS__OBSERVABLE_EVENTS__CLONE_TRIGGER_HIT__INIT;
+  if (!c->observing || !c->observe_clone_trigger)
+    return;
+  hit.has_tracing_session_id = 1;
+  hit.tracing_session_id = (int64_t)t->session_id;
+  hit.trigger_name = (char *)t->trigger_name;
+  hit.producer_name = (char *)t->producer_name;
+  hit.has_producer_uid = 1;
+  hit.producer_uid = t->producer_uid;
+  hit.has_boot_time_ns = 1;
+  hit.boot_time_ns = t->boot_time_ns;
+  hit.has_trigger_delay_ms = 1;
+  hit.trigger_delay_ms = t->delay_ms;
+  ev.clone_trigger_hit = &hit;
+  send_event(c, &ev);
+}
+
+static const tr_session_observer observer = {on_instance, on_all_started, on_end,
+                                             on_clone_trigger_hit};
 
 /* ---- methods ---- */
 
@@ -548,12 +578,14 @@ static void observe_events(tr_ipc_conn *conn, uint64_t req, const uint8_t *args,
   if (c->observing) /* a new request replaces the stream: close the old one */
     reply_empty(c, c->observe_req);
   c->observing = r->n_events_to_observe > 0;
-  c->observe_instances = c->observe_started = false;
+  c->observe_instances = c->observe_started = c->observe_clone_trigger = false;
   for (size_t i = 0; i < r->n_events_to_observe; i++) {
     c->observe_instances |= r->events_to_observe[i] ==
                             PERFETTO__PROTOS__OBSERVABLE_EVENTS__TYPE__TYPE_DATA_SOURCES_INSTANCES;
     c->observe_started |= r->events_to_observe[i] ==
                           PERFETTO__PROTOS__OBSERVABLE_EVENTS__TYPE__TYPE_ALL_DATA_SOURCES_STARTED;
+    c->observe_clone_trigger |=
+        r->events_to_observe[i] == PERFETTO__PROTOS__OBSERVABLE_EVENTS__TYPE__TYPE_CLONE_TRIGGER_HIT;
   }
   c->observe_req = req;
   if (!c->observing)
@@ -709,18 +741,19 @@ static void query_capabilities(tr_ipc_conn *conn, uint64_t req, const uint8_t *a
       PERFETTO__PROTOS__TRACING_SERVICE_CAPABILITIES__INIT;
   Perfetto__Protos__ObservableEvents__Type events[] = {
       PERFETTO__PROTOS__OBSERVABLE_EVENTS__TYPE__TYPE_DATA_SOURCES_INSTANCES,
-      PERFETTO__PROTOS__OBSERVABLE_EVENTS__TYPE__TYPE_ALL_DATA_SOURCES_STARTED};
+      PERFETTO__PROTOS__OBSERVABLE_EVENTS__TYPE__TYPE_ALL_DATA_SOURCES_STARTED,
+      PERFETTO__PROTOS__OBSERVABLE_EVENTS__TYPE__TYPE_CLONE_TRIGGER_HIT};
   (void)args;
   (void)len;
   (void)drop;
   caps.has_has_query_capabilities = 1;
   caps.has_query_capabilities = 1;
-  caps.n_observable_events = 2;
+  caps.n_observable_events = sizeof events / sizeof events[0];
   caps.observable_events = events;
   caps.has_has_trace_config_output_path = 1;
   caps.has_trace_config_output_path = 1;
   caps.has_has_clone_session = 1;
-  caps.has_clone_session = 0;
+  caps.has_clone_session = 1;
   r.capabilities = &caps;
   reply_msg(consumer_of(conn), req, &r.base, false);
 }
@@ -738,19 +771,97 @@ static void save_trace_for_bugreport(tr_ipc_conn *conn, uint64_t req, const uint
   reply_msg(consumer_of(conn), req, &r.base, false);
 }
 
+static void reply_clone(tr_consumer *c, uint64_t req, tr_session *clone, const char *error) {
+  Perfetto__Protos__CloneSessionResponse r = PERFETTO__PROTOS__CLONE_SESSION_RESPONSE__INIT;
+  r.has_success = 1;
+  r.success = clone != NULL;
+  if (clone) {
+    r.has_uuid_msb = r.has_uuid_lsb = 1;
+    tr_trace_output_uuid(tr_session_output(clone), &r.uuid_msb, &r.uuid_lsb);
+    r.has_was_write_into_file = 1; /* read with ReadBuffers, never into the consumer's file */
+    r.error = "";                  /* as traced's reply has it */
+  } else {
+    r.error = (char *)error;
+    TR_WARN(COMP, "CloneSession from uid %u pid %d refused: %s", (unsigned)c->peer.uid,
+            (int)c->peer.pid, error);
+  }
+  reply_msg(c, req, &r.base, false);
+}
+
+static void on_cloned(void *ud, tr_session *clone, const char *error) {
+  clone_ctx *x = ud;
+  tr_consumer *c = x->c;
+  if (!c) {
+    if (clone)
+      tr_session_free(clone);
+  } else {
+    c->cloning = NULL;
+    if (clone) {
+      c->session = clone;
+      tr_session_set_observer(clone, &observer, c);
+    }
+    reply_clone(c, x->req, clone, error);
+  }
+  free(x);
+}
+
+/* CloneSession: the consumer gets a read-only copy of a live session (session.h, "Snapshots"),
+ * which it reads with ReadBuffers and frees. The file descriptor the CLI always sends is not
+ * written: the clone is read over the socket, as traced does for a session not writing into a
+ * file. */
 static void clone_session(tr_ipc_conn *conn, uint64_t req, const uint8_t *args, size_t len,
                           bool drop) {
-  Perfetto__Protos__CloneSessionResponse r = PERFETTO__PROTOS__CLONE_SESSION_RESPONSE__INIT;
+  tr_consumer *c = consumer_of(conn);
+  Perfetto__Protos__CloneSessionRequest *r;
+  struct tr_session_clone_args a = {.consumer_uid = c->peer.uid};
+  tr_session *src;
+  clone_ctx *x;
+  char err[256];
   int fd = tr_ipc_conn_take_fd(conn);
-  (void)args;
-  (void)len;
   (void)drop;
   if (fd >= 0)
     close(fd);
-  r.has_success = 1;
-  r.success = 0;
-  r.error = "CloneSession is not supported by tracerelay: stop the session and read it instead";
-  reply_msg(consumer_of(conn), req, &r.base, false);
+  r = perfetto__protos__clone_session_request__unpack(NULL, len, args);
+  if (!r) {
+    reply_fail(c, req);
+    return;
+  }
+  if (c->session || c->cloning) {
+    reply_clone(c, req, NULL, "The consumer is already attached to another tracing session");
+    goto out;
+  }
+  src = tr_session_clone_source(
+      c->port->svc, r->selector_case == PERFETTO__PROTOS__CLONE_SESSION_REQUEST__SELECTOR_SESSION_ID,
+      r->session_id,
+      r->selector_case == PERFETTO__PROTOS__CLONE_SESSION_REQUEST__SELECTOR_UNIQUE_SESSION_NAME
+          ? r->unique_session_name
+          : NULL,
+      c->peer.uid, err, sizeof err);
+  if (!src) {
+    reply_clone(c, req, NULL, err);
+    goto out;
+  }
+  if (!(x = calloc(1, sizeof *x))) {
+    reply_clone(c, req, NULL, "out of memory for the clone");
+    goto out;
+  }
+  a.skip_trace_filter = r->skip_trace_filter;
+  a.for_bugreport = r->for_bugreport;
+  a.trigger.trigger_name = r->clone_trigger_name;
+  a.trigger.producer_name = r->clone_trigger_producer_name;
+  a.trigger.producer_uid = (uint32_t)r->clone_trigger_trusted_producer_uid;
+  a.trigger.boot_time_ns = r->clone_trigger_boot_time_ns;
+  a.trigger.delay_ms = r->clone_trigger_delay_ms;
+  x->c = c;
+  x->req = req;
+  c->cloning = x; /* before the call: the clone may come before it returns */
+  if (tr_session_clone_start(src, &a, on_cloned, x, err, sizeof err) != 0) {
+    c->cloning = NULL;
+    free(x);
+    reply_clone(c, req, NULL, err);
+  }
+out:
+  perfetto__protos__clone_session_request__free_unpacked(r, NULL);
 }
 
 /* TracerelayPort.ActivateTriggers, a service of our own beside Perfetto's ConsumerPort (which
@@ -869,6 +980,8 @@ static void on_disconnect(tr_ipc_conn *conn) {
   for (flush_ctx *f = c->flushes; f; f = f->next)
     f->c = NULL;
   c->flushes = NULL;
+  if (c->cloning)
+    c->cloning->c = NULL;
   c->enable_pending = false;
   c->observing = false;
   if (c->session) {

@@ -565,8 +565,8 @@ static void output_file_done(void *ud) {
   announce_end(s);
 }
 
-static int new_output(tr_session *s, int output_fd, char *err, size_t err_len) {
-  tr_trace_output_params p = {
+static tr_trace_output_params output_params(tr_session *s) {
+  return (tr_trace_output_params){
       .loop = s->svc->loop,
       .session_id = s->id,
       .uid = s->svc->uid,
@@ -578,6 +578,10 @@ static int new_output(tr_session *s, int output_fd, char *err, size_t err_len) {
       .on_file_done = output_file_done,
       .ud = s,
   };
+}
+
+static int new_output(tr_session *s, int output_fd, char *err, size_t err_len) {
+  tr_trace_output_params p = output_params(s);
   return tr_trace_output_new(&p, output_fd, &s->output, err, err_len);
 }
 
@@ -597,40 +601,43 @@ static void start_timers(tr_session *s) {
   tr_trace_output_start_writes(s->output);
 }
 
-int tr_session_enable(tr_service *svc, uid_t consumer_uid,
-                      const Perfetto__Protos__TraceConfig *cfg, int output_fd,
-                      const tr_session_observer *obs, void *obs_ud, tr_session **out, char *err,
-                      size_t err_len) {
-  tr_session *s = NULL;
-  int rc;
+/* Frees what session_alloc (and new_output) made, for a session never linked. */
+static void session_unalloc(tr_session *s) {
+  if (!s)
+    return;
+  if (s->output)
+    tr_trace_output_free(s->output);
+  tr_session_flush_free(s->flushes);
+  tr_session_triggers_free(s->triggers);
+  free(s->buffers);
+  if (s->cfg)
+    perfetto__protos__trace_config__free_unpacked(s->cfg, NULL);
+  free(s);
+}
 
+/* A session of cfg (copied) with its buffers (new global ids) and flush bookkeeping, not yet
+ * in the service's list, without a read side. TR_ERR_FULL (err filled), TR_ERR_NOMEM. */
+static int session_alloc(tr_service *svc, uid_t consumer_uid,
+                         const Perfetto__Protos__TraceConfig *cfg, tr_session **out, char *err,
+                         size_t err_len) {
+  tr_session *s;
+  int rc;
   *out = NULL;
-  if ((rc = tr_session_validate_config(cfg, err, err_len)) != 0)
-    goto fail_fd;
   if (svc->num_sessions >= TR_SESSION_MAX_SESSIONS) {
     snprintf(err, err_len, "too many tracing sessions (%u): stop one first",
              TR_SESSION_MAX_SESSIONS);
-    rc = TR_ERR_FULL;
-    goto fail_fd;
+    return TR_ERR_FULL;
   }
-  s = calloc(1, sizeof *s);
-  if (!s) {
-    rc = TR_ERR_NOMEM;
-    goto fail_fd;
-  }
+  if (!(s = calloc(1, sizeof *s)))
+    return TR_ERR_NOMEM;
   s->svc = svc;
   s->id = ++svc->next_session_id;
   s->consumer_uid = consumer_uid;
-  if ((rc = copy_config(cfg, &s->cfg)) != 0 ||
-      (rc = tr_session_triggers_new(cfg, &s->triggers)) != 0)
+  if ((rc = copy_config(cfg, &s->cfg)) != 0 || (rc = tr_session_flush_new(&s->flushes)) != 0)
     goto fail;
   s->cfg->duration_ms = tr_session_triggers_duration_ms(cfg);
   s->stop_timeout_ms = or_default_timeout(cfg->data_source_stop_timeout_ms);
   s->flush_timeout_ms = or_default_timeout(cfg->flush_timeout_ms);
-  rc = new_output(s, output_fd, err, err_len);
-  output_fd = -1; /* taken */
-  if (rc != 0 || (rc = tr_session_flush_new(&s->flushes)) != 0)
-    goto fail;
   s->num_buffers = cfg->n_buffers;
   s->buffers = calloc(s->num_buffers, sizeof *s->buffers);
   if (!s->buffers) {
@@ -645,19 +652,74 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
                                ? TR_TBUF_DISCARD
                                : TR_TBUF_RING_BUFFER;
   }
-  if (obs)
-    s->obs = *obs;
-  s->obs_ud = obs_ud;
-  s->state = cfg->deferred_start || tr_session_triggers_wait_to_start(cfg) ? TR_SESSION_CONFIGURED
-                                                                          : TR_SESSION_STARTED;
+  *out = s;
+  return 0;
+fail:
+  session_unalloc(s);
+  return rc;
+}
+
+/* Its timers made and the session put into the service's list. */
+static void session_link(tr_session *s) {
   init_timer(s, &s->duration_timer);
   init_timer(s, &s->trigger_timer);
   init_timer(s, &s->flush_timer);
   init_timer(s, &s->clear_timer);
   init_timer(s, &s->stop_timer);
-  s->next = svc->sessions;
-  svc->sessions = s;
-  svc->num_sessions++;
+  s->next = s->svc->sessions;
+  s->svc->sessions = s;
+  s->svc->num_sessions++;
+}
+
+int tr_session_new_read_only(tr_session *src, uid_t consumer_uid,
+                             const Perfetto__Protos__TraceConfig *cfg, tr_session **out) {
+  char err[128];
+  tr_session *s;
+  int rc = session_alloc(src->svc, consumer_uid, cfg, &s, err, sizeof err);
+  if (rc != 0)
+    return rc;
+  tr_trace_output_params p = output_params(s);
+  if ((rc = tr_trace_output_clone(src->output, &p, &s->output)) != 0) {
+    session_unalloc(s);
+    return rc;
+  }
+  s->read_only = true;
+  s->state = TR_SESSION_STARTED; /* until tr_session_end, which its maker calls */
+  session_link(s);
+  *out = s;
+  return 0;
+}
+
+int tr_session_enable(tr_service *svc, uid_t consumer_uid,
+                      const Perfetto__Protos__TraceConfig *cfg, int output_fd,
+                      const tr_session_observer *obs, void *obs_ud, tr_session **out, char *err,
+                      size_t err_len) {
+  tr_session *s = NULL;
+  int rc;
+
+  *out = NULL;
+  if ((rc = tr_session_validate_config(cfg, err, err_len)) != 0)
+    goto fail_fd;
+  if (cfg->unique_session_name && cfg->unique_session_name[0] &&
+      tr_session_named(svc, cfg->unique_session_name)) {
+    /* traced's words, which the CLI prints */
+    snprintf(err, err_len, "A trace with this unique session name (%s) already exists",
+             cfg->unique_session_name);
+    rc = TR_ERR_CONFIG;
+    goto fail_fd;
+  }
+  if ((rc = session_alloc(svc, consumer_uid, cfg, &s, err, err_len)) != 0)
+    goto fail_fd;
+  rc = new_output(s, output_fd, err, err_len);
+  output_fd = -1; /* taken */
+  if (rc != 0 || (rc = tr_session_triggers_new(cfg, &s->triggers)) != 0)
+    goto fail;
+  if (obs)
+    s->obs = *obs;
+  s->obs_ud = obs_ud;
+  s->state = cfg->deferred_start || tr_session_triggers_wait_to_start(cfg) ? TR_SESSION_CONFIGURED
+                                                                          : TR_SESSION_STARTED;
+  session_link(s);
   TR_INFO(COMP, "session %llu: enabled by uid %u, %zu buffers, %zu data sources%s",
           (unsigned long long)s->id, (unsigned)consumer_uid, s->num_buffers, cfg->n_data_sources,
           cfg->deferred_start ? ", deferred start" : "");
@@ -683,16 +745,7 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   *out = s;
   return 0;
 fail:
-  if (s) {
-    if (s->output)
-      tr_trace_output_free(s->output);
-    tr_session_flush_free(s->flushes);
-    tr_session_triggers_free(s->triggers);
-    free(s->buffers);
-    if (s->cfg)
-      perfetto__protos__trace_config__free_unpacked(s->cfg, NULL);
-    free(s);
-  }
+  session_unalloc(s);
 fail_fd:
   if (output_fd >= 0)
     close(output_fd);
@@ -869,6 +922,16 @@ bool tr_session_visible_to(const tr_session *s, uid_t viewer) {
   return viewer == 0 || s->consumer_uid == viewer;
 }
 
+tr_session *tr_session_named(const tr_service *svc, const char *name) {
+  for (tr_session *s = svc->sessions; s; s = s->next)
+    if (!s->read_only && s->cfg->unique_session_name &&
+        strcmp(s->cfg->unique_session_name, name) == 0)
+      return s;
+  return NULL;
+}
+
+bool tr_session_read_only(const tr_session *s) { return s->read_only; }
+
 bool tr_session_has_host(const tr_session *s, const tr_host *host) {
   return tr_session_newest_entry(s, host) != 0;
 }
@@ -926,7 +989,7 @@ void tr_session_on_host_disconnected(tr_service *svc, tr_host *host, const char 
   for (tr_session *s = svc->sessions; s; s = s->next) {
     size_t hi;
     tr_session_host *sh = tr_session_find_host(s, host, &hi);
-    if (!sh || sh->gone)
+    if (!sh || sh->gone || s->read_only) /* a clone keeps the links as they were */
       continue;
     sh->gone = true;
     sh->disconnects++;

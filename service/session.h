@@ -84,13 +84,53 @@ enum tr_session_state {
   TR_SESSION_STOPPED,
 };
 
+/* A CLONE_SNAPSHOT trigger that hit a session: what traced tells the consumer of it, and what
+ * the clone then records (clone_snapshot_trigger). */
+struct tr_session_clone_trigger {
+  uint64_t session_id;
+  const char *trigger_name;
+  const char *producer_name;
+  uint32_t producer_uid;
+  uint64_t boot_time_ns; /* when it was raised, service BOOTTIME */
+  uint64_t delay_ms;     /* the trigger's stop_delay_ms: informational */
+};
+
 /* Told to the session's consumer (EnableTracing's reply and ObserveEvents). */
 typedef struct tr_session_observer {
   void (*on_instance)(void *ud, const char *producer, const char *data_source, bool started);
   void (*on_all_started)(void *ud);
   /* The session stopped; error NULL for a normal end. Called once. */
   void (*on_end)(void *ud, const char *error);
+  /* A CLONE_SNAPSHOT trigger of the session hit (tr_session_clone_trigger_hit): the consumer
+   * clones the session (ObservableEvents.clone_trigger_hit). NULL: not told. */
+  void (*on_clone_trigger_hit)(void *ud, const struct tr_session_clone_trigger *t);
 } tr_session_observer;
+
+/* Snapshots of a live session (session_clone.c). A clone flushes every host of the source
+ * once, then copies (or, for buffers with transfer_on_clone, moves) every host's central
+ * buffers into a new read-only session owned by the cloning consumer, which reads it as a
+ * stopped session and frees it; the source goes on. */
+struct tr_session_clone_args {
+  uid_t consumer_uid;     /* the cloning consumer's */
+  bool skip_trace_filter; /* the clone's config goes without trace_filter */
+  bool for_bugreport;     /* the producers' flush says clone target: bugreport */
+  struct tr_session_clone_trigger trigger; /* trigger_name NULL or "": not for a trigger */
+};
+/* The clone, or NULL and why (traced's words where it has them). */
+typedef void (*tr_session_clone_cb)(void *ud, tr_session *clone, const char *error);
+/* The session a consumer of uid asks to clone, by id (has_id) or by unique_session_name; NULL
+ * with err filled: not found, another uid's (root may clone any), or one that writes into a
+ * file. */
+tr_session *tr_session_clone_source(tr_service *svc, bool has_id, uint64_t id, const char *name,
+                                    uid_t uid, char *err, size_t err_len);
+/* Clears the buffers with clear_before_clone, flushes src and then makes the clone: cb runs
+ * once (maybe before this returns), with the clone (STOPPED, yours to tr_session_free) or an
+ * error. 0, or TR_ERR_NOMEM with err filled (cb does not run). */
+int tr_session_clone_start(tr_session *src, const struct tr_session_clone_args *args,
+                           tr_session_clone_cb cb, void *ud, char *err, size_t err_len);
+/* A CLONE_SNAPSHOT trigger hit s: tells its consumer, if it observes TYPE_CLONE_TRIGGER_HIT
+ * (t->session_id is filled in here). */
+void tr_session_clone_trigger_hit(tr_session *s, const struct tr_session_clone_trigger *t);
 
 typedef void (*tr_session_flush_cb)(void *ud, bool ok);
 struct tr_session_flush_counts {
@@ -192,6 +232,11 @@ const char *tr_session_detach_key(const tr_session *s);
 /* Whether a consumer of uid `viewer` may see session s listed (QueryServiceState, status): its
  * own uid's sessions, root all, as traced lists them. */
 bool tr_session_visible_to(const tr_session *s, uid_t viewer);
+/* The session whose config has this unique_session_name, clones aside (traced's rule: a name
+ * is unique among the sessions that are not clones); NULL for none. */
+tr_session *tr_session_named(const tr_service *svc, const char *name);
+/* Whether s is a clone (session_clone.c): read-only, stopped from the start. */
+bool tr_session_read_only(const tr_session *s);
 /* Whether host ever joined the session (it has an entry, live or not). */
 bool tr_session_has_host(const tr_session *s, const tr_host *host);
 

@@ -347,6 +347,23 @@ int tr_session_flush_add_host(tr_session *s) {
   return 0;
 }
 
+int tr_session_flush_clone(const tr_session *src, tr_session *dst, bool flush_ok) {
+  tr_session_flushes *fl = dst->flushes;
+  size_t n = src->num_hosts;
+  if (n > fl->cap_missed) {
+    uint64_t *m = realloc(fl->missed, n * sizeof *m);
+    if (!m)
+      return TR_ERR_NOMEM;
+    fl->missed = m;
+    fl->cap_missed = n;
+  }
+  if (n)
+    memcpy(fl->missed, src->flushes->missed, n * sizeof *fl->missed);
+  fl->counts = src->flushes->counts;
+  fl->counts.final_outcome = flush_ok ? 1 : 2;
+  return 0;
+}
+
 void tr_session_flush_counts(const tr_session *s, struct tr_session_flush_counts *out) {
   *out = s->flushes->counts;
 }

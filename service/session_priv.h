@@ -1,7 +1,8 @@
 /* session_priv.h: the inside of a tracing session (session.h), for the session module's own
- * files only: session.c, which alone writes these fields, and session_flush.c,
- * session_stats.c and session_unmatched.c, which read them. Any other file goes through
- * session.h's functions. */
+ * files only: session.c, which alone writes these fields (but for a clone's host entries,
+ * instances and the central buffers it copies or moves, which session_clone.c writes), and
+ * session_flush.c, session_stats.c and session_unmatched.c, which read them. Any other file
+ * goes through session.h's functions. */
 #ifndef TR_SESSION_PRIV_H
 #define TR_SESSION_PRIV_H
 
@@ -115,7 +116,15 @@ struct tr_session {
    * it is in the file, with this error (owned, NULL for none). */
   bool file_pending;
   char *end_error;
+  bool read_only; /* a clone (session_clone.c): no instances run, no chunk comes */
 };
+
+/* session.c's side of a clone (session_clone.c, which fills its host entries, instances and
+ * flush counts): a read-only session owned by consumer_uid, of cfg (copied), with new buffer
+ * ids, src's read side cloned (trace_output.h) and no host entry yet, in the service's list,
+ * STARTED until its maker calls tr_session_end. TR_ERR_FULL (too many sessions), TR_ERR_NOMEM. */
+int tr_session_new_read_only(tr_session *src, uid_t consumer_uid,
+                             const Perfetto__Protos__TraceConfig *cfg, tr_session **out);
 
 /* The session host entry for a host (its newest, when its agent restarted); NULL if the host
  * never joined the session. */
@@ -164,6 +173,10 @@ void tr_session_triggers_service_free(tr_service *svc);
 int tr_session_flush_new(tr_session_flushes **out);
 int tr_session_flush_add_host(tr_session *s);
 void tr_session_flush_free(tr_session_flushes *fl);
+/* A clone's flush bookkeeping (session_clone.c): src's counts, the flush that made the clone as
+ * the final flush's outcome (flush_ok), and each host entry's missed flushes (dst has src's
+ * entries). 0 or TR_ERR_NOMEM. */
+int tr_session_flush_clone(const tr_session *src, tr_session *dst, bool flush_ok);
 void tr_session_flush_on_ack(tr_session *s, size_t host_index, const Tracerelay__FlushAck *ack,
                              int64_t arrived_ns);
 /* The service's own part of a flush's round trip of total_ns: all of it but the stretch from

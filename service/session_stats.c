@@ -116,7 +116,8 @@ static void fill_dropped_packets(Tracerelay__HostStats *h, const tr_session *s,
 static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) {
   const tr_session_host *sh = &s->hosts[hi];
   const tr_host_stats *st = &sh->host->stats;
-  tr_session_stats_fill_host(h, sh->host, !sh->gone && !sh->retired);
+  /* A clone's entries are all retired: its links are as they were at the clone. */
+  tr_session_stats_fill_host(h, sh->host, !sh->gone && (!sh->retired || s->read_only));
   fill_dropped_packets(h, s, sh);
   h->has_session_chunks_refused = 1;
   h->session_chunks_refused = sh->chunks_refused;

@@ -80,6 +80,7 @@ typedef struct out_host {
 typedef struct out_event {
   uint64_t ts;
   enum tr_trace_writer_event event;
+  uint32_t value; /* the buffer of TR_TW_BUFFER_CLONED */
 } out_event;
 
 typedef struct out_host_mark {
@@ -117,6 +118,7 @@ struct tr_trace_output {
   bool withheld; /* tr_trace_output_withhold */
   bool first_read_done;
   bool stopped;
+  tr_trace_writer_buf head_extra; /* for the first pass's head (a clone's trigger); owned */
   out_reader reader;
   tr_packet_list clock_journal;   /* clock packets exported since the last pass (clock_timer) */
   uint64_t clock_journal_thinned; /* times it was thinned */
@@ -205,7 +207,11 @@ static int add_events(tr_trace_output *o, tr_packet_list *out) {
     return rc;
   for (size_t i = 0; i < o->num_events && rc == 0; i++) {
     tr_trace_writer_buf p;
-    rc = push(out, tr_trace_writer_service_event(o->p.uid, o->events[i].ts, o->events[i].event, &p),
+    const out_event *e = &o->events[i];
+    rc = push(out,
+              e->event == TR_TW_BUFFER_CLONED
+                  ? tr_trace_writer_buffer_cloned(o->p.uid, e->ts, e->value, &p)
+                  : tr_trace_writer_service_event(o->p.uid, e->ts, e->event, &p),
               &p);
   }
   o->num_events = 0;
@@ -213,12 +219,19 @@ static int add_events(tr_trace_output *o, tr_packet_list *out) {
 }
 
 void tr_trace_output_add_event(tr_trace_output *o, enum tr_trace_writer_event ev) {
+  tr_trace_output_add_event_at(o, tr_clock_boottime_ns(), ev, 0);
+}
+
+void tr_trace_output_add_event_at(tr_trace_output *o, uint64_t ts, enum tr_trace_writer_event ev,
+                                  uint32_t value) {
   bool repeats = ev == TR_TW_FLUSH_STARTED || ev == TR_TW_ALL_DATA_SOURCES_FLUSHED;
+  size_t i = o->num_events;
   if (o->num_events == TR_TRACE_OUTPUT_MAX_EVENTS ||
       (repeats && o->num_events >= TR_TRACE_OUTPUT_MAX_EVENTS / 2))
     return;
-  o->events[o->num_events].ts = tr_clock_boottime_ns();
-  o->events[o->num_events].event = ev;
+  for (; i > 0 && o->events[i - 1].ts > ts; i--)
+    o->events[i] = o->events[i - 1];
+  o->events[i] = (out_event){.ts = ts, .event = ev, .value = value};
   o->num_events++;
 }
 
@@ -608,7 +621,7 @@ static int build_head(tr_trace_output *o) {
   const Perfetto__Protos__TraceConfig__BuiltinDataSource *b = o->p.cfg->builtin_data_sources;
   int32_t uid = o->p.uid;
   tr_trace_writer_buf p;
-  int rc = tr_packet_list_reserve(&r->svc, 8 + o->num_hosts);
+  int rc = tr_packet_list_reserve(&r->svc, 9 + o->num_hosts);
 
   if (rc == 0 && !o->first_read_done) {
     struct tr_clock_snapshot now;
@@ -622,6 +635,10 @@ static int build_head(tr_trace_output *o) {
       rc = rc ? rc : push(&r->svc, tr_trace_writer_trace_config(uid, o->p.cfg, &p), &p);
     rc = rc ? rc
             : push(&r->svc, tr_trace_writer_trace_uuid(uid, o->uuid_msb, o->uuid_lsb, &p), &p);
+    if (rc == 0 && o->head_extra.data) { /* room: the reserve above counts it */
+      tr_packet_list_push(&r->svc, o->head_extra);
+      o->head_extra = (tr_trace_writer_buf){0};
+    }
     if (!(b && b->disable_system_info)) {
       rc = rc ? rc : push(&r->svc, tr_trace_writer_system_info(uid, o->p.system_info, 0, &p), &p);
       for (size_t h = 0; h < o->num_hosts && rc == 0; h++) {
@@ -961,6 +978,7 @@ fail_fd:
 
 void tr_trace_output_free(tr_trace_output *o) {
   close_file(o);
+  tr_trace_writer_buf_free(&o->head_extra);
   tr_trace_output_reset(o);
   tr_packet_list_free(&o->clock_journal);
   for (size_t i = 0; i < o->num_triggers; i++)
@@ -973,6 +991,41 @@ void tr_trace_output_free(tr_trace_output *o) {
   free(o->hosts);
   uv_close((uv_handle_t *)&o->write_timer, on_timer_closed);
   uv_close((uv_handle_t *)&o->clock_timer, on_timer_closed);
+}
+
+int tr_trace_output_clone(const tr_trace_output *src, const tr_trace_output_params *p,
+                          tr_trace_output **out) {
+  char err[64];
+  tr_trace_output *o;
+  int rc = tr_trace_output_new(p, -1, &o, err, sizeof err);
+  if (rc != 0)
+    return rc;
+  /* The clone's trace begins where its source's did: same start clocks, same session start
+   * for the timeline, and traced's uuid rule (a new msb, the source's lsb). */
+  o->start_clocks = src->start_clocks;
+  o->uuid_lsb = src->uuid_lsb;
+  tr_timeline_output_free(o->timeline);
+  if (!(o->timeline = tr_timeline_output_new(p->timeline, p->uid, o->seqids, start_ns(o)))) {
+    tr_trace_output_free(o);
+    return TR_ERR_NOMEM;
+  }
+  memcpy(o->events, src->events, src->num_events * sizeof *src->events);
+  o->num_events = src->num_events;
+  memcpy(o->host_marks, src->host_marks, src->num_host_marks * sizeof *src->host_marks);
+  o->num_host_marks = src->num_host_marks;
+  o->stopped = true;
+  *out = o;
+  return 0;
+}
+
+void tr_trace_output_set_head_packet(tr_trace_output *o, tr_trace_writer_buf pkt) {
+  tr_trace_writer_buf_free(&o->head_extra);
+  o->head_extra = pkt;
+}
+
+void tr_trace_output_uuid(const tr_trace_output *o, int64_t *msb, int64_t *lsb) {
+  *msb = o->uuid_msb;
+  *lsb = o->uuid_lsb;
 }
 
 int tr_trace_output_add_host(tr_trace_output *o, const tr_host *host, tr_tbuf *const *tbufs) {

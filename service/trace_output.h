@@ -85,6 +85,19 @@ typedef struct tr_trace_output_params {
  * output_path (err filled), TR_ERR_NOMEM. */
 int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace_output **out,
                         char *err, size_t err_len);
+/* The read side of a clone of src's session (service/session_clone.c), with p (p->cfg the
+ * clone's; no file, every pass final): src's start clocks and session start for the timeline,
+ * traced's uuid rule (a new msb, src's lsb), and src's service events and host link marks not
+ * yet written. Its host entries are added as a session's are. 0 or TR_ERR_NOMEM.
+ * Its clock packets come from the hosts' estimators as they are now (src's clock journal is not
+ * copied), as for a session read only at its end. */
+int tr_trace_output_clone(const tr_trace_output *src, const tr_trace_output_params *p,
+                          tr_trace_output **out);
+/* A packet for the first pass's head, after trace_uuid (a clone's clone_snapshot_trigger);
+ * taken (freed with the read side if never written). */
+void tr_trace_output_set_head_packet(tr_trace_output *o, tr_trace_writer_buf pkt);
+/* The trace_uuid its head writes (CloneSession's reply). */
+void tr_trace_output_uuid(const tr_trace_output *o, int64_t *msb, int64_t *lsb);
 /* Drops every state and closes the file and the timers; the memory goes once they closed. */
 void tr_trace_output_free(tr_trace_output *o);
 
@@ -110,6 +123,10 @@ void tr_trace_output_finish_file(tr_trace_output *o);
 /* A service event (tracing started, flush...) at the current time, written at the next pass.
  * Periodic flushes get half the room between two passes, so the lifecycle events always fit. */
 void tr_trace_output_add_event(tr_trace_output *o, enum tr_trace_writer_event ev);
+/* Likewise at service BOOTTIME ts, in time order among the events not yet written (a clone's
+ * clone_started precedes its flush's events); value: the buffer index of TR_TW_BUFFER_CLONED. */
+void tr_trace_output_add_event_at(tr_trace_output *o, uint64_t ts, enum tr_trace_writer_event ev,
+                                  uint32_t value);
 /* A host's link change at the current time, written at the next pass. host outlives it. */
 /* A trigger the session received (copied), for the next pass's head, where traced puts it:
  * after the trace config. 0, TR_ERR_FULL (TR_TRACE_OUTPUT_MAX_TRIGGERS pending: logged), or

@@ -818,6 +818,51 @@ void tr_tbuf_free(tr_tbuf *b) {
   free(b);
 }
 
+static struct seq *clone_seq(const struct seq *src) {
+  struct seq *s = malloc(sizeof *s);
+  if (!s)
+    return NULL;
+  *s = *src;
+  s->q = NULL;
+  if (src->cap) {
+    /* The deque is copied slot for slot: head and wrap-around stay valid as they are. */
+    if (!(s->q = malloc((size_t)src->cap * sizeof *s->q))) {
+      free(s);
+      return NULL;
+    }
+    memcpy(s->q, src->q, (size_t)src->cap * sizeof *s->q);
+  }
+  return s;
+}
+
+int tr_tbuf_clone(const tr_tbuf *src, tr_tbuf **out) {
+  tr_tbuf *b = calloc(1, sizeof *b);
+  *out = NULL;
+  if (!b)
+    return TR_ERR_NOMEM;
+  *b = *src;
+  b->seqs = NULL;
+  b->nseqs = b->capseqs = 0;
+  b->scratch = NULL;
+  b->scratch_cap = 0;
+  b->pass_active = false;
+  b->cur = NULL;
+  if (!(b->ring = malloc(src->size)))
+    goto fail;
+  memcpy(b->ring, src->ring, src->size);
+  if (src->nseqs && !(b->seqs = malloc(src->nseqs * sizeof *b->seqs)))
+    goto fail;
+  b->capseqs = src->nseqs;
+  for (; b->nseqs < src->nseqs; b->nseqs++)
+    if (!(b->seqs[b->nseqs] = clone_seq(src->seqs[b->nseqs])))
+      goto fail;
+  *out = b;
+  return 0;
+fail:
+  tr_tbuf_free(b);
+  return TR_ERR_NOMEM;
+}
+
 void tr_tbuf_get_stats(const tr_tbuf *b, tr_tbuf_stats *out) {
   *out = b->st;
 }

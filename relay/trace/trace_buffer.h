@@ -143,6 +143,13 @@ int tr_tbuf_patch_chunk(tr_tbuf *b, uint32_t producer_id, uint16_t writer_id, ui
  * walks the ring's record headers once (O(records)). */
 int tr_tbuf_read_packet(tr_tbuf *b, bool final, tr_tbuf_packet *out);
 
+/* A copy of src to read on its own (a session's clone): the same chunks, sequences (with how
+ * far each was read and its pending loss bits) and stats, so it yields exactly the packets src
+ * would yield from now on; neither sees what is written to or read from the other afterwards.
+ * A read pass under way in src is not carried over (the copy begins its own). O(size + chunks
+ * indexed). 0 or TR_ERR_NOMEM (*out NULL). */
+int tr_tbuf_clone(const tr_tbuf *src, tr_tbuf **out);
+
 void tr_tbuf_get_stats(const tr_tbuf *b, tr_tbuf_stats *out);
 
 #endif

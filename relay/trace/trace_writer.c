@@ -142,18 +142,49 @@ int tr_trace_writer_system_info(int32_t uid, const Perfetto__Protos__SystemInfo 
   return finish(&p, 0, NULL, 0, out);
 }
 
-int tr_trace_writer_service_event(int32_t uid, uint64_t boottime_ns,
-                                  enum tr_trace_writer_event event, tr_trace_writer_buf *out) {
+static int service_event(int32_t uid, uint64_t boottime_ns,
+                         const Perfetto__Protos__TracingServiceEvent *ev, tr_trace_writer_buf *out) {
   Perfetto__Protos__TracePacket p;
-  Perfetto__Protos__TracingServiceEvent ev = PERFETTO__PROTOS__TRACING_SERVICE_EVENT__INIT;
-  /* Every kind we write is a `bool x = true` member of the oneof, and protobuf-c lays the
-   * oneof's bools over one another, so setting one member by case is enough. */
-  ev.event_type_case = (Perfetto__Protos__TracingServiceEvent__EventTypeCase)event;
-  ev.tracing_started = 1;
   init_header(&p, uid);
   set_timestamp(&p, boottime_ns);
   p.data_case = PERFETTO__PROTOS__TRACE_PACKET__DATA_SERVICE_EVENT;
-  p.service_event = &ev;
+  p.service_event = (Perfetto__Protos__TracingServiceEvent *)ev;
+  return finish(&p, 0, NULL, 0, out);
+}
+
+int tr_trace_writer_service_event(int32_t uid, uint64_t boottime_ns,
+                                  enum tr_trace_writer_event event, tr_trace_writer_buf *out) {
+  Perfetto__Protos__TracingServiceEvent ev = PERFETTO__PROTOS__TRACING_SERVICE_EVENT__INIT;
+  /* Every kind written here is a `bool x = true` member of the oneof, and protobuf-c lays the
+   * oneof's bools over one another, so setting one member by case is enough. */
+  ev.event_type_case = (Perfetto__Protos__TracingServiceEvent__EventTypeCase)event;
+  ev.tracing_started = 1;
+  return service_event(uid, boottime_ns, &ev, out);
+}
+
+int tr_trace_writer_buffer_cloned(int32_t uid, uint64_t boottime_ns, uint32_t buffer,
+                                  tr_trace_writer_buf *out) {
+  Perfetto__Protos__TracingServiceEvent ev = PERFETTO__PROTOS__TRACING_SERVICE_EVENT__INIT;
+  ev.event_type_case = PERFETTO__PROTOS__TRACING_SERVICE_EVENT__EVENT_TYPE_BUFFER_CLONED;
+  ev.buffer_cloned = buffer;
+  return service_event(uid, boottime_ns, &ev, out);
+}
+
+int tr_trace_writer_clone_trigger(int32_t uid, uint64_t boottime_ns, const char *trigger_name,
+                                  const char *producer_name, int32_t producer_uid,
+                                  uint64_t delay_ms, tr_trace_writer_buf *out) {
+  Perfetto__Protos__TracePacket p;
+  Perfetto__Protos__Trigger t = PERFETTO__PROTOS__TRIGGER__INIT;
+  t.trigger_name = (char *)trigger_name;
+  t.producer_name = (char *)producer_name;
+  t.has_trusted_producer_uid = 1;
+  t.trusted_producer_uid = producer_uid;
+  t.has_stop_delay_ms = 1;
+  t.stop_delay_ms = delay_ms;
+  init_header(&p, uid);
+  set_timestamp(&p, boottime_ns);
+  p.data_case = PERFETTO__PROTOS__TRACE_PACKET__DATA_CLONE_SNAPSHOT_TRIGGER;
+  p.clone_snapshot_trigger = &t;
   return finish(&p, 0, NULL, 0, out);
 }
 

@@ -37,6 +37,8 @@ enum tr_trace_writer_event {
   TR_TW_READ_TRACING_BUFFERS_COMPLETED = 4,
   TR_TW_TRACING_DISABLED = 5,
   TR_TW_FLUSH_STARTED = 9,
+  TR_TW_CLONE_STARTED = 10, /* in a clone: when the clone began (its flush was asked) */
+  TR_TW_BUFFER_CLONED = 11, /* in a clone: a buffer copied; written by tr_trace_writer_buffer_cloned */
 };
 
 void tr_trace_writer_buf_free(tr_trace_writer_buf *b);
@@ -69,6 +71,15 @@ struct tr_trace_writer_trigger {
 };
 int tr_trace_writer_trigger(int32_t uid, uint64_t boottime_ns,
                             const struct tr_trace_writer_trigger *t, tr_trace_writer_buf *out);
+/* buffer_cloned = buffer (the index of the buffer in the config), as traced writes it into a
+ * clone for each buffer it copied. */
+int tr_trace_writer_buffer_cloned(int32_t uid, uint64_t boottime_ns, uint32_t buffer,
+                                  tr_trace_writer_buf *out);
+/* clone_snapshot_trigger: the CLONE_SNAPSHOT trigger a clone was taken for (CloneSession's
+ * clone_trigger_* fields), at the trigger's time. */
+int tr_trace_writer_clone_trigger(int32_t uid, uint64_t boottime_ns, const char *trigger_name,
+                                  const char *producer_name, int32_t producer_uid,
+                                  uint64_t delay_ms, tr_trace_writer_buf *out);
 /* The service's own track (a TrackDescriptor named "tracerelay service", uuid
  * TR_TRACE_WRITER_SERVICE_TRACK_UUID). Write a track before its events. */
 #define TR_TRACE_WRITER_SERVICE_TRACK_UUID 0x7472616365726c79ull /* "tracerly" */

@@ -13,7 +13,11 @@
  * machine_id and sequence ids unique across hosts. Also, with sessions driven directly: a
  * flush that a silent or disconnected host does not answer fails at its timeout and counts
  * that host only; a host that reconnects as the same agent keeps its instances, a restarted
- * agent is set up again; chunks for unknown buffers are counted; config errors are clear. */
+ * agent is set up again; chunks for unknown buffers are counted; config errors are clear.
+ * CloneSession: the CLI's `--clone-by-name live` (consumer-clone) of a session enabled with
+ * the CLI's bytes (consumer-clone-source) gets traced's reply fields and a trace holding both
+ * hosts' packets with traced's uuid rule and clone events, while the source goes on; a second
+ * session of the same unique_session_name is refused in traced's words. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -32,6 +37,7 @@
 #include "perfetto/trace/trace.pb-c.h"
 #include "relay/base/fnv1a.h"
 #include "relay/producer/ipc_frame.h"
+#include "relay/producer/unix_fds.h"
 #include "relay/base/tr_error.h"
 #include "relay/base/varint.h"
 #include "service/consumer_port.h"
@@ -499,7 +505,9 @@ static void on_done(uv_async_t *a) {
   tr_consumer_port_close(&port, NULL);
 }
 
-static void replay(const char *capture) {
+/* The service with the two fake hosts (offering desc) on a loop of its own, client on its own
+ * thread until it is done, then the service freed; the host table stays for the checks. */
+static void run_client(void *(*client)(void *)) {
   uv_loop_t loop;
   pthread_t th;
   uv_loop_init(&loop);
@@ -507,21 +515,25 @@ static void replay(const char *capture) {
   uv_idle_init(&loop, &pump);
   uv_async_init(&loop, &done_async, on_done);
   desc.name = "track_event";
-  desc.has_no_flush = 1;
-  desc.no_flush = 0;
+  setups_seen = 0;
   make_host(0, "web-1");
   make_host(1, "web-2");
   snprintf(sock_path, sizeof sock_path, "/tmp/tr-consumer-%d.sock", (int)getpid());
   assert_int_equal(tr_consumer_port_start(&port, &svc, sock_path, 0600), 0);
-
-  memset(&result, 0, sizeof result);
-  capture_name = capture;
-  assert_int_equal(pthread_create(&th, NULL, client_main, NULL), 0);
+  assert_int_equal(pthread_create(&th, NULL, client, NULL), 0);
   uv_run(&loop, UV_RUN_DEFAULT);
   pthread_join(th, NULL);
   tr_session_service_free(&svc);
   uv_run(&loop, UV_RUN_DEFAULT); /* session timers close */
   assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void replay(const char *capture) {
+  desc.has_no_flush = 1;
+  desc.no_flush = 0;
+  memset(&result, 0, sizeof result);
+  capture_name = capture;
+  run_client(client_main);
 
   assert_true(result.read_replies >= 2); /* > 32 KiB of data: several has_more replies */
   check_trace(&result); /* reads the hosts' machine ids */
@@ -568,6 +580,194 @@ static void invoke(int fd, uint64_t req, uint32_t method, const ProtobufCMessage
   assert_int_equal(tr_ipc_frame_encode(&f, &out, &out_len), 0);
   assert_int_equal(write(fd, out, out_len), (ssize_t)out_len);
   free(out);
+}
+
+/* ---- CloneSession: the CLI's `--clone-by-name live` (consumer-clone) of a live session
+ * enabled with the CLI's own bytes (consumer-clone-source) ---- */
+
+static int connect_port(void) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  return fd;
+}
+
+/* Sends frame i of fr, with an fd on the same sendmsg when fd >= 0 (as the CLI sends its -o
+ * file with CloneSession). */
+static void send_frame(int sock, const frames *fr, size_t i, int fd) {
+  assert_int_equal(tr_unix_fds_send(sock, fr->raw[i], fr->len[i], fd, 0), (ssize_t)fr->len[i]);
+}
+
+static void bind_port(int sock, const frames *req, const frames *rec) {
+  uint8_t *raw = NULL;
+  size_t raw_len;
+  send_frame(sock, req, 0, -1);
+  tr_ipc_frame_free(read_frame(sock, &raw, &raw_len));
+  assert_int_equal(raw_len + 4, rec->len[0]);
+  assert_memory_equal(raw, rec->raw[0] + 4, raw_len); /* byte-identical to traced's */
+  free(raw);
+}
+
+/* ReadBuffers on sock (request req) into r. */
+static void read_all(int sock, uint64_t req, client_result *r) {
+  uint8_t *packet = NULL;
+  size_t packet_len = 0;
+  invoke(sock, req, 3, NULL);
+  tr_ipc_frame_free(wait_reply(sock, r, req, 0, req, &packet, &packet_len));
+  assert_int_equal(packet_len, 0);
+  free(packet);
+}
+
+/* The trace's uuid, and how many of each service event it has (by oneof case). */
+static void trace_facts(const client_result *r, int64_t uuid[2], size_t events[16],
+                        const char **unique_name) {
+  static char name[64];
+  Perfetto__Protos__Trace *t = perfetto__protos__trace__unpack(NULL, r->trace_len, r->trace);
+  assert_non_null(t);
+  memset(events, 0, 16 * sizeof *events);
+  for (size_t i = 0; i < t->n_packet; i++) {
+    Perfetto__Protos__TracePacket *p = t->packet[i];
+    if (p->data_case == PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACE_UUID) {
+      uuid[0] = p->trace_uuid->msb;
+      uuid[1] = p->trace_uuid->lsb;
+    }
+    if (p->data_case == PERFETTO__PROTOS__TRACE_PACKET__DATA_SERVICE_EVENT) {
+      assert_true(p->service_event->event_type_case < 16);
+      events[p->service_event->event_type_case]++;
+      if (p->service_event->event_type_case ==
+          PERFETTO__PROTOS__TRACING_SERVICE_EVENT__EVENT_TYPE_BUFFER_CLONED)
+        assert_int_equal(p->service_event->buffer_cloned, 0);
+    }
+    if (p->data_case == PERFETTO__PROTOS__TRACE_PACKET__DATA_TRACE_CONFIG)
+      snprintf(name, sizeof name, "%s",
+               p->trace_config->unique_session_name ? p->trace_config->unique_session_name : "");
+  }
+  *unique_name = name;
+  perfetto__protos__trace__free_unpacked(t, NULL);
+}
+
+static client_result clone_result, source_result;
+
+static void *clone_client(void *arg) {
+  frames src_req, src_rec, req, rec;
+  (void)arg;
+  load("consumer-clone-source", "to-service", &src_req);
+  load("consumer-clone-source", "to-consumer", &src_rec);
+  load("consumer-clone", "to-service", &req);
+  load("consumer-clone", "to-consumer", &rec);
+
+  /* The source: the CLI's EnableTracing of {duration_ms 8000, unique_session_name "live"}. */
+  int src = connect_port();
+  bind_port(src, &src_req, &src_rec);
+  send_frame(src, &src_req, 1, -1);
+  while (setups_seen < 2 || queue_len > 0) /* both hosts set up; their chunks committed */
+    usleep(1000);
+
+  /* A second session of that name: refused in traced's words. */
+  int dup = connect_port();
+  bind_port(dup, &src_req, &src_rec);
+  send_frame(dup, &src_req, 1, -1);
+  IPCFrame *f = read_frame(dup, NULL, NULL);
+  Perfetto__Protos__EnableTracingResponse *e = perfetto__protos__enable_tracing_response__unpack(
+      NULL, f->msg_invoke_method_reply->reply_proto.len,
+      f->msg_invoke_method_reply->reply_proto.data);
+  assert_non_null(e);
+  assert_string_equal(e->error, "A trace with this unique session name (live) already exists");
+  perfetto__protos__enable_tracing_response__free_unpacked(e, NULL);
+  tr_ipc_frame_free(f);
+  close(dup);
+
+  /* The clone: the CLI's bytes, its -o file riding on CloneSession's sendmsg. */
+  char path[] = "/tmp/tr-clone-out-XXXXXX";
+  int out = mkstemp(path);
+  assert_true(out >= 0);
+  int sock = connect_port();
+  bind_port(sock, &req, &rec);
+  assert_int_equal(req.f[1]->msg_invoke_method->method_id, 15);
+  send_frame(sock, &req, 1, out);
+  f = read_frame(sock, NULL, NULL);
+  assert_true(f->msg_invoke_method_reply->success);
+  Perfetto__Protos__CloneSessionResponse *cl = perfetto__protos__clone_session_response__unpack(
+      NULL, f->msg_invoke_method_reply->reply_proto.len,
+      f->msg_invoke_method_reply->reply_proto.data);
+  Perfetto__Protos__CloneSessionResponse *want = perfetto__protos__clone_session_response__unpack(
+      NULL, rec.f[1]->msg_invoke_method_reply->reply_proto.len,
+      rec.f[1]->msg_invoke_method_reply->reply_proto.data);
+  assert_non_null(cl);
+  assert_non_null(want);
+  /* traced's fields, all of them: success, error "", uuid, was_write_into_file false */
+  assert_true(cl->has_success && cl->success);
+  assert_string_equal(cl->error, want->error);
+  assert_true(cl->has_uuid_msb && cl->has_uuid_lsb);
+  assert_int_equal(cl->has_was_write_into_file, want->has_was_write_into_file);
+  assert_int_equal(cl->was_write_into_file, want->was_write_into_file);
+  int64_t reply_uuid[2] = {cl->uuid_msb, cl->uuid_lsb};
+  perfetto__protos__clone_session_response__free_unpacked(cl, NULL);
+  perfetto__protos__clone_session_response__free_unpacked(want, NULL);
+  tr_ipc_frame_free(f);
+  read_all(sock, req.f[2]->request_id, &clone_result); /* the CLI's ReadBuffers */
+  close(sock);
+  struct stat st;
+  assert_int_equal(fstat(out, &st), 0);
+  assert_int_equal(st.st_size, 0); /* read over the socket, never into the file */
+  close(out);
+  unlink(path);
+
+  /* The source went on: stopped now, it reads whole. */
+  invoke(src, 40, 2, NULL); /* DisableTracing */
+  uint8_t *packet = NULL;
+  size_t packet_len = 0;
+  tr_ipc_frame_free(wait_reply(src, &source_result, 40, 0, 0, &packet, &packet_len));
+  f = wait_reply(src, &source_result, src_req.f[1]->request_id, 0, 0, &packet, &packet_len);
+  expect_disabled(f);
+  tr_ipc_frame_free(f);
+  free(packet);
+  read_all(src, 41, &source_result);
+  close(src);
+
+  int64_t clone_uuid[2], source_uuid[2];
+  size_t clone_ev[16], source_ev[16];
+  const char *name;
+  trace_facts(&clone_result, clone_uuid, clone_ev, &name);
+  assert_string_equal(name, "live");
+  assert_memory_equal(clone_uuid, reply_uuid, sizeof clone_uuid);
+  trace_facts(&source_result, source_uuid, source_ev, &name);
+  assert_int_equal(clone_uuid[1], source_uuid[1]); /* traced's rule: the source's lsb */
+  assert_true(clone_uuid[0] != source_uuid[0]);    /* a new msb */
+  enum { STARTED = 2, FLUSHED = 3, DISABLED = 5, FLUSH_STARTED = 9, CLONE = 10, BUF = 11 };
+  assert_int_equal(clone_ev[STARTED], 1);
+  assert_int_equal(clone_ev[FLUSH_STARTED], 1);
+  assert_int_equal(clone_ev[FLUSHED], 1);
+  assert_int_equal(clone_ev[CLONE], 1);
+  assert_int_equal(clone_ev[BUF], 1);
+  assert_int_equal(clone_ev[DISABLED], 1);
+  assert_int_equal(source_ev[CLONE] + source_ev[BUF], 0);
+  assert_int_equal(source_ev[FLUSH_STARTED], 1); /* the clone's flush is the source's too */
+  assert_int_equal(source_ev[FLUSHED], 1);
+
+  free_frames(&src_req);
+  free_frames(&src_rec);
+  free_frames(&req);
+  free_frames(&rec);
+  uv_async_send(&done_async);
+  return NULL;
+}
+
+static void test_clone(void **state) {
+  (void)state;
+  desc.has_no_flush = 1;
+  desc.no_flush = 0;
+  memset(&clone_result, 0, sizeof clone_result);
+  memset(&source_result, 0, sizeof source_result);
+  run_client(clone_client);
+  /* Both read as a stopped session does: every packet of both hosts, their anchors, system
+   * infos and stats. */
+  check_trace(&clone_result);
+  check_trace(&source_result);
+  free(clone_result.trace);
+  free(source_result.trace);
+  tr_hosts_free(host_table);
 }
 
 static void *query_client(void *arg) {
@@ -620,18 +820,20 @@ static void *query_client(void *arg) {
       NULL, f->msg_invoke_method_reply->reply_proto.len, f->msg_invoke_method_reply->reply_proto.data);
   assert_non_null(c);
   assert_true(c->capabilities->has_query_capabilities);
-  assert_int_equal(c->capabilities->n_observable_events, 2);
+  assert_int_equal(c->capabilities->n_observable_events, 3); /* CLONE_TRIGGER_HIT too */
+  assert_true(c->capabilities->has_has_clone_session);
+  assert_true(c->capabilities->has_clone_session);
   perfetto__protos__query_capabilities_response__free_unpacked(c, NULL);
   tr_ipc_frame_free(f);
 
-  /* CloneSession: a clean failure inside a successful reply. */
+  /* CloneSession of no session: a clean failure inside a successful reply, in traced's words. */
   invoke(fd, 4, 15, NULL);
   f = read_frame(fd, NULL, NULL);
   Perfetto__Protos__CloneSessionResponse *cl = perfetto__protos__clone_session_response__unpack(
       NULL, f->msg_invoke_method_reply->reply_proto.len, f->msg_invoke_method_reply->reply_proto.data);
   assert_non_null(cl);
   assert_false(cl->success);
-  assert_non_null(cl->error);
+  assert_string_equal(cl->error, "Tracing session not found");
   perfetto__protos__clone_session_response__free_unpacked(cl, NULL);
   tr_ipc_frame_free(f);
 
@@ -652,28 +854,13 @@ static void *query_client(void *arg) {
 }
 
 static void test_query_methods(void **state) {
-  uv_loop_t loop;
-  pthread_t th;
   (void)state;
-  uv_loop_init(&loop);
-  service_init(&loop);
-  uv_idle_init(&loop, &pump);
-  uv_async_init(&loop, &done_async, on_done);
-  desc.name = "track_event";
   static uint8_t big_descriptor[40000]; /* an SDK app's many categories */
   desc.has_track_event_descriptor_raw = 1;
   desc.track_event_descriptor_raw = (ProtobufCBinaryData){sizeof big_descriptor, big_descriptor};
-  make_host(0, "web-1");
-  make_host(1, "web-2");
-  snprintf(sock_path, sizeof sock_path, "/tmp/tr-consumer-%d.sock", (int)getpid());
-  assert_int_equal(tr_consumer_port_start(&port, &svc, sock_path, 0600), 0);
-  assert_int_equal(pthread_create(&th, NULL, query_client, NULL), 0);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  pthread_join(th, NULL);
+  run_client(query_client);
   desc.has_track_event_descriptor_raw = 0;
   desc.track_event_descriptor_raw = (ProtobufCBinaryData){0, NULL};
-  tr_session_service_free(&svc);
-  assert_int_equal(uv_loop_close(&loop), 0);
   tr_hosts_free(host_table);
 }
 
@@ -743,7 +930,7 @@ static void test_flush_timeout_and_host_loss(void **state) {
   cfg.buffers = bufs;
   cfg.n_data_sources = 1;
   cfg.data_sources = dss;
-  tr_session_observer obs = {NULL, NULL, on_session_end};
+  tr_session_observer obs = {NULL, NULL, on_session_end, NULL};
   assert_int_equal(tr_session_enable(&svc, 0, &cfg, -1, &obs, NULL, &s, err, sizeof err), 0);
   uv_run(&loop, UV_RUN_NOWAIT);
   assert_int_equal(setups_seen, 2);
@@ -856,6 +1043,7 @@ int main(void) {
       cmocka_unit_test(test_cli_relay),
       cmocka_unit_test(test_sdk),
       cmocka_unit_test(test_query_methods),
+      cmocka_unit_test(test_clone),
       cmocka_unit_test(test_flush_timeout_and_host_loss),
       cmocka_unit_test(test_config_errors),
   };

@@ -92,7 +92,14 @@ static void on_end(void *ud, const char *error) {
   fx_observed.ended++;
 }
 
-const tr_session_observer fx_observer = {on_instance, on_all_started, on_end};
+static void on_clone_trigger_hit(void *ud, const struct tr_session_clone_trigger *t) {
+  (void)ud;
+  fx_observed.clone_triggers++;
+  fx_observed.clone_trigger_session = t->session_id;
+}
+
+const tr_session_observer fx_observer = {on_instance, on_all_started, on_end,
+                                         on_clone_trigger_hit};
 
 /* ---- service, hosts, config ---- */
 

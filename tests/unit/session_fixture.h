@@ -49,6 +49,8 @@ extern int64_t fx_ack_arrived_ns;
 /* What the session told its consumer. */
 struct fx_observed {
   size_t instances_set_up, instances_started, all_started, ended;
+  size_t clone_triggers;           /* CLONE_SNAPSHOT hits told */
+  uint64_t clone_trigger_session;  /* the session the last one named */
 };
 extern struct fx_observed fx_observed;
 extern const tr_session_observer fx_observer; /* counts into fx_observed */

@@ -724,6 +724,142 @@ static void test_sequence_ids(void **state) {
   assert_int_equal(tr_tbuf_seqids_new(0, &m), TR_ERR_INVAL);
 }
 
+/* ---- tr_tbuf_clone: one test per invariant of the copy ---- */
+
+/* Both passes (non-final, then final) of a and of b yield the same packets. */
+static void assert_same_reads(tr_tbuf *a, tr_tbuf *b) {
+  struct got ga[64], gb[64];
+  for (int final = 0; final < 2; final++) {
+    size_t na = read_pass(a, final, ga, 64), nb = read_pass(b, final, gb, 64);
+    assert_int_equal(na, nb);
+    for (size_t i = 0; i < na; i++) {
+      assert_int_equal(ga[i].marker, gb[i].marker);
+      assert_int_equal(ga[i].len, gb[i].len);
+      assert_int_equal(ga[i].producer, gb[i].producer);
+      assert_int_equal(ga[i].writer, gb[i].writer);
+      assert_int_equal(ga[i].dropped, gb[i].dropped);
+    }
+  }
+}
+
+/* The copy yields exactly what the source would, across a wrapped ring and several sequences,
+ * and carries its stats. */
+static void test_clone_reads_as_source(void **state) {
+  (void)state;
+  tr_tbuf *b = new_buf(1024, TR_TBUF_RING_BUFFER);
+  for (uint32_t id = 0; id < 12; id++) /* 128-byte records: the ring wraps, chunks are lost */
+    assert_int_equal(put_one(b, 1 + id % 3, 1, id / 3, (uint8_t)(10 + id)), 0);
+  tr_tbuf *c = NULL;
+  assert_int_equal(tr_tbuf_clone(b, &c), 0);
+  tr_tbuf_stats sb = stats(b), sc = stats(c);
+  assert_memory_equal(&sb, &sc, sizeof sb);
+  assert_true(sb.chunks_overwritten > 0);
+  assert_same_reads(b, c);
+  sb = stats(b);
+  sc = stats(c);
+  assert_memory_equal(&sb, &sc, sizeof sb);
+  tr_tbuf_free(b);
+  tr_tbuf_free(c);
+}
+
+/* Neither sees what is written to or read from the other after the copy. */
+static void test_clone_independent(void **state) {
+  (void)state;
+  tr_tbuf *b = new_buf(4096, TR_TBUF_RING_BUFFER);
+  assert_int_equal(put_one(b, 1, 1, 0, 1), 0);
+  assert_int_equal(put_one(b, 1, 1, 1, 2), 0);
+  tr_tbuf *c = NULL;
+  assert_int_equal(tr_tbuf_clone(b, &c), 0);
+  assert_int_equal(put_one(b, 1, 1, 2, 3), 0); /* the source goes on */
+  struct got g[8];
+  assert_int_equal(read_pass(c, true, g, 8), 2);
+  assert_int_equal(g[0].marker, 1);
+  assert_int_equal(g[1].marker, 2);
+  assert_int_equal(read_pass(c, true, g, 8), 0); /* the copy is empty after its final read */
+  assert_int_equal(read_pass(b, false, g, 8), 3); /* the source still has all of its own */
+  assert_int_equal(g[2].marker, 3);
+  assert_int_equal(stats(c).chunks_written, 2);
+  assert_int_equal(stats(b).chunks_written, 3);
+  tr_tbuf_free(b);
+  tr_tbuf_free(c);
+}
+
+/* The copy goes on from where the source's reading stopped: packets already read are not
+ * read again, and a loss not yet reported is reported on the copy's next packet too. */
+static void test_clone_keeps_read_position_and_loss(void **state) {
+  (void)state;
+  tr_tbuf *b = new_buf(4096, TR_TBUF_RING_BUFFER);
+  struct cb c0 = {0};
+  add_packet(&c0, 1, 3);
+  add_packet(&c0, 2, 3);
+  assert_int_equal(put(b, 1, 1, 0, 0, &c0), 0);
+  tr_tbuf_packet p;
+  assert_int_equal(tr_tbuf_read_packet(b, false, &p), 1); /* marker 1, mid-chunk */
+  assert_int_equal(put_one(b, 1, 1, 2, 3), 0);            /* chunk 1 never came: a gap */
+  tr_tbuf *c = NULL;
+  assert_int_equal(tr_tbuf_clone(b, &c), 0);
+  struct got g[4];
+  assert_int_equal(read_pass(c, false, g, 4), 2);
+  assert_int_equal(g[0].marker, 2);
+  assert_int_equal(g[0].dropped, 0);
+  assert_int_equal(g[1].marker, 3);
+  assert_int_equal(g[1].dropped, LOSS(TR_TBUF_LOSS_READ_GAP));
+  struct got gs[4]; /* the source, read on by itself, yields the same */
+  assert_int_equal(read_pass(b, false, gs, 4), 2);
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(gs[i].marker, g[i].marker);
+    assert_int_equal(gs[i].dropped, g[i].dropped);
+  }
+  tr_tbuf_free(b);
+  tr_tbuf_free(c);
+}
+
+/* A packet waiting in the source for its next chunk waits in the copy too, and the copy's final
+ * read gives it up and counts it as the source's would. */
+static void test_clone_pending_span(void **state) {
+  (void)state;
+  tr_tbuf *b = new_buf(4096, TR_TBUF_RING_BUFFER);
+  uint8_t big[160];
+  struct cb c0 = {0};
+  make_packet(big, 7, 100);
+  add_packet(&c0, 1, 3);
+  add_frag(&c0, big, 40);
+  assert_int_equal(put(b, 1, 1, 0, LAST, &c0), 0);
+  tr_tbuf *c = NULL;
+  assert_int_equal(tr_tbuf_clone(b, &c), 0);
+  struct got g[4];
+  assert_int_equal(read_pass(c, false, g, 4), 1);
+  assert_int_equal(g[0].marker, 1);
+  assert_int_equal(read_pass(c, true, g, 4), 0);
+  assert_int_equal(stats(c).packets_lost_in_gaps, 1);
+  assert_int_equal(stats(b).packets_lost_in_gaps, 0);
+  assert_int_equal(read_pass(b, false, g, 4), 1);
+  assert_int_equal(read_pass(b, true, g, 4), 0);
+  assert_int_equal(stats(b).packets_lost_in_gaps, 1);
+  tr_tbuf_free(b);
+  tr_tbuf_free(c);
+}
+
+/* An empty buffer copies to an empty buffer of the same size and policy (a DISCARD copy that
+ * was full stays full). */
+static void test_clone_empty_and_discarding(void **state) {
+  (void)state;
+  tr_tbuf *b = new_buf(512, TR_TBUF_DISCARD), *c = NULL;
+  assert_int_equal(tr_tbuf_clone(b, &c), 0);
+  struct got g[8];
+  assert_int_equal(read_pass(c, true, g, 8), 0);
+  assert_int_equal(stats(c).buffer_size, 512);
+  tr_tbuf_free(c);
+  for (uint32_t id = 0; id < 6; id++) /* 4 records of 128 bytes fill it */
+    (void)put_one(b, 1, 1, id, (uint8_t)id);
+  assert_int_equal(stats(b).chunks_discarded, 2);
+  assert_int_equal(tr_tbuf_clone(b, &c), 0);
+  assert_int_equal(read_pass(c, true, g, 8), 4);
+  assert_int_equal(put_one(c, 1, 1, 9, 9), TR_ERR_FULL);
+  tr_tbuf_free(b);
+  tr_tbuf_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ring_wrap_overwrite),
@@ -743,6 +879,11 @@ int main(void) {
       cmocka_unit_test(test_invalid_packets_rejected),
       cmocka_unit_test(test_abi_violation_in_chunk),
       cmocka_unit_test(test_sequence_ids),
+      cmocka_unit_test(test_clone_reads_as_source),
+      cmocka_unit_test(test_clone_independent),
+      cmocka_unit_test(test_clone_keeps_read_position_and_loss),
+      cmocka_unit_test(test_clone_pending_span),
+      cmocka_unit_test(test_clone_empty_and_discarding),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

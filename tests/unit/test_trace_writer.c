@@ -127,6 +127,7 @@ static void test_service_events(void **state) {
       {TR_TW_TRACING_DISABLED, PERFETTO__PROTOS__TRACING_SERVICE_EVENT__EVENT_TYPE_TRACING_DISABLED},
       {TR_TW_READ_TRACING_BUFFERS_COMPLETED,
        PERFETTO__PROTOS__TRACING_SERVICE_EVENT__EVENT_TYPE_READ_TRACING_BUFFERS_COMPLETED},
+      {TR_TW_CLONE_STARTED, PERFETTO__PROTOS__TRACING_SERVICE_EVENT__EVENT_TYPE_CLONE_STARTED},
   };
   (void)state;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -139,6 +140,32 @@ static void test_service_events(void **state) {
     assert_true(p->service_event->tracing_started); /* the oneof's bool is true */
     perfetto__protos__trace_packet__free_unpacked(p, NULL);
   }
+}
+
+/* What a clone carries of its cloning: buffer_cloned with the buffer's index, and the
+ * CLONE_SNAPSHOT trigger it was taken for, as traced writes them. */
+static void test_clone_packets(void **state) {
+  (void)state;
+  tr_trace_writer_buf b;
+  assert_int_equal(tr_trace_writer_buffer_cloned(5, 777, 3, &b), 0);
+  Packet *p = decode(&b);
+  check_service_header(p, 5);
+  assert_int_equal(p->timestamp, 777);
+  assert_int_equal(p->service_event->event_type_case,
+                   PERFETTO__PROTOS__TRACING_SERVICE_EVENT__EVENT_TYPE_BUFFER_CLONED);
+  assert_int_equal(p->service_event->buffer_cloned, 3);
+  perfetto__protos__trace_packet__free_unpacked(p, NULL);
+
+  assert_int_equal(tr_trace_writer_clone_trigger(5, 888, "snap", "app", 1000, 250, &b), 0);
+  p = decode(&b);
+  check_service_header(p, 5);
+  assert_int_equal(p->timestamp, 888);
+  assert_int_equal(p->data_case, PERFETTO__PROTOS__TRACE_PACKET__DATA_CLONE_SNAPSHOT_TRIGGER);
+  assert_string_equal(p->clone_snapshot_trigger->trigger_name, "snap");
+  assert_string_equal(p->clone_snapshot_trigger->producer_name, "app");
+  assert_int_equal(p->clone_snapshot_trigger->trusted_producer_uid, 1000);
+  assert_int_equal(p->clone_snapshot_trigger->stop_delay_ms, 250);
+  perfetto__protos__trace_packet__free_unpacked(p, NULL);
 }
 
 /* The service's track and an instant on it: what the UI shows as "host web-2 disconnected". */
@@ -268,6 +295,7 @@ int main(void) {
       cmocka_unit_test(test_trace_config_keeps_unknown_fields),
       cmocka_unit_test(test_system_info),
       cmocka_unit_test(test_service_events),
+      cmocka_unit_test(test_clone_packets),
       cmocka_unit_test(test_service_track_and_instant),
       cmocka_unit_test(test_host_tracks_and_counter),
       cmocka_unit_test(test_clock_anchor),

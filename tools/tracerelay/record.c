@@ -30,6 +30,7 @@ static void on_stop_signal(int sig) {
 void cmd_record_usage(FILE *out) {
   fputs(
       "usage: tracerelay record [--socket PATH] [-c CONFIG] [flags] -o OUT.pftrace\n"
+      "       tracerelay record [--socket PATH] --clone ID | --clone-by-name NAME -o OUT.pftrace\n"
       "\n"
       "Starts a tracing session on a tracerelay service (or Perfetto's traced), waits until it\n"
       "ends (its duration, or Ctrl-C), and writes the trace to OUT. Ctrl-C or SIGTERM flushes\n"
@@ -72,6 +73,13 @@ void cmd_record_usage(FILE *out) {
       "                        nothing of it for this long (default 30s; 0 = wait as long as\n"
       "                        the connection is open). A root with thousands of hosts on a\n"
       "                        busy machine can take longer between replies\n"
+      "      --clone ID        snapshot of the live session ID (as perfetto --clone): the service\n"
+      "                        flushes every host, copies the session's buffers and record\n"
+      "                        writes the copy to -o at once; the session goes on. Takes no\n"
+      "                        config nor session flags. IDs: tracerelay status, perfetto\n"
+      "                        --query\n"
+      "      --clone-by-name NAME  likewise for the session whose config set\n"
+      "                        unique_session_name NAME\n"
       "  -h, --help            this text\n"
       "\n"
       "On a terminal, a status line shows the elapsed time, the bytes in the central buffers\n"
@@ -85,6 +93,7 @@ void cmd_record_usage(FILE *out) {
       "  tracerelay record -c config.pbtxt -o cluster.pftrace\n"
       "  tracerelay record --data-source track_event -t 10s -b 64mb -o out.pftrace\n"
       "  tracerelay record -c config.pbtxt --machines web-3,web-4 --discard -o web.pftrace\n"
+      "  tracerelay record --clone-by-name live -o snapshot.pftrace\n"
       "  ssh -L /tmp/relay.sock:/run/tracerelay/consumer.sock device &\n"
       "  tracerelay record --socket /tmp/relay.sock -c config.pbtxt -o device.pftrace\n",
       out);
@@ -102,6 +111,8 @@ enum long_only {
   OPT_TXT,
   OPT_STRICT,
   OPT_READ_TIMEOUT,
+  OPT_CLONE,
+  OPT_CLONE_BY_NAME,
 };
 
 struct options {
@@ -113,6 +124,10 @@ struct options {
   bool txt;
   bool strict;
   int64_t read_timeout_ms;
+  bool clone_by_id;
+  uint64_t clone_id;
+  const char *clone_name;
+  bool session_flags; /* a flag that shapes a new session (not for --clone) */
   record_overrides over;
   const char *data_sources[MAX_DATA_SOURCES];
 };
@@ -149,6 +164,8 @@ static int parse_options(int argc, char **argv, struct options *o) {
       {"txt", no_argument, NULL, OPT_TXT},
       {"strict", no_argument, NULL, OPT_STRICT},
       {"read-timeout", required_argument, NULL, OPT_READ_TIMEOUT},
+      {"clone", required_argument, NULL, OPT_CLONE},
+      {"clone-by-name", required_argument, NULL, OPT_CLONE_BY_NAME},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -161,6 +178,10 @@ static int parse_options(int argc, char **argv, struct options *o) {
   opterr = 0;
   optind = 1;
   while ((opt = getopt_long(argc, argv, ":c:o:t:b:h", longopts, NULL)) != -1) {
+    o->session_flags |= opt == 'c' || opt == 't' || opt == 'b' || opt == OPT_RING ||
+                        opt == OPT_DISCARD || opt == OPT_DATA_SOURCE || opt == OPT_MACHINES ||
+                        opt == OPT_FLUSH_PERIOD || opt == OPT_DRY_RUN || opt == OPT_TXT ||
+                        opt == OPT_STRICT;
     switch (opt) {
     case 'c': o->config_path = optarg; break;
     case 'o': o->out_path = optarg; break;
@@ -200,6 +221,20 @@ static int parse_options(int argc, char **argv, struct options *o) {
         return usage_error("bad duration '%s' for --read-timeout (examples: 30s, 5m; 0: none)",
                            optarg);
       break;
+    case OPT_CLONE: {
+      char *end;
+      errno = 0;
+      o->clone_id = strtoull(optarg, &end, 10);
+      if (errno || end == optarg || *end || optarg[0] == '-')
+        return usage_error("bad session id '%s' for --clone", optarg);
+      o->clone_by_id = true;
+      break;
+    }
+    case OPT_CLONE_BY_NAME:
+      if (!optarg[0])
+        return usage_error("%s--clone-by-name needs a session name", "");
+      o->clone_name = optarg;
+      break;
     case 'h': cmd_record_usage(stdout); return 0;
     case ':': return usage_error("%s needs a value", argv[optind - 1]);
     default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -207,6 +242,12 @@ static int parse_options(int argc, char **argv, struct options *o) {
   }
   if (optind < argc)
     return usage_error("unexpected argument '%s'", argv[optind]);
+  if (o->clone_by_id && o->clone_name)
+    return usage_error("%s--clone and --clone-by-name: give one", "");
+  if ((o->clone_by_id || o->clone_name) && o->session_flags)
+    return usage_error("%s--clone reads a live session: no config nor session flags", "");
+  if ((o->clone_by_id || o->clone_name) && !o->out_path)
+    return usage_error("%s--clone needs -o FILE", "");
   return -1;
 }
 
@@ -292,7 +333,7 @@ static int finish_output(int fd, const char *path, int status,
                       "bytes): a partial trace\n", path, (long long)st.st_size);
     return status;
   }
-  bool untriggered = status == 0 && cfg->trigger_config && cfg->trigger_config->n_triggers > 0;
+  bool untriggered = status == 0 && cfg && cfg->trigger_config && cfg->trigger_config->n_triggers > 0;
   const char *why = untriggered ? "no trigger came within trigger_timeout_ms, so the session "
                                   "ended with no data (as traced ends it)"
                                 : "no trace data was received";
@@ -303,11 +344,38 @@ static int finish_output(int fd, const char *path, int status,
   return untriggered ? 0 : status ? status : 1;
 }
 
+/* --clone, --clone-by-name: CloneSession of a live session into -o. */
+static int record_clone(const struct options *o) {
+  Perfetto__Protos__TraceConfig none = PERFETTO__PROTOS__TRACE_CONFIG__INIT;
+  struct output out = {.path = o->out_path, .fd = -1};
+  install_signal_handlers();
+  record_session s = {
+      .socket_path = o->socket_path,
+      .config = &none,
+      .out_path = strcmp(o->out_path, "-") == 0 ? "<stdout>" : o->out_path,
+      .open_output = open_output,
+      .output_ctx = &out,
+      .stop_requests = &stop_requests,
+      .progress_lines = o->progress,
+      .read_idle_ms = o->read_timeout_ms,
+      .clone = true,
+      .clone_by_id = o->clone_by_id,
+      .clone_id = o->clone_id,
+      .clone_name = o->clone_name,
+  };
+  int status = record_session_run(&s);
+  if (out.fd >= 0)
+    status = finish_output(out.fd, o->out_path, status, NULL);
+  return status;
+}
+
 int cmd_record(int argc, char **argv) {
   struct options o = {0};
   int status = parse_options(argc, argv, &o);
   if (status >= 0)
     return status;
+  if (o.clone_by_id || o.clone_name)
+    return record_clone(&o);
   Perfetto__Protos__TraceConfig *cfg = build_config(&o);
   if (!cfg)
     return 1;

@@ -378,6 +378,58 @@ static void print_summary(const run *r, bool service_wrote) {
   fputs("\n", stderr);
 }
 
+/* CloneSession, with the output attached as the perfetto CLI does; 0 once the service made
+ * the clone, else 1 after saying why. */
+static int clone_session(run *r) {
+  const record_session *s = r->s;
+  Perfetto__Protos__CloneSessionRequest req = PERFETTO__PROTOS__CLONE_SESSION_REQUEST__INIT;
+  char what[96];
+  uint64_t id;
+  if (s->clone_by_id) {
+    req.selector_case = PERFETTO__PROTOS__CLONE_SESSION_REQUEST__SELECTOR_SESSION_ID;
+    req.session_id = s->clone_id;
+    snprintf(what, sizeof what, "%llu", (unsigned long long)s->clone_id);
+  } else {
+    req.selector_case = PERFETTO__PROTOS__CLONE_SESSION_REQUEST__SELECTOR_UNIQUE_SESSION_NAME;
+    req.unique_session_name = (char *)s->clone_name;
+    snprintf(what, sizeof what, "\"%.80s\"", s->clone_name);
+  }
+  req.has_skip_trace_filter = req.has_for_bugreport = 1;
+  int rc = invoke(r, "CloneSession", &req.base, r->out_fd, &id);
+  if (rc < 0)
+    return invoke_failed(r, "CloneSession", rc);
+  for (;;) {
+    IPCFrame *f = NULL;
+    if (*s->stop_requests)
+      return errorf(r, "interrupted while the session was being cloned");
+    if ((rc = recv_frame(r, &f)) > 0)
+      return 1;
+    if (rc < 0)
+      continue;
+    const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep = reply_to(f, id);
+    if (!rep) {
+      tr_ipc_frame_free(f);
+      continue;
+    }
+    Perfetto__Protos__CloneSessionResponse *resp =
+        rep->success ? perfetto__protos__clone_session_response__unpack(
+                           NULL, rep->reply_proto.len, rep->reply_proto.data)
+                     : NULL;
+    rc = !resp ? errorf(r, "the service at %s refused CloneSession", s->socket_path)
+         : !resp->success
+             ? errorf(r, "failed to clone tracing session %s: %s", what,
+                      resp->error ? resp->error : "no reason given")
+         : resp->was_write_into_file
+             ? errorf(r, "the service wrote the clone of session %s into %s itself", what,
+                      s->out_path)
+             : 0;
+    if (resp)
+      perfetto__protos__clone_session_response__free_unpacked(resp, NULL);
+    tr_ipc_frame_free(f);
+    return rc;
+  }
+}
+
 static int connect_and_bind(run *r) {
   const char *path = r->s->socket_path;
   int rc = tr_ipc_client_connect(path, RECORD_CONNECT_TIMEOUT_MS, &r->c);
@@ -403,6 +455,14 @@ int record_session_run(const record_session *s) {
     goto out;
   }
   trace_sink_init(&r.sink, r.out_fd); /* r's zeroed sink is freed safely before this */
+  if (s->clone) {
+    if ((status = clone_session(&r)) || (status = read_buffers(&r)))
+      goto out;
+    final_stats(&r);
+    progress_clear(&r.prog);
+    print_summary(&r, false);
+    goto out;
+  }
   Perfetto__Protos__EnableTracingRequest req = PERFETTO__PROTOS__ENABLE_TRACING_REQUEST__INIT;
   req.trace_config = (Perfetto__Protos__TraceConfig *)s->config;
   int rc = invoke(&r, "EnableTracing", &req.base, s->pass_fd ? r.out_fd : -1, &r.enable_id);

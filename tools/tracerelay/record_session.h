@@ -2,7 +2,8 @@
  * (reference 3.3): BindService(ConsumerPort), EnableTracing, wait for its reply (sent when the
  * session ends), then ReadBuffers into the output. A stop request (Ctrl-C, SIGTERM) sends
  * Flush(0, perfetto_cmd|trace-stop), then DisableTracing, and the wait goes on; a second one
- * gives up at once. The service's stats (GetTraceStats, polled) name the data sources no
+ * gives up at once. With clone set, CloneSession of a live session replaces EnableTracing and
+ * the wait: the clone is read at once, and the session goes on. The service's stats (GetTraceStats, polled) name the data sources no
  * producer matched and the machines not connected: record warns once, or fails (--strict). */
 #ifndef TRACERELAY_RECORD_SESSION_H
 #define TRACERELAY_RECORD_SESSION_H
@@ -36,6 +37,12 @@ typedef struct record_session {
   bool strict;           /* --strict: what the config asked for and no host has fails the run */
   int64_t read_idle_ms;  /* --read-timeout: the read-back gives up after this long without a
                             reply (0: it waits as long as the connection is open) */
+  /* --clone ID / --clone-by-name NAME: CloneSession of a live session (as perfetto --clone),
+   * then ReadBuffers of the clone; config is then an empty TraceConfig, never sent. */
+  bool clone;
+  bool clone_by_id;
+  uint64_t clone_id;
+  const char *clone_name;
 } record_session;
 
 /* Runs the session and prints what went wrong to stderr. Returns the exit status: 0, or 1 for
