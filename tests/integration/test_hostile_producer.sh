@@ -99,8 +99,8 @@ wait "$RECORD" || { fail "tracerelay record failed"; cat "$WORK/record.log"; }
 # record's closing summary names the producers the agent cut off while the session ran, by
 # reason: corrupt-smb and steal had the session's buffer when closed for their violations.
 if [ "$VIOLATORS" -gt 0 ]; then
-  if grep -qE "producer connections the agents closed while the session ran .*web-1: [0-9]+ too many ABI violations" "$WORK/record.log"; then
-    echo "ok: record's summary: $(grep -o 'web-1: [0-9]* too many ABI violations[^;]*' "$WORK/record.log")"
+  if grep -qE "producer connections the agents closed while the session ran .*web-1:[^;]* [0-9]+ too many ABI violations" "$WORK/record.log"; then
+    echo "ok: record's summary: $(grep -o 'web-1: [^;]*' "$WORK/record.log" | tail -1)"
   else
     fail "record's summary does not name the producers closed for their violations: $(cat "$WORK/record.log")"
   fi

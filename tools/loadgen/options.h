@@ -25,6 +25,7 @@ typedef struct lg_options {
   bool commit_latency; /* sample commit-to-free latency (commit_latency.h) */
   const char *flow_send, *flow_recv; /* FIFO paths, or NULL (tools/loadgen/flows.h) */
   double stop_delay_s; /* confirm a stop this long after it came (0: at once) */
+  uint64_t hang_after; /* leave a packet unfinished after this many events, then wait (0: no) */
 } lg_options;
 
 /* Returns 0 with *o filled, 1 if --help or --version was printed, or TR_ERR_CONFIG after
