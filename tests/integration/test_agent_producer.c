@@ -209,10 +209,11 @@ static bool all_stopped_and_exited(env *e) {
 
 static void on_port_closed(void *data) { ((env *)data)->closed = true; }
 
-static void test_two_loadgens(void **state) {
-  (void)state;
+/* A port for `count` loadgens on a loop of its own, listening in a new directory, its queue
+ * drained into one central buffer. */
+static env *env_new(int count) {
   env *e = calloc(1, sizeof(*e));
-  e->count = NUM_LOADGENS;
+  e->count = count;
   assert_int_equal(uv_loop_init(&e->loop), 0);
   tr_chunkq_init(&e->queue, 64u << 20);
   assert_int_equal(tr_tbuf_new(64u << 20, TR_TBUF_RING_BUFFER, &e->tbuf), 0);
@@ -225,10 +226,28 @@ static void test_two_loadgens(void **state) {
                                         .data_sources_changed = on_ds_changed,
                                         .data_source_started = on_started,
                                         .data_source_stopped = on_stopped,
+                                        .producer_disconnected = on_disconnected,
                                         .flush_acked = on_flush_acked,
                                         .queue_has_data = on_queue}};
   assert_int_equal(tr_producer_port_new(&e->loop, &cfg, &e->port), 0);
   assert_int_equal(tr_producer_port_start(e->port, e->path, TR_PRODUCER_PORT_DEFAULT_MODE), 0);
+  return e;
+}
+
+static void env_free(env *e) {
+  tr_producer_port_close(e->port, on_port_closed, e);
+  while (!e->closed)
+    uv_run(&e->loop, UV_RUN_ONCE);
+  assert_int_equal(uv_loop_close(&e->loop), 0);
+  tr_tbuf_free(e->tbuf);
+  tr_chunkq_free(&e->queue);
+  rmdir(e->dir);
+  free(e);
+}
+
+static void test_two_loadgens(void **state) {
+  (void)state;
+  env *e = env_new(NUM_LOADGENS);
 
   for (int i = 0; i < NUM_LOADGENS; i++) {
     lg *l = &e->lgs[i];
@@ -329,14 +348,7 @@ static void test_two_loadgens(void **state) {
                 (unsigned long long)e->patches_applied);
   assert_true(e->patches_applied > 0);
 
-  tr_producer_port_close(e->port, on_port_closed, e);
-  while (!e->closed)
-    uv_run(&e->loop, UV_RUN_ONCE);
-  assert_int_equal(uv_loop_close(&e->loop), 0);
-  tr_tbuf_free(e->tbuf);
-  tr_chunkq_free(&e->queue);
-  rmdir(e->dir);
-  free(e);
+  env_free(e);
 }
 
 static bool stats_written(env *e) { return access(e->lgs[0].json, F_OK) == 0; }
@@ -345,23 +357,7 @@ static bool gone(env *e) { return e->lgs[0].gone; }
 static void test_killed_mid_write(void **state) {
   (void)state;
   enum { WRITERS = 2 };
-  env *e = calloc(1, sizeof(*e));
-  e->count = 1;
-  assert_int_equal(uv_loop_init(&e->loop), 0);
-  tr_chunkq_init(&e->queue, 64u << 20);
-  assert_int_equal(tr_tbuf_new(64u << 20, TR_TBUF_RING_BUFFER, &e->tbuf), 0);
-  strcpy(e->dir, "/tmp/tr-agent-producer-XXXXXX");
-  assert_non_null(mkdtemp(e->dir));
-  print_message("files in %s (removed when the test passes, kept when it fails)\n", e->dir);
-  snprintf(e->path, sizeof(e->path), "%s/producer.sock", e->dir);
-  tr_producer_port_config cfg = {.queue = &e->queue,
-                                 .cb = {.data = e,
-                                        .data_sources_changed = on_ds_changed,
-                                        .data_source_started = on_started,
-                                        .producer_disconnected = on_disconnected,
-                                        .queue_has_data = on_queue}};
-  assert_int_equal(tr_producer_port_new(&e->loop, &cfg, &e->port), 0);
-  assert_int_equal(tr_producer_port_start(e->port, e->path, TR_PRODUCER_PORT_DEFAULT_MODE), 0);
+  env *e = env_new(1);
   lg *l = &e->lgs[0];
   snprintf(l->json, sizeof(l->json), "%s/stats.json", e->dir);
   l->pid = fork();
@@ -416,14 +412,7 @@ static void test_killed_mid_write(void **state) {
   assert_true(ts.packets_lost_in_gaps <= WRITERS && drops.unscraped_chunks <= WRITERS);
 
   unlink(l->json);
-  tr_producer_port_close(e->port, on_port_closed, e);
-  while (!e->closed)
-    uv_run(&e->loop, UV_RUN_ONCE);
-  assert_int_equal(uv_loop_close(&e->loop), 0);
-  tr_tbuf_free(e->tbuf);
-  tr_chunkq_free(&e->queue);
-  rmdir(e->dir);
-  free(e);
+  env_free(e);
 }
 
 int main(void) {
