@@ -5,6 +5,24 @@
 #include <string.h>
 
 #include "relay/base/tr_error.h"
+#include "relay/producer/ipc_host.h"
+
+/* The close reasons travel as their tr_ipc_close values. */
+#define SAME(name, ipc) ((int)TRACERELAY__PRODUCER_CLOSE__PRODUCER_CLOSE_##name == (int)(ipc))
+_Static_assert(SAME(STALLED, TR_IPC_CLOSE_STALLED) && SAME(IDLE, TR_IPC_CLOSE_IDLE) &&
+                   SAME(NOT_READING, TR_IPC_CLOSE_NOT_READING) &&
+                   SAME(TOO_MANY_REQUESTS, TR_IPC_CLOSE_TOO_MANY_REQUESTS) &&
+                   SAME(PROTOCOL, TR_IPC_CLOSE_PROTOCOL) &&
+                   SAME(VIOLATIONS, TR_IPC_CLOSE_VIOLATIONS) &&
+                   SAME(RESOURCES, TR_IPC_CLOSE_RESOURCES),
+               "ProducerClose and enum tr_ipc_close differ");
+#undef SAME
+
+/* One buffer's ProducersClosed entries, one per reason at most. */
+struct buffer_closes {
+  Tracerelay__AgentStats__ProducersClosed e[TR_IPC_CLOSE_REASONS];
+  Tracerelay__AgentStats__ProducersClosed *p[TR_IPC_CLOSE_REASONS];
+};
 
 int tr_link_stats_set_producer(tr_link_stats *s, uint32_t producer_id,
                                const struct tr_link_producer_counts *c) {
@@ -45,6 +63,10 @@ static void fill_producer(const tr_link_stats *s, const tr_chunkq *q, const tr_r
   p->queue_dropped_bytes = d.bytes;
   p->has_queue_dropped_packets = p->has_spill_dropped_packets = 1;
   p->queue_dropped_packets = d.packets;
+  p->has_exit_unscraped_chunks = 1;
+  p->exit_unscraped_chunks = d.unscraped_chunks;
+  p->has_closed_by_agent = d.closed_why != 0;
+  p->closed_by_agent = (Tracerelay__ProducerClose)d.closed_why;
   for (size_t j = 0; j < a->n_lost; j++) {
     if (a->lost[j].producer_id == id) {
       p->spill_dropped_chunks += a->lost[j].chunks;
@@ -62,21 +84,44 @@ static void fill_producer(const tr_link_stats *s, const tr_chunkq *q, const tr_r
   }
 }
 
-/* One buffer's entry: what each queue dropped of the chunks for it, over every producer. */
-static void fill_buffer(const tr_chunkq *q, const tr_relay_agent *a, uint32_t buffer,
+/* The buffer's closed producer connections, by reason, into c. */
+static void fill_closes(const tr_chunkq *q, uint32_t buffer, struct buffer_closes *c,
                         Tracerelay__AgentStats__Buffer *b) {
+  uint64_t count[TR_IPC_CLOSE_REASONS] = {0};
+  for (size_t j = 0; j < q->num_drops; j++)
+    if (q->drops[j].target_buffer == buffer && q->drops[j].closed_why < TR_IPC_CLOSE_REASONS)
+      count[q->drops[j].closed_why]++;
+  for (unsigned why = 1; why < TR_IPC_CLOSE_REASONS; why++) {
+    if (count[why] == 0)
+      continue;
+    Tracerelay__AgentStats__ProducersClosed *e = &c->e[b->n_producers_closed];
+    *e = (Tracerelay__AgentStats__ProducersClosed)TRACERELAY__AGENT_STATS__PRODUCERS_CLOSED__INIT;
+    e->has_reason = e->has_connections = 1;
+    e->reason = (Tracerelay__ProducerClose)why;
+    e->connections = count[why];
+    c->p[b->n_producers_closed++] = e;
+  }
+  b->producers_closed = c->p;
+}
+
+/* One buffer's entry: what each queue dropped of the chunks for it, over every producer, and
+ * what producers' departures cost it. */
+static void fill_buffer(const tr_chunkq *q, const tr_relay_agent *a, uint32_t buffer,
+                        struct buffer_closes *c, Tracerelay__AgentStats__Buffer *b) {
   *b = (Tracerelay__AgentStats__Buffer)TRACERELAY__AGENT_STATS__BUFFER__INIT;
   b->has_target_buffer = b->has_queue_dropped_chunks = b->has_queue_dropped_bytes = 1;
   b->has_queue_dropped_packets = b->has_spill_dropped_chunks = b->has_spill_dropped_bytes = 1;
-  b->has_spill_dropped_packets = 1;
+  b->has_spill_dropped_packets = b->has_exit_unscraped_chunks = 1;
   b->target_buffer = buffer;
   for (size_t j = 0; j < q->num_drops; j++) {
     if (q->drops[j].target_buffer == buffer) {
       b->queue_dropped_chunks += q->drops[j].chunks;
       b->queue_dropped_bytes += q->drops[j].bytes;
       b->queue_dropped_packets += q->drops[j].packets;
+      b->exit_unscraped_chunks += q->drops[j].unscraped_chunks;
     }
   }
+  fill_closes(q, buffer, c, b);
   for (size_t j = 0; j < a->n_lost; j++) {
     if (a->lost[j].target_buffer == buffer) {
       b->spill_dropped_chunks += a->lost[j].chunks;
@@ -96,9 +141,11 @@ void tr_link_stats_report(tr_link_stats *s, const tr_chunkq *q, const tr_relay_a
   Tracerelay__AgentStats__Producer **pp = malloc((max ? max : 1) * sizeof *pp);
   Tracerelay__AgentStats__Buffer *bs = malloc((max ? max : 1) * sizeof *bs);
   Tracerelay__AgentStats__Buffer **bp = malloc((max ? max : 1) * sizeof *bp);
+  struct buffer_closes *closes = malloc((max ? max : 1) * sizeof *closes);
   uint8_t *buf = NULL;
   size_t n = 0, nb = 0;
-  if (ids == NULL || buffer_ids == NULL || ps == NULL || pp == NULL || bs == NULL || bp == NULL)
+  if (ids == NULL || buffer_ids == NULL || ps == NULL || pp == NULL || bs == NULL || bp == NULL ||
+      closes == NULL)
     goto out;
   for (size_t i = 0; i < q->num_drops; i++) {
     add_id(ids, &n, q->drops[i].producer_id);
@@ -116,7 +163,7 @@ void tr_link_stats_report(tr_link_stats *s, const tr_chunkq *q, const tr_relay_a
     pp[i] = &ps[i];
   }
   for (size_t i = 0; i < nb; i++) {
-    fill_buffer(q, a, buffer_ids[i], &bs[i]);
+    fill_buffer(q, a, buffer_ids[i], &closes[i], &bs[i]);
     bp[i] = &bs[i];
   }
   Tracerelay__AgentStats m = TRACERELAY__AGENT_STATS__INIT;
@@ -152,6 +199,7 @@ out:
   free(pp);
   free(bs);
   free(bp);
+  free(closes);
 }
 
 struct tr_link_producer_counts tr_link_stats_sum(const tr_link_stats *s) {

@@ -1,7 +1,8 @@
 /* link_stats.h: the agent's losses as one AgentStats message (docs/relay-protocol.md, Loss
  * statistics): per producer, the chunks, bytes and packets the chunk queue and the spill queue
- * dropped, and what the producer port found (ABI violations, SMB-full findings); the same drops
- * per target buffer (so each session counts its own); plus the spill queue's totals.
+ * dropped, and what the producer port found (ABI violations, SMB-full findings, chunks left
+ * unscraped at its departure, why the agent closed it); the same drops, unscraped chunks and
+ * closes per target buffer (so each session counts its own); plus the spill queue's totals.
  *
  * A report is built from the queues as they are now and the producer counts last set, and sent
  * only when it differs from the last one sent, or when forced (after each Welcome): every

@@ -84,6 +84,7 @@ static void commit(const uint8_t *req_bytes, size_t req_len, const uint8_t *smb_
     abort();
   drain(&q);
   tr_producer_shm_scrape(&s, &q);
+  tr_producer_shm_scrape_exit(&s, &q, (const uint32_t[]){1, 2}, 2);
   drain(&q);
   tr_producer_shm_free(&s);
   tr_chunkq_free(&q);

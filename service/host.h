@@ -14,6 +14,7 @@
 #include "perfetto/trace/system_info.pb-c.h"
 #include "relay/clock/clock.h"
 #include "relay/clock/clocksync.h"
+#include "relay/producer/ipc_host.h"
 
 typedef struct tr_host tr_host;
 typedef struct tr_link_peer tr_link_peer; /* one agent connection, owned by link_server.c */
@@ -35,6 +36,11 @@ typedef struct tr_remote_producer {
 typedef struct tr_host_buffer_drops {
   uint64_t queue_chunks, queue_bytes, queue_packets;
   uint64_t spill_chunks, spill_bytes, spill_packets;
+  /* What producers' departures cost the buffer: chunks left unscraped, and the connections
+   * the agent closed, by reason (an enum tr_ipc_close; a reason this service does not know
+   * counts at [TR_IPC_CLOSE_REASONS]). */
+  uint64_t exit_unscraped_chunks;
+  uint64_t producers_closed[TR_IPC_CLOSE_REASONS + 1];
 } tr_host_buffer_drops;
 
 /* A host's drops for one buffer: its current agent instance's latest report, and the sum over
@@ -69,6 +75,10 @@ typedef struct tr_host_stats {
    * crashed, host rebooted): what their producers wrote and they had not relayed is lost,
    * count unknown. */
   uint64_t agent_exits_unclean;
+  /* Producer connections the agent closed (AgentStats.Producer.closed_by_agent), and chunks
+   * left unscraped in producers' shared memory at their departure. */
+  uint64_t agent_producers_closed;
+  uint64_t agent_exit_unscraped_chunks;
 } tr_host_stats;
 
 #define TR_HOST_CLOCK_SNAPSHOTS 64

@@ -22,6 +22,7 @@
 typedef struct agent_counters {
   uint64_t queue_chunks, queue_bytes, spill_chunks, spill_bytes, smb_full, smb_full_ns, abi;
   uint64_t queue_packets, spill_packets;
+  uint64_t producers_closed, exit_unscraped;
 } agent_counters;
 
 typedef struct tr_host_buffer_drops_rec buffer_drops;
@@ -280,6 +281,8 @@ static void publish_counters(tr_host *h) {
   h->stats.agent_abi_violations = r->earlier.abi + r->current.abi;
   h->stats.agent_queue_dropped_packets = r->earlier.queue_packets + r->current.queue_packets;
   h->stats.agent_spill_dropped_packets = r->earlier.spill_packets + r->current.spill_packets;
+  h->stats.agent_producers_closed = r->earlier.producers_closed + r->current.producers_closed;
+  h->stats.agent_exit_unscraped_chunks = r->earlier.exit_unscraped + r->current.exit_unscraped;
 }
 
 static void add_drops(tr_host_buffer_drops *to, const tr_host_buffer_drops *d) {
@@ -289,6 +292,16 @@ static void add_drops(tr_host_buffer_drops *to, const tr_host_buffer_drops *d) {
   to->spill_chunks += d->spill_chunks;
   to->spill_bytes += d->spill_bytes;
   to->spill_packets += d->spill_packets;
+  to->exit_unscraped_chunks += d->exit_unscraped_chunks;
+  for (size_t i = 0; i <= TR_IPC_CLOSE_REASONS; i++)
+    to->producers_closed[i] += d->producers_closed[i];
+}
+
+/* A reported close reason as an index of producers_closed: one this service does not know (a
+ * newer agent's, or none of the agent's own) at TR_IPC_CLOSE_REASONS. */
+static size_t close_slot(int reason) {
+  return reason > TR_IPC_CLOSE_HOST && reason < TR_IPC_CLOSE_REASONS ? (size_t)reason
+                                                                      : TR_IPC_CLOSE_REASONS;
 }
 
 static buffer_drops *buffer_entry(tr_host *h, uint32_t global_id) {
@@ -312,13 +325,18 @@ static void set_buffer_drops(tr_host *h, const Tracerelay__AgentStats *s) {
   for (size_t i = 0; i < s->n_buffers; i++) {
     const Tracerelay__AgentStats__Buffer *in = s->buffers[i];
     buffer_drops *b = buffer_entry(h, in->target_buffer);
-    if (b != NULL)
-      b->current = (tr_host_buffer_drops){.queue_chunks = in->queue_dropped_chunks,
-                                          .queue_bytes = in->queue_dropped_bytes,
-                                          .queue_packets = in->queue_dropped_packets,
-                                          .spill_chunks = in->spill_dropped_chunks,
-                                          .spill_bytes = in->spill_dropped_bytes,
-                                          .spill_packets = in->spill_dropped_packets};
+    if (b == NULL)
+      continue;
+    b->current = (tr_host_buffer_drops){.queue_chunks = in->queue_dropped_chunks,
+                                        .queue_bytes = in->queue_dropped_bytes,
+                                        .queue_packets = in->queue_dropped_packets,
+                                        .spill_chunks = in->spill_dropped_chunks,
+                                        .spill_bytes = in->spill_dropped_bytes,
+                                        .spill_packets = in->spill_dropped_packets,
+                                        .exit_unscraped_chunks = in->exit_unscraped_chunks};
+    for (size_t k = 0; k < in->n_producers_closed; k++)
+      b->current.producers_closed[close_slot((int)in->producers_closed[k]->reason)] +=
+          in->producers_closed[k]->connections;
   }
 }
 
@@ -335,6 +353,8 @@ void tr_hosts_agent_stats(tr_host *h, const Tracerelay__AgentStats *s) {
     c.abi += p->abi_violations;
     c.queue_packets += p->queue_dropped_packets;
     c.spill_packets += p->spill_dropped_packets;
+    c.producers_closed += p->has_closed_by_agent;
+    c.exit_unscraped += p->exit_unscraped_chunks;
   }
   rec_of(h)->current = c;
   publish_counters(h);
@@ -510,6 +530,8 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
     r->earlier.abi += r->current.abi;
     r->earlier.queue_packets += r->current.queue_packets;
     r->earlier.spill_packets += r->current.spill_packets;
+    r->earlier.producers_closed += r->current.producers_closed;
+    r->earlier.exit_unscraped += r->current.exit_unscraped;
     r->current = (agent_counters){0};
     for (size_t i = 0; i < h->num_buffer_drops; i++) {
       add_drops(&h->buffer_drops[i].earlier, &h->buffer_drops[i].current);

@@ -47,6 +47,8 @@ void tr_session_stats_fill_host(Tracerelay__HostStats *h, const tr_host *host, b
   SET(disconnects);
   SET(flushes_missed);
   SET(agent_exits_unclean);
+  SET(agent_producers_closed);
+  SET(agent_exit_unscraped_chunks);
 #undef SET
   h->has_agent_smb_full_ms = 1;
   h->agent_smb_full_ms = (st->agent_smb_full_ns + 999999u) / 1000000u; /* still an upper bound */
@@ -97,28 +99,61 @@ static bool buffer_written(const tr_session *s, size_t b) {
 
 static uint64_t since(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
 
-/* The packets in the chunks the host's agent dropped that were meant for this session's
- * buffers, while the entry was the host's (another session's losses on the same host, or an
- * earlier session's, are not this one's). For the accounting check, not in the live status. */
-static void fill_dropped_packets(Tracerelay__HostStats *h, const tr_session *s,
-                                 const tr_session_host *sh) {
-  h->has_agent_queue_dropped_packets = h->has_agent_spill_dropped_packets = 1;
+/* What the host's agent lost of this session's buffers while the entry was the host's
+ * (another session's losses on the same host, or an earlier session's, are not this one's):
+ * the packets in the chunks it dropped, and what producers' departures cost. */
+static tr_host_buffer_drops session_drops(const tr_session *s, const tr_session_host *sh) {
+  tr_host_buffer_drops sum = {0};
   for (size_t b = 0; b < s->num_buffers; b++) {
     const tr_host_buffer_drops *start = &sh->drops_at_start[b];
     tr_host_buffer_drops now = sh->retired
                                    ? sh->drops_at_end[b]
                                    : tr_hosts_buffer_drops(sh->host, s->buffers[b].global_id);
-    h->agent_queue_dropped_packets += since(now.queue_packets, start->queue_packets);
-    h->agent_spill_dropped_packets += since(now.spill_packets, start->spill_packets);
+    sum.queue_packets += since(now.queue_packets, start->queue_packets);
+    sum.spill_packets += since(now.spill_packets, start->spill_packets);
+    sum.exit_unscraped_chunks += since(now.exit_unscraped_chunks, start->exit_unscraped_chunks);
+    for (size_t i = 0; i <= TR_IPC_CLOSE_REASONS; i++)
+      sum.producers_closed[i] += since(now.producers_closed[i], start->producers_closed[i]);
   }
+  return sum;
 }
 
-static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi) {
+/* One host entry's session_producers_closed: an entry per reason at most. */
+struct host_closes {
+  Tracerelay__HostStats__ProducersClosed e[TR_IPC_CLOSE_REASONS + 1];
+  Tracerelay__HostStats__ProducersClosed *p[TR_IPC_CLOSE_REASONS + 1];
+};
+
+/* The session's share of the agent's losses on this host. For the accounting check and the
+ * record CLI's summary, not in the live status. */
+static void fill_session_drops(Tracerelay__HostStats *h, const tr_session *s,
+                               const tr_session_host *sh, struct host_closes *c) {
+  tr_host_buffer_drops d = session_drops(s, sh);
+  h->has_agent_queue_dropped_packets = h->has_agent_spill_dropped_packets = 1;
+  h->agent_queue_dropped_packets = d.queue_packets;
+  h->agent_spill_dropped_packets = d.spill_packets;
+  h->has_session_exit_unscraped_chunks = 1;
+  h->session_exit_unscraped_chunks = d.exit_unscraped_chunks;
+  for (size_t i = 0; i <= TR_IPC_CLOSE_REASONS; i++) {
+    if (d.producers_closed[i] == 0)
+      continue;
+    Tracerelay__HostStats__ProducersClosed *e = &c->e[h->n_session_producers_closed];
+    tracerelay__host_stats__producers_closed__init(e);
+    e->reason = (char *)tr_ipc_close_name((enum tr_ipc_close)i);
+    e->has_connections = 1;
+    e->connections = d.producers_closed[i];
+    c->p[h->n_session_producers_closed++] = e;
+  }
+  h->session_producers_closed = c->p;
+}
+
+static void fill_host(Tracerelay__HostStats *h, const tr_session *s, size_t hi,
+                      struct host_closes *c) {
   const tr_session_host *sh = &s->hosts[hi];
   const tr_host_stats *st = &sh->host->stats;
   /* A clone's entries are all retired: its links are as they were at the clone. */
   tr_session_stats_fill_host(h, sh->host, !sh->gone && (!sh->retired || s->read_only));
-  fill_dropped_packets(h, s, sh);
+  fill_session_drops(h, s, sh, c);
   h->has_session_chunks_refused = 1;
   h->session_chunks_refused = sh->chunks_refused;
   h->has_session_flushes_missed = 1;
@@ -151,14 +186,15 @@ static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {
   Tracerelay__HostStats *hosts = calloc(nh + 1, sizeof *hosts);
   Tracerelay__HostStats **ptrs = calloc(nh + 1, sizeof *ptrs);
   uint32_t *idx = calloc(nh * s->num_buffers * 2 + 1, sizeof *idx);
+  struct host_closes *closes = calloc(nh + 1, sizeof *closes);
   int rc = TR_ERR_NOMEM;
   uint32_t bs_index = 0;
 
-  if (!hosts || !ptrs || !idx)
+  if (!hosts || !ptrs || !idx || !closes)
     goto out;
   for (size_t h = 0; h < nh; h++) {
     tracerelay__host_stats__init(&hosts[h]);
-    fill_host(&hosts[h], s, h);
+    fill_host(&hosts[h], s, h, &closes[h]);
     hosts[h].has_session_packets_lost_in_gaps = 1;
     for (size_t b = 0; b < s->num_buffers; b++) {
       tr_tbuf_stats t;
@@ -200,6 +236,7 @@ static int pack_extension(tr_session *s, uint8_t **ext, size_t *ext_len) {
   tracerelay__trace_stats_extension__pack(&x, *ext);
   rc = 0;
 out:
+  free(closes);
   free(idx);
   free(ptrs);
   free(hosts);

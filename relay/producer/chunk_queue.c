@@ -32,6 +32,9 @@ static void add_counts(tr_chunkq_drops *to, const tr_chunkq_drops *n) {
   to->packets += n->packets;
   to->patches += n->patches;
   to->flush_acks += n->flush_acks;
+  to->unscraped_chunks += n->unscraped_chunks;
+  if (n->closed_why)
+    to->closed_why = n->closed_why;
 }
 
 /* The counters of a producer and target buffer, created on their first drop. NULL only if that
@@ -76,6 +79,12 @@ static void count_drop(tr_chunkq *q, uint32_t producer_id, uint32_t target_buffe
                        const tr_chunkq_drops *n) {
   add_to_table(q, producer_id, target_buffer, n);
   add_counts(&q->total, n);
+}
+
+void tr_chunkq_count_exit(tr_chunkq *q, uint32_t producer_id, uint32_t target_buffer,
+                          uint64_t unscraped_chunks, uint8_t closed_why) {
+  count_drop(q, producer_id, target_buffer,
+             &(tr_chunkq_drops){.unscraped_chunks = unscraped_chunks, .closed_why = closed_why});
 }
 
 static void count_chunk_drop(tr_chunkq *q, const tr_chunkq_chunk *c, const uint8_t *payload,

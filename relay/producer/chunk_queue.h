@@ -80,6 +80,14 @@ typedef struct tr_chunkq_drops {
   uint64_t packets; /* packets begun in them (tr_chunk_packets_begun) */
   uint64_t patches;
   uint64_t flush_acks;
+  /* Losses outside the queue, which the producer port counts here so that they travel with
+   * the rest (tr_chunkq_count_exit): chunks the producer still held in its shared memory when
+   * its connection ended that could not be scraped (target_buffer 0 when their writer's
+   * buffer was unknown), and why the agent closed that connection (an enum tr_ipc_close of
+   * relay/producer/ipc_host.h; 0 when it did not: the producer left, or the agent stopped). A
+   * producer id names one connection, so a reason is set at most once per entry. */
+  uint64_t unscraped_chunks;
+  uint8_t closed_why;
 } tr_chunkq_drops;
 
 /* The link reads len, bytes, total and drops[0..num_drops) directly. */
@@ -125,6 +133,13 @@ void tr_chunkq_entry_free(tr_chunkq_entry *e);
 void tr_chunkq_take(tr_chunkq *q, tr_chunkq *out);
 void tr_chunkq_move(tr_chunkq *from, tr_chunkq *to, uint64_t up_to_seq);
 void tr_chunkq_move_drops(tr_chunkq *from, tr_chunkq *to);
+
+/* Counts what a producer's departure cost buffer target_buffer (the fields of
+ * tr_chunkq_drops above): unscraped chunks, and closed_why if the agent closed it. Counted
+ * like a drop, per (producer, buffer) and in the total; a table entry that cannot be made
+ * leaves the loss in the total alone, as for a drop. */
+void tr_chunkq_count_exit(tr_chunkq *q, uint32_t producer_id, uint32_t target_buffer,
+                          uint64_t unscraped_chunks, uint8_t closed_why);
 
 /* Bytes an entry with a payload of len bytes counts against the bound. */
 size_t tr_chunkq_entry_cost(size_t len);

@@ -62,7 +62,12 @@ struct tr_ipc_conn {
   bool connected; /* on_connect accepted it, so on_disconnect is owed */
   bool bound;     /* a BindService succeeded: the bind deadline no longer applies */
   uint64_t accepted_ms;
-  uint64_t partial_since_ms; /* 0: no partly received frame */
+  /* A frame is partly received since partial_since_ms. A flag of its own, not a time made
+   * non-zero with `| 1`: that stamp lay a millisecond ahead of the clock when it was even, and
+   * a deadline check in that millisecond wrapped `now - partial_since_ms` around. */
+  bool partial;
+  uint64_t partial_since_ms;
+  enum tr_ipc_close close_why; /* set by close_conn */
   uint64_t *pending;         /* ids of requests awaiting their final reply */
   size_t num_pending;
   bool closing;
@@ -74,6 +79,12 @@ struct tr_ipc_conn {
 };
 
 static void on_conn_poll(uv_poll_t *handle, int status, int events);
+
+/* The deadlines' clock: the loop's, or the one a test gave. Times taken from it are never
+ * later than a `now` read after them, so `now - then` does not wrap. */
+static uint64_t now_ms(tr_ipc_host *host) {
+  return host->cfg.now_ms ? host->cfg.now_ms(host) : uv_now(host->loop);
+}
 
 /* ---- closing ---------------------------------------------------------------------- */
 
@@ -130,17 +141,34 @@ static void on_conn_closed(uv_handle_t *handle) {
   maybe_finish_host_close(host);
 }
 
-static void close_conn(tr_ipc_conn *conn, enum tr_log_level level, const char *reason) {
+static void close_conn(tr_ipc_conn *conn, enum tr_ipc_close why, enum tr_log_level level,
+                       const char *reason) {
   if (conn->closing)
     return;
   conn->closing = true;
+  conn->close_why = why;
   tr_log(level, LOG_COMP, "%s: closing connection of pid %d uid %u: %s", conn->host->cfg.name,
          (int)conn->peer.pid, (unsigned)conn->peer.uid, reason);
   uv_close((uv_handle_t *)&conn->poll, on_conn_closed);
 }
 
-void tr_ipc_conn_close(tr_ipc_conn *conn, const char *reason) {
-  close_conn(conn, TR_LOG_INFO, reason);
+void tr_ipc_conn_close(tr_ipc_conn *conn, enum tr_ipc_close why, const char *reason) {
+  close_conn(conn, why, TR_LOG_INFO, reason);
+}
+
+const char *tr_ipc_close_name(enum tr_ipc_close why) {
+  switch (why) {
+  case TR_IPC_CLOSE_PEER: return "closed by the peer";
+  case TR_IPC_CLOSE_HOST: return "host closing";
+  case TR_IPC_CLOSE_STALLED: return "stalled client";
+  case TR_IPC_CLOSE_IDLE: return "idle client";
+  case TR_IPC_CLOSE_NOT_READING: return "peer not reading";
+  case TR_IPC_CLOSE_TOO_MANY_REQUESTS: return "too many requests";
+  case TR_IPC_CLOSE_PROTOCOL: return "protocol error";
+  case TR_IPC_CLOSE_VIOLATIONS: return "too many ABI violations";
+  case TR_IPC_CLOSE_RESOURCES: return "out of resources";
+  default: return "unknown reason";
+  }
 }
 
 /* ---- writing ---------------------------------------------------------------------- */
@@ -153,7 +181,7 @@ static void update_events(tr_ipc_conn *conn) {
     return;
   int rc = uv_poll_start(&conn->poll, want, on_conn_poll);
   if (rc < 0) {
-    close_conn(conn, TR_LOG_WARN, uv_strerror(rc));
+    close_conn(conn, TR_IPC_CLOSE_RESOURCES, TR_LOG_WARN, uv_strerror(rc));
     return;
   }
   conn->events = want;
@@ -170,7 +198,7 @@ static void flush_out(tr_ipc_conn *conn) {
         continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK)
         return;
-      close_conn(conn, TR_LOG_INFO, strerror(errno));
+      close_conn(conn, TR_IPC_CLOSE_PEER, TR_LOG_INFO, strerror(errno));
       return;
     }
     if (ob->fd >= 0) {
@@ -202,7 +230,7 @@ static int send_frame(tr_ipc_conn *conn, const Perfetto__Protos__IPCFrame *frame
     char reason[96];
     snprintf(reason, sizeof reason, "output queue over %zu bytes (peer not reading)", cap);
     free(data);
-    close_conn(conn, TR_LOG_WARN, reason);
+    close_conn(conn, TR_IPC_CLOSE_NOT_READING, TR_LOG_WARN, reason);
     return TR_ERR_FULL;
   }
   out_buf *ob = malloc(sizeof *ob);
@@ -306,7 +334,7 @@ static void on_bind(tr_ipc_conn *conn, uint64_t request_id,
     infos = calloc(svc->num_methods + 1, sizeof *infos);
     ptrs = calloc(svc->num_methods + 1, sizeof *ptrs);
     if (!infos || !ptrs) {
-      close_conn(conn, TR_LOG_ERROR, "out of memory");
+      close_conn(conn, TR_IPC_CLOSE_RESOURCES, TR_LOG_ERROR, "out of memory");
       goto done;
     }
     for (size_t i = 0; i < svc->num_methods; i++) {
@@ -355,7 +383,7 @@ static void on_invoke(tr_ipc_conn *conn, uint64_t request_id,
       char reason[96];
       snprintf(reason, sizeof reason, "more than %zu requests awaiting their reply",
                cfg->max_pending);
-      close_conn(conn, TR_LOG_WARN, reason);
+      close_conn(conn, TR_IPC_CLOSE_TOO_MANY_REQUESTS, TR_LOG_WARN, reason);
       return;
     }
     conn->pending[conn->num_pending++] = request_id;
@@ -420,11 +448,12 @@ static void process_frames(tr_ipc_conn *conn, int *budget) {
     if (rc == 0)
       return;
     if (rc < 0) {
-      close_conn(conn, TR_LOG_WARN, "declared frame size over the 131072-byte IPC limit");
+      close_conn(conn, TR_IPC_CLOSE_PROTOCOL, TR_LOG_WARN,
+                 "declared frame size over the 131072-byte IPC limit");
       return;
     }
     (*budget)--;
-    conn->partial_since_ms = 0;
+    conn->partial = false;
     handle_frame(conn, payload, len);
   }
 }
@@ -452,27 +481,32 @@ static void read_some(tr_ipc_conn *conn) {
   size_t room;
   int rc = tr_frame_reader_space(&conn->reader, &dst, &room);
   if (rc < 0) {
-    close_conn(conn, TR_LOG_WARN, tr_strerror(rc));
+    close_conn(conn, rc == TR_ERR_NOMEM ? TR_IPC_CLOSE_RESOURCES : TR_IPC_CLOSE_PROTOCOL,
+               TR_LOG_WARN, tr_strerror(rc));
     return;
   }
   ssize_t n = recv_some(conn, dst, room);
   if (n == TR_ERR_SYS(EAGAIN) || n == TR_ERR_SYS(EWOULDBLOCK))
     return;
   if (n == 0) {
-    close_conn(conn, TR_LOG_DEBUG, "peer closed the connection");
+    close_conn(conn, TR_IPC_CLOSE_PEER, TR_LOG_DEBUG, "peer closed the connection");
     return;
   }
   if (n < 0) {
-    close_conn(conn, TR_LOG_WARN,
-               n == TR_ERR_PROTO ? "too many fds in one message" : tr_strerror((int)n));
+    if (n == TR_ERR_PROTO)
+      close_conn(conn, TR_IPC_CLOSE_PROTOCOL, TR_LOG_WARN, "too many fds in one message");
+    else
+      close_conn(conn, TR_IPC_CLOSE_PEER, TR_LOG_WARN, tr_strerror((int)n));
     return;
   }
   tr_frame_reader_commit(&conn->reader, (size_t)n);
   process_frames(conn, &budget);
   if (!conn->closing && budget == 0)
     set_backlog(conn);
-  else if (conn->reader.len > conn->reader.start && conn->partial_since_ms == 0)
-    conn->partial_since_ms = uv_now(conn->host->loop) | 1;
+  else if (conn->reader.len > conn->reader.start && !conn->partial) {
+    conn->partial = true;
+    conn->partial_since_ms = now_ms(conn->host);
+  }
 }
 
 /* After any I/O: run a due drain callback, then poll for what is now wanted. */
@@ -489,7 +523,7 @@ static void after_io(tr_ipc_conn *conn) {
 static void on_conn_poll(uv_poll_t *handle, int status, int events) {
   tr_ipc_conn *conn = handle->data;
   if (status < 0) {
-    close_conn(conn, TR_LOG_INFO, uv_strerror(status));
+    close_conn(conn, TR_IPC_CLOSE_PEER, TR_LOG_INFO, uv_strerror(status));
     return;
   }
   if (events & UV_WRITABLE)
@@ -539,7 +573,7 @@ static void add_conn(tr_ipc_host *host, int fd) {
   conn->fd = fd;
   conn->rx_fd = -1;
   conn->peer = (tr_ipc_peer){.uid = cred.uid, .gid = cred.gid, .pid = cred.pid};
-  conn->accepted_ms = uv_now(host->loop);
+  conn->accepted_ms = now_ms(host);
   conn->pending = calloc(host->cfg.max_pending, sizeof *conn->pending);
   if (!conn->pending)
     goto fail_conn;
@@ -556,7 +590,7 @@ static void add_conn(tr_ipc_host *host, int fd) {
   if (conn->closing)
     return;
   if (host->cfg.on_connect && host->cfg.on_connect(conn) < 0) {
-    close_conn(conn, TR_LOG_INFO, "refused by the service");
+    close_conn(conn, TR_IPC_CLOSE_HOST, TR_LOG_INFO, "refused by the service");
     return;
   }
   conn->connected = true;
@@ -593,7 +627,7 @@ static void on_listen_readable(uv_poll_t *handle, int status, int events) {
 
 static void on_timeout_tick(uv_timer_t *timer) {
   tr_ipc_host *host = timer->data;
-  uint64_t now = uv_now(host->loop);
+  uint64_t now = now_ms(host);
   char reason[128];
   /* Closing only marks a connection; it is unlinked later, so the list stays walkable. */
   for (tr_ipc_conn *conn = host->conns; conn; conn = conn->next) {
@@ -602,13 +636,13 @@ static void on_timeout_tick(uv_timer_t *timer) {
     if (!conn->bound && now - conn->accepted_ms >= host->cfg.bind_timeout_ms) {
       snprintf(reason, sizeof reason, "no service bound within %u ms (idle client)",
                host->cfg.bind_timeout_ms);
-      close_conn(conn, TR_LOG_WARN, reason);
-    } else if (conn->partial_since_ms && !conn->backlog &&
+      close_conn(conn, TR_IPC_CLOSE_IDLE, TR_LOG_WARN, reason);
+    } else if (conn->partial && !conn->backlog &&
                now - conn->partial_since_ms >= host->cfg.stall_timeout_ms) {
       snprintf(reason, sizeof reason,
                "a frame left unfinished for %u ms (%zu bytes received; stalled client)",
                host->cfg.stall_timeout_ms, conn->reader.len - conn->reader.start);
-      close_conn(conn, TR_LOG_WARN, reason);
+      close_conn(conn, TR_IPC_CLOSE_STALLED, TR_LOG_WARN, reason);
     }
   }
 }
@@ -719,7 +753,7 @@ void tr_ipc_host_close(tr_ipc_host *host, tr_ipc_host_close_cb cb) {
   host->closing = true;
   host->close_cb = cb;
   for (tr_ipc_conn *conn = host->conns; conn; conn = conn->next)
-    close_conn(conn, TR_LOG_DEBUG, "host closing");
+    close_conn(conn, TR_IPC_CLOSE_HOST, TR_LOG_DEBUG, "host closing");
   if (host->listening) {
     host->handles_closing++;
     uv_close((uv_handle_t *)&host->listen_poll, on_host_handle_closed);
@@ -747,6 +781,7 @@ void tr_ipc_conn_on_drain(tr_ipc_conn *conn, tr_ipc_conn_cb cb) {
 }
 
 tr_ipc_peer tr_ipc_conn_peer(const tr_ipc_conn *conn) { return conn->peer; }
+enum tr_ipc_close tr_ipc_conn_close_why(const tr_ipc_conn *conn) { return conn->close_why; }
 
 int tr_ipc_conn_peer_groups(const tr_ipc_conn *conn, gid_t *groups, size_t cap) {
 #ifndef SO_PEERGROUPS

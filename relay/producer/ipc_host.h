@@ -36,6 +36,23 @@
 typedef struct tr_ipc_host tr_ipc_host;
 typedef struct tr_ipc_conn tr_ipc_conn;
 
+/* Why a connection ended. The first two are no fault of the peer's; the others are the host's
+ * (or, with tr_ipc_conn_close, its service's) decision about a peer that misbehaved or could
+ * not keep up. The values are also the agent's stats' (protos/tracerelay/relay.proto,
+ * ProducerClose): keep them as they are and add new ones before TR_IPC_CLOSE_REASONS. */
+enum tr_ipc_close {
+  TR_IPC_CLOSE_PEER = 0,          /* the peer closed it, or the socket failed */
+  TR_IPC_CLOSE_HOST = 1,          /* the host is closing, or its service refused the peer */
+  TR_IPC_CLOSE_STALLED = 2,       /* a frame left unfinished for stall_timeout_ms */
+  TR_IPC_CLOSE_IDLE = 3,          /* no service bound within bind_timeout_ms */
+  TR_IPC_CLOSE_NOT_READING = 4,   /* its output queue went over max_out_bytes */
+  TR_IPC_CLOSE_TOO_MANY_REQUESTS = 5, /* more than max_pending requests awaiting a reply */
+  TR_IPC_CLOSE_PROTOCOL = 6,      /* a frame over the size limit, too many fds */
+  TR_IPC_CLOSE_VIOLATIONS = 7,    /* its service's decision: too many ABI violations */
+  TR_IPC_CLOSE_RESOURCES = 8,     /* out of memory, a poll that could not start */
+  TR_IPC_CLOSE_REASONS            /* how many there are */
+};
+
 /* Handles one InvokeMethod. args are the serialised request (valid only during the call;
  * the handler decodes them and answers with tr_ipc_conn_reply, now or later; undecodable
  * args deserve a failure reply). A successful reply to a drop_reply call made during the
@@ -81,6 +98,9 @@ typedef struct tr_ipc_host_config {
   unsigned bind_timeout_ms;        /* no BindService by then: closed */
   unsigned stall_timeout_ms;       /* a partly received frame not completed by then: closed */
   size_t max_pending;              /* requests awaiting their final reply, per connection */
+  /* Optional: the clock of both deadlines, in ms, never going back; NULL: uv_now(). Tests give
+   * their own, to put a frame's arrival and a deadline check in the same millisecond. */
+  uint64_t (*now_ms)(tr_ipc_host *host);
 } tr_ipc_host_config;
 
 /* Caller-allocated like a uv handle; fields other than `data` are private. */
@@ -123,9 +143,15 @@ int tr_ipc_conn_reply(tr_ipc_conn *conn, uint64_t request_id, bool success, bool
                       const uint8_t *reply, size_t reply_len, int fd);
 /* The last fd received on this connection, now owned by the caller; -1 if none. */
 int tr_ipc_conn_take_fd(tr_ipc_conn *conn);
-/* Logs the reason and closes this connection only; on_disconnect follows from the loop.
- * Safe to call more than once and from inside a method handler. */
-void tr_ipc_conn_close(tr_ipc_conn *conn, const char *reason);
+/* Logs the reason and closes this connection only; on_disconnect follows from the loop, and
+ * tr_ipc_conn_close_why then gives `why` (the first close of a connection decides it). Safe to
+ * call more than once and from inside a method handler. */
+void tr_ipc_conn_close(tr_ipc_conn *conn, enum tr_ipc_close why, const char *reason);
+/* Why the connection was closed; meaningful once it is closing (in on_disconnect). */
+enum tr_ipc_close tr_ipc_conn_close_why(const tr_ipc_conn *conn);
+/* A short phrase for a reason ("stalled client"), for logs and stats; "unknown reason" for a
+ * value out of range (stats from a newer agent). */
+const char *tr_ipc_close_name(enum tr_ipc_close why);
 /* Bytes queued for this connection and not yet accepted by the kernel. */
 size_t tr_ipc_conn_out_bytes(const tr_ipc_conn *conn);
 /* Calls cb once, from the loop, when the output queue is empty and the socket writable:

@@ -119,6 +119,7 @@ int tr_producer_port_setup_data_source(tr_producer_port *port, uint32_t producer
     return TR_ERR_NOT_FOUND;
   pp_instance inst = {.id = instance_id,
                       .state = PP_SETUP,
+                      .target_buffer = config->target_buffer,
                       .notify_on_start = p->data_sources[ds]->will_notify_on_start,
                       .notify_on_stop = p->data_sources[ds]->will_notify_on_stop,
                       .stop_timeout_ms = config->stop_timeout_ms

@@ -65,7 +65,7 @@ static void report(pp_producer *p, const char *what, const char *why) {
             p->name ? p->name : "", (int)p->peer.pid, what, why,
             n == LOGGED_VIOLATIONS ? " (further violations are counted, not logged)" : "");
   if (n >= TR_PRODUCER_PORT_MAX_VIOLATIONS)
-    tr_ipc_conn_close(p->conn, "too many ABI violations");
+    tr_ipc_conn_close(p->conn, TR_IPC_CLOSE_VIOLATIONS, "too many ABI violations");
 }
 
 void pp_violation(pp_producer *p, const char *what, const char *why) {
@@ -107,7 +107,7 @@ static void reply(pp_producer *p, uint64_t request_id, const ProtobufCMessage *m
   size_t len = msg ? protobuf_c_message_get_packed_size(msg) : 0;
   uint8_t *buf = len <= sizeof(small) ? small : malloc(len);
   if (!buf) {
-    tr_ipc_conn_close(p->conn, "out of memory");
+    tr_ipc_conn_close(p->conn, TR_IPC_CLOSE_RESOURCES, "out of memory");
     return;
   }
   if (len)
@@ -204,7 +204,7 @@ static void m_initialize_connection(tr_ipc_conn *conn, uint64_t request_id, cons
   if (!p->name || !p->sdk_version) {
     if (fd >= 0)
       close(fd);
-    tr_ipc_conn_close(conn, "out of memory");
+    tr_ipc_conn_close(conn, TR_IPC_CLOSE_RESOURCES, "out of memory");
     return;
   }
   bool using_provided = false;
@@ -404,7 +404,7 @@ static void m_register_trace_writer(tr_ipc_conn *conn, uint64_t request_id, cons
   if (rc == TR_ERR_PROTO)
     refuse(p, request_id, what, "writer id 0 or over 32767");
   else if (rc < 0)
-    tr_ipc_conn_close(conn, "out of memory");
+    tr_ipc_conn_close(conn, TR_IPC_CLOSE_RESOURCES, "out of memory");
   else
     reply(p, request_id, NULL);
 }
@@ -560,6 +560,44 @@ static void free_producer(pp_producer *p) {
   free(p);
 }
 
+/* The buffers of the sessions p is in (those of its instances, each once): O(instances^2), a
+ * producer has a handful. NULL when it has none or memory ran out (then nothing is scraped). */
+static uint32_t *session_buffers(const pp_producer *p, size_t *n) {
+  *n = 0;
+  uint32_t *set = p->num_instances ? malloc(p->num_instances * sizeof *set) : NULL;
+  for (size_t i = 0; set && i < p->num_instances; i++) {
+    size_t k = 0;
+    while (k < *n && set[k] != p->instances[i].target_buffer)
+      k++;
+    if (k == *n)
+      set[(*n)++] = p->instances[i].target_buffer;
+  }
+  return set;
+}
+
+/* What the producer leaves behind, before anyone hears it is gone: its last chunks scraped for
+ * the sessions it is in (traced does so on every disconnect), what could not be counted, and,
+ * if the agent closed the connection, why, once per session buffer (buffer 0 if in none). The
+ * agent's shutdown closes every producer but is no loss of theirs: the agent stops in order. */
+static void leave(pp_producer *p, enum tr_ipc_close why) {
+  tr_producer_port *port = p->port;
+  size_t n;
+  uint32_t *buffers = session_buffers(p, &n);
+  bool counted = why != TR_IPC_CLOSE_PEER && why != TR_IPC_CLOSE_HOST;
+  pp_lock_queue(port);
+  size_t queued = tr_producer_shm_scrape_exit(&p->shm, port->cfg.queue, buffers, n);
+  for (size_t i = 0; counted && i < (n ? n : 1); i++)
+    tr_chunkq_count_exit(port->cfg.queue, p->shm.producer_id, n ? buffers[i] : 0, 0,
+                         (uint8_t)why);
+  pp_unlock_queue(port);
+  free(buffers);
+  if (queued > 0 || p->shm.stats.exit_unscraped_chunks > 0)
+    TR_INFO(LOG_COMP, "producer %u (%.64s): %zu chunks scraped from its shared memory at its "
+            "departure, %llu could not be", p->shm.producer_id, p->name, queued,
+            (unsigned long long)p->shm.stats.exit_unscraped_chunks);
+  pp_queue_changed(port, queued);
+}
+
 static void on_disconnect(tr_ipc_conn *conn) {
   pp_producer *p = tr_ipc_conn_data(conn);
   tr_producer_port *port = p->port;
@@ -570,6 +608,7 @@ static void on_disconnect(tr_ipc_conn *conn) {
   if (p->next)
     p->next->prev = p->prev;
   if (p->initialized) {
+    leave(p, tr_ipc_conn_close_why(conn));
     TR_INFO(LOG_COMP, "producer %u disconnected: %.64s, pid %d", p->shm.producer_id, p->name,
             (int)p->peer.pid);
     if (port->cfg.cb.producer_disconnected) {

@@ -73,7 +73,10 @@ typedef struct tr_producer_port_callbacks {
   /* After RegisterDataSource, UpdateDataSource or UnregisterDataSource changed the list. */
   void (*data_sources_changed)(tr_producer_port *port, const tr_producer_info *p);
   /* The connection is gone (also when the port closes); every instance of it is gone too,
-   * without a stopped callback. Only for producers that were connected. */
+   * without a stopped callback. Only for producers that were connected. Before it, the
+   * producer's shared memory was scraped into the queue for the buffers of its instances
+   * (tr_producer_shm_scrape_exit), and what could not be, and why the agent closed the
+   * connection if it did, counted in the queue (tr_chunkq_count_exit). */
   void (*producer_disconnected)(tr_producer_port *port, const tr_producer_info *p);
   /* NotifyDataSourceStarted, or right after start_data_source if the descriptor does not
    * ask will_notify_on_start. */

@@ -19,6 +19,7 @@ typedef enum pp_instance_state {
 typedef struct pp_instance {
   uint64_t id;
   pp_instance_state state;
+  uint32_t target_buffer;  /* its config's: the session's buffer it writes into */
   bool notify_on_start; /* from the descriptor at setup time */
   bool notify_on_stop;
   uint32_t stop_timeout_ms;  /* its config's stop_timeout_ms, or the default if it gave none */

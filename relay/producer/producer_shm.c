@@ -320,28 +320,63 @@ int tr_producer_shm_commit(tr_producer_shm *s, tr_chunkq *q,
   return 0;
 }
 
-size_t tr_producer_shm_scrape(tr_producer_shm *s, tr_chunkq *q) {
-  if (!s->scraping || !s->has_smb)
-    return 0;
+static bool one_of(const uint32_t *set, size_t n, uint32_t v) {
+  for (size_t i = 0; i < n; i++)
+    if (set[i] == v)
+      return true;
+  return false;
+}
+
+static void count_unscraped(tr_producer_shm *s, tr_chunkq *q, uint32_t buffer) {
+  s->stats.exit_unscraped_chunks++;
+  tr_chunkq_count_exit(q, s->producer_id, buffer, 1, 0);
+}
+
+/* One pass over the SMB's used chunks, queueing what the scraping rule allows. `only` NULL: a
+ * flush or stop (every buffer given, nothing counted); else the producer's departure, for
+ * only[0..n_only) and counting what cannot go (see tr_producer_shm_scrape_exit). */
+static size_t scrape_pass(tr_producer_shm *s, tr_chunkq *q, const uint32_t *only, size_t n_only) {
+  bool departure = only != NULL;
   size_t queued = 0;
   tr_smb_scrape_iter it;
   tr_smb_scraped sc;
   tr_smb_scrape_init(&it);
   while (tr_smb_scrape_next(&s->smb, &it, s->scratch, s->smb.page_size, &sc) == 1) {
     tr_chunk_header h, readable;
-    /* A chunk being written may not have its header yet: not a violation, just nothing. */
-    if (tr_chunk_header_decode(s->scratch, sc.len, &h) < 0)
-      continue;
-    const tr_producer_writer *w = find_writer(s, h.writer_id);
-    if (!w || !tr_producer_shm_has_buffer(s, w->target_buffer))
+    /* A chunk being written may not have its header yet: not a violation, just nothing. The
+     * decoder fills the count before it judges the writer id. */
+    bool valid = tr_chunk_header_decode(s->scratch, sc.len, &h) == 0;
+    const tr_producer_writer *w = valid ? find_writer(s, h.writer_id) : NULL;
+    if (departure && h.count == 0)
+      continue; /* taken, nothing begun in it yet: nothing to lose */
+    if (departure && w == NULL)
+      count_unscraped(s, q, 0);
+    if (w == NULL || !(departure ? one_of(only, n_only, w->target_buffer)
+                                 : tr_producer_shm_has_buffer(s, w->target_buffer)))
       continue;
     readable = h;
-    if (!sc.complete && tr_chunk_scrape_rule(&readable) == 0)
+    if (!s->scraping || (!sc.complete && tr_chunk_scrape_rule(&readable) == 0)) {
+      if (departure)
+        count_unscraped(s, q, w->target_buffer);
       continue;
+    }
     if (queue_chunk(s, q, s->scratch, sc.len, &h, w->target_buffer, !sc.complete, NULL) == 0) {
       s->stats.scraped_chunks++;
       queued++;
     }
   }
   return queued;
+}
+
+size_t tr_producer_shm_scrape(tr_producer_shm *s, tr_chunkq *q) {
+  if (!s->scraping || !s->has_smb)
+    return 0;
+  return scrape_pass(s, q, NULL, 0);
+}
+
+size_t tr_producer_shm_scrape_exit(tr_producer_shm *s, tr_chunkq *q, const uint32_t *buffers,
+                                   size_t num_buffers) {
+  if (!s->has_smb || num_buffers == 0)
+    return 0;
+  return scrape_pass(s, q, buffers, num_buffers);
 }

@@ -42,6 +42,8 @@ typedef struct tr_producer_stats {
   uint64_t smb_full_ns;    /* for those commits, the time since the commit before (or since
                             * the SMB was set up): an upper bound of how long it was full */
   uint64_t chunks_dropped; /* filled in by the port from the queue's drop counters */
+  uint64_t exit_unscraped_chunks; /* used chunks left at its departure that could not be
+                                   * scraped (tr_producer_shm_scrape_exit) */
 } tr_producer_stats;
 
 typedef struct tr_producer_writer {
@@ -105,5 +107,17 @@ int tr_producer_shm_commit(tr_producer_shm *s, tr_chunkq *q,
  * producer asked for scraping and has an SMB. Returns the number of chunks queued.
  * O(pages + chunks). */
 size_t tr_producer_shm_scrape(tr_producer_shm *s, tr_chunkq *q);
+
+/* The producer's departure (its connection ended: it exited, crashed, or the agent closed it),
+ * as traced scrapes on disconnect: its last chunks, committed or being written, go into the
+ * queue by the rules of tr_producer_shm_scrape, for the buffers[0..num_buffers) of the sessions
+ * it is in only. A used chunk (one fragment begun at least) that cannot go is counted, in q
+ * (tr_chunkq_count_exit) and stats.exit_unscraped_chunks: a chunk being written with fewer than
+ * 2 fragments (its one packet is unfinished), every chunk of a producer that did not ask for
+ * scraping, and, under buffer 0, a chunk of an unknown writer (its buffer unknown). Chunks of
+ * other buffers are no session's of this producer and are left alone. Returns the number of
+ * chunks queued. O(pages + chunks + chunks x num_buffers). */
+size_t tr_producer_shm_scrape_exit(tr_producer_shm *s, tr_chunkq *q, const uint32_t *buffers,
+                                   size_t num_buffers);
 
 #endif

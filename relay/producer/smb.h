@@ -111,7 +111,7 @@ bool tr_smb_has_free_chunk(const tr_smb *smb);
  * TR_ERR_STATE the chunk is not Complete; TR_ERR_AGAIN too much contention on the page. */
 int tr_smb_read_chunk(tr_smb *smb, size_t page, size_t chunk, uint8_t *dst, size_t dst_cap);
 
-/* Scraping (flush and stop, reference 4.6): visits chunks that are BeingWritten or Complete,
+/* Scraping (flush, stop and a producer's departure, reference 4.6): visits chunks that are BeingWritten or Complete,
  * copying each into private memory and leaving every state alone. */
 typedef struct tr_smb_scrape_iter {
   size_t page;

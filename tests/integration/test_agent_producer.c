@@ -11,7 +11,11 @@
  * instead of failing: a loadgen's shared memory fills while this loop cannot drain it, so the
  * loadgen drops packets as the SDK does (counted by it as packets_dropped; a packet abandoned
  * halfway shows in the buffer as a writer abort, nothing else may), and the stop may come
- * before a loadgen wrote all its --packets. What it wrote is accounted for all the same. */
+ * before a loadgen wrote all its --packets. What it wrote is accounted for all the same.
+ *
+ * A second test kills a loadgen with SIGKILL in the middle of a packet (--hang-after) while
+ * its data source runs: the port scrapes its shared memory at the disconnect, as traced does,
+ * so every packet it completed is in the buffer, and its unfinished packets are counted lost. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -39,7 +43,7 @@ typedef struct lg {
   bool exited;
   char json[160];
   uint32_t producer_id; /* 0 until its data source was set up */
-  bool started, stopped, flush_acked;
+  bool started, stopped, flush_acked, gone;
   uint64_t packets_read;
   uint64_t packets_after_loss; /* read with previous_packet_dropped set */
   uint32_t loss_bits;          /* their previous_packet_dropped bits, together */
@@ -53,6 +57,7 @@ typedef struct env {
   char dir[64];
   char path[128];
   lg lgs[NUM_LOADGENS];
+  int count; /* loadgens in this test */
   bool queue_has_data;
   uint64_t flush_acks_in_queue;
   uint64_t patches_applied;
@@ -60,7 +65,7 @@ typedef struct env {
 } env;
 
 static lg *lg_of(env *e, uint32_t producer_id) {
-  for (int i = 0; i < NUM_LOADGENS; i++)
+  for (int i = 0; i < e->count; i++)
     if (e->lgs[i].producer_id == producer_id)
       return &e->lgs[i];
   return NULL;
@@ -73,7 +78,7 @@ static void on_ds_changed(tr_producer_port *port, const tr_producer_info *p) {
     return;
   assert_string_equal(p->data_sources[0]->name, "track_event");
   lg *l = NULL;
-  for (int i = 0; i < NUM_LOADGENS; i++)
+  for (int i = 0; i < e->count; i++)
     if (e->lgs[i].pid == p->pid) /* SO_PEERCRED names the process */
       l = &e->lgs[i];
   assert_non_null(l);
@@ -104,6 +109,13 @@ static void on_flush_acked(tr_producer_port *port, uint32_t producer_id, uint64_
   env *e = tr_producer_port_data(port);
   assert_int_equal(id, FLUSH_ID_BASE + producer_id);
   lg_of(e, producer_id)->flush_acked = true;
+}
+
+static void on_disconnected(tr_producer_port *port, const tr_producer_info *p) {
+  env *e = tr_producer_port_data(port);
+  lg *l = lg_of(e, p->id);
+  if (l)
+    l->gone = true;
 }
 
 static void on_queue(tr_producer_port *port) {
@@ -148,7 +160,7 @@ static void drain(env *e) {
 }
 
 static void reap(env *e) {
-  for (int i = 0; i < NUM_LOADGENS; i++)
+  for (int i = 0; i < e->count; i++)
     if (!e->lgs[i].exited && waitpid(e->lgs[i].pid, &e->lgs[i].status, WNOHANG) == e->lgs[i].pid)
       e->lgs[i].exited = true;
 }
@@ -175,21 +187,21 @@ static bool run_until(env *e, bool (*done)(env *), int timeout_ms) {
 }
 
 static bool all_started(env *e) {
-  for (int i = 0; i < NUM_LOADGENS; i++)
+  for (int i = 0; i < e->count; i++)
     if (!e->lgs[i].producer_id || !e->lgs[i].started)
       return false;
   return true;
 }
 
 static bool all_flushed(env *e) {
-  for (int i = 0; i < NUM_LOADGENS; i++)
+  for (int i = 0; i < e->count; i++)
     if (!e->lgs[i].flush_acked)
       return false;
   return true;
 }
 
 static bool all_stopped_and_exited(env *e) {
-  for (int i = 0; i < NUM_LOADGENS; i++)
+  for (int i = 0; i < e->count; i++)
     if (!e->lgs[i].stopped || !e->lgs[i].exited)
       return false;
   return true;
@@ -197,9 +209,11 @@ static bool all_stopped_and_exited(env *e) {
 
 static void on_port_closed(void *data) { ((env *)data)->closed = true; }
 
-static void test_two_loadgens(void **state) {
-  (void)state;
+/* A port for `count` loadgens on a loop of its own, listening in a new directory, its queue
+ * drained into one central buffer. */
+static env *env_new(int count) {
   env *e = calloc(1, sizeof(*e));
+  e->count = count;
   assert_int_equal(uv_loop_init(&e->loop), 0);
   tr_chunkq_init(&e->queue, 64u << 20);
   assert_int_equal(tr_tbuf_new(64u << 20, TR_TBUF_RING_BUFFER, &e->tbuf), 0);
@@ -212,10 +226,28 @@ static void test_two_loadgens(void **state) {
                                         .data_sources_changed = on_ds_changed,
                                         .data_source_started = on_started,
                                         .data_source_stopped = on_stopped,
+                                        .producer_disconnected = on_disconnected,
                                         .flush_acked = on_flush_acked,
                                         .queue_has_data = on_queue}};
   assert_int_equal(tr_producer_port_new(&e->loop, &cfg, &e->port), 0);
   assert_int_equal(tr_producer_port_start(e->port, e->path, TR_PRODUCER_PORT_DEFAULT_MODE), 0);
+  return e;
+}
+
+static void env_free(env *e) {
+  tr_producer_port_close(e->port, on_port_closed, e);
+  while (!e->closed)
+    uv_run(&e->loop, UV_RUN_ONCE);
+  assert_int_equal(uv_loop_close(&e->loop), 0);
+  tr_tbuf_free(e->tbuf);
+  tr_chunkq_free(&e->queue);
+  rmdir(e->dir);
+  free(e);
+}
+
+static void test_two_loadgens(void **state) {
+  (void)state;
+  env *e = env_new(NUM_LOADGENS);
 
   for (int i = 0; i < NUM_LOADGENS; i++) {
     lg *l = &e->lgs[i];
@@ -316,20 +348,78 @@ static void test_two_loadgens(void **state) {
                 (unsigned long long)e->patches_applied);
   assert_true(e->patches_applied > 0);
 
-  tr_producer_port_close(e->port, on_port_closed, e);
-  while (!e->closed)
-    uv_run(&e->loop, UV_RUN_ONCE);
-  assert_int_equal(uv_loop_close(&e->loop), 0);
-  tr_tbuf_free(e->tbuf);
-  tr_chunkq_free(&e->queue);
-  rmdir(e->dir);
-  free(e);
+  env_free(e);
+}
+
+static bool stats_written(env *e) { return access(e->lgs[0].json, F_OK) == 0; }
+static bool gone(env *e) { return e->lgs[0].gone; }
+
+static void test_killed_mid_write(void **state) {
+  (void)state;
+  enum { WRITERS = 2 };
+  env *e = env_new(1);
+  lg *l = &e->lgs[0];
+  snprintf(l->json, sizeof(l->json), "%s/stats.json", e->dir);
+  l->pid = fork();
+  if (l->pid == 0) {
+    /* 7 chunks a page: each writer's last chunk holds several packets when it stops. */
+    execl(TR_BIN_DIR "/tracerelay-loadgen", "tracerelay-loadgen", "--socket", e->path,
+          "--name", "doomed", "--writers", "2", "--hang-after", "700", "--rate", "5000",
+          "--chunks-per-page", "7", "--smb-size", "2048", "--stats-json", l->json,
+          (char *)NULL);
+    _exit(127);
+  }
+  assert_true(l->pid > 0);
+  assert_true(run_until(e, all_started, 10000));
+  /* Its counts are written once every writer stopped inside a packet: then it dies. */
+  assert_true(run_until(e, stats_written, 60000));
+  assert_int_equal(kill(l->pid, SIGKILL), 0);
+  assert_true(run_until(e, gone, 10000));
+  drain(e);
+  if (!l->exited) /* run_until may have reaped it */
+    assert_int_equal(waitpid(l->pid, &l->status, 0), l->pid);
+  assert_true(WIFSIGNALED(l->status) && WTERMSIG(l->status) == SIGKILL);
+
+  tr_chunkq_drops drops = tr_chunkq_drops_of(&e->queue, l->producer_id);
+  assert_int_equal(drops.chunks + drops.patches, 0);
+  assert_int_equal(drops.closed_why, 0); /* it died: the agent closed nothing */
+  tr_tbuf_packet pkt;
+  int rc;
+  while ((rc = tr_tbuf_read_packet(e->tbuf, true, &pkt)) == 1) {
+    assert_int_equal(pkt.producer_id, l->producer_id);
+    l->packets_read++;
+  }
+  assert_int_equal(rc, 0);
+  tr_tbuf_stats ts;
+  tr_tbuf_get_stats(e->tbuf, &ts);
+  uint64_t written = loadgen_stats_total(l->json, "\"packets_written\"");
+  uint64_t dropped = loadgen_stats_total(l->json, "\"packets_dropped\"");
+  print_message("killed mid-write: %llu packets complete, %llu in the buffer; unfinished packets "
+                "counted: %llu lost in gaps, %llu chunks left unscraped; %llu dropped by the "
+                "loadgen (SMB full)\n",
+                (unsigned long long)written, (unsigned long long)l->packets_read,
+                (unsigned long long)ts.packets_lost_in_gaps,
+                (unsigned long long)drops.unscraped_chunks, (unsigned long long)dropped);
+  assert_true(written >= WRITERS * 700);
+  /* Every packet up to the last complete one of each writer, nothing more. */
+  assert_int_equal(l->packets_read, written);
+  assert_int_equal(ts.abi_violations, 0);
+  assert_int_equal(ts.invalid_packets, 0);
+  /* Each writer's unfinished packet is counted: left out of its scraped chunk at the final
+   * read, or its chunk (one packet begun) left unscraped (then also lost in gaps if it began
+   * in the chunk before). */
+  assert_true(ts.packets_lost_in_gaps + drops.unscraped_chunks >= WRITERS);
+  assert_true(ts.packets_lost_in_gaps <= WRITERS && drops.unscraped_chunks <= WRITERS);
+
+  unlink(l->json);
+  env_free(e);
 }
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_loadgens),
+      cmocka_unit_test(test_killed_mid_write),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,7 +19,8 @@
 #     the host was lost anywhere (agent queue, link, central buffer); no packet carries two
 #     trusted_pid values (corrupt-smb forges the loadgen's pid in some of its packets);
 #   - the ABI violations of the hostile producers are counted in the trace (host stats
-#     agent_abi_violations), those of producers already disconnected for them included.
+#     agent_abi_violations), those of producers already disconnected for them included, and
+#     `tracerelay record`'s summary names the connections the agent closed for them (issue 38).
 # Runs on loopback (TR_NO_NETNS=1 unless set): the producer socket is all that matters here.
 # TR_HOSTILE_SEED fixes the hostile producers' seed (printed on every run).
 # Usage: test_hostile_producer.sh BIN_DIR
@@ -95,6 +96,15 @@ done
 kill -TERM "$RECORD"
 fault_wait_pid "$RECORD" 30 || fail "record did not finish"
 wait "$RECORD" || { fail "tracerelay record failed"; cat "$WORK/record.log"; }
+# record's closing summary names the producers the agent cut off while the session ran, by
+# reason: corrupt-smb and steal had the session's buffer when closed for their violations.
+if [ "$VIOLATORS" -gt 0 ]; then
+  if grep -qE "producer connections the agents closed while the session ran .*web-1:[^;]* [0-9]+ too many ABI violations" "$WORK/record.log"; then
+    echo "ok: record's summary: $(grep -o 'web-1: [^;]*' "$WORK/record.log" | tail -1)"
+  else
+    fail "record's summary does not name the producers closed for their violations: $(cat "$WORK/record.log")"
+  fi
+fi
 fault_wait_pid "$LOADGEN" 10 || fail "the loadgen did not stop"
 wait "$LOADGEN" || fail "the loadgen failed: $(tail -3 "$WORK/loadgen-web-1-0.log")"
 

@@ -18,10 +18,12 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <linux/sockios.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -42,6 +44,7 @@ typedef struct fixture {
   bool host_closed;
   int connects;
   int disconnects;
+  enum tr_ipc_close last_close; /* of the last connection that went */
   tr_ipc_peer peer;
   /* deferred streaming reply state (one stream at a time) */
   tr_ipc_conn *stream_conn;
@@ -175,6 +178,7 @@ static int on_connect(tr_ipc_conn *conn) {
 static void on_disconnect(tr_ipc_conn *conn) {
   fixture *f = fx_of(conn);
   f->disconnects++;
+  f->last_close = tr_ipc_conn_close_why(conn);
   if (f->stream_conn == conn)
     f->stream_conn = NULL;
 }
@@ -639,6 +643,7 @@ static void test_output_cap(void **state) {
     pump(f, 1);
   assert_int_equal(f->disconnects, 1);
   assert_true(f->flood_rc == TR_ERR_FULL);
+  assert_int_equal(f->last_close, TR_IPC_CLOSE_NOT_READING);
   tr_ipc_client_close(c);
 }
 
@@ -742,6 +747,7 @@ static void test_idle_unbound_client_timed_out(void **state) {
   uint64_t took = wait_disconnects(f, 1, WAIT_CAP_MS);
   assert_int_equal(f->disconnects, 1);
   assert_true(took >= SHORT_TIMEOUT_MS / 2);
+  assert_int_equal(f->last_close, TR_IPC_CLOSE_IDLE);
   char b;
   assert_int_equal(recv(idle, &b, 1, 0), 0); /* EOF: the host closed it */
   wait_disconnects(f, 2, 3 * SHORT_TIMEOUT_MS);
@@ -799,11 +805,97 @@ static void test_stalled_partial_frame_timed_out(void **state) {
   uint64_t took = wait_disconnects(f, 1, WAIT_CAP_MS);
   assert_int_equal(f->disconnects, 1);
   assert_true(took >= SHORT_TIMEOUT_MS / 4);
+  assert_int_equal(f->last_close, TR_IPC_CLOSE_STALLED);
   Perfetto__Protos__IPCFrame *frame;
   assert_int_equal(recv_frame(f, loris, &frame, NULL), TR_ERR_CLOSED);
   expect_sync_works(f, good);
   tr_ipc_client_close(loris);
   tr_ipc_client_close(good);
+}
+
+/* The deadlines' clock of setup_fake_clock: an even millisecond the test moves by hand, and
+ * how many times the host read it (once per deadline tick, once per accept or partial frame). */
+static uint64_t fake_now_ms;
+static int fake_clock_reads;
+
+static uint64_t fake_clock(tr_ipc_host *host) {
+  (void)host;
+  fake_clock_reads++;
+  return fake_now_ms;
+}
+
+static int setup_fake_clock(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  snprintf(f->dir, sizeof f->dir, "/tmp/tr-ipc-test-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  snprintf(f->path, sizeof f->path, "%s/sock", f->dir);
+  assert_int_equal(uv_loop_init(&f->loop), 0);
+  fake_now_ms = 1000;
+  fake_clock_reads = 0;
+  /* A tick every 10 ms of real time (a quarter of the stall deadline); no bind deadline. */
+  tr_ipc_host_config cfg = {.name = "test socket",
+                            .services = producer_services,
+                            .num_services = 2,
+                            .on_connect = on_connect,
+                            .on_disconnect = on_disconnect,
+                            .bind_timeout_ms = 1000000,
+                            .stall_timeout_ms = 40,
+                            .now_ms = fake_clock};
+  assert_int_equal(tr_ipc_host_init(&f->host, &f->loop, &cfg), 0);
+  f->host.data = f;
+  assert_int_equal(tr_ipc_host_start(&f->host, f->path, 0600), 0);
+  *state = f;
+  return 0;
+}
+
+/* Turns the loop until the host read the clock `reads` more times (deadline ticks). */
+static void wait_clock_reads(fixture *f, int reads) {
+  int want = fake_clock_reads + reads;
+  uint64_t t0 = now_ms();
+  while (fake_clock_reads < want && now_ms() - t0 < WAIT_CAP_MS) {
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  assert_true(fake_clock_reads >= want);
+}
+
+/* Issue 38: a frame partly received in an even millisecond was stamped `uv_now() | 1`, a
+ * millisecond ahead, so a deadline check in that same millisecond computed now - stamp as
+ * 2^64 - 1 and closed a healthy producer as "stalled" 0.5 s into a session. Here the frame
+ * arrives and three checks run, all at the same even millisecond: the connection stays; it is
+ * closed, as stalled, exactly when stall_timeout_ms have passed. */
+static void test_partial_frame_checked_in_its_millisecond(void **state) {
+  fixture *f = *state;
+  int fd = raw_connect(f->path);
+  for (int i = 0; i < 500 && f->connects == 0; i++) {
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  assert_int_equal(f->connects, 1);
+  static const uint8_t part[] = {100, 0, 0, 0, 0x08, 0x01, 0x1a}; /* 100 declared, 3 sent */
+  assert_int_equal(write(fd, part, sizeof part), (ssize_t)sizeof part);
+  /* The host has read the bytes (and stamped the partial frame) once none wait in the socket. */
+  int unread = (int)sizeof part;
+  for (int i = 0; i < 5000 && unread > 0; i++) {
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(ioctl(fd, SIOCOUTQ, &unread), 0);
+    if (unread > 0)
+      usleep(1000);
+  }
+  assert_int_equal(unread, 0);
+  wait_clock_reads(f, 3);
+  assert_int_equal(f->disconnects, 0);
+  fake_now_ms += 39;
+  wait_clock_reads(f, 2);
+  assert_int_equal(f->disconnects, 0);
+  fake_now_ms += 1;
+  wait_disconnects(f, 1, WAIT_CAP_MS);
+  assert_int_equal(f->disconnects, 1);
+  assert_int_equal(f->last_close, TR_IPC_CLOSE_STALLED);
+  assert_string_equal(tr_ipc_close_name(f->last_close), "stalled client");
+  char b;
+  assert_int_equal(recv(fd, &b, 1, 0), 0); /* EOF: the host closed it */
+  close(fd);
 }
 
 /* Requests awaiting their final reply are bounded per connection: drop_reply calls and
@@ -832,6 +924,7 @@ static void test_pending_requests_bounded(void **state) {
   send_invoke(greedy, 4000, 1, 7, false);
   wait_disconnects(f, 1, WAIT_CAP_MS);
   assert_int_equal(f->disconnects, 1);
+  assert_int_equal(f->last_close, TR_IPC_CLOSE_TOO_MANY_REQUESTS);
   Perfetto__Protos__IPCFrame *frame;
   assert_int_equal(recv_frame(f, greedy, &frame, NULL), TR_ERR_CLOSED);
   expect_sync_works(f, good);
@@ -890,6 +983,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stalled_partial_frame_timed_out, setup_deadlines,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_partial_frame_checked_in_its_millisecond,
+                                      setup_fake_clock, teardown),
       cmocka_unit_test_setup_teardown(test_pending_requests_bounded, setup_deadlines,
                                       teardown),
   };

@@ -33,6 +33,7 @@
 #include "perfetto/ipc/producer_port.pb-c.h"
 #include "relay/producer/ipc_frame.h"
 #include "relay/base/log.h"
+#include "relay/producer/ipc_host.h"
 #include "relay/producer/producer_port.h"
 #include "relay/base/tr_error.h"
 
@@ -864,6 +865,8 @@ static void test_register_refusals(void **state) {
   client_close(&a);
 }
 
+static const tr_chunkq_drops *drops_entry(env *e, uint32_t producer_id, uint32_t buffer);
+
 static void test_too_many_violations_disconnects(void **state) {
   env *e = *state;
   client a, b;
@@ -879,6 +882,10 @@ static void test_too_many_violations_disconnects(void **state) {
   assert_true(a.eof);
   assert_int_equal(e->num_disconnected, 1);
   assert_int_equal(e->disconnected[0], a.id);
+  /* Counted against the buffer of its session, with why (issue 38); b's is untouched. */
+  assert_non_null(drops_entry(e, a.id, 1));
+  assert_int_equal(drops_entry(e, a.id, 1)->closed_why, TR_IPC_CLOSE_VIOLATIONS);
+  assert_null(drops_entry(e, b.id, 2));
   tr_log_set_level(TR_LOG_INFO);
   b_still_works(e, &b);
   client_close(&a);
@@ -989,6 +996,54 @@ static void test_patches_flush_and_scrape(void **state) {
   client_close(&b);
 }
 
+/* The (producer, buffer) entry of the queue's drop table, or NULL. */
+static const tr_chunkq_drops *drops_entry(env *e, uint32_t producer_id, uint32_t buffer) {
+  for (size_t i = 0; i < e->queue.num_drops; i++)
+    if (e->queue.drops[i].producer_id == producer_id && e->queue.drops[i].target_buffer == buffer)
+      return &e->queue.drops[i];
+  return NULL;
+}
+
+/* A producer that goes (its socket closed, as when it crashes) leaves its last chunks: scraped
+ * for its session's buffer as traced does, what cannot be counted. */
+static void test_departure_scraped_and_counted(void **state) {
+  env *e = *state;
+  client a, b;
+  two_producers(e, &a, &b);
+  register_writer(e, &a, 3, 7); /* a buffer of no session of a's */
+  write_chunk(&a, 4, 0, TR_SMB_LAYOUT_DIV4, 1, 40, 3, 10, false); /* scraped, incomplete */
+  write_chunk(&a, 4, 1, TR_SMB_LAYOUT_DIV4, 1, 41, 2, 10, true);  /* scraped whole */
+  write_chunk(&a, 4, 2, TR_SMB_LAYOUT_DIV4, 1, 42, 1, 10, false); /* one packet begun: lost */
+  write_chunk(&a, 4, 3, TR_SMB_LAYOUT_DIV4, 5, 43, 2, 10, true);  /* unknown writer: lost */
+  write_chunk(&a, 5, 0, TR_SMB_LAYOUT_DIV1, 1, 44, 0, 10, false); /* nothing begun: nothing */
+  write_chunk(&a, 6, 0, TR_SMB_LAYOUT_DIV1, 3, 45, 2, 10, true);  /* buffer 7: left alone */
+  uint32_t id = a.id;
+  client_close(&a);
+  for (int i = 0; i < 2000 && e->num_disconnected == 0; i++)
+    pump(e, 1);
+  assert_int_equal(e->num_disconnected, 1);
+  tr_chunkq_entry *en = pop(e, TR_CHUNKQ_CHUNK);
+  assert_int_equal(en->u.chunk.header.chunk_id, 40);
+  assert_int_equal(en->u.chunk.target_buffer, 1);
+  assert_true(en->u.chunk.incomplete);
+  tr_chunkq_entry_free(en);
+  en = pop(e, TR_CHUNKQ_CHUNK);
+  assert_int_equal(en->u.chunk.header.chunk_id, 41);
+  assert_false(en->u.chunk.incomplete);
+  tr_chunkq_entry_free(en);
+  assert_null(tr_chunkq_peek(&e->queue));
+  const tr_chunkq_drops *d1 = drops_entry(e, id, 1), *d0 = drops_entry(e, id, 0);
+  assert_non_null(d1);
+  assert_non_null(d0);
+  assert_int_equal(d1->unscraped_chunks, 1);
+  assert_int_equal(d0->unscraped_chunks, 1);
+  assert_null(drops_entry(e, id, 7));
+  assert_int_equal(d1->closed_why, 0); /* it left: the port closed nothing */
+  assert_int_equal(d1->chunks, 0);     /* and the queue dropped nothing */
+  b_still_works(e, &b);
+  client_close(&b);
+}
+
 static void expect_stop_command(env *e, client *c) {
   Perfetto__Protos__GetAsyncCommandResponse *cmd = next_command(e, c);
   assert_int_equal(cmd->cmd_case, PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__CMD_STOP_DATA_SOURCE);
@@ -1062,6 +1117,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_register_refusals, setup_env, teardown_env),
       cmocka_unit_test_setup_teardown(test_too_many_violations_disconnects, setup_env, teardown_env),
       cmocka_unit_test_setup_teardown(test_patches_flush_and_scrape, setup_env, teardown_env),
+      cmocka_unit_test_setup_teardown(test_departure_scraped_and_counted, setup_env,
+                                      teardown_env),
       cmocka_unit_test_setup_teardown(test_stop_timeout_and_commands, setup_env, teardown_env),
       cmocka_unit_test_setup_teardown(test_stop_waits_the_configs_timeout, setup_env,
                                       teardown_env),

@@ -74,6 +74,15 @@ static void *writer_main(void *arg) {
       break;
   }
   pthread_mutex_lock(&w->lock);
+  if (cfg->hang && rc == 0 && !stopped(load)) {
+    /* Part of a TracePacket's first field: the writer never gets to finish it. */
+    static const uint8_t partial[] = {0x08, 0x96};
+    if (lg_tw_begin_packet(&w->tw) >= 0)
+      lg_tw_append(&w->tw, partial, sizeof partial);
+    w->hung = true;
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+  }
   if (rc == 0 && (rc = boottime(&ts)) == 0)
     rc = lg_seq_finish(&w->seq, ts);
   if (rc == TR_ERR_FULL)
@@ -114,6 +123,16 @@ int lg_load_start(lg_load *load, const lg_load_config *cfg, lg_smb *smb, uint32_
     }
   }
   return 0;
+}
+
+bool lg_load_all_hung(lg_load *load) {
+  bool all = load->started == load->cfg.writers;
+  for (unsigned i = 0; all && i < load->started; i++) {
+    pthread_mutex_lock(&load->writers[i].lock);
+    all = load->writers[i].hung;
+    pthread_mutex_unlock(&load->writers[i].lock);
+  }
+  return all;
 }
 
 int lg_load_flush(lg_load *load) {

@@ -91,7 +91,8 @@ static int start_data_source(run *r, const Perfetto__Protos__GetAsyncCommandResp
   lg_load_config cfg = {.writers = r->opt->writers, .rate = r->opt->rate,
                         .packet_size = r->opt->packet_size, .duration_s = r->opt->duration_s,
                         .packets = r->opt->packets,
-                        .flows = r->opt->flow_send || r->opt->flow_recv ? &r->flows : NULL};
+                        .flows = r->opt->flow_send || r->opt->flow_recv ? &r->flows : NULL,
+                        .hang = r->opt->hang_after != 0};
   if (rc == 0)
     rc = lg_load_start(&r->load, &cfg, &r->smb, target_buffer, lg_session_queue_commit,
                        &r->session);
@@ -155,6 +156,23 @@ static int handle(run *r, const Perfetto__Protos__GetAsyncCommandResponse *cmd) 
     /* setup_data_source needs nothing before start; unknown commands come from newer peers. */
     return 0;
   }
+}
+
+static int report(run *r);
+
+/* --hang-after: every writer stopped inside a packet. What it completed goes out as the SDK's
+ * commits would have, the counts are written, and the process waits for its end (SIGKILL: a
+ * crash mid-write; a catchable signal ends it as usual, without touching the writers). */
+static int hang(run *r) {
+  int rc = lg_session_send_commits(&r->session, 0);
+  r->end_ns = mono_ns();
+  if (rc >= 0)
+    rc = report(r);
+  TR_INFO("loadgen", "every writer stopped mid-packet after %llu events (--hang-after): "
+          "waiting to be killed", (unsigned long long)r->opt->hang_after);
+  while (rc >= 0 && !g_signal)
+    pause();
+  return rc;
 }
 
 static int report(run *r) {
@@ -224,6 +242,8 @@ int main(int argc, char **argv) {
       rc = stop_when_due(&r);
     if (rc >= 0)
       rc = trigger_when_due(&r);
+    if (rc >= 0 && r.running && opt.hang_after && lg_load_all_hung(&r.load))
+      _exit(hang(&r) < 0 ? 1 : 0); /* the writers are stuck mid-packet: no orderly exit */
   }
   if (rc < 0)
     TR_ERROR("loadgen", "producer session on %s ended: %s", opt.socket_path, tr_strerror(rc));

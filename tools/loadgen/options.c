@@ -69,6 +69,13 @@ static const char kHelp[] =
     "  --trigger-from WHEN    what --trigger-after counts from: `start` (the data source's,\n"
     "                         default) or `connect` (for START_TRACING sessions, whose data\n"
     "                         sources start only once triggered).\n"
+    "  --hang-after N         test feature: after N events per writer, each writer begins one\n"
+    "                         more packet, writes part of it and stops there, its chunk left\n"
+    "                         being written, as in a process killed mid-write; once all have,\n"
+    "                         the whole chunks are committed, the counts written (stdout,\n"
+    "                         --stats-json: packets up to the last complete one) and the\n"
+    "                         loadgen waits to be killed (SIGKILL: a crash). Implies\n"
+    "                         --packets N.\n"
     "  --help                 print this text.\n"
     "  --version              print the version.\n"
     "\n"
@@ -108,7 +115,8 @@ static int parse_double(const char *flag, const char *s, double *out) {
 int lg_options_parse(int argc, char **argv, lg_options *o) {
   enum { SOCKET = 256, NAME, DATA_SOURCE, WRITERS, RATE, PACKET_SIZE, DURATION, PACKETS,
          FAKE_CLOCK, PAGE_SIZE, SMB_SIZE, CHUNKS_PER_PAGE, NO_FLUSH, STATS_JSON, FLOW_SEND,
-         FLOW_RECV, COMMIT_LATENCY, STOP_DELAY, TRIGGER, TRIGGER_AFTER, TRIGGER_FROM, HELP, VERSION };
+         FLOW_RECV, COMMIT_LATENCY, STOP_DELAY, TRIGGER, TRIGGER_AFTER, TRIGGER_FROM, HANG_AFTER,
+         HELP, VERSION };
   static const struct option longopts[] = {
       {"socket", required_argument, NULL, SOCKET},
       {"name", required_argument, NULL, NAME},
@@ -131,6 +139,7 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
       {"trigger", required_argument, NULL, TRIGGER},
       {"trigger-after", required_argument, NULL, TRIGGER_AFTER},
       {"trigger-from", required_argument, NULL, TRIGGER_FROM},
+      {"hang-after", required_argument, NULL, HANG_AFTER},
       {"help", no_argument, NULL, HELP},
       {"version", no_argument, NULL, VERSION},
       {NULL, 0, NULL, 0},
@@ -194,6 +203,7 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
         rc = bad("--trigger-from", optarg);
       o->trigger_from_connect = strcmp(optarg, "connect") == 0;
       break;
+    case HANG_AFTER: rc = parse_u64("--hang-after", optarg, 1, UINT64_MAX, &o->hang_after); break;
     case HELP: fputs(kHelp, stdout); return 1;
     case VERSION: printf("tracerelay-loadgen %s\n", TR_VERSION); return 1;
     default:
@@ -206,6 +216,8 @@ int lg_options_parse(int argc, char **argv, lg_options *o) {
     fprintf(stderr, "tracerelay-loadgen: unexpected argument '%s' (see --help)\n", argv[optind]);
     rc = TR_ERR_CONFIG;
   }
+  if (rc == 0 && o->hang_after)
+    o->packets = o->hang_after;
   if (rc == 0 && !o->socket_path) {
     fprintf(stderr, "tracerelay-loadgen: --socket PATH is required (see --help)\n");
     rc = TR_ERR_CONFIG;

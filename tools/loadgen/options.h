@@ -28,6 +28,7 @@ typedef struct lg_options {
   const char *trigger;    /* --trigger: a trigger to activate, or NULL */
   double trigger_after_s; /* that long after the data source started */
   bool trigger_from_connect; /* --trigger-from connect: after the connection instead */
+  uint64_t hang_after; /* leave a packet unfinished after this many events, then wait (0: no) */
 } lg_options;
 
 /* Returns 0 with *o filled, 1 if --help or --version was printed, or TR_ERR_CONFIG after

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <unistd.h>
 
 #include "relay/base/tr_error.h"
 
@@ -53,7 +54,10 @@ void lg_stats_print(const lg_stats *st, FILE *out) {
 }
 
 int lg_stats_write_json(const lg_stats *st, const char *path) {
-  FILE *f = fopen(path, "w");
+  char tmp[4096];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+    return TR_ERR_SYS(ENAMETOOLONG);
+  FILE *f = fopen(tmp, "w");
   if (!f)
     return TR_ERR_SYS(errno);
   fputs("{\"writers\":[", f);
@@ -71,5 +75,12 @@ int lg_stats_write_json(const lg_stats *st, const char *path) {
     lg_latency_write_json(st->latency, f);
   }
   fputs("}\n", f);
-  return fclose(f) == 0 ? 0 : TR_ERR_SYS(errno);
+  /* Renamed into place, so that a reader waiting for the file (a test of --hang-after) never
+   * finds half of it. */
+  if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    int err = errno;
+    unlink(tmp);
+    return TR_ERR_SYS(err);
+  }
+  return 0;
 }

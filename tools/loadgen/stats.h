@@ -3,8 +3,9 @@
  *   {"writers": [{"writer_id": 1, "packets_written": ..., ...}, ...],
  *    "total": {"packets_written": ..., ...}, "commit_data_frames": N, "elapsed_s": S
  *    [, "commit_to_free_us": {"samples", "unfinished", "p50", "p99", "max"}]}
- * Every drop is counted: packets_dropped (SMB full) and events_dropped (event numbers used up
- * without reaching the SMB, a subset of the dropped packets' events). */
+ * The JSON file appears whole (written aside, then renamed). Every drop is counted:
+ * packets_dropped (SMB full) and events_dropped (event numbers used up without reaching the
+ * SMB, a subset of the dropped packets' events). */
 #ifndef LG_STATS_H
 #define LG_STATS_H
 

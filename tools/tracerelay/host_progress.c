@@ -51,6 +51,28 @@ static Tracerelay__TraceStatsExtension *extension_of(const TraceStats *st) {
   return x;
 }
 
+/* A close reason from the reply, printed only if it is a short phrase (it is untrusted). */
+static bool printable_reason(const char *s) {
+  if (!s || !*s || strlen(s) > 40)
+    return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == ' ' || *s == '-'))
+      return false;
+  return true;
+}
+
+/* Appends "web-1: 1 stalled client, 2 peer not reading" for the entry's closed producers. */
+static void note_producers_closed(const Tracerelay__HostStats *h, char *out, size_t cap) {
+  for (size_t i = 0; i < h->n_session_producers_closed; i++) {
+    const Tracerelay__HostStats__ProducersClosed *c = h->session_producers_closed[i];
+    if (i == 0)
+      append(out, cap, "%s%s:", out[0] ? "; " : "",
+             printable_name(h->machine_name) ? h->machine_name : "?");
+    append(out, cap, "%s %llu %s", i ? "," : "", (unsigned long long)c->connections,
+           printable_reason(c->reason) ? c->reason : "?");
+  }
+}
+
 /* What an entry shares with the other entries of its machine: a host whose agent restarted
  * during the session has two (the retired one and its successor), with the same host-wide
  * counters (link and agent drops since the host first connected) and each its own buffers. */
@@ -75,6 +97,10 @@ static void format_host(const Tracerelay__HostStats *h, struct machine_of_entry 
     bytes += b->bytes_written;
     lost += b->chunks_discarded + b->chunks_overwritten;
   }
+  lost += h->session_exit_unscraped_chunks;
+  uint64_t closed = 0;
+  for (size_t i = 0; i < h->n_session_producers_closed; i++)
+    closed += h->session_producers_closed[i]->connections;
   append(out, cap, "%s%s %.1f MB", out[0] ? "  " : "",
          printable_name(h->machine_name) ? h->machine_name : "?",
          (double)bytes / (1024.0 * 1024.0)); /* MB as the total's: MiB */
@@ -87,6 +113,9 @@ static void format_host(const Tracerelay__HostStats *h, struct machine_of_entry 
     append(out, cap, " (agent killed: %llu)", (unsigned long long)h->session_agent_exits_unclean);
   if (h->session_stops_timed_out)
     append(out, cap, " (stop timed out: %llu)", (unsigned long long)h->session_stops_timed_out);
+  if (closed)
+    append(out, cap, " (producers cut off: %llu)", (unsigned long long)closed);
+  note_producers_closed(h, total->producers_closed, sizeof total->producers_closed);
   bool down = h->has_connected && !m.connected;
   if (down)
     append(out, cap, " (down)");

@@ -22,7 +22,8 @@ struct host_progress_sum {
   bool tracerelay;      /* the reply carries our extension: it comes from a tracerelay service */
   unsigned hosts;       /* machines in the extension (0 without it): a host whose agent
                          * restarted has two entries there, counted once */
-  uint64_t lost_chunks; /* the hosts' losses as counted in the line, summed */
+  uint64_t lost_chunks; /* the hosts' losses as counted in the line, summed (chunks left
+                         * unscraped in departed producers' shared memory included) */
   uint64_t smb_full;    /* the hosts' session_smb_full: loss events, packet count unknown */
   uint64_t smb_full_ms; /* their session_smb_full_ms: how long, at most */
   /* "data source 'x' matched no producer on any host; machine 'y' is not connected" (the
@@ -37,6 +38,10 @@ struct host_progress_sum {
   /* "web-1 (1)": hosts with data source instances that had not confirmed their stop when the
    * session's stop timeout ran out (their last data may be missing), "" when there is none */
   char stop_timed_out[256];
+  /* "web-1: 1 stalled client; web-2: 2 peer not reading": producer connections of the session
+   * the agents closed while it ran, by host and reason (what those producers wrote after is
+   * missing, count unknown), "" when there is none */
+  char producers_closed[256];
   /* "web-3, web-4": machines whose link was down when the stats were taken (at the end of a
    * session: what they had not relayed by then is missing, count unknown), "" when none */
   char down[256];

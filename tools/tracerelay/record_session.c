@@ -367,6 +367,11 @@ static void print_summary(const run *r, bool service_wrote) {
                       "agent still had queued, may be missing; raise "
                       "data_source_stop_timeout_ms for a slow link): %s",
               r->stats.stop_timed_out);
+    if (r->stats.producers_closed[0])
+      fprintf(stderr, "\ntracerelay record: warning: producer connections the agents closed "
+                      "while the session ran (what those producers wrote after is missing, "
+                      "packet count unknown): %s",
+              r->stats.producers_closed);
     if (r->stats.down[0])
       fprintf(stderr, "\ntracerelay record: warning: hosts whose link was down at the end (what "
                       "they had not relayed by then is missing, packet count unknown): %s",
@@ -494,6 +499,8 @@ int record_session_run(const record_session *s) {
     status = errorf(&r, "--strict: an agent was killed or crashed during the session");
   else if (s->strict && r.stats.stop_timed_out[0])
     status = errorf(&r, "--strict: some data sources did not confirm their stop in time");
+  else if (s->strict && r.stats.producers_closed[0])
+    status = errorf(&r, "--strict: an agent closed some producers' connections");
   else if (s->strict && r.stats.down[0])
     status = errorf(&r, "--strict: some hosts' links were down at the end");
 out:
