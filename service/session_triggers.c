@@ -32,11 +32,13 @@
 #include "relay/base/fnv1a.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
+#include "relay/link/relay_session.h"
 #include "service/session_priv.h"
 
 #define COMP "session"
 #define DAY_NS (24ll * 3600 * 1000000000)
 #define HISTORY_MAX 4096u
+#define PENDING_CLONES 16u
 
 typedef Perfetto__Protos__TraceConfig__TriggerConfig trigger_config;
 typedef Perfetto__Protos__TraceConfig__TriggerConfig__Trigger trigger_rule;
@@ -58,9 +60,19 @@ struct tr_session_trigger_history {
   bool overflow_logged;
 };
 
+/* A CLONE_SNAPSHOT match waiting for its stop_delay_ms. */
+struct pending_clone {
+  uint64_t due_ms; /* the loop's clock */
+  char name[TR_RELAY_TRIGGER_NAME_MAX + 1], producer[2 * TR_RELAY_TRIGGER_NAME_MAX + 2];
+  uint32_t producer_uid;
+  uint64_t boot_time_ns, delay_ms;
+};
+
 struct tr_session_triggers {
   int mode;
   uint64_t received; /* matches so far */
+  struct pending_clone clones[PENDING_CLONES]; /* by due time, [0] the next */
+  size_t num_clones;
 };
 
 /* traced's GetTriggerMode: use_clone_snapshot_if_available makes a STOP_TRACING
@@ -124,10 +136,6 @@ int tr_session_triggers_validate(const Perfetto__Protos__TraceConfig *cfg, char 
   if (mode == MODE_NONE && tc->n_triggers > 0)
     CONFIG_ERROR("trigger_config has triggers but no trigger_mode: give START_TRACING, "
                  "STOP_TRACING or CLONE_SNAPSHOT");
-  if (mode == MODE_CLONE)
-    CONFIG_ERROR("trigger_config: CLONE_SNAPSHOT triggers (and "
-                 "use_clone_snapshot_if_available) "
-                 "are not supported by tracerelay yet: use STOP_TRACING");
   return 0;
 }
 
@@ -163,7 +171,7 @@ static void on_start_timeout(uv_timer_t *timer) {
 }
 
 void tr_session_triggers_enabled(tr_session *s) {
-  if (!s->triggers)
+  if (!s->triggers || s->read_only)
     return;
   tr_trace_output_withhold(s->output, true);
   if (s->triggers->mode == MODE_START)
@@ -241,9 +249,53 @@ static void on_stop_delay(uv_timer_t *timer) {
   tr_session_stop_after_flush(s);
 }
 
+static void on_clone_due(uv_timer_t *timer) {
+  tr_session *s = timer->data;
+  tr_session_triggers *tr = s->triggers;
+  uint64_t now = uv_now(s->svc->loop);
+  while (tr->num_clones > 0 && tr->clones[0].due_ms <= now) {
+    struct pending_clone c = tr->clones[0];
+    memmove(&tr->clones[0], &tr->clones[1], --tr->num_clones * sizeof c);
+    struct tr_session_clone_trigger hit = {.trigger_name = c.name,
+                                           .producer_name = c.producer,
+                                           .producer_uid = c.producer_uid,
+                                           .boot_time_ns = c.boot_time_ns,
+                                           .delay_ms = c.delay_ms};
+    tr_session_clone_trigger_hit(s, &hit);
+  }
+  if (tr->num_clones > 0)
+    uv_timer_start(&s->trigger_timer, on_clone_due, tr->clones[0].due_ms - now, 0);
+}
+
+/* Queues the consumer's clone_trigger_hit for stop_delay_ms from now. */
+static bool schedule_clone(tr_session *s, const trigger_rule *rule, const char *producer,
+                           const struct tr_session_trigger *t, uint64_t boot_ns) {
+  tr_session_triggers *tr = s->triggers;
+  if (tr->num_clones == PENDING_CLONES) {
+    TR_WARN(COMP, "session %llu: %u CLONE_SNAPSHOT triggers wait for their delay: trigger \"%s\" "
+            "from %s clones nothing", (unsigned long long)s->id, PENDING_CLONES, t->name, producer);
+    return false;
+  }
+  struct pending_clone c = {.due_ms = uv_now(s->svc->loop) + rule->stop_delay_ms,
+                            .producer_uid = t->producer_uid,
+                            .boot_time_ns = boot_ns,
+                            .delay_ms = rule->stop_delay_ms};
+  snprintf(c.name, sizeof c.name, "%s", t->name);
+  snprintf(c.producer, sizeof c.producer, "%s", producer);
+  size_t at = tr->num_clones;
+  while (at > 0 && tr->clones[at - 1].due_ms > c.due_ms)
+    at--;
+  memmove(&tr->clones[at + 1], &tr->clones[at], (tr->num_clones - at) * sizeof c);
+  tr->clones[at] = c;
+  tr->num_clones++;
+  uv_timer_start(&s->trigger_timer, on_clone_due, tr->clones[0].due_ms - uv_now(s->svc->loop), 0);
+  return true;
+}
+
 /* The match's effect on s; false if it changed nothing (a START for a started
  * session, a STOP after the first). */
-static bool act(tr_session *s, const trigger_rule *rule) {
+static bool act(tr_session *s, const trigger_rule *rule, const char *producer,
+                const struct tr_session_trigger *t, uint64_t now) {
   uint32_t delay = rule->stop_delay_ms;
   switch (s->triggers->mode) {
   case MODE_START:
@@ -257,23 +309,27 @@ static bool act(tr_session *s, const trigger_rule *rule) {
       return false;
     uv_timer_start(&s->trigger_timer, on_stop_delay, delay, 0);
     return true;
+  case MODE_CLONE:
+    return s->state == TR_SESSION_STARTED && schedule_clone(s, rule, producer, t, now);
   default:
     return false;
   }
 }
 
+/* The trace names the host with the producer: Perfetto's Trigger has no field for it. */
+static void producer_on_host(const struct tr_session_trigger *t, char *out, size_t cap) {
+  snprintf(out, cap, "%s/%s", t->host, t->producer_name);
+}
+
 static void record(tr_session *s, const trigger_rule *rule, const struct tr_session_trigger *t,
-                   uint64_t now) {
-  char producer[512];
-  /* The trace names the host with the producer: Perfetto's Trigger has no field
-   * for it. */
-  snprintf(producer, sizeof producer, "%s/%s", t->host, t->producer_name);
+                   const char *producer, uint64_t now) {
   struct tr_trace_writer_trigger packet = {.trigger_name = t->name,
                                            .producer_name = producer,
                                            .producer_uid = (int32_t)t->producer_uid,
                                            .stop_delay_ms = rule->stop_delay_ms};
   s->triggers->received++;
-  tr_trace_output_withhold(s->output, false);
+  if (s->triggers->mode != MODE_CLONE)
+    tr_trace_output_withhold(s->output, false);
   tr_trace_output_add_trigger(s->output, now, &packet);
 }
 
@@ -294,6 +350,8 @@ void tr_session_triggers_activate(tr_service *svc, const struct tr_session_trigg
   }
   size_t in_day = count_in_day(h, (int64_t)now, name_hash);
   bool matched = false;
+  char producer[2 * TR_RELAY_TRIGGER_NAME_MAX + 2];
+  producer_on_host(t, producer, sizeof producer);
   for (tr_session *s = svc->sessions; s; s = s->next) {
     const trigger_rule *rule = s->triggers ? find_rule(s, t->name) : NULL;
     if (!rule || s->state == TR_SESSION_STOPPED || !producer_matches(rule, t->producer_name))
@@ -314,14 +372,16 @@ void tr_session_triggers_activate(tr_service *svc, const struct tr_session_trigg
       continue;
     }
     matched = true;
-    record(s, rule, t, now);
-    if (act(s, rule))
+    record(s, rule, t, producer, now);
+    if (act(s, rule, producer, t, now))
       TR_INFO(COMP,
               "session %llu: trigger \"%s\" from producer %s on %s: %s, %s in "
               "%u ms",
               (unsigned long long)s->id, t->name, t->producer_name, t->host,
               mode_name(s->triggers->mode),
-              s->triggers->mode == MODE_START ? "starting now, stopping" : "stopping",
+              s->triggers->mode == MODE_START   ? "starting now, stopping"
+              : s->triggers->mode == MODE_STOP ? "stopping"
+                                               : "the consumer clones it",
               rule->stop_delay_ms);
   }
   if (matched)

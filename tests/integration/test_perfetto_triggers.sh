@@ -7,7 +7,8 @@
 # web-2's agent's producer socket once both hosts' data flows, as on a host with traced. The
 # first CLI must exit 0 with a trace, well before the trigger timeout, holding the trigger
 # packet (producer perfetto_cmd_producer, on web-2) and data of both hosts up to ~0.5 s after
-# the trigger.
+# the trigger. Then CLONE_SNAPSHOT: two triggers make the CLI clone the live session into
+# OUT.0 and OUT.1, each holding both hosts' data.
 # Usage: test_perfetto_triggers.sh BIN_DIR
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -58,4 +59,35 @@ print(h["first_ts"], h["last_ts"], h["packets"])' "$h")
   [ "$last" -ge $((trig_ts + 400000000)) ] || fail "$h ends $(((last - trig_ts) / 1000000)) ms after the trigger"
   echo "$h: $n packets, up to $(((last - trig_ts) / 1000000)) ms after the trigger"
 done
-echo "PASS: the CLI stopped ${elapsed} ms after it started, $(stat -c %s "$WORK/flight.pftrace") bytes"
+echo "STOP_TRACING: the CLI stopped ${elapsed} ms after it started, $(stat -c %s "$WORK/flight.pftrace") bytes"
+
+# CLONE_SNAPSHOT: each trigger makes the CLI clone the live session into OUT.N; the session
+# goes on until trigger_timeout_ms.
+for h in web-1 web-2; do cluster_start_loadgen "$h" --name "snap-$h" --rate 1000; done
+cat >"$WORK/snap.cfg" <<'CFG'
+buffers { size_kb: 32768 fill_policy: RING_BUFFER }
+data_sources { config { name: "track_event" } }
+trigger_config { trigger_mode: CLONE_SNAPSHOT triggers { name: "snap" stop_delay_ms: 100 } trigger_timeout_ms: 10000 }
+CFG
+echo 'activate_triggers: "snap"' >"$WORK/snap-trigger.cfg"
+PERFETTO_CONSUMER_SOCK_NAME=$CONSUMER_SOCK "$PERFETTO" --txt -c "$WORK/snap.cfg" \
+  -o "$WORK/snap.pftrace" >"$WORK/snap-cli.log" 2>&1 &
+CLI_PID=$!
+cluster_wait_session 30 web-1 web-2 || fail "the CLONE_SNAPSHOT session did not run on both hosts"
+for n in 0 1; do
+  PERFETTO_PRODUCER_SOCK_NAME=$WORK/web-1/producer.sock "$PERFETTO" --txt -c "$WORK/snap-trigger.cfg" \
+    >>"$WORK/snap-trigger.log" 2>&1 || fail "activate_triggers snap exited $?"
+  for _ in $(seq 300); do [ -s "$WORK/snap.pftrace.$n" ] && break; sleep 0.1; done
+  [ -s "$WORK/snap.pftrace.$n" ] || fail "no snapshot $n: $(cat "$WORK/snap-cli.log")"
+done
+wait "$CLI_PID" || fail "the CLONE_SNAPSHOT CLI exited $?: $(cat "$WORK/snap-cli.log")"
+for n in 0 1; do
+  for h in web-1 web-2; do
+    c=$("$TR_BIN/tracerelay" inspect --json "$WORK/snap.pftrace.$n" | python3 -c '
+import json, sys
+print(sum(h["packets"] for h in json.load(sys.stdin)["hosts"] if h["name"] == sys.argv[1]))' "$h")
+    [ "$c" -gt 100 ] || fail "snapshot $n holds $c packets of $h"
+  done
+  echo "CLONE_SNAPSHOT: snapshot $n: $(stat -c %s "$WORK/snap.pftrace.$n") bytes, both hosts"
+done
+echo PASS

@@ -203,8 +203,9 @@ void fx_config(struct fx_config *c, const char *const names[]) {
 tr_session *fx_enable(struct fx_config *c) {
   tr_session *s = NULL;
   char err[256] = "";
-  assert_int_equal(
-      tr_session_enable(&fx_svc, 0, &c->cfg, -1, &fx_observer, NULL, &s, err, sizeof err), 0);
+  int rc = tr_session_enable(&fx_svc, 0, &c->cfg, -1, &fx_observer, NULL, &s, err, sizeof err);
+  if (rc != 0)
+    fail_msg("tr_session_enable: %d: %s", rc, err);
   assert_non_null(s);
   return s;
 }

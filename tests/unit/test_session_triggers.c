@@ -4,7 +4,8 @@
  * trace withheld until then and carrying a `trigger` packet that names the host; triggers that
  * producer_name_regex, skip_probability or max_per_24_h keep out change nothing; a
  * START_TRACING session waits, starts on every host when triggered, and ends empty at
- * trigger_timeout_ms without a trigger. */
+ * trigger_timeout_ms without a trigger; a CLONE_SNAPSHOT trigger tells the consumer and the
+ * session goes on. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -248,12 +249,48 @@ static void test_start_trigger(void **state) {
   fx_teardown();
 }
 
+/* CLONE_SNAPSHOT: each match tells the consumer after its delay, the session goes on, and its
+ * own trace stays withheld (read through clones). */
+static void test_clone_trigger(void **state) {
+  struct trig_config c;
+  char triggers[256];
+  (void)state;
+  fx_setup();
+  fx_make_host(0, "host-a", 1, kTrackEvent);
+  fx_connect(0);
+  trig_config(&c, 4, "snap", 0);
+  tr_session *s = fx_enable(&c.fx);
+  raise_on(0, "snap", "app");
+  for (int i = 0; i < 1000 && fx_observed.clone_triggers < 1; i++)
+    uv_run(&fx_loop, UV_RUN_ONCE);
+  assert_int_equal(fx_observed.clone_triggers, 1);
+  assert_int_equal(fx_observed.clone_trigger_session, tr_session_id(s));
+  raise_on(0, "snap", "app");
+  for (int i = 0; i < 1000 && fx_observed.clone_triggers < 2; i++)
+    uv_run(&fx_loop, UV_RUN_ONCE);
+  assert_int_equal(fx_observed.clone_triggers, 2);
+  assert_int_equal(tr_session_get_state(s), TR_SESSION_STARTED);
+  assert_int_equal(read_pass(s, triggers, sizeof triggers), 0);
+
+  /* use_clone_snapshot_if_available makes a STOP_TRACING session's triggers clone it. */
+  trig_config(&c, 2, "snap2", 0);
+  c.tc.has_use_clone_snapshot_if_available = c.tc.use_clone_snapshot_if_available = 1;
+  tr_session *t = fx_enable(&c.fx);
+  raise_on(0, "snap2", "app");
+  for (int i = 0; i < 1000 && fx_observed.clone_triggers < 3; i++)
+    uv_run(&fx_loop, UV_RUN_ONCE);
+  assert_int_equal(fx_observed.clone_trigger_session, tr_session_id(t));
+  assert_int_equal(tr_session_get_state(t), TR_SESSION_STARTED);
+  fx_teardown();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_traced_config_checks),
       cmocka_unit_test(test_stop_trigger_from_one_host_stops_every_host),
       cmocka_unit_test(test_rules_that_keep_a_trigger_out),
       cmocka_unit_test(test_start_trigger),
+      cmocka_unit_test(test_clone_trigger),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -294,6 +294,17 @@ static int check_output(const struct options *o, const Perfetto__Protos__TraceCo
     fputs("tracerelay record: no output: give -o FILE (see tracerelay record --help)\n", stderr);
     return -1;
   }
+  const Perfetto__Protos__TraceConfig__TriggerConfig *tc = cfg->trigger_config;
+  if (tc && (tc->use_clone_snapshot_if_available ||
+             tc->trigger_mode ==
+                 PERFETTO__PROTOS__TRACE_CONFIG__TRIGGER_CONFIG__TRIGGER_MODE__CLONE_SNAPSHOT)) {
+    /* Such a session is read only through its clones, one per trigger: record would wait for
+     * its end and read nothing. */
+    fputs("tracerelay record: CLONE_SNAPSHOT triggers are not followed by record: record the "
+          "config with `perfetto --txt -c` (it writes OUT.0, OUT.1, ... at each trigger), or "
+          "take snapshots with `tracerelay record --clone ID` while it runs\n", stderr);
+    return -1;
+  }
   return !service_path;
 }
 
