@@ -11,6 +11,8 @@
 # - the same trigger raised on the service's own host (`tracerelay trigger`, no agent);
 # - START_TRACING: the session waits, starts when web-2's loadgen raises the trigger and runs
 #   stop_delay_ms: every host's data lies after the trigger;
+# - CLONE_SNAPSHOT: a trigger on web-3, then one on the service's host, each clone the live
+#   session; record writes OUT.0 and OUT.1 (as the perfetto CLI does), each with every host;
 # - no trigger within trigger_timeout_ms: the session ends with an empty trace, as traced's;
 # - traced's config checks refuse a bad trigger config with traced's words.
 # Usage: test_triggers.sh BIN_DIR
@@ -134,6 +136,27 @@ for h in "${HOSTS[@]}"; do
   [ "$first" -ge "$trig_ts" ] || fail "START_TRACING: $h has data $(((trig_ts - first) / 1000000)) ms before the trigger"
   echo "START_TRACING: $h: $n packets, $(((first - trig_ts) / 1000000)) to $(((last - trig_ts) / 1000000)) ms after the trigger"
 done
+
+# ---- CLONE_SNAPSHOT: web-3's loadgen, then the service's host, snapshot the live session;
+# record writes snap.pftrace.0 and .1 (as the perfetto CLI does) and the session goes on ----
+loadgens snap --trigger snap --trigger-after 1500
+record_with snap 'trigger_config { trigger_mode: CLONE_SNAPSHOT triggers { name: "snap" stop_delay_ms: 100 } trigger_timeout_ms: 15000 }' &
+RECORD_PID=$!
+for _ in $(seq 600); do [ -s "$WORK/snap.pftrace.0" ] && break; sleep 0.1; done
+[ -s "$WORK/snap.pftrace.0" ] || fail "no snapshot after web-3's trigger: $(cat "$WORK/snap.log")"
+"$TR_BIN/tracerelay" trigger --socket "$CONSUMER_SOCK" snap || fail "tracerelay trigger snap failed"
+wait "$RECORD_PID" || fail "the CLONE_SNAPSHOT record failed: $(cat "$WORK/snap.log")"
+grep -q "2 snapshot(s) written to $WORK/snap.pftrace.N" "$WORK/snap.log" || fail "record's snapshots: $(cat "$WORK/snap.log")"
+[ ! -e "$WORK/snap.pftrace" ] || fail "the CLONE_SNAPSHOT session's own -o file was left"
+for n in 0 1; do
+  for h in "${HOSTS[@]}"; do
+    read -r _ _ c < <(host_span "$WORK/snap.pftrace.$n" "$h")
+    [ "$c" -gt 100 ] || fail "snapshot $n holds $c packets of $h"
+  done
+  echo "CLONE_SNAPSHOT: snapshot $n holds every host's data ($(stat -c %s "$WORK/snap.pftrace.$n") bytes)"
+done
+grep -q 'trigger "snap" from producer snap-web-3 on web-3: CLONE_SNAPSHOT' "$WORK/service.log" ||
+  fail "the service did not log web-3's CLONE_SNAPSHOT trigger"
 
 # ---- no trigger: an empty trace at trigger_timeout_ms ----
 record_with none 'trigger_config { trigger_mode: STOP_TRACING triggers { name: "never" stop_delay_ms: 0 } trigger_timeout_ms: 1500 }'

@@ -2,6 +2,7 @@
  * signal handling; the session itself is record_session.c. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -83,6 +84,12 @@ void cmd_record_usage(FILE *out) {
       "      --clone-by-name NAME  likewise for the session whose config set\n"
       "                        unique_session_name NAME\n"
       "  -h, --help            this text\n"
+      "\n"
+      "Triggers (the config's trigger_config, raised on any host: docs/compat.md): with\n"
+      "STOP_TRACING or START_TRACING record waits for the session as usual (no trigger within\n"
+      "trigger_timeout_ms: no data, and record says so); with CLONE_SNAPSHOT it clones the live\n"
+      "session at each trigger into OUT.0, OUT.1, ... (as the perfetto CLI does) until the\n"
+      "session ends, and OUT itself is not written.\n"
       "\n"
       "On a terminal, a status line shows the elapsed time, the bytes in the central buffers\n"
       "and, from a tracerelay service, the bytes (and any losses) of each host; off a terminal\n"
@@ -283,6 +290,14 @@ static Perfetto__Protos__TraceConfig *build_config(const struct options *o) {
 
 /* Where the trace goes: returns 1 when record writes it (-o), 0 when the service writes the
  * config's output_path itself, -1 after a message when neither or both are given. */
+/* Whether cfg's session is read through clones, one per CLONE_SNAPSHOT trigger. */
+static bool snapshots(const Perfetto__Protos__TraceConfig *cfg) {
+  const Perfetto__Protos__TraceConfig__TriggerConfig *tc = cfg->trigger_config;
+  return tc && (tc->use_clone_snapshot_if_available ||
+                tc->trigger_mode ==
+                    PERFETTO__PROTOS__TRACE_CONFIG__TRIGGER_CONFIG__TRIGGER_MODE__CLONE_SNAPSHOT);
+}
+
 static int check_output(const struct options *o, const Perfetto__Protos__TraceConfig *cfg) {
   bool service_path = cfg->write_into_file && cfg->output_path && cfg->output_path[0];
   if (service_path && o->out_path) {
@@ -294,19 +309,14 @@ static int check_output(const struct options *o, const Perfetto__Protos__TraceCo
     fputs("tracerelay record: no output: give -o FILE (see tracerelay record --help)\n", stderr);
     return -1;
   }
-  const Perfetto__Protos__TraceConfig__TriggerConfig *tc = cfg->trigger_config;
-  if (tc && (tc->use_clone_snapshot_if_available ||
-             tc->trigger_mode ==
-                 PERFETTO__PROTOS__TRACE_CONFIG__TRIGGER_CONFIG__TRIGGER_MODE__CLONE_SNAPSHOT)) {
-    /* Such a session is read only through its clones, one per trigger: record would wait for
-     * its end and read nothing. */
-    fputs("tracerelay record: CLONE_SNAPSHOT triggers are not followed by record: record the "
-          "config with `perfetto --txt -c` (it writes OUT.0, OUT.1, ... at each trigger), or "
-          "take snapshots with `tracerelay record --clone ID` while it runs\n", stderr);
+  if (snapshots(cfg) && strcmp(o->out_path, "-") == 0) {
+    fputs("tracerelay record: a CLONE_SNAPSHOT session writes one file per trigger (FILE.0, "
+          "FILE.1, ...): give -o FILE, not -o -\n", stderr);
     return -1;
   }
   return !service_path;
 }
+
 
 /* The output named by -o, opened by the session once the service has answered. */
 struct output {
@@ -357,6 +367,58 @@ static int finish_output(int fd, const char *path, int status,
   return untriggered ? 0 : status ? status : 1;
 }
 
+
+/* CLONE_SNAPSHOT triggers (as the perfetto CLI follows them): at each, the live session is
+ * cloned into OUT.N, as `record --clone ID -o OUT.N` would, on a connection of its own. */
+struct snapshots {
+  const struct options *o;
+  unsigned taken, failed;
+};
+
+static int take_snapshot(void *ctx, uint64_t session_id, const char *trigger_name) {
+  struct snapshots *sn = ctx;
+  char path[PATH_MAX];
+  Perfetto__Protos__TraceConfig none = PERFETTO__PROTOS__TRACE_CONFIG__INIT;
+  snprintf(path, sizeof path, "%s.%u", sn->o->out_path, sn->taken + sn->failed);
+  fprintf(stderr, "tracerelay record: trigger \"%s\": snapshot of session %llu into %s\n",
+          trigger_name, (unsigned long long)session_id, path);
+  struct output out = {.path = path, .fd = -1};
+  record_session s = {.socket_path = sn->o->socket_path,
+                      .config = &none,
+                      .out_path = path,
+                      .open_output = open_output,
+                      .output_ctx = &out,
+                      .stop_requests = &stop_requests,
+                      .read_idle_ms = sn->o->read_timeout_ms,
+                      .clone = true,
+                      .clone_by_id = true,
+                      .clone_id = session_id};
+  int status = record_session_run(&s);
+  if (out.fd >= 0)
+    status = finish_output(out.fd, path, status, NULL);
+  if (status == 0)
+    sn->taken++;
+  else
+    sn->failed++; /* said why; the session goes on, as the CLI's does */
+  return 0;
+}
+
+/* After a CLONE_SNAPSHOT session: its own trace is read only through the snapshots, so -o
+ * itself stays empty and goes; what was taken is said. */
+static int finish_snapshots(struct output *out, const struct snapshots *sn, int status) {
+  if (out->fd >= 0) {
+    close(out->fd);
+    unlink(out->path);
+  }
+  if (sn->taken + sn->failed == 0)
+    fprintf(stderr, "tracerelay record: no CLONE_SNAPSHOT trigger came within "
+                    "trigger_timeout_ms: no snapshot was written\n");
+  else
+    fprintf(stderr, "tracerelay record: %u snapshot(s) written to %s.N%s\n", sn->taken,
+            sn->o->out_path, sn->failed ? ", some failed (said above)" : "");
+  return status ? status : sn->failed ? 1 : 0;
+}
+
 /* --clone, --clone-by-name: CloneSession of a live session into -o. */
 static int record_clone(const struct options *o) {
   Perfetto__Protos__TraceConfig none = PERFETTO__PROTOS__TRACE_CONFIG__INIT;
@@ -404,7 +466,10 @@ int cmd_record(int argc, char **argv) {
   }
   install_signal_handlers();
   struct output out = {.path = o.out_path, .fd = -1};
+  struct snapshots sn = {.o = &o};
   record_session s = {
+      .on_clone_trigger = snapshots(cfg) ? take_snapshot : NULL,
+      .clone_ctx = &sn,
       .socket_path = o.socket_path,
       .config = cfg,
       .out_path = !we_write ? NULL : strcmp(o.out_path, "-") == 0 ? "<stdout>" : o.out_path,
@@ -417,7 +482,9 @@ int cmd_record(int argc, char **argv) {
       .read_idle_ms = o.read_timeout_ms,
   };
   status = record_session_run(&s);
-  if (out.fd >= 0)
+  if (snapshots(cfg))
+    status = finish_snapshots(&out, &sn, status);
+  else if (out.fd >= 0)
     status = finish_output(out.fd, o.out_path, status, cfg);
   protobuf_c_message_free_unpacked(&cfg->base, NULL);
   return status;

@@ -38,7 +38,8 @@ typedef struct run {
   int out_fd; /* the output (s->open_output's), or -1 */
   progress prog;
   trace_sink sink;
-  uint64_t enable_id, flush_id, read_id, stats_id;
+  uint64_t enable_id, flush_id, read_id, stats_id, observe_id;
+  bool observing; /* ObserveEvents(CLONE_TRIGGER_HIT) is open */
   bool stats_pending, stats_off, have_stats;
   bool warned_missing; /* the stats' missing data sources and machines were reported */
   int64_t stats_sent_ms, next_stats_ms;
@@ -231,6 +232,42 @@ static int tick(run *r) {
   return 0;
 }
 
+/* Asks for the session's CLONE_SNAPSHOT triggers (the perfetto CLI's ObserveEvents). */
+static int observe_clone_triggers(run *r) {
+  Perfetto__Protos__ObserveEventsRequest req = PERFETTO__PROTOS__OBSERVE_EVENTS_REQUEST__INIT;
+  Perfetto__Protos__ObservableEvents__Type type =
+      PERFETTO__PROTOS__OBSERVABLE_EVENTS__TYPE__TYPE_CLONE_TRIGGER_HIT;
+  req.n_events_to_observe = 1;
+  req.events_to_observe = &type;
+  int rc = invoke(r, "ObserveEvents", &req.base, -1, &r->observe_id);
+  if (rc < 0)
+    return invoke_failed(r, "ObserveEvents", rc);
+  r->observing = true;
+  return 0;
+}
+
+/* An ObserveEvents reply: each clone_trigger_hit goes to on_clone_trigger. */
+static int on_events(run *r, const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep) {
+  Perfetto__Protos__ObserveEventsResponse *resp =
+      rep->success ? perfetto__protos__observe_events_response__unpack(
+                         NULL, rep->reply_proto.len, rep->reply_proto.data)
+                   : NULL;
+  int status = 0;
+  r->observing = rep->has_more;
+  if (!resp)
+    warnf(r, "the service stopped telling of CLONE_SNAPSHOT triggers");
+  else if (resp->events && resp->events->clone_trigger_hit) {
+    const Perfetto__Protos__ObservableEvents__CloneTriggerHit *hit =
+        resp->events->clone_trigger_hit;
+    progress_clear(&r->prog);
+    status = r->s->on_clone_trigger(r->s->clone_ctx, (uint64_t)hit->tracing_session_id,
+                                    hit->trigger_name ? hit->trigger_name : "");
+  }
+  if (resp)
+    perfetto__protos__observe_events_response__free_unpacked(resp, NULL);
+  return status;
+}
+
 /* Waits for the EnableTracing reply (the end of the session). */
 static int wait_for_end(run *r) {
   const Perfetto__Protos__TraceConfig *cfg = r->s->config;
@@ -252,6 +289,11 @@ static int wait_for_end(run *r) {
     const Perfetto__Protos__IPCFrame__InvokeMethodReply *rep;
     if (r->stats_pending && (rep = reply_to(f, r->stats_id))) {
       if (on_stats(r, rep)) {
+        tr_ipc_frame_free(f);
+        return 1;
+      }
+    } else if (r->observing && (rep = reply_to(f, r->observe_id))) {
+      if (on_events(r, rep)) {
         tr_ipc_frame_free(f);
         return 1;
       }
@@ -476,6 +518,8 @@ int record_session_run(const record_session *s) {
     goto out;
   }
   bool service_wrote = s->config->write_into_file;
+  if (s->on_clone_trigger && (status = observe_clone_triggers(&r)))
+    goto out;
   if ((status = wait_for_end(&r))) {
     /* What the service flushed before it ended the session is still worth having; the run
      * fails all the same. */

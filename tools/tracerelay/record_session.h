@@ -43,6 +43,11 @@ typedef struct record_session {
   bool clone_by_id;
   uint64_t clone_id;
   const char *clone_name;
+  /* A session with CLONE_SNAPSHOT triggers: record observes them (ObserveEvents) and calls
+   * this at each one, as the perfetto CLI clones the session then, while the wait goes on;
+   * a non-zero return ends the run. NULL: none followed. */
+  int (*on_clone_trigger)(void *ctx, uint64_t session_id, const char *trigger_name);
+  void *clone_ctx;
 } record_session;
 
 /* Runs the session and prints what went wrong to stderr. Returns the exit status: 0, or 1 for
