@@ -1,29 +1,32 @@
-/* session_triggers.c: recording modes driven by triggers
- * (TraceConfig.trigger_config), for the whole cluster, with traced v58.2's
- * rules (its TracingServiceImpl::ActivateTriggers).
+/* session_triggers.c: recording modes driven by triggers (TraceConfig.trigger_config), for the
+ * whole cluster, with traced v58.2's rules (its TracingServiceImpl::ActivateTriggers).
  *
- * A trigger is raised anywhere: a producer on any host (ActivateTriggers on its
- * agent's producer socket, relayed as a Trigger frame), or `tracerelay trigger`
- * on the service's own host (consumer_port.c). Each name is matched against
- * every session's triggers: the name, then producer_name_regex (a full match on
- * the producer's name), then skip_probability (a draw in [0, 1) below it
- * skips), then max_per_24_h (the triggers of that name that matched any session
- * in the last 24 hours, service-wide). A match is recorded (a `trigger` packet
- * in the trace, naming the host) and acts on the session, across every host:
- * - START_TRACING: a session waiting for it (CONFIGURED) starts, and stops
- * stop_delay_ms later; if none comes within trigger_timeout_ms the session ends
- * empty.
- * - STOP_TRACING: the first match flushes every host and stops the session
- * stop_delay_ms later; later ones are recorded only. The session runs
- * trigger_timeout_ms at most and, without a trigger, ends empty.
- * - CLONE_SNAPSHOT: (not yet: refused at EnableTracing).
- * Until its first trigger a session's trace is withheld: reading it yields
- * nothing, as traced returns no packet of a session waiting for its trigger.
+ * A trigger is raised anywhere: a producer on any host (ActivateTriggers on its agent's
+ * producer socket, relayed as a Trigger frame), or `tracerelay trigger` on the service's own
+ * host (consumer_port.c). Each name is matched against every session's triggers: the name,
+ * then producer_name_regex (a full match on the producer's name), then skip_probability (a
+ * draw in [0, 1) below it skips), then max_per_24_h (the triggers of that name that matched
+ * any session in the last 24 hours, service-wide). A match is recorded (a `trigger` packet in
+ * the trace, naming the host) and acts on the session, across every host:
+ * - START_TRACING: a session waiting for it (CONFIGURED) starts, and stops stop_delay_ms
+ *   later; if none comes within trigger_timeout_ms the session ends empty.
+ * - STOP_TRACING: the first match flushes every host and stops the session stop_delay_ms
+ *   later; later ones are recorded only. The session runs trigger_timeout_ms at most and,
+ *   without a trigger, ends empty.
+ * - CLONE_SNAPSHOT (or STOP_TRACING with use_clone_snapshot_if_available): every match tells
+ *   the session's consumer stop_delay_ms later (ObservableEvents.clone_trigger_hit), which
+ *   then clones the session (the perfetto CLI and `tracerelay record` write OUT.0, OUT.1,
+ *   ...); the session goes on. At most PENDING_CLONES notifications wait for their delay at
+ *   once (more are logged and dropped).
+ * Until its first trigger a session's trace is withheld: reading it yields nothing, as traced
+ * returns no packet of a session waiting for its trigger; a CLONE_SNAPSHOT session's, always
+ * (it is read through its clones). A clone has no triggers. How long a stop takes is bounded
+ * by the session's own timeouts: stop_delay_ms, then flush_timeout_ms for the final flush and
+ * data_source_stop_timeout_ms for the stops (bench/bench_triggers measures it).
  *
- * Cost: O(sessions x triggers of each) per trigger name, plus the history's
- * purge, amortised O(1); the history holds at most HISTORY_MAX entries (older
- * ones forgotten first, so a trigger of over HISTORY_MAX matches a day can pass
- * max_per_24_h: logged). */
+ * Cost: O(sessions x triggers of each) per trigger name, plus the history's purge, amortised
+ * O(1); the history holds at most HISTORY_MAX entries (older ones forgotten first, so a
+ * trigger of over HISTORY_MAX matches a day can pass max_per_24_h: logged). */
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
