@@ -76,6 +76,11 @@ struct tr_session {
   /* cfg's data_source_stop_timeout_ms and flush_timeout_ms, or TR_SESSION_DEFAULT_TIMEOUT_MS
    * where it gives none: resolved once, at enable. */
   uint32_t stop_timeout_ms, flush_timeout_ms;
+  /* How it flushes its producers (config_check.h's flush plan of flush_period_ms and
+   * write_flush_mode), resolved at enable too: every flush_period_ms (0: never), and/or before
+   * each periodic write into its file. */
+  uint32_t flush_period_ms;
+  bool flush_on_write;
   enum tr_session_state state;
   tr_session_buffer *buffers;
   size_t num_buffers;

@@ -118,6 +118,7 @@ struct tr_trace_output {
   tr_timeline_out *timeline;
   tr_trace_file *file; /* write_into_file, else NULL (and once its final pass is written) */
   bool final_pass_begun;
+  bool flushing_for_write; /* flush_before_write asked, tr_trace_output_write_now not yet */
   uv_timer_t write_timer, clock_timer;
   unsigned timers_open;
 };
@@ -761,8 +762,14 @@ int tr_trace_output_next(tr_trace_output *o, tr_output_packet *out) {
 
 /* ---- lifecycle ---- */
 
-static void random_uuid(tr_trace_output *o) {
+static void choose_uuid(tr_trace_output *o) {
   uint64_t r[2] = {0, 0};
+  const Perfetto__Protos__TraceConfig *c = o->p.cfg;
+  if (c->trace_uuid_msb || c->trace_uuid_lsb) { /* the consumer's, as traced respects it */
+    o->uuid_msb = c->trace_uuid_msb;
+    o->uuid_lsb = c->trace_uuid_lsb;
+    return;
+  }
   if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
     r[0] = tr_clock_boottime_ns() ^ (uint64_t)getpid() << 32;
     r[1] = o->p.session_id * 0x9e3779b97f4a7c15ull;
@@ -804,7 +811,7 @@ int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace
     goto fail;
   if ((rc = tr_tbuf_seqids_new(TR_TRACE_OUTPUT_MAX_SEQUENCES, &o->seqids)) != 0)
     goto fail;
-  random_uuid(o);
+  choose_uuid(o);
   tr_clock_snapshot(&o->start_clocks);
   o->timeline = tr_timeline_output_new(p->timeline, p->uid, o->seqids, start_ns(o));
   if (!o->timeline) {
@@ -876,6 +883,8 @@ static tr_trace_file_source file_source(tr_trace_output *o) {
 static void on_final_pass_done(void *ud, int rc) {
   tr_trace_output *o = ud;
   (void)rc; /* logged; the session ends either way */
+  if (o->file)
+    tr_trace_file_sync(o->file); /* traced syncs its file at the end, whatever fflush_post_write */
   close_file(o);
   o->p.on_file_done(o->p.ud);
 }
@@ -898,19 +907,40 @@ static void on_period_pass_done(void *ud, int rc) {
       o->p.on_file_done(o->p.ud);
   } else if (rc == TR_ERR_FULL) {
     o->p.on_file_full(o->p.ud);
+  } else if (rc == 0 && o->p.sync_after_write && tr_trace_file_sync(o->file) != 0) {
+    TR_WARN(COMP, "session %llu: cannot sync the trace file (fflush_post_write)",
+            (unsigned long long)o->p.session_id);
   }
 }
 
 /* A period's pass, unless the last one is still being written (a slow disk, or buffers larger
  * than a period's worth of steps): then this period is skipped. */
-static void on_write_period(uv_timer_t *t) {
-  tr_trace_output *o = t->data;
+static void write_pass(tr_trace_output *o) {
   tr_trace_file_source src = file_source(o);
   if (tr_trace_file_writing(o->file))
     return;
   if (tr_trace_file_pass(o->file, &src, TR_TRACE_FILE_STEP_BYTES, on_period_pass_done, o) ==
       TR_ERR_FULL)
     o->p.on_file_full(o->p.ud);
+}
+
+/* Likewise a period whose flush before the write (write_flush_mode) is still out. */
+static void on_write_period(uv_timer_t *t) {
+  tr_trace_output *o = t->data;
+  if (o->flushing_for_write || tr_trace_file_writing(o->file))
+    return;
+  if (o->p.flush_before_write) {
+    o->flushing_for_write = true;
+    o->p.flush_before_write(o->p.ud);
+    return;
+  }
+  write_pass(o);
+}
+
+void tr_trace_output_write_now(tr_trace_output *o) {
+  o->flushing_for_write = false;
+  if (!o->stopped && o->file)
+    write_pass(o);
 }
 
 void tr_trace_output_start_journal(tr_trace_output *o) {
