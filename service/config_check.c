@@ -9,12 +9,12 @@
  * on any such path). Cost: O(fields set * table rows), once per EnableTracing. */
 #include "service/config_check.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
-#include "service/session.h"
 
 #define COMP "config"
 #define PATH_MAX_LEN 160
@@ -289,7 +289,8 @@ static int walk_field(walk *w, const ProtobufCMessage *m, const ProtobufCFieldDe
   if (f->label != PROTOBUF_C_LABEL_REPEATED)
     return walk_message(w, *(const ProtobufCMessage *const *)member(m, f->offset), path, where);
   size_t n = *(const size_t *)member(m, f->quantifier_offset);
-  const ProtobufCMessage *const *items = *(const ProtobufCMessage *const *const *)member(m, f->offset);
+  const ProtobufCMessage *const *items =
+      *(const ProtobufCMessage *const *const *)member(m, f->offset);
   for (size_t i = 0; i < n; i++) {
     char at[PATH_MAX_LEN];
     if (snprintf(at, sizeof at, "%s[%zu]", where, i) >= (int)sizeof at)
@@ -325,11 +326,15 @@ static int walk_message(walk *w, const ProtobufCMessage *m, const char *path, co
 
 /* ---- named buffers ---- */
 
-#define CONFIG_ERROR(...)                                                                         \
-  do {                                                                                            \
-    snprintf(err, err_len, __VA_ARGS__);                                                          \
-    return TR_ERR_CONFIG;                                                                         \
-  } while (0)
+/* err filled, TR_ERR_CONFIG returned. */
+__attribute__((format(printf, 3, 4))) static int refused(char *err, size_t err_len,
+                                                         const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, err_len, fmt, ap);
+  va_end(ap);
+  return TR_ERR_CONFIG;
+}
 
 static bool named(const char *s) { return s != NULL && s[0] != '\0'; }
 
@@ -349,8 +354,9 @@ static int check_buffer_names(const Perfetto__Protos__TraceConfig *cfg, char *er
     const char *name = cfg->buffers[i]->name;
     size_t first = named(name) ? buffer_named(cfg, name) : i;
     if (first < i)
-      CONFIG_ERROR("Duplicate buffer name \"%s\" at index %zu (first occurrence at index %zu)",
-                   name, i, first);
+      return refused(err, err_len,
+                     "Duplicate buffer name \"%s\" at index %zu (first occurrence at index %zu)",
+                     name, i, first);
   }
   for (size_t i = 0; i < cfg->n_data_sources; i++) {
     const Perfetto__Protos__DataSourceConfig *dsc = cfg->data_sources[i]->config;
@@ -359,13 +365,15 @@ static int check_buffer_names(const Perfetto__Protos__TraceConfig *cfg, char *er
     const char *ds = dsc->name ? dsc->name : "";
     size_t b = buffer_named(cfg, dsc->target_buffer_name);
     if (b == cfg->n_buffers)
-      CONFIG_ERROR("Data source \"%s\" specified target_buffer_name \"%s\" which does not match "
-                   "any buffer",
-                   ds, dsc->target_buffer_name);
+      return refused(err, err_len,
+                     "Data source \"%s\" specified target_buffer_name \"%s\" which does not "
+                     "match any buffer",
+                     ds, dsc->target_buffer_name);
     if (dsc->target_buffer > 0 && dsc->target_buffer != b)
-      CONFIG_ERROR("Data source \"%s\" specified both target_buffer=%u and "
-                   "target_buffer_name=\"%s\" (index %zu) but they don't match",
-                   ds, dsc->target_buffer, dsc->target_buffer_name, b);
+      return refused(err, err_len,
+                     "Data source \"%s\" specified both target_buffer=%u and "
+                     "target_buffer_name=\"%s\" (index %zu) but they don't match",
+                     ds, dsc->target_buffer, dsc->target_buffer_name, b);
   }
   return 0;
 }
@@ -381,91 +389,6 @@ int tr_config_check_fields(const Perfetto__Protos__TraceConfig *cfg, char *err, 
   walk w = {err, err_len};
   int rc = walk_message(&w, &cfg->base, "", "");
   return rc ? rc : check_buffer_names(cfg, err, err_len);
-}
-
-/* ---- admission among the other sessions ---- */
-
-static uint32_t highest_exclusive_prio(const tr_service *svc) {
-  uint32_t prio = 0;
-  for (const tr_session *s = svc->sessions; s; s = tr_session_next(s)) {
-    uint32_t p = tr_session_config(s)->exclusive_prio;
-    prio = p > prio ? p : prio;
-  }
-  return prio;
-}
-
-/* traced's rule: of the running sessions holding the semaphore, no more than the smallest
- * max_other_session_count among them and cfg's. */
-static int check_semaphore(const tr_service *svc,
-                           const Perfetto__Protos__TraceConfig__SessionSemaphore *sem, char *err,
-                           size_t err_len) {
-  const char *name = sem->name ? sem->name : "";
-  uint64_t holders = 0, smallest = UINT64_MAX;
-  for (const tr_session *s = svc->sessions; s; s = tr_session_next(s)) {
-    const Perfetto__Protos__TraceConfig *c = tr_session_config(s);
-    if (tr_session_get_state(s) == TR_SESSION_STOPPED)
-      continue;
-    for (size_t i = 0; i < c->n_session_semaphores; i++) {
-      const char *other = c->session_semaphores[i]->name ? c->session_semaphores[i]->name : "";
-      if (strcmp(other, name) != 0)
-        continue;
-      holders++;
-      if (c->session_semaphores[i]->max_other_session_count < smallest)
-        smallest = c->session_semaphores[i]->max_other_session_count;
-    }
-  }
-  if (holders == 0)
-    return 0;
-  uint64_t allowed = sem->max_other_session_count < smallest ? sem->max_other_session_count
-                                                             : smallest;
-  if (holders > allowed)
-    CONFIG_ERROR("Semaphore \"%s\" exceeds maximum allowed other session count (%llu > "
-                 "min(%llu, %llu))",
-                 name, (unsigned long long)holders,
-                 (unsigned long long)sem->max_other_session_count, (unsigned long long)smallest);
-  return 0;
-}
-
-int tr_config_check_admit(const tr_service *svc, uid_t uid,
-                          const Perfetto__Protos__TraceConfig *cfg, char *err, size_t err_len) {
-  uint32_t current = highest_exclusive_prio(svc);
-  if (current > 0 && current >= cfg->exclusive_prio)
-    CONFIG_ERROR("An exclusive session with priority %u >= requested priority %u is already "
-                 "active.",
-                 current, cfg->exclusive_prio);
-  if (cfg->exclusive_prio > 0)
-    return 0; /* every other session is ended before it starts (tr_config_check_preempt) */
-  for (size_t i = 0; i < cfg->n_session_semaphores; i++) {
-    int rc = check_semaphore(svc, cfg->session_semaphores[i], err, err_len);
-    if (rc != 0)
-      return rc;
-  }
-  int of_uid = 0;
-  for (const tr_session *s = svc->sessions; s; s = tr_session_next(s))
-    of_uid += tr_session_consumer_uid(s) == uid;
-  if (of_uid >= TR_CONFIG_CHECK_MAX_SESSIONS_PER_UID) {
-    snprintf(err, err_len, "Too many concurrent tracing sesions (%d) for uid %d limit is %d",
-             of_uid, (int)uid, TR_CONFIG_CHECK_MAX_SESSIONS_PER_UID);
-    return TR_ERR_FULL;
-  }
-  return 0;
-}
-
-void tr_config_check_preempt(tr_service *svc, const Perfetto__Protos__TraceConfig *cfg) {
-  char reason[128];
-  if (cfg->exclusive_prio == 0)
-    return;
-  snprintf(reason, sizeof reason,
-           "Aborted due to user requested higher-priority (%u) exclusive session.",
-           cfg->exclusive_prio);
-  for (tr_session *s = svc->sessions; s; s = tr_session_next(s)) {
-    if (tr_session_get_state(s) == TR_SESSION_STOPPED)
-      continue;
-    TR_WARN(COMP, "session %llu: %s", (unsigned long long)tr_session_id(s), reason);
-    /* Its instances are asked to stop; the end (and its consumer's reply) does not wait. */
-    tr_session_disable(s);
-    tr_session_end(s, reason);
-  }
 }
 
 /* ---- flushes ---- */

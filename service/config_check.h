@@ -13,25 +13,20 @@
  * the producers, which know them, and trace_filter / compression are checked by their own
  * code. docs/compat.md lists every field with traced's behaviour and ours.
  *
- * Also here, the parts of traced's EnableTracing checks that the table cannot express: named
- * buffers, the admission of a session among the others (session_semaphores, exclusive_prio,
- * the per-uid limit), and the flush plan of write_flush_mode. */
+ * Also here, the parts of traced's EnableTracing checks that the table cannot express and that
+ * need no other session: named buffers, and the flush plan of write_flush_mode (a session's
+ * admission among the others is session_admit.c's). */
 #ifndef TR_CONFIG_CHECK_H
 #define TR_CONFIG_CHECK_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/types.h>
 
 #include "perfetto/config/trace_config.pb-c.h"
 
-/* traced's limit of concurrent sessions of one consumer uid, root included. */
-#define TR_CONFIG_CHECK_MAX_SESSIONS_PER_UID 5
 /* traced's default period of write_into_file, and of the flushes WRITE_FLUSH_AUTO makes. */
 #define TR_CONFIG_CHECK_DEFAULT_WRITE_PERIOD_MS 5000u
-
-struct tr_service;
 
 /* Walks cfg against the table: 0 when every field set is honoured or ignorable (each ignored
  * one logged once), else TR_ERR_CONFIG with the first refusal's text in err. Also refuses
@@ -43,20 +38,6 @@ int tr_config_check_fields(const Perfetto__Protos__TraceConfig *cfg, char *err, 
  * resolved, or target_buffer. For a config tr_config_check_fields passed. */
 uint32_t tr_config_check_target_buffer(const Perfetto__Protos__TraceConfig *cfg,
                                        const Perfetto__Protos__DataSourceConfig *dsc);
-
-/* Whether a session of cfg for a consumer of uid may join svc's sessions, as traced decides:
- * refused (TR_ERR_CONFIG, or TR_ERR_FULL for the per-uid limit; err filled) when an exclusive
- * session of priority >= cfg's runs, when one of cfg's session_semaphores is held by more
- * sessions than the smallest max_other_session_count allows, or when uid has
- * TR_CONFIG_CHECK_MAX_SESSIONS_PER_UID sessions already. An exclusive cfg (exclusive_prio
- * above every session's) passes the last two: tr_config_check_preempt ends the others. */
-int tr_config_check_admit(const struct tr_service *svc, uid_t uid,
-                          const Perfetto__Protos__TraceConfig *cfg, char *err, size_t err_len);
-
-/* For an admitted exclusive cfg: stops every other session still running, telling its
- * consumer "Aborted due to user requested higher-priority (N) exclusive session." (traced
- * frees them; here what they recorded stays readable until their consumers free them). */
-void tr_config_check_preempt(struct tr_service *svc, const Perfetto__Protos__TraceConfig *cfg);
 
 /* How a session flushes its producers, from flush_period_ms, write_into_file,
  * file_write_period_ms, write_flush_mode and fflush_post_write, as traced resolves them:

@@ -619,7 +619,7 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
 
   *out = NULL;
   if ((rc = tr_session_validate_config(cfg, err, err_len)) != 0 ||
-      (rc = tr_config_check_admit(svc, consumer_uid, cfg, err, err_len)) != 0)
+      (rc = tr_session_admit_check(svc, consumer_uid, cfg, err, err_len)) != 0)
     goto fail_fd;
   if (svc->num_sessions >= TR_SESSION_MAX_SESSIONS) {
     snprintf(err, err_len, "too many tracing sessions (%u): stop one first",
@@ -632,7 +632,7 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
     rc = TR_ERR_NOMEM;
     goto fail_fd;
   }
-  tr_config_check_preempt(svc, cfg);
+  tr_session_admit_preempt(svc, cfg);
   s->svc = svc;
   s->id = ++svc->next_session_id;
   s->consumer_uid = consumer_uid;

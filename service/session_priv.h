@@ -132,6 +132,20 @@ uint64_t tr_session_next_flush_id(tr_session *s);
 void tr_session_observe_flush(tr_session *s, double seconds);
 void tr_session_observe_flush_service_part(tr_session *s, double seconds);
 
+/* session_admit.c's side. Whether a session of cfg for a consumer of uid may join svc's
+ * sessions, as traced decides: refused (TR_ERR_CONFIG, or TR_ERR_FULL for the per-uid limit;
+ * err filled with traced's text) when an exclusive session of priority >= cfg's exists, when
+ * one of cfg's session_semaphores is held by more running sessions than the smallest
+ * max_other_session_count allows, or when uid has TR_SESSION_MAX_SESSIONS_PER_UID sessions
+ * already. An exclusive cfg (exclusive_prio above every session's) passes the last two:
+ * tr_session_admit_preempt ends the others. */
+int tr_session_admit_check(const tr_service *svc, uid_t uid,
+                           const Perfetto__Protos__TraceConfig *cfg, char *err, size_t err_len);
+/* For an admitted exclusive cfg: stops every other session still running, telling its
+ * consumer "Aborted due to user requested higher-priority (N) exclusive session." (traced
+ * frees them; here what they recorded stays readable until their consumers free them). */
+void tr_session_admit_preempt(tr_service *svc, const Perfetto__Protos__TraceConfig *cfg);
+
 /* session_flush.c's side. The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM),
  * grown with each host entry (likewise), and freed with it, after every flush still pending
  * was told ok = false. */

@@ -21,6 +21,7 @@
 
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
+#include "service/config_check.h"
 #include "service/trace_file.h"
 
 #define COMP "output"
@@ -35,8 +36,6 @@
 #define BOUND_STEP_MIN_NS 2000000ll
 #define BOUND_STEP_MAX_NS 125000000ll
 #define BOUND_QUANTUM_NS 100ll   /* bound values are rounded up to 0.1 us at least */
-
-#define DEFAULT_WRITE_PERIOD_MS 5000u
 
 enum { PHASE_HEAD, PHASE_BUFFERS, PHASE_TAIL, PHASE_DONE };
 
@@ -949,7 +948,7 @@ void tr_trace_output_start_journal(tr_trace_output *o) {
 
 void tr_trace_output_start_writes(tr_trace_output *o) {
   uint64_t period = o->p.cfg->file_write_period_ms ? o->p.cfg->file_write_period_ms
-                                                   : DEFAULT_WRITE_PERIOD_MS;
+                                                   : TR_CONFIG_CHECK_DEFAULT_WRITE_PERIOD_MS;
   if (o->file)
     uv_timer_start(&o->write_timer, on_write_period, period, period);
 }

@@ -23,7 +23,8 @@ refused() {
   "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" "$@" -o "$WORK/$name.pftrace" \
     2>"$WORK/$name.log" || rc=$?
   [ "$rc" != 0 ] || fail "$name: record exited 0"
-  grep -qF "$expected" "$WORK/$name.log" || fail "$name: record did not print '$expected': $(cat "$WORK/$name.log")"
+  grep -qF "$expected" "$WORK/$name.log" ||
+    fail "$name: record did not print '$expected': $(cat "$WORK/$name.log")"
   [ ! -s "$WORK/$name.pftrace" ] || fail "$name: a trace was written"
   echo "$name refused: $(grep -F "$expected" "$WORK/$name.log")"
 }
@@ -48,7 +49,8 @@ refused unknown "trace_config holds field 49, which Perfetto v58.2 does not defi
 printf '%s\n' 'buffers { size_kb: 1024 }' 'duration_ms: 500' \
   'data_sources { config { name: "track_event" } }' 'notify_traceur: true' >"$WORK/traceur.pbtxt"
 "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" -c "$WORK/traceur.pbtxt" \
-  -o "$WORK/traceur.pftrace" 2>"$WORK/traceur.log" || fail "notify_traceur: record exited $?: $(cat "$WORK/traceur.log")"
+  -o "$WORK/traceur.pftrace" 2>"$WORK/traceur.log" ||
+  fail "notify_traceur: record exited $?: $(cat "$WORK/traceur.log")"
 [ -s "$WORK/traceur.pftrace" ] || fail "notify_traceur: no trace"
 n=$(grep -c "trace_config.notify_traceur ignored: read on Android only" "$WORK"/service*.log || true)
 [ "$n" = 1 ] || fail "the service logged notify_traceur $n times, not once"

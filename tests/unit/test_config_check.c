@@ -274,7 +274,8 @@ static void test_data_source_unknown_fields(void **state) {
   const uint8_t per_source[] = {0x12, 0x10, 0x0a, 0x0e, 0x0a, 0x09, 'h', 'e', 'a', 'p',
                                 'p',  'r',  'o',  'f',  'd',  0xc8, 0x06, 0x01};
   Perfetto__Protos__TraceConfig *u = with_bytes(&c.cfg, per_source, sizeof per_source);
-  assert_int_equal(u->data_sources[1]->config->base.n_unknown_fields, 1); /* field 105: heapprofd's */
+  /* Field 105, heapprofd's config: kept for the producers. */
+  assert_int_equal(u->data_sources[1]->config->base.n_unknown_fields, 1);
   assert_int_equal(check(u, err, sizeof err), 0);
   perfetto__protos__trace_config__free_unpacked(u, NULL);
 
@@ -381,13 +382,13 @@ static void test_per_uid_limit(void **state) {
   (void)state;
   fx_setup();
   fx_config(&c, kNames);
-  for (int i = 0; i < TR_CONFIG_CHECK_MAX_SESSIONS_PER_UID; i++)
+  for (int i = 0; i < TR_SESSION_MAX_SESSIONS_PER_UID; i++)
     assert_int_equal(enable_as(1000, &c.cfg, &s, err), 0);
   assert_int_equal(enable_as(1000, &c.cfg, &s, err), TR_ERR_FULL);
   assert_string_equal(err, "Too many concurrent tracing sesions (5) for uid 1000 limit is 5");
   assert_int_equal(enable_as(1001, &c.cfg, &s, err), 0); /* another uid's own five */
   /* Root too, as in traced. */
-  for (int i = 0; i < TR_CONFIG_CHECK_MAX_SESSIONS_PER_UID; i++)
+  for (int i = 0; i < TR_SESSION_MAX_SESSIONS_PER_UID; i++)
     assert_int_equal(enable_as(0, &c.cfg, &s, err), 0);
   assert_int_equal(enable_as(0, &c.cfg, &s, err), TR_ERR_FULL);
   fx_teardown();
