@@ -326,9 +326,7 @@ static int walk_message(walk *w, const ProtobufCMessage *m, const char *path, co
 
 /* ---- named buffers ---- */
 
-/* err filled, TR_ERR_CONFIG returned. */
-__attribute__((format(printf, 3, 4))) static int refused(char *err, size_t err_len,
-                                                         const char *fmt, ...) {
+int tr_config_check_refuse(char *err, size_t err_len, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err, err_len, fmt, ap);
@@ -354,7 +352,7 @@ static int check_buffer_names(const Perfetto__Protos__TraceConfig *cfg, char *er
     const char *name = cfg->buffers[i]->name;
     size_t first = named(name) ? buffer_named(cfg, name) : i;
     if (first < i)
-      return refused(err, err_len,
+      return tr_config_check_refuse(err, err_len,
                      "Duplicate buffer name \"%s\" at index %zu (first occurrence at index %zu)",
                      name, i, first);
   }
@@ -365,12 +363,12 @@ static int check_buffer_names(const Perfetto__Protos__TraceConfig *cfg, char *er
     const char *ds = dsc->name ? dsc->name : "";
     size_t b = buffer_named(cfg, dsc->target_buffer_name);
     if (b == cfg->n_buffers)
-      return refused(err, err_len,
+      return tr_config_check_refuse(err, err_len,
                      "Data source \"%s\" specified target_buffer_name \"%s\" which does not "
                      "match any buffer",
                      ds, dsc->target_buffer_name);
     if (dsc->target_buffer > 0 && dsc->target_buffer != b)
-      return refused(err, err_len,
+      return tr_config_check_refuse(err, err_len,
                      "Data source \"%s\" specified both target_buffer=%u and "
                      "target_buffer_name=\"%s\" (index %zu) but they don't match",
                      ds, dsc->target_buffer, dsc->target_buffer_name, b);

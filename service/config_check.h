@@ -39,6 +39,10 @@ int tr_config_check_fields(const Perfetto__Protos__TraceConfig *cfg, char *err, 
 uint32_t tr_config_check_target_buffer(const Perfetto__Protos__TraceConfig *cfg,
                                        const Perfetto__Protos__DataSourceConfig *dsc);
 
+/* A refusal of EnableTracing: err filled from fmt, TR_ERR_CONFIG returned. */
+__attribute__((format(printf, 3, 4))) int tr_config_check_refuse(char *err, size_t err_len,
+                                                                 const char *fmt, ...);
+
 /* How a session flushes its producers, from flush_period_ms, write_into_file,
  * file_write_period_ms, write_flush_mode and fflush_post_write, as traced resolves them:
  * every period_ms (0: never periodically), and/or before each periodic write into the file

@@ -175,21 +175,7 @@ int tr_file_writer_push(tr_file_writer *w, uint8_t *buf, size_t n) {
 }
 
 int tr_file_writer_sync(tr_file_writer *w) {
-  queued *q = calloc(1, sizeof *q);
-  pthread_mutex_lock(&w->mu);
-  int rc = w->error ? w->error : q ? 0 : TR_ERR_NOMEM;
-  if (rc == 0) {
-    if (w->tail)
-      w->tail->next = q;
-    else
-      w->head = q;
-    w->tail = q;
-    pthread_cond_broadcast(&w->cond);
-  }
-  pthread_mutex_unlock(&w->mu);
-  if (rc != 0)
-    free(q);
-  return rc;
+  return tr_file_writer_push(w, NULL, 0); /* a NULL buffer is a sync to the thread */
 }
 
 uint64_t tr_file_writer_syncs(tr_file_writer *w) {

@@ -27,7 +27,8 @@ typedef struct tr_file_writer tr_file_writer;
  * TR_ERR_NOMEM or a libuv error as TR_ERR_SYS (fd then closed). */
 int tr_file_writer_new(uv_loop_t *loop, int fd, void (*on_written)(void *ud), void *ud,
                        tr_file_writer **out);
-/* Queues n bytes of buf (taken: freed once written, or now on a refusal other than FULL).
+/* Queues n bytes of buf (taken: freed once written, or now on a refusal other than FULL); a
+ * NULL buf (n 0) queues a sync instead (tr_file_writer_sync).
  * Returns 0, TR_ERR_FULL when it would pass TR_FILE_WRITER_MAX_QUEUED (buf not taken; an
  * empty writer takes any size), or the first write error. */
 int tr_file_writer_push(tr_file_writer *w, uint8_t *buf, size_t n);

@@ -3,24 +3,15 @@
  * traced's texts; and an exclusive session ending the ones it outranks. O(sessions) each. */
 #include "service/session_priv.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
+#include "service/config_check.h"
 
 #define COMP "session"
 
-/* err filled, TR_ERR_CONFIG returned. */
-__attribute__((format(printf, 3, 4))) static int refused(char *err, size_t err_len,
-                                                         const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, err_len, fmt, ap);
-  va_end(ap);
-  return TR_ERR_CONFIG;
-}
 
 static uint32_t highest_exclusive_prio(const tr_service *svc) {
   uint32_t prio = 0;
@@ -56,7 +47,7 @@ static int check_semaphore(const tr_service *svc,
   uint64_t allowed = sem->max_other_session_count < smallest ? sem->max_other_session_count
                                                              : smallest;
   if (holders > allowed)
-    return refused(err, err_len,
+    return tr_config_check_refuse(err, err_len,
                    "Semaphore \"%s\" exceeds maximum allowed other session count (%llu > "
                    "min(%llu, %llu))",
                    name, (unsigned long long)holders,
@@ -69,7 +60,7 @@ int tr_session_admit_check(const tr_service *svc, uid_t uid,
                            const Perfetto__Protos__TraceConfig *cfg, char *err, size_t err_len) {
   uint32_t current = highest_exclusive_prio(svc);
   if (current > 0 && current >= cfg->exclusive_prio)
-    return refused(err, err_len,
+    return tr_config_check_refuse(err, err_len,
                    "An exclusive session with priority %u >= requested priority %u is already "
                    "active.",
                    current, cfg->exclusive_prio);
