@@ -17,7 +17,7 @@
 
 typedef struct queued {
   struct queued *next;
-  uint8_t *buf;
+  uint8_t *buf; /* NULL: a sync of the file (tr_file_writer_sync) */
   size_t n;
 } queued;
 
@@ -31,6 +31,7 @@ struct tr_file_writer {
   queued *head, *tail;
   size_t queued_bytes; /* waiting or being written */
   int error;
+  uint64_t syncs;
   bool closing;     /* no more pushes: the thread writes the rest and exits */
   bool loop_closed; /* the uv_async_t is closing: no more signals */
   int refs;
@@ -61,6 +62,17 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
   return 0;
 }
 
+/* fdatasync, as traced syncs its file; EINVAL and EROFS say the fd cannot be synced (a pipe,
+ * a socket), which only means there is nothing to make durable. */
+static int sync_file(int fd) {
+  while (fdatasync(fd) != 0) {
+    if (errno == EINTR)
+      continue;
+    return errno == EINVAL || errno == EROFS ? 0 : TR_ERR_SYS(errno);
+  }
+  return 0;
+}
+
 static void *writer_main(void *arg) {
   tr_file_writer *w = arg;
   pthread_mutex_lock(&w->mu);
@@ -73,8 +85,9 @@ static void *writer_main(void *arg) {
     int error = w->error;
     pthread_mutex_unlock(&w->mu);
     if (error == 0)
-      error = write_all(w->fd, q->buf, q->n);
+      error = q->buf ? write_all(w->fd, q->buf, q->n) : sync_file(w->fd);
     pthread_mutex_lock(&w->mu);
+    w->syncs += q->buf == NULL;
     if (w->error == 0)
       w->error = error;
     w->head = q->next;
@@ -161,6 +174,17 @@ int tr_file_writer_push(tr_file_writer *w, uint8_t *buf, size_t n) {
   return rc;
 }
 
+int tr_file_writer_sync(tr_file_writer *w) {
+  return tr_file_writer_push(w, NULL, 0); /* a NULL buffer is a sync to the thread */
+}
+
+uint64_t tr_file_writer_syncs(tr_file_writer *w) {
+  pthread_mutex_lock(&w->mu);
+  uint64_t n = w->syncs;
+  pthread_mutex_unlock(&w->mu);
+  return n;
+}
+
 int tr_file_writer_error(tr_file_writer *w) {
   pthread_mutex_lock(&w->mu);
   int rc = w->error;
@@ -170,14 +194,14 @@ int tr_file_writer_error(tr_file_writer *w) {
 
 bool tr_file_writer_idle(tr_file_writer *w) {
   pthread_mutex_lock(&w->mu);
-  bool idle = w->queued_bytes == 0;
+  bool idle = w->head == NULL; /* a sync queued counts, though it has no bytes */
   pthread_mutex_unlock(&w->mu);
   return idle;
 }
 
 int tr_file_writer_wait(tr_file_writer *w) {
   pthread_mutex_lock(&w->mu);
-  while (w->queued_bytes > 0)
+  while (w->head)
     pthread_cond_wait(&w->cond, &w->mu);
   int rc = w->error;
   pthread_mutex_unlock(&w->mu);

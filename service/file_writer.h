@@ -27,10 +27,17 @@ typedef struct tr_file_writer tr_file_writer;
  * TR_ERR_NOMEM or a libuv error as TR_ERR_SYS (fd then closed). */
 int tr_file_writer_new(uv_loop_t *loop, int fd, void (*on_written)(void *ud), void *ud,
                        tr_file_writer **out);
-/* Queues n bytes of buf (taken: freed once written, or now on a refusal other than FULL).
+/* Queues n bytes of buf (taken: freed once written, or now on a refusal other than FULL); a
+ * NULL buf (n 0) queues a sync instead (tr_file_writer_sync).
  * Returns 0, TR_ERR_FULL when it would pass TR_FILE_WRITER_MAX_QUEUED (buf not taken; an
  * empty writer takes any size), or the first write error. */
 int tr_file_writer_push(tr_file_writer *w, uint8_t *buf, size_t n);
+/* Queues a sync of the file to disk (fdatasync) after what is queued so far: fflush_post_write.
+ * A file that cannot be synced (a pipe, a socket) is not an error; a failed sync is, as a failed
+ * write. 0, TR_ERR_NOMEM, or the first write error. */
+int tr_file_writer_sync(tr_file_writer *w);
+/* How many syncs the thread has done. */
+uint64_t tr_file_writer_syncs(tr_file_writer *w);
 /* 0 while every write so far went well, else the first write error. */
 int tr_file_writer_error(tr_file_writer *w);
 /* True when nothing waits to be written. */

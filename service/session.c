@@ -17,6 +17,7 @@
 #include "relay/base/log.h"
 #include "relay/base/pb_valid.h"
 #include "relay/base/tr_error.h"
+#include "service/config_check.h"
 #include "service/hosts.h"
 
 #define COMP "session"
@@ -92,6 +93,9 @@ int tr_session_validate_config(const Perfetto__Protos__TraceConfig *cfg, char *e
                                size_t err_len) {
   if (!cfg)
     CONFIG_ERROR("EnableTracing without a trace_config");
+  int rc = tr_config_check_fields(cfg, err, err_len); /* every field honoured, or said why */
+  if (rc != 0)
+    return rc;
   if (!tr_pb_tags_valid(&cfg->base)) /* it could not be copied nor forwarded: pb_valid.h */
     CONFIG_ERROR("trace_config holds a field numbered 0 (an over-long tag): not valid protobuf");
   if (cfg->n_buffers < 1 || cfg->n_buffers > TR_SESSION_MAX_BUFFERS)
@@ -132,7 +136,7 @@ int tr_session_validate_config(const Perfetto__Protos__TraceConfig *cfg, char *e
                  TR_SESSION_MIN_FILE_PERIOD_MS);
   if (cfg->output_path && cfg->output_path[0] && !cfg->write_into_file)
     CONFIG_ERROR("output_path is set but write_into_file is not");
-  int rc = tr_session_triggers_validate(cfg, err, err_len);
+  rc = tr_session_triggers_validate(cfg, err, err_len);
   return rc ? rc : tr_trace_output_check_filter(cfg, err, err_len); /* as traced: refused */
 }
 
@@ -295,7 +299,7 @@ static int add_instance(tr_session *s, size_t hi, const tr_remote_producer *p, s
   sh->last_instance = s->num_instances;
 
   dsc.has_target_buffer = 1;
-  dsc.target_buffer = s->buffers[ds->config->target_buffer].global_id;
+  dsc.target_buffer = s->buffers[tr_config_check_target_buffer(s->cfg, ds->config)].global_id;
   dsc.has_tracing_session_id = 1;
   dsc.tracing_session_id = s->id;
   dsc.has_trace_duration_ms = 1;
@@ -538,6 +542,21 @@ static void init_timer(tr_session *s, uv_timer_t *t) {
   s->timers_open++;
 }
 
+/* write_flush_mode: the flush before a periodic write; the write follows it, done or not (as
+ * traced writes after a timed-out flush). */
+static void write_flush_done(void *ud, bool ok) {
+  tr_session *s = ud;
+  (void)ok; /* a flush that timed out is counted and logged by session_flush.c */
+  if (!s->freeing && s->state == TR_SESSION_STARTED)
+    tr_trace_output_write_now(s->output);
+}
+
+static void output_flush_before_write(void *ud) {
+  tr_session *s = ud;
+  if (tr_session_flush(s, 0, FLUSH_FLAGS_PERIODIC, write_flush_done, s) != 0)
+    tr_trace_output_write_now(s->output);
+}
+
 /* Told by the read side: the tail of each pass and a full file. */
 static int output_trace_stats(void *ud, uint64_t ts, tr_trace_writer_buf *out) {
   return tr_session_stats_packet(ud, ts, out);
@@ -576,12 +595,15 @@ static tr_trace_output_params output_params(tr_session *s) {
       .trace_stats = output_trace_stats,
       .on_file_full = output_file_full,
       .on_file_done = output_file_done,
+      .flush_before_write = s->flush_on_write ? output_flush_before_write : NULL,
       .ud = s,
   };
 }
 
-static int new_output(tr_session *s, int output_fd, char *err, size_t err_len) {
+static int new_output(tr_session *s, int output_fd, bool sync_after_write, char *err,
+                      size_t err_len) {
   tr_trace_output_params p = output_params(s);
+  p.sync_after_write = sync_after_write;
   return tr_trace_output_new(&p, output_fd, &s->output, err, err_len);
 }
 
@@ -592,8 +614,8 @@ static void start_timers(tr_session *s) {
   tr_trace_output_start_journal(s->output);
   if (c->duration_ms)
     uv_timer_start(&s->duration_timer, on_duration, c->duration_ms, 0);
-  if (c->flush_period_ms)
-    uv_timer_start(&s->flush_timer, on_flush_period, c->flush_period_ms, c->flush_period_ms);
+  if (s->flush_period_ms)
+    uv_timer_start(&s->flush_timer, on_flush_period, s->flush_period_ms, s->flush_period_ms);
   if (c->incremental_state_config && c->incremental_state_config->clear_period_ms) {
     uint64_t p = c->incremental_state_config->clear_period_ms;
     uv_timer_start(&s->clear_timer, on_clear_period, p, p);
@@ -698,7 +720,8 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   int rc;
 
   *out = NULL;
-  if ((rc = tr_session_validate_config(cfg, err, err_len)) != 0)
+  if ((rc = tr_session_validate_config(cfg, err, err_len)) != 0 ||
+      (rc = tr_session_admit_check(svc, consumer_uid, cfg, err, err_len)) != 0)
     goto fail_fd;
   if (cfg->unique_session_name && cfg->unique_session_name[0] &&
       tr_session_named(svc, cfg->unique_session_name)) {
@@ -710,7 +733,12 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
   }
   if ((rc = session_alloc(svc, consumer_uid, cfg, &s, err, err_len)) != 0)
     goto fail_fd;
-  rc = new_output(s, output_fd, err, err_len);
+  tr_session_admit_preempt(svc, cfg);
+  struct tr_config_flush_plan plan;
+  tr_config_check_flush_plan(cfg, s->id, &plan);
+  s->flush_period_ms = plan.period_ms;
+  s->flush_on_write = plan.on_write;
+  rc = new_output(s, output_fd, plan.fflush, err, err_len);
   output_fd = -1; /* taken */
   if (rc != 0 || (rc = tr_session_triggers_new(cfg, &s->triggers)) != 0)
     goto fail;

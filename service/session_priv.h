@@ -83,6 +83,11 @@ struct tr_session {
   /* cfg's data_source_stop_timeout_ms and flush_timeout_ms, or TR_SESSION_DEFAULT_TIMEOUT_MS
    * where it gives none: resolved once, at enable. */
   uint32_t stop_timeout_ms, flush_timeout_ms;
+  /* How it flushes its producers (config_check.h's flush plan of flush_period_ms and
+   * write_flush_mode), resolved at enable too: every flush_period_ms (0: never), and/or before
+   * each periodic write into its file. */
+  uint32_t flush_period_ms;
+  bool flush_on_write;
   enum tr_session_state state;
   tr_session_buffer *buffers;
   size_t num_buffers;
@@ -166,6 +171,20 @@ uint32_t tr_session_triggers_duration_ms(const Perfetto__Protos__TraceConfig *cf
 void tr_session_triggers_enabled(tr_session *s);
 bool tr_session_triggers_stop_pending(const tr_session *s);
 void tr_session_triggers_service_free(tr_service *svc);
+
+/* session_admit.c's side. Whether a session of cfg for a consumer of uid may join svc's
+ * sessions, as traced decides: refused (TR_ERR_CONFIG, or TR_ERR_FULL for the per-uid limit;
+ * err filled with traced's text) when an exclusive session of priority >= cfg's exists, when
+ * one of cfg's session_semaphores is held by more running sessions than the smallest
+ * max_other_session_count allows, or when uid has TR_SESSION_MAX_SESSIONS_PER_UID sessions
+ * already. An exclusive cfg (exclusive_prio above every session's) passes the last two:
+ * tr_session_admit_preempt ends the others. */
+int tr_session_admit_check(const tr_service *svc, uid_t uid,
+                           const Perfetto__Protos__TraceConfig *cfg, char *err, size_t err_len);
+/* For an admitted exclusive cfg: stops every other session still running, telling its
+ * consumer "Aborted due to user requested higher-priority (N) exclusive session." (traced
+ * frees them; here what they recorded stays readable until their consumers free them). */
+void tr_session_admit_preempt(tr_service *svc, const Perfetto__Protos__TraceConfig *cfg);
 
 /* session_flush.c's side. The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM),
  * grown with each host entry (likewise), and freed with it, after every flush still pending

@@ -47,10 +47,13 @@ struct tr_trace_file {
 static int open_fd(const Perfetto__Protos__TraceConfig *cfg, int output_fd, int *out, char *err,
                    size_t err_len) {
   if (cfg->output_path && cfg->output_path[0]) {
-    int fd = open(cfg->output_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* O_EXCL, as traced: a service writing where a consumer names must not clobber a file. */
+    int fd = open(cfg->output_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
       int e = errno;
-      snprintf(err, err_len, "cannot open output_path %s: %s", cfg->output_path, strerror(e));
+      snprintf(err, err_len, "cannot create output_path %s: %s%s", cfg->output_path,
+               strerror(e), e == EEXIST ? " (it is never overwritten: remove it or name another)"
+                                        : "");
       return TR_ERR_SYS(e);
     }
     *out = fd;
@@ -124,6 +127,8 @@ int tr_trace_file_open(uv_loop_t *loop, const Perfetto__Protos__TraceConfig *cfg
   *out = f;
   return 0;
 }
+
+int tr_trace_file_sync(tr_trace_file *f) { return tr_file_writer_sync(f->writer); }
 
 static void on_idle_closed(uv_handle_t *h) { free(h->data); }
 

@@ -10,8 +10,8 @@
  * links. At most TR_FILE_WRITER_MAX_QUEUED bytes wait for the disk; gathering pauses until
  * there is room.
  *
- * The file is the one the config names (output_path: created or truncated, readable by the
- * service's user only, as traced does) or else the one the consumer passed. A pass stops at
+ * The file is the one the config names (output_path: created, never overwritten, readable by
+ * the service's user only, as traced does) or else the one the consumer passed. A pass stops at
  * max_file_size_bytes, and every later pass is refused at once. */
 #ifndef TR_TRACE_FILE_H
 #define TR_TRACE_FILE_H
@@ -55,6 +55,8 @@ void tr_trace_file_close(tr_trace_file *f);
  * valid for the pass. */
 int tr_trace_file_pass(tr_trace_file *f, const tr_trace_file_source *src, size_t budget,
                        void (*done)(void *ud, int rc), void *ud);
+/* Syncs the file to disk once what is queued is written (file_writer.h): 0, or an error. */
+int tr_trace_file_sync(tr_trace_file *f);
 /* True from tr_trace_file_pass to its done callback. */
 bool tr_trace_file_writing(const tr_trace_file *f);
 /* Writes the rest of the pass under way, if any, now, blocking until it is in the file (the

@@ -22,6 +22,7 @@
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
 #include "relay/trace/trace_filter.h"
+#include "service/config_check.h"
 #include "service/trace_file.h"
 
 #define COMP "output"
@@ -36,8 +37,6 @@
 #define BOUND_STEP_MIN_NS 2000000ll
 #define BOUND_STEP_MAX_NS 125000000ll
 #define BOUND_QUANTUM_NS 100ll   /* bound values are rounded up to 0.1 us at least */
-
-#define DEFAULT_WRITE_PERIOD_MS 5000u
 
 enum { PHASE_HEAD, PHASE_BUFFERS, PHASE_TAIL, PHASE_DONE };
 
@@ -133,6 +132,7 @@ struct tr_trace_output {
   uint64_t *filter_discarded; /* [num_buffers] */
   size_t filter_buffers_seen;  /* 1 + the highest buffer index filtered, as traced counts */
   uint64_t filter_bypassed_packets, filter_bypassed_bytes; /* the TraceStats packets */
+  bool flushing_for_write; /* flush_before_write asked, tr_trace_output_write_now not yet */
   uv_timer_t write_timer, clock_timer;
   unsigned timers_open;
 };
@@ -903,8 +903,14 @@ bool tr_trace_output_filter_stats(const tr_trace_output *o, tr_trace_filter_stat
 
 /* ---- lifecycle ---- */
 
-static void random_uuid(tr_trace_output *o) {
+static void choose_uuid(tr_trace_output *o) {
   uint64_t r[2] = {0, 0};
+  const Perfetto__Protos__TraceConfig *c = o->p.cfg;
+  if (c->trace_uuid_msb || c->trace_uuid_lsb) { /* the consumer's, as traced respects it */
+    o->uuid_msb = c->trace_uuid_msb;
+    o->uuid_lsb = c->trace_uuid_lsb;
+    return;
+  }
   if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
     r[0] = tr_clock_boottime_ns() ^ (uint64_t)getpid() << 32;
     r[1] = o->p.session_id * 0x9e3779b97f4a7c15ull;
@@ -953,7 +959,7 @@ int tr_trace_output_new(const tr_trace_output_params *p, int output_fd, tr_trace
     rc = rc ? rc : TR_ERR_NOMEM;
     goto fail;
   }
-  random_uuid(o);
+  choose_uuid(o);
   tr_clock_snapshot(&o->start_clocks);
   o->timeline = tr_timeline_output_new(p->timeline, p->uid, o->seqids, start_ns(o));
   if (!o->timeline) {
@@ -1068,6 +1074,8 @@ static tr_trace_file_source file_source(tr_trace_output *o) {
 static void on_final_pass_done(void *ud, int rc) {
   tr_trace_output *o = ud;
   (void)rc; /* logged; the session ends either way */
+  if (o->file)
+    tr_trace_file_sync(o->file); /* traced syncs its file at the end, whatever fflush_post_write */
   close_file(o);
   o->p.on_file_done(o->p.ud);
 }
@@ -1090,13 +1098,15 @@ static void on_period_pass_done(void *ud, int rc) {
       o->p.on_file_done(o->p.ud);
   } else if (rc == TR_ERR_FULL) {
     o->p.on_file_full(o->p.ud);
+  } else if (rc == 0 && o->p.sync_after_write && tr_trace_file_sync(o->file) != 0) {
+    TR_WARN(COMP, "session %llu: cannot sync the trace file (fflush_post_write)",
+            (unsigned long long)o->p.session_id);
   }
 }
 
 /* A period's pass, unless the last one is still being written (a slow disk, or buffers larger
  * than a period's worth of steps): then this period is skipped. */
-static void on_write_period(uv_timer_t *t) {
-  tr_trace_output *o = t->data;
+static void write_pass(tr_trace_output *o) {
   tr_trace_file_source src = file_source(o);
   if (tr_trace_file_writing(o->file))
     return;
@@ -1105,13 +1115,32 @@ static void on_write_period(uv_timer_t *t) {
     o->p.on_file_full(o->p.ud);
 }
 
+/* Likewise a period whose flush before the write (write_flush_mode) is still out. */
+static void on_write_period(uv_timer_t *t) {
+  tr_trace_output *o = t->data;
+  if (o->flushing_for_write || tr_trace_file_writing(o->file))
+    return;
+  if (o->p.flush_before_write) {
+    o->flushing_for_write = true;
+    o->p.flush_before_write(o->p.ud);
+    return;
+  }
+  write_pass(o);
+}
+
+void tr_trace_output_write_now(tr_trace_output *o) {
+  o->flushing_for_write = false;
+  if (!o->stopped && o->file)
+    write_pass(o);
+}
+
 void tr_trace_output_start_journal(tr_trace_output *o) {
   uv_timer_start(&o->clock_timer, on_clock_journal, TR_CLOCK_JOURNAL_MS, TR_CLOCK_JOURNAL_MS);
 }
 
 void tr_trace_output_start_writes(tr_trace_output *o) {
   uint64_t period = o->p.cfg->file_write_period_ms ? o->p.cfg->file_write_period_ms
-                                                   : DEFAULT_WRITE_PERIOD_MS;
+                                                   : TR_CONFIG_CHECK_DEFAULT_WRITE_PERIOD_MS;
   if (o->file)
     uv_timer_start(&o->write_timer, on_write_period, period, period);
 }

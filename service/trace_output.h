@@ -75,11 +75,17 @@ typedef struct tr_trace_output_params {
   /* The file's final pass is written and the file closed (after tr_trace_output_stop
    * returned true). */
   void (*on_file_done)(void *ud);
+  /* write_flush_mode asks for a flush before each periodic write (config_check.h's flush
+   * plan): the write timer calls this instead of writing, and the session calls
+   * tr_trace_output_write_now once the flush is done. NULL: writes need no flush. */
+  void (*flush_before_write)(void *ud);
+  bool sync_after_write; /* fflush_post_write: the file synced to disk after each write */
   void *ud;
 } tr_trace_output_params;
 
-/* Makes the read side of a session (its uuid and start clocks taken now), with the session's
- * output file when cfg asks for write_into_file: output_path created (or truncated) if set,
+/* Makes the read side of a session (its start clocks taken now; its uuid cfg's
+ * trace_uuid_msb/lsb when either is set, as traced, else random), with the session's
+ * output file when cfg asks for write_into_file: output_path created (never overwritten) if set,
  * else output_fd. output_fd is taken in every case (closed unless it is the file written).
  * TR_ERR_CONFIG (err filled: write_into_file without a file), TR_ERR_SYS(errno) for
  * output_path (err filled), TR_ERR_NOMEM. */
@@ -111,6 +117,9 @@ void tr_trace_output_start_journal(tr_trace_output *o);
 /* Likewise the periodic writes into the file every file_write_period_ms (5 s if unset), when
  * there is one. A write that reaches max_file_size_bytes calls on_file_full. */
 void tr_trace_output_start_writes(tr_trace_output *o);
+/* The flush flush_before_write asked for is done (or failed): the periodic write it held back
+ * now, unless the session stopped meanwhile. */
+void tr_trace_output_write_now(tr_trace_output *o);
 /* The session stopped: timers stopped, and the file's final pass begun (after the pass under
  * way, if any). Returns true when that pass runs on: on_file_done follows once it is written
  * and the file closed; false when there is no file to wait for. Passes read afterwards are

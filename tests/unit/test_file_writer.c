@@ -3,7 +3,8 @@
  * Buffers land in the file in the order pushed; a push beyond TR_FILE_WRITER_MAX_QUEUED is
  * refused (buffer not taken) while an empty writer takes any size; on_written follows the
  * writes; a write error (/dev/full: ENOSPC) is kept and returned by every later call; close
- * writes what is still queued before the file is closed. */
+ * writes what is still queued before the file is closed; a sync (fflush_post_write) runs after
+ * the writes queued before it, and a file that cannot be synced is no error. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -103,9 +104,39 @@ static void test_write_error_is_kept(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* fflush_post_write's sync: done in order after the writes before it, counted; a pipe, which
+ * cannot be synced, is no error. */
+static void test_sync(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  FILE *tmp = tmpfile();
+  assert_non_null(tmp);
+  int written = 0, fds[2];
+  tr_file_writer *w, *p;
+  assert_int_equal(tr_file_writer_new(&loop, dup(fileno(tmp)), count_written, &written, &w), 0);
+  assert_int_equal(tr_file_writer_push(w, filled(1000, 7), 1000), 0);
+  assert_int_equal(tr_file_writer_sync(w), 0);
+  assert_int_equal(tr_file_writer_wait(w), 0); /* waits for the sync too */
+  assert_int_equal(tr_file_writer_syncs(w), 1);
+  assert_true(tr_file_writer_idle(w));
+  assert_int_equal(pipe(fds), 0);
+  assert_int_equal(tr_file_writer_new(&loop, fds[1], count_written, &written, &p), 0);
+  assert_int_equal(tr_file_writer_sync(p), 0);
+  assert_int_equal(tr_file_writer_wait(p), 0);
+  assert_int_equal(tr_file_writer_syncs(p), 1);
+  tr_file_writer_close(w);
+  tr_file_writer_close(p);
+  assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+  close(fds[0]);
+  fclose(tmp);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_writes_in_order),
+      cmocka_unit_test(test_sync),
       cmocka_unit_test(test_full_queue_refuses),
       cmocka_unit_test(test_write_error_is_kept),
   };
