@@ -903,20 +903,24 @@ bool tr_trace_output_filter_stats(const tr_trace_output *o, tr_trace_filter_stat
 
 /* ---- lifecycle ---- */
 
-static void choose_uuid(tr_trace_output *o) {
+static void random_uuid(tr_trace_output *o) {
   uint64_t r[2] = {0, 0};
-  const Perfetto__Protos__TraceConfig *c = o->p.cfg;
-  if (c->trace_uuid_msb || c->trace_uuid_lsb) { /* the consumer's, as traced respects it */
-    o->uuid_msb = c->trace_uuid_msb;
-    o->uuid_lsb = c->trace_uuid_lsb;
-    return;
-  }
   if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
     r[0] = tr_clock_boottime_ns() ^ (uint64_t)getpid() << 32;
     r[1] = o->p.session_id * 0x9e3779b97f4a7c15ull;
   }
   o->uuid_msb = (int64_t)r[0];
   o->uuid_lsb = (int64_t)r[1];
+}
+
+static void choose_uuid(tr_trace_output *o) {
+  const Perfetto__Protos__TraceConfig *c = o->p.cfg;
+  if (c->trace_uuid_msb || c->trace_uuid_lsb) { /* the consumer's, as traced respects it */
+    o->uuid_msb = c->trace_uuid_msb;
+    o->uuid_lsb = c->trace_uuid_lsb;
+    return;
+  }
+  random_uuid(o);
 }
 
 static void on_timer_closed(uv_handle_t *h) {
@@ -1009,6 +1013,7 @@ int tr_trace_output_clone(const tr_trace_output *src, const tr_trace_output_para
   /* The clone's trace begins where its source's did: same start clocks, same session start
    * for the timeline, and traced's uuid rule (a new msb, the source's lsb). */
   o->start_clocks = src->start_clocks;
+  random_uuid(o); /* a new msb even where the config named the source's uuid */
   o->uuid_lsb = src->uuid_lsb;
   tr_timeline_output_free(o->timeline);
   if (!(o->timeline = tr_timeline_output_new(p->timeline, p->uid, o->seqids, start_ns(o)))) {
