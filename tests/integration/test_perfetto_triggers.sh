@@ -8,7 +8,8 @@
 # first CLI must exit 0 with a trace, well before the trigger timeout, holding the trigger
 # packet (producer perfetto_cmd_producer, on web-2) and data of both hosts up to ~0.5 s after
 # the trigger. Then CLONE_SNAPSHOT: two triggers make the CLI clone the live session into
-# OUT.0 and OUT.1, each holding both hosts' data.
+# OUT.0 and OUT.1, each holding both hosts' data. And `perfetto --clone-by-name` of a live
+# session gives both hosts' data while the session goes on.
 # Usage: test_perfetto_triggers.sh BIN_DIR
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -90,4 +91,30 @@ print(sum(h["packets"] for h in json.load(sys.stdin)["hosts"] if h["name"] == sy
   done
   echo "CLONE_SNAPSHOT: snapshot $n: $(stat -c %s "$WORK/snap.pftrace.$n") bytes, both hosts"
 done
+
+# `perfetto --clone-by-name` of a live session: a snapshot while the session goes on.
+for h in web-1 web-2; do cluster_start_loadgen "$h" --name "live-$h" --rate 1000; done
+cat >"$WORK/live.cfg" <<'CFG'
+buffers { size_kb: 32768 fill_policy: RING_BUFFER }
+data_sources { config { name: "track_event" } }
+duration_ms: 60000
+unique_session_name: "live"
+CFG
+PERFETTO_CONSUMER_SOCK_NAME=$CONSUMER_SOCK "$PERFETTO" --txt -c "$WORK/live.cfg" \
+  -o "$WORK/live.pftrace" >"$WORK/live-cli.log" 2>&1 &
+CLI_PID=$!
+cluster_wait_session 30 web-1 web-2 || fail "the live session did not run on both hosts"
+PERFETTO_CONSUMER_SOCK_NAME=$CONSUMER_SOCK "$PERFETTO" --clone-by-name live -o "$WORK/clone.pftrace" \
+  >"$WORK/clone-cli.log" 2>&1 || fail "perfetto --clone-by-name exited $?: $(cat "$WORK/clone-cli.log")"
+kill -0 "$CLI_PID" || fail "the live session's CLI ended with the clone"
+for h in web-1 web-2; do
+  c=$("$TR_BIN/tracerelay" inspect --json "$WORK/clone.pftrace" | python3 -c '
+import json, sys
+print(sum(h["packets"] for h in json.load(sys.stdin)["hosts"] if h["name"] == sys.argv[1]))' "$h")
+  [ "$c" -gt 100 ] || fail "the clone holds $c packets of $h"
+done
+kill -INT "$CLI_PID"
+wait "$CLI_PID" || fail "the live session's CLI exited $? after SIGINT: $(cat "$WORK/live-cli.log")"
+[ -s "$WORK/live.pftrace" ] || fail "the live session wrote no trace after its clone"
+echo "perfetto --clone-by-name: $(stat -c %s "$WORK/clone.pftrace") bytes while the session went on"
 echo PASS
