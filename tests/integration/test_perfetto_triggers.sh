@@ -29,6 +29,12 @@ for h in web-1 web-2; do
   cluster_start_loadgen "$h" --name "app-$h" --rate 1000
 done
 cluster_wait_hosts 30 web-1:1 web-2:1 || fail "the loadgens did not connect"
+# host_packets TRACE HOST: how many of HOST's packets TRACE holds.
+host_packets() {
+  "$TR_BIN/tracerelay" inspect --json "$1" | python3 -c '
+import json, sys
+print(sum(h["packets"] for h in json.load(sys.stdin)["hosts"] if h["name"] == sys.argv[1]))' "$2"
+}
 
 cat >"$WORK/flight.cfg" <<'CFG'
 buffers { size_kb: 32768 fill_policy: RING_BUFFER }
@@ -84,9 +90,7 @@ done
 wait "$CLI_PID" || fail "the CLONE_SNAPSHOT CLI exited $?: $(cat "$WORK/snap-cli.log")"
 for n in 0 1; do
   for h in web-1 web-2; do
-    c=$("$TR_BIN/tracerelay" inspect --json "$WORK/snap.pftrace.$n" | python3 -c '
-import json, sys
-print(sum(h["packets"] for h in json.load(sys.stdin)["hosts"] if h["name"] == sys.argv[1]))' "$h")
+    c=$(host_packets "$WORK/snap.pftrace.$n" "$h")
     [ "$c" -gt 100 ] || fail "snapshot $n holds $c packets of $h"
   done
   echo "CLONE_SNAPSHOT: snapshot $n: $(stat -c %s "$WORK/snap.pftrace.$n") bytes, both hosts"
@@ -108,9 +112,7 @@ PERFETTO_CONSUMER_SOCK_NAME=$CONSUMER_SOCK "$PERFETTO" --clone-by-name live -o "
   >"$WORK/clone-cli.log" 2>&1 || fail "perfetto --clone-by-name exited $?: $(cat "$WORK/clone-cli.log")"
 kill -0 "$CLI_PID" || fail "the live session's CLI ended with the clone"
 for h in web-1 web-2; do
-  c=$("$TR_BIN/tracerelay" inspect --json "$WORK/clone.pftrace" | python3 -c '
-import json, sys
-print(sum(h["packets"] for h in json.load(sys.stdin)["hosts"] if h["name"] == sys.argv[1]))' "$h")
+  c=$(host_packets "$WORK/clone.pftrace" "$h")
   [ "$c" -gt 100 ] || fail "the clone holds $c packets of $h"
 done
 kill -INT "$CLI_PID"

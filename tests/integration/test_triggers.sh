@@ -58,6 +58,18 @@ loadgens() { # loadgens TAG [extra args of web-3's]
   cluster_start_loadgen web-3 --name "$tag-web-3" --rate 500 "$@"
 }
 
+# expect_trigger NAME PATTERN: NAME.pftrace has one trigger packet ("TS NAME PRODUCER UID
+# DELAY", trigger_packets.py) matching PATTERN, and data of every host.
+expect_trigger() {
+  local n
+  python3 "$TR_SRC/tests/integration/trigger_packets.py" "$WORK/$1.pftrace" >"$WORK/$1.triggers"
+  grep -Eq "$2" "$WORK/$1.triggers" || fail "$1: the trigger packet is '$(cat "$WORK/$1.triggers")'"
+  for h in "${HOSTS[@]}"; do
+    read -r _ _ n < <(host_span "$WORK/$1.pftrace" "$h")
+    [ "$n" -gt 0 ] || fail "$1: the trace has nothing of $h"
+  done
+}
+
 # ---- STOP_TRACING, raised by a producer on web-3 ----
 loadgens app --trigger boom --trigger-after 2000
 cluster_wait_hosts 30 web-1:1 web-2:1 web-3:1 || fail "the loadgens did not connect"
@@ -95,13 +107,7 @@ python3 "$TR_SRC/tests/integration/replay_ipc.py" "$WORK/web-1/producer.sock" \
   "$TR_SRC/tests/vectors/ipc/producer-activate-triggers.to-service.bin" 2 ||
   fail "the agent did not answer the CLI's bytes"
 wait "$RECORD_PID" || fail "record of the recorded config failed: $(cat "$WORK/cli.log")"
-python3 "$TR_SRC/tests/integration/trigger_packets.py" "$WORK/cli.pftrace" >"$WORK/cli.triggers"
-grep -Eq "^[0-9]+ boom web-1/perfetto_cmd_producer [0-9]+ 500$" "$WORK/cli.triggers" ||
-  fail "the CLI's trigger packet is '$(cat "$WORK/cli.triggers")'"
-for h in "${HOSTS[@]}"; do
-  read -r _ _ n < <(host_span "$WORK/cli.pftrace" "$h")
-  [ "$n" -gt 0 ] || fail "the CLI-triggered trace has nothing of $h"
-done
+expect_trigger cli "^[0-9]+ boom web-1/perfetto_cmd_producer [0-9]+ 500$"
 
 # ---- the same, raised on the service's own host: once every host's data flows ----
 loadgens local
@@ -111,13 +117,7 @@ TRIGGER_PID=$!
 record_with local 'trigger_config { trigger_mode: STOP_TRACING triggers { name: "boom" stop_delay_ms: 200 } trigger_timeout_ms: 120000 }'
 wait "$TRIGGER_PID" || fail "tracerelay trigger failed: $(cat "$WORK/local.log")"
 [ "$ELAPSED" -lt 60000 ] || fail "tracerelay trigger did not stop the session (${ELAPSED} ms)"
-python3 "$TR_SRC/tests/integration/trigger_packets.py" "$WORK/local.pftrace" >"$WORK/local.triggers"
-grep -Eq "^[0-9]+ boom .*/tracerelay_trigger_\(pid_[0-9]+\) $(id -u) 200$" "$WORK/local.triggers" ||
-  fail "the local trigger's packet is '$(cat "$WORK/local.triggers")'"
-for h in "${HOSTS[@]}"; do
-  read -r _ _ n < <(host_span "$WORK/local.pftrace" "$h")
-  [ "$n" -gt 0 ] || fail "the locally triggered trace has nothing of $h"
-done
+expect_trigger local "^[0-9]+ boom .*/tracerelay_trigger_\(pid_[0-9]+\) $(id -u) 200$"
 
 # ---- START_TRACING, raised on web-2 once the session waits for it ----
 loadgens start
