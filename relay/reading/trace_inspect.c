@@ -460,6 +460,9 @@ static void add_host_counters(struct tr_inspect_losses *l, const Tracerelay__Hos
   l->session_smb_full_ms += h->session_smb_full_ms;
   l->session_agent_exits_unclean += h->session_agent_exits_unclean;
   l->session_stops_timed_out += h->session_stops_timed_out;
+  l->session_exit_unscraped_chunks += h->session_exit_unscraped_chunks;
+  for (size_t i = 0; i < h->n_session_producers_closed; i++)
+    l->session_producers_closed += h->session_producers_closed[i]->connections;
   l->session_instances_not_started += h->session_instances_not_started;
   l->agent_queue_dropped_packets += h->agent_queue_dropped_packets;
   l->agent_spill_dropped_packets += h->agent_spill_dropped_packets;
@@ -498,6 +501,8 @@ static void add_losses(struct tr_inspect_losses *d, const struct tr_inspect_loss
   d->session_smb_full_ms += s->session_smb_full_ms;
   d->session_agent_exits_unclean += s->session_agent_exits_unclean;
   d->session_stops_timed_out += s->session_stops_timed_out;
+  d->session_exit_unscraped_chunks += s->session_exit_unscraped_chunks;
+  d->session_producers_closed += s->session_producers_closed;
   d->session_instances_not_started = s->session_instances_not_started;
   d->agent_queue_dropped_packets += s->agent_queue_dropped_packets;
   d->agent_spill_dropped_packets += s->agent_spill_dropped_packets;

@@ -116,6 +116,9 @@ struct tr_inspect_losses { /* summed over the trace's TraceStats packets */
   uint64_t session_agent_exits_unclean;
   /* instances still stopping when the session's stop timeout ran out: loss events */
   uint64_t session_stops_timed_out;
+  /* a departed producer's chunks its agent could not scrape (lost), and the producer
+   * connections its agent closed during the session (their later data never written) */
+  uint64_t session_exit_unscraped_chunks, session_producers_closed;
   /* packets lost on the way: begun in chunks the agent dropped, and spanning a lost chunk */
   uint64_t agent_queue_dropped_packets, agent_spill_dropped_packets;
   uint64_t session_packets_lost_in_gaps;

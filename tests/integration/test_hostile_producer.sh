@@ -249,11 +249,16 @@ if inspect.returncode == 0:
                    "session_instances_not_started",
                    "invalid_packets", "patches_failed", "patches_discarded",
                    "previous_packet_dropped", "trace_writer_packet_loss",
-                   "session_packets_lost_in_gaps", "lost_packets"}
+                   "session_packets_lost_in_gaps", "lost_packets",
+                   # the hostile producers the agent closed, and chunks of theirs it could
+                   # not scrape when they went
+                   "session_producers_closed", "session_exit_unscraped_chunks"}
         lost = {k: v for k, v in list(losses.items()) + list(hs.items())
                 if isinstance(v, int) and not isinstance(v, bool) and v and k not in allowed}
         if lost:
             failures.append(f"web-1 lost data: {lost}")
+        if hs.get("session_producers_closed", 0) < 1:
+            failures.append("inspect shows no producer connection closed by the agent")
         if hs.get("agent_abi_violations", 0) < min_violations:
             failures.append(f"the agent counted {hs.get('agent_abi_violations', 0)} ABI violations;"
                             f" the producers it closed for them made at least {min_violations}")

@@ -190,6 +190,7 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            ",\"session_smb_full_ms\":%" PRIu64
            ",\"session_instances_not_started\":%" PRIu64
            ",\"session_agent_exits_unclean\":%" PRIu64 ",\"session_stops_timed_out\":%" PRIu64
+           ",\"session_exit_unscraped_chunks\":%" PRIu64 ",\"session_producers_closed\":%" PRIu64
            ",\"agent_queue_dropped_packets\":%" PRIu64
            ",\"agent_spill_dropped_packets\":%" PRIu64
            ",\"session_packets_lost_in_gaps\":%" PRIu64 ",\"lost_packets\":%" PRIu64 "}",
@@ -199,8 +200,8 @@ static void print_host_json(const struct tr_inspect_result *r, const struct tr_i
            l->session_flushes_missed, l->session_disconnects, l->session_smb_full,
            l->session_smb_full_ms,
            l->session_instances_not_started, l->session_agent_exits_unclean,
-           l->session_stops_timed_out,
-           l->agent_queue_dropped_packets,
+           l->session_stops_timed_out, l->session_exit_unscraped_chunks,
+           l->session_producers_closed, l->agent_queue_dropped_packets,
            l->agent_spill_dropped_packets, l->session_packets_lost_in_gaps,
            l->agent_queue_dropped_packets + l->agent_spill_dropped_packets +
                l->session_packets_lost_in_gaps);
@@ -353,6 +354,14 @@ static void print_host_text(const struct tr_inspect_result *r, const struct tr_i
            "the session's stop timeout ran out: their last data, and what the agent still had "
            "queued behind it, may be missing (packet count unknown)\n",
            l->session_stops_timed_out);
+  if (l->session_exit_unscraped_chunks)
+    printf("  relay:  %" PRIu64 " chunk(s) of producers that left (exited or crashed) could not "
+           "be scraped from their shared memory: lost\n",
+           l->session_exit_unscraped_chunks);
+  if (l->session_producers_closed)
+    printf("  relay:  its agent closed %" PRIu64 " producer connection(s) during the session "
+           "(stalled, misbehaving: the agent's log says why): what they wrote after is missing\n",
+           l->session_producers_closed);
   for (size_t i = 0; i < l->num_disconnected_at; i++)
     printf("  relay:  link down during this session at %" PRIu64 " ns (trace clock)\n",
            l->disconnected_at_ns[i]);
