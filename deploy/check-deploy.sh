@@ -86,7 +86,11 @@ fi
 #   tiers DIR          the tiered layout's files agree: regionals dial a Service that exists,
 #                      agents dial a regional pod that exists (per-pod DNS of its headless
 #                      Service), the root's --relay-allow names those pods.
+#                      An agent's --key is in a hostPath volume (its node's own), never in
+#                      a Secret, projected or ConfigMap volume, which every pod shares.
 #   flags BIN_DIR F..  every --flag in the manifests' args is in the program's --help.
+#   netpol F..         every workload serving --metrics-listen has a NetworkPolicy that lets
+#                      only named sources reach port 9464.
 read -r -d '' yaml_check <<'PY' || true
 import os, re, subprocess, sys, yaml
 
@@ -167,6 +171,20 @@ def check_workload(w, errors):
         if prog == "tracerelay-agent":
             need({"/run/perfetto", "/etc/tracerelay/pki"} <= set(mounts),
                  "%s: mounts %s" % (cname, sorted(mounts)))
+            # An agent's key is its node's identity: from a volume every pod of the workload
+            # shares (Secret, projected, ConfigMap), every node would hold every node's key.
+            for flag, value in flag_values(c.get("args", [])):
+                if flag != "--key" or not value:
+                    continue
+                under = [p for p in mounts if value.startswith(p.rstrip("/") + "/")]
+                vol = volumes.get(mounts[under[0]]["name"], {}) if under else {}
+                shared = [k for k in ("secret", "projected", "configMap") if k in vol]
+                need(not shared and "hostPath" in vol,
+                     "%s: --key %s comes from %s volume %s, which every pod of the workload "
+                     "mounts alike: each node would hold every node's key; provision each "
+                     "node's key on the node and mount it with hostPath"
+                     % (cname, value, shared[0] if shared else "a non-hostPath",
+                        vol.get("name", "?")))
         # The root filesystem is read-only: every file a flag names must be in a mounted volume,
         # and the directory of every socket the daemon creates in a writable one.
         for flag, value in flag_values(c.get("args", [])):
@@ -299,7 +317,39 @@ def check_flags(bin_dir, paths):
             failures += 1
     return failures
 
+def check_netpol(paths):
+    """Every workload serving --metrics-listen has a NetworkPolicy for its pods that admits port
+    9464 from named sources only: the endpoint has no authentication."""
+    docs = [d for p in paths for d in docs_of(p)]
+    pols = [d for d in docs if d.get("kind") == "NetworkPolicy"]
+    errors = []
+    for w in workloads(docs):
+        if not any(f == "--metrics-listen" for c in containers_of(w)
+                   for f, _ in flag_values(c.get("args", []))):
+            continue
+        labels = w["spec"]["template"]["metadata"].get("labels", {})
+        mine = [p for p in pols
+                if p["metadata"].get("namespace") == w["metadata"].get("namespace") and
+                all(labels.get(k) == v for k, v in
+                    p["spec"].get("podSelector", {}).get("matchLabels", {}).items())]
+        ok = False
+        for p in mine:
+            rules = [r for r in p["spec"].get("ingress", [])
+                     if any(pt.get("port") in (9464, "metrics") for pt in r.get("ports", []))]
+            if "Ingress" in p["spec"].get("policyTypes", []) and \
+                    all(r.get("from") for r in rules):
+                ok = True
+        if not ok:
+            errors.append("%s/%s serves --metrics-listen but no NetworkPolicy restricts who "
+                          "reaches port 9464 (kubernetes/networkpolicy.yaml)"
+                          % (w["kind"], w["metadata"]["name"]))
+    for e in errors:
+        print("FAIL: %s" % e, file=sys.stderr)
+    return 1 if errors else 0
+
 mode = sys.argv[1]
+if mode == "netpol":
+    sys.exit(check_netpol(sys.argv[2:]))
 if mode == "file":
     sys.exit(check_file(sys.argv[2]))
 if mode == "tiers":
@@ -324,6 +374,13 @@ if command -v python3 >/dev/null && python3 -c 'import yaml' 2>/dev/null; then
   if [ -d "$deploy/kubernetes/tiers" ]; then
     (cd "$deploy" && python3 -c "$yaml_check" tiers kubernetes/tiers) ||
       fail "kubernetes/tiers/ do not agree"
+  fi
+  k8s_files=()
+  for f in "${yaml_files[@]}"; do [[ $f == kubernetes/* ]] && k8s_files+=("$f"); done
+  if (cd "$deploy" && python3 -c "$yaml_check" netpol "${k8s_files[@]}"); then
+    ok "every workload serving metrics has a NetworkPolicy on port 9464"
+  else
+    fail "metrics endpoints open to every pod"
   fi
   if [ -n "$bin_dir" ]; then
     (cd "$deploy" && python3 -c "$yaml_check" flags "$bin_dir" "${yaml_files[@]}") ||

@@ -311,6 +311,10 @@ void tr_metrics_write_loop(const tr_loop_lag *lag, const struct tr_tls_uv_server
                 "of them, refused for want of a TLS handshake slot in time (the agent comes "
                 "back later; logged once per storm)",
                 (double)tls->refused_busy);
+  service_gauge(t, "tracerelay_service_tls_refused_source_total", "counter",
+                "of them, refused because their address already had the most connections one "
+                "address may have waiting for a handshake (logged once per address)",
+                (double)tls->refused_source);
   service_gauge(t, "tracerelay_service_tls_handshakes_abandoned_total", "counter",
                 "TLS handshakes begun that the peer left or let time out (work for nobody)",
                 (double)tls->abandoned);

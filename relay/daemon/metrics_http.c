@@ -62,7 +62,13 @@ static int load_mhd(char *err, size_t errlen) {
   return 0;
 }
 
-#define MAX_CONNECTIONS 16
+/* Connections at once, and from one address. 16 in all let 16 slow clients (a stuck scraper,
+ * or anyone who reaches the port) keep the kubelet's /healthz out, and the liveness probe then
+ * restarted a healthy daemon (issue 39). Now one address holds at most 8, and 256 in all leave
+ * room for 30 such addresses besides the probes; MHD's pool is 32 KiB a connection, so 8 MiB
+ * at most. */
+#define MAX_CONNECTIONS 256
+#define MAX_PER_ADDRESS 8
 #define IDLE_TIMEOUT_S 10
 
 struct tr_metrics_http {
@@ -186,6 +192,7 @@ int tr_metrics_http_start(uv_loop_t *loop, const char *listen, const struct tr_m
   unsigned flags = MHD_USE_EPOLL | (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
   m->mhd = mhd.start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR, &ss,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)MAX_PER_ADDRESS,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
                             MHD_OPTION_END);
   const union MHD_DaemonInfo *fd_info =

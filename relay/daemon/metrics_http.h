@@ -7,7 +7,10 @@
  * HTTP is libmicrohttpd's (Debian's libmicrohttpd), run inside the caller's libuv loop with no
  * thread of its own: MHD's epoll fd is watched with uv_poll and MHD_run is called on the loop's
  * thread, so the render and readiness callbacks run there too and may read the daemon's state
- * freely; nothing else touches it. Bounded: 16 connections, 10 s idle timeout. */
+ * freely; nothing else touches it. Bounded: 256 connections, 8 from one address (more are
+ * closed at once), 10 s idle timeout: slow clients from a few addresses cannot keep the
+ * probes out. The endpoint has no authentication: bind it to the pod's or host's own address
+ * and let a NetworkPolicy or firewall say who reaches it (docs/operations.md). */
 #ifndef TR_METRICS_HTTP_H
 #define TR_METRICS_HTTP_H
 

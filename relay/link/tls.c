@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #if !defined(MBEDTLS_THREADING_C)
@@ -120,6 +121,23 @@ static const char *load_error(const char *path, int ret, char *buf, size_t cap) 
   if (access(path, R_OK) != 0)
     return strerror(errno);
   return ret < 0 ? mbed_str(ret, buf, cap) : "some entries are invalid";
+}
+
+/* A private key file others can read is refused, as OpenSSH refuses one: whoever can read it
+ * can be this host. Bits for the group are refused too when the file is ours; a file owned by
+ * another user (root) and shared with our group (root:tracerelay 0640, or Kubernetes' fsGroup
+ * on a Secret) is the owner's deliberate choice, as OpenSSH judges it. */
+static int check_key_mode(const char *path, char *err, size_t err_len) {
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return 0; /* the load that follows says why it cannot be read */
+  mode_t open_bits = st.st_uid == geteuid() ? (S_IRWXG | S_IRWXO) : S_IRWXO;
+  if ((st.st_mode & open_bits) == 0)
+    return 0;
+  set_err(err, err_len, "private key %s is readable by %s (mode %04o): anyone who can read it "
+          "can be this host; restrict it with chmod 600 %s", path,
+          st.st_mode & S_IRWXO ? "others" : "its group", (unsigned)(st.st_mode & 07777), path);
+  return TR_ERR_CONFIG;
 }
 
 /* Our own certificate must be for our side of the link, as the peer will judge it (else every
@@ -210,6 +228,8 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
             opts->cert_path, load_error(opts->cert_path, ret, why, sizeof why));
     goto fail;
   }
+  if (check_key_mode(opts->key_path, err, err_len) != 0)
+    goto fail;
   ret = mbedtls_pk_parse_keyfile(&cfg->key, opts->key_path, NULL);
   if (ret != 0) {
     set_err(err, err_len, "cannot load private key %s: %s (an unencrypted PEM key is needed)",
@@ -229,6 +249,11 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
             opts->role == TR_TLS_SERVER ? "serverAuth" : "clientAuth",
             opts->role == TR_TLS_SERVER ? "agent" : "service",
             opts->role == TR_TLS_SERVER ? "service" : "agent");
+    goto fail;
+  }
+  if (!tr_tls_ciphers_key_ok(&cfg->key)) {
+    set_err(err, err_len, "private key %s is not %s, which peers accept: issue a new pair with "
+            "certs/make-certs.sh (P-256)", opts->key_path, TR_TLS_KEY_RULE);
     goto fail;
   }
   if (mbedtls_x509_time_is_past(&cfg->cert.valid_to))
@@ -251,6 +276,7 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
   mbedtls_ssl_conf_min_version(&cfg->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
   mbedtls_ssl_conf_max_version(&cfg->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
   mbedtls_ssl_conf_ciphersuites(&cfg->conf, cfg->suites);
+  tr_tls_ciphers_restrict(&cfg->conf);
   mbedtls_ssl_conf_authmode(&cfg->conf, MBEDTLS_SSL_VERIFY_REQUIRED);
   mbedtls_ssl_conf_ca_chain(&cfg->conf, &cfg->ca, NULL);
   ret = mbedtls_ssl_conf_own_cert(&cfg->conf, &cfg->cert, &cfg->key);

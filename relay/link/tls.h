@@ -18,6 +18,9 @@
  *   EKU) and names the expected server name in its SAN (or CN).
  * - ciphersuites are ECDHE-ECDSA / ECDHE-RSA with one of the AEAD ciphers of tls_ciphers.h
  *   (AES-CCM, ChaCha20-Poly1305, AES-GCM) that both sides' lists name; the server's order wins.
+ * - both sides: ECDHE over X25519, P-256 or P-384, signatures with SHA-256 or stronger, and a
+ *   peer certificate signed with SHA-256+ on a P-256/P-384 or RSA >= 2048 key
+ *   (tr_tls_ciphers_restrict).
  *
  * Every failure is TR_ERR_TLS (or TR_ERR_CLOSED for a clean close_notify); tr_tls_last_error()
  * then says why in words an operator can act on. Errors are sticky: after one, every call
@@ -63,7 +66,9 @@ struct tr_tls_config_opts {
 };
 
 /* Loads the CA, certificate and key and seeds a CTR-DRBG from the system entropy. On failure
- * returns TR_ERR_CONFIG (unreadable or invalid file, key not matching the certificate),
+ * returns TR_ERR_CONFIG (unreadable or invalid file, key not matching the certificate, a key
+ * file others can read, or its group when it is our own user's, as OpenSSH refuses one; a key
+ * not on P-256/P-384 nor RSA >= 2048),
  * TR_ERR_NOMEM or TR_ERR_TLS, and writes a reason naming the file and the fix into err
  * (err_len bytes, may be 0). */
 int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out, char *err,

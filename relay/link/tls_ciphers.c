@@ -1,7 +1,10 @@
-/* tls_ciphers.c: the table of AEAD ciphers behind --cipher (see tls_ciphers.h). */
+/* tls_ciphers.c: the table of AEAD ciphers behind --cipher, and the groups, hashes and
+ * certificate keys a link accepts (see tls_ciphers.h). */
 #include "relay/link/tls_ciphers.h"
 
+#include <mbedtls/ecp.h>
 #include <mbedtls/ssl_ciphersuites.h>
+#include <mbedtls/x509_crt.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -68,4 +71,34 @@ int tr_tls_ciphers_parse(const char *list, int suites[TR_TLS_MAX_SUITES], char *
   }
   suites[n] = 0;
   return 0;
+}
+
+/* X25519 first: the cheapest of the three, and what most TLS stacks prefer. */
+static const mbedtls_ecp_group_id kGroups[] = {MBEDTLS_ECP_DP_CURVE25519, MBEDTLS_ECP_DP_SECP256R1,
+                                               MBEDTLS_ECP_DP_SECP384R1, MBEDTLS_ECP_DP_NONE};
+static const int kSigHashes[] = {MBEDTLS_MD_SHA256, MBEDTLS_MD_SHA384, MBEDTLS_MD_SHA512,
+                                 MBEDTLS_MD_NONE};
+/* X25519 is no signature curve: certificates' EC keys are on P-256 or P-384. */
+static const mbedtls_x509_crt_profile kCertProfile = {
+    .allowed_mds = MBEDTLS_X509_ID_FLAG(MBEDTLS_MD_SHA256) |
+                   MBEDTLS_X509_ID_FLAG(MBEDTLS_MD_SHA384) | MBEDTLS_X509_ID_FLAG(MBEDTLS_MD_SHA512),
+    .allowed_pks = MBEDTLS_X509_ID_FLAG(MBEDTLS_PK_ECDSA) | MBEDTLS_X509_ID_FLAG(MBEDTLS_PK_ECKEY) |
+                   MBEDTLS_X509_ID_FLAG(MBEDTLS_PK_RSA),
+    .allowed_curves = MBEDTLS_X509_ID_FLAG(MBEDTLS_ECP_DP_SECP256R1) |
+                      MBEDTLS_X509_ID_FLAG(MBEDTLS_ECP_DP_SECP384R1),
+    .rsa_min_bitlen = 2048,
+};
+
+void tr_tls_ciphers_restrict(mbedtls_ssl_config *conf) {
+  mbedtls_ssl_conf_curves(conf, kGroups);
+  mbedtls_ssl_conf_sig_hashes(conf, kSigHashes);
+  mbedtls_ssl_conf_cert_profile(conf, &kCertProfile);
+}
+
+bool tr_tls_ciphers_key_ok(const mbedtls_pk_context *key) {
+  if (mbedtls_pk_can_do(key, MBEDTLS_PK_ECKEY)) {
+    mbedtls_ecp_group_id id = mbedtls_pk_ec(*key)->grp.id;
+    return id == MBEDTLS_ECP_DP_SECP256R1 || id == MBEDTLS_ECP_DP_SECP384R1;
+  }
+  return mbedtls_pk_get_type(key) == MBEDTLS_PK_RSA && mbedtls_pk_get_bitlen(key) >= 2048;
 }

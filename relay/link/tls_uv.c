@@ -30,6 +30,7 @@
 #include "relay/clock/clock.h"
 #include "relay/base/log.h"
 #include "relay/link/sock_stamp.h"
+#include "relay/link/source_limit.h"
 #include "relay/base/tr_error.h"
 
 #include <arpa/inet.h>
@@ -64,6 +65,7 @@ struct tr_tls_uv_server {
   tr_tls_uv_conn *waiting, *waiting_tail;
   unsigned n_waiting;
   uint64_t storm_refused; /* refused busy since the waiting list was last empty */
+  struct tr_source_limit sources; /* what each address holds, waiting or handshaking */
   struct tr_tls_uv_server_stats stats;
   bool closing;
   bool tcp_closed;
@@ -76,6 +78,7 @@ struct tr_tls_uv_conn {
   tr_tls_session *tls;
   tr_tls_uv_server *server; /* set while a server-side connection waits or handshakes */
   bool waiting;             /* in server->waiting: no session yet, not read */
+  struct tr_source_entry *source; /* its address's counts, while on a server list */
   unsigned steps;           /* handshake steps completed */
   unsigned step_delay_ms;   /* opts.test_step_delay_ms */
   uv_thread_t loop_thread;  /* the loop's, to tell where handshake steps run */
@@ -161,6 +164,8 @@ static void apply_defaults(struct tr_tls_uv_options *o, const struct tr_tls_uv_o
     o->max_queued = TR_TLS_UV_MAX_QUEUED;
   if (o->max_handshakes == 0)
     o->max_handshakes = TR_TLS_UV_MAX_HANDSHAKES;
+  if (o->max_handshakes_per_source == 0)
+    o->max_handshakes_per_source = TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE;
   if (o->start_timeout_ms == 0)
     o->start_timeout_ms = TR_TLS_UV_START_TIMEOUT_MS;
   if (o->admission_wait_ms == 0)
@@ -504,12 +509,8 @@ uint64_t tr_tls_uv_bytes_in(const tr_tls_uv_conn *c) { return c->bytes_in; }
 
 static void admit_waiting(tr_tls_uv_server *srv);
 
-/* Takes c off its server's list (waiting or handshaking); a handshake slot freed goes to the
- * oldest connection waiting. */
-static void unlink_server_conn(tr_tls_uv_conn *c) {
-  tr_tls_uv_server *srv = c->server;
-  if (srv == NULL)
-    return;
+/* Takes c off the server's waiting or handshaking list, and out of the counts. */
+static void list_remove(tr_tls_uv_server *srv, tr_tls_uv_conn *c) {
   tr_tls_uv_conn **head = c->waiting ? &srv->waiting : &srv->handshaking;
   if (c->prev != NULL)
     c->prev->next = c->next;
@@ -520,13 +521,26 @@ static void unlink_server_conn(tr_tls_uv_conn *c) {
   else if (c->waiting)
     srv->waiting_tail = c->prev;
   c->prev = c->next = NULL;
-  c->server = NULL;
   if (c->waiting) {
     c->waiting = false;
     srv->n_waiting--;
+    c->source->waiting--;
   } else {
     srv->n_handshaking--;
+    c->source->active--;
   }
+}
+
+/* Takes c off its server's list (waiting or handshaking); a handshake slot freed goes to the
+ * oldest connection waiting that may have it. */
+static void unlink_server_conn(tr_tls_uv_conn *c) {
+  tr_tls_uv_server *srv = c->server;
+  if (srv == NULL)
+    return;
+  list_remove(srv, c);
+  tr_source_limit_put(&srv->sources, c->source);
+  c->source = NULL;
+  c->server = NULL;
   admit_waiting(srv);
 }
 
@@ -1079,17 +1093,10 @@ static void link_first(tr_tls_uv_conn **head, tr_tls_uv_conn *c) {
 /* Starts the handshake of c, which waited (or arrives while a slot is free): its session, its
  * deadline, its first read. */
 static void admit(tr_tls_uv_server *srv, tr_tls_uv_conn *c) {
-  if (c->waiting) {
-    srv->waiting = c->next;
-    if (c->next != NULL)
-      c->next->prev = NULL;
-    else
-      srv->waiting_tail = NULL;
-    c->waiting = false;
-    srv->n_waiting--;
-  }
+  list_remove(srv, c);
   link_first(&srv->handshaking, c);
   srv->n_handshaking++;
+  c->source->active++;
   int rc = tr_tls_session_new(srv->cfg, NULL, &c->tls);
   if (rc < 0) {
     close_conn(c, rc, "cannot start a TLS session: %s", tr_strerror(rc));
@@ -1099,11 +1106,19 @@ static void admit(tr_tls_uv_server *srv, tr_tls_uv_conn *c) {
   start_session(c);
 }
 
-/* Admits the oldest waiting connections while handshake slots are free; says once when a
- * storm that refused connections is over. */
+/* Admits the oldest waiting connections while handshake slots are free, passing over those
+ * whose address already runs max_handshakes_per_source (so one address cannot take every slot:
+ * the others' connections go first); says once when a storm that refused connections is over.
+ * The walk passes at most the waiting connections of addresses at their limit
+ * (TR_TLS_UV_MAX_WAITING_PER_SOURCE each). */
 static void admit_waiting(tr_tls_uv_server *srv) {
-  while (!srv->closing && srv->waiting != NULL && srv->n_handshaking < srv->opts.max_handshakes)
-    admit(srv, srv->waiting);
+  tr_tls_uv_conn *next;
+  for (tr_tls_uv_conn *c = srv->waiting;
+       c != NULL && !srv->closing && srv->n_handshaking < srv->opts.max_handshakes; c = next) {
+    next = c->next; /* admit moves c to the handshaking list; closing it frees nothing now */
+    if (!c->closing && c->source->active < srv->opts.max_handshakes_per_source)
+      admit(srv, c);
+  }
   if (srv->waiting == NULL && srv->storm_refused > 0) {
     TR_INFO("tls", "no connection waits for a handshake any more: %llu refused while they did",
             (unsigned long long)srv->storm_refused);
@@ -1124,11 +1139,26 @@ static void refuse_busy(tr_tls_uv_conn *c) {
   close_conn(c, TR_ERR_BUSY, "no TLS handshake slot within %u ms", srv->opts.admission_wait_ms);
 }
 
-/* Takes the connection libuv accepted: starts its handshake if a slot is free, else keeps it
- * waiting (tls_uv.h). */
+/* Closes c, whose address already holds TR_TLS_UV_MAX_WAITING_PER_SOURCE connections waiting
+ * besides its handshakes, before anything was sent: its client reports TR_ERR_BUSY. Logged once
+ * per address while it holds connections here. */
+static void refuse_source(tr_tls_uv_server *srv, tr_tls_uv_conn *c) {
+  srv->stats.refused_source++;
+  if (!c->source->warned) {
+    c->source->warned = true;
+    TR_WARN("tls", "%s holds %u TLS handshakes and %u connections waiting, the most one address "
+            "may: refusing its further connections until they end (counted as refused_source)",
+            c->peer_addr, c->source->active, c->source->waiting);
+  }
+  close_conn(c, TR_ERR_BUSY, "%u connections from this address already wait for a TLS handshake",
+             c->source->waiting - 1);
+}
+
+/* Takes the connection libuv accepted: starts its handshake if a slot is free (and its
+ * address has fewer than max_handshakes_per_source running), else keeps it waiting
+ * (tls_uv.h). */
 static void accept_one(tr_tls_uv_server *srv) {
   uv_stream_t *listener = (uv_stream_t *)&srv->tcp;
-  bool slot = srv->waiting == NULL && srv->n_handshaking < srv->opts.max_handshakes;
   tr_tls_uv_conn *c;
   int rc = conn_new(srv->loop, NULL, NULL, &srv->opts, &srv->cbs, srv->data,
                     srv->opts.admission_wait_ms, &c);
@@ -1136,6 +1166,23 @@ static void accept_one(tr_tls_uv_server *srv) {
     TR_WARN("tls", "cannot take a new connection: %s", tr_strerror(rc));
     srv->stats.refused++;
     reject(listener);
+    return;
+  }
+  rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
+  if (rc < 0) {
+    srv->stats.refused++;
+    close_conn(c, rc, "accept failed: %s", uv_strerror(rc));
+    return;
+  }
+  struct sockaddr_storage ss;
+  int len = sizeof ss;
+  bool named = uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0;
+  if (named)
+    format_addr((struct sockaddr *)&ss, c->peer_addr, sizeof c->peer_addr);
+  c->source = tr_source_limit_get(&srv->sources, named ? (struct sockaddr *)&ss : NULL);
+  if (c->source == NULL) {
+    srv->stats.refused++;
+    close_conn(c, TR_ERR_NOMEM, "out of memory for its address's count");
     return;
   }
   c->server = srv;
@@ -1147,17 +1194,12 @@ static void accept_one(tr_tls_uv_server *srv) {
     srv->waiting = c;
   srv->waiting_tail = c;
   srv->n_waiting++;
-  rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
-  if (rc < 0) {
-    close_conn(c, rc, "accept failed: %s", uv_strerror(rc));
+  c->source->waiting++;
+  admit_waiting(srv);
+  if (!c->waiting)
     return;
-  }
-  struct sockaddr_storage ss;
-  int len = sizeof ss;
-  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
-    format_addr((struct sockaddr *)&ss, c->peer_addr, sizeof c->peer_addr);
-  if (slot)
-    admit(srv, c);
+  if (c->source->waiting > TR_TLS_UV_MAX_WAITING_PER_SOURCE)
+    refuse_source(srv, c);
   else if (srv->n_waiting > TR_TLS_UV_MAX_WAITING)
     refuse_busy(c);
 }
@@ -1181,6 +1223,7 @@ int tr_tls_uv_listen(uv_loop_t *loop, tr_tls_config *cfg, const struct sockaddr 
   if (srv == NULL)
     return TR_ERR_NOMEM;
   srv->loop = loop;
+  tr_source_limit_init(&srv->sources);
   srv->cfg = tr_tls_config_ref(cfg);
   apply_defaults(&srv->opts, opts);
   srv->cbs = *cbs;

@@ -13,11 +13,17 @@
 #include "relay/link/tls_ciphers.h"
 #include "relay/base/tr_error.h"
 
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/ssl.h>
 #include <mbedtls/ssl_ciphersuites.h>
+#include <mbedtls/x509_crt.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static char dir[256];
 
@@ -43,7 +49,27 @@ static int make_certs(void **state) {
     if (system(cmd) != 0)
       return -1;
   }
-  return 0;
+  /* Certificates make-certs.sh would never issue, from the good CA: an agent's key on
+   * secp256k1, an agent certificate signed with SHA-224, and an RSA service certificate (so a
+   * key exchange's curve can differ from the certificate's). */
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "(set -e; cd %s; umask 077; mkdir rsa;"
+           "printf 'extendedKeyUsage=clientAuth\nsubjectAltName=DNS:k1\n' >k1.ext;"
+           "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:secp256k1 -out good/agent-k1.key;"
+           "openssl req -new -key good/agent-k1.key -subj /CN=k1 -out k1.csr;"
+           "openssl x509 -req -in k1.csr -CA good/ca.crt -CAkey good/ca.key -set_serial 7001 "
+           "-days 30 -sha256 -extfile k1.ext -out good/agent-k1.crt;"
+           "printf 'extendedKeyUsage=clientAuth\nsubjectAltName=DNS:sha224\n' >s224.ext;"
+           "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out good/agent-sha224.key;"
+           "openssl req -new -key good/agent-sha224.key -subj /CN=sha224 -out s224.csr;"
+           "openssl x509 -req -in s224.csr -CA good/ca.crt -CAkey good/ca.key -set_serial 7002 "
+           "-days 30 -sha224 -extfile s224.ext -out good/agent-sha224.crt;"
+           "openssl req -x509 -newkey rsa:2048 -nodes -keyout rsa/service.key -subj /CN=relay.test "
+           "-days 30 -out rsa/service.crt; chmod 600 rsa/service.key good/*.key"
+           ") >/dev/null 2>&1",
+           dir);
+  return system(cmd) == 0 ? 0 : -1;
 }
 
 static int remove_certs(void **state) {
@@ -434,6 +460,185 @@ static void test_machine_names(void **state) {
   assert_false(tr_tls_valid_machine_name(long_name, TR_TLS_MAX_NAME + 1));
 }
 
+/* ---- what a link accepts beyond its ciphers (tls_ciphers.h), and the key file ---- */
+
+/* A client made with mbedTLS directly, so that it can offer what our own config never does. */
+struct raw_client {
+  mbedtls_entropy_context entropy;
+  mbedtls_ctr_drbg_context drbg;
+  mbedtls_x509_crt crt;
+  mbedtls_pk_context key;
+  mbedtls_ssl_config conf;
+  mbedtls_ssl_context ssl;
+  tr_tls_session *server;
+  unsigned char in[65536];
+  size_t in_start, in_end;
+};
+
+static int raw_send(void *ctx, const unsigned char *p, size_t len) {
+  struct raw_client *r = ctx;
+  size_t n = tr_tls_feed_cipher(r->server, p, len);
+  return n == 0 ? MBEDTLS_ERR_SSL_WANT_WRITE : (int)n;
+}
+
+static int raw_recv(void *ctx, unsigned char *p, size_t len) {
+  struct raw_client *r = ctx;
+  size_t n = r->in_end - r->in_start < len ? r->in_end - r->in_start : len;
+  if (n == 0)
+    return MBEDTLS_ERR_SSL_WANT_READ;
+  memcpy(p, r->in + r->in_start, n);
+  r->in_start += n;
+  return (int)n;
+}
+
+/* Handshakes a raw client (certificate good/agent-NAME, curves and signature hashes as given,
+ * NULL: mbedTLS's defaults) with a server session of cert_sub/service; returns the server's
+ * result and leaves its reason in why. */
+static int raw_handshake(const char *agent, const char *cert_sub, const mbedtls_ecp_group_id *curves,
+                         const int *hashes, char *why, size_t why_cap) {
+  static struct raw_client r;
+  memset(&r, 0, sizeof r);
+  char crt[512], key[512], file[128];
+  snprintf(file, sizeof file, "agent-%s.crt", agent);
+  path(crt, sizeof crt, "good", file);
+  snprintf(file, sizeof file, "agent-%s.key", agent);
+  path(key, sizeof key, "good", file);
+  mbedtls_entropy_init(&r.entropy);
+  mbedtls_ctr_drbg_init(&r.drbg);
+  mbedtls_x509_crt_init(&r.crt);
+  mbedtls_pk_init(&r.key);
+  mbedtls_ssl_config_init(&r.conf);
+  mbedtls_ssl_init(&r.ssl);
+  assert_int_equal(mbedtls_ctr_drbg_seed(&r.drbg, mbedtls_entropy_func, &r.entropy, NULL, 0), 0);
+  assert_int_equal(mbedtls_x509_crt_parse_file(&r.crt, crt), 0);
+  assert_int_equal(mbedtls_pk_parse_keyfile(&r.key, key, NULL), 0);
+  assert_int_equal(mbedtls_ssl_config_defaults(&r.conf, MBEDTLS_SSL_IS_CLIENT,
+                                               MBEDTLS_SSL_TRANSPORT_STREAM,
+                                               MBEDTLS_SSL_PRESET_DEFAULT), 0);
+  mbedtls_ssl_conf_rng(&r.conf, mbedtls_ctr_drbg_random, &r.drbg);
+  mbedtls_ssl_conf_min_version(&r.conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
+  mbedtls_ssl_conf_authmode(&r.conf, MBEDTLS_SSL_VERIFY_NONE);
+  assert_int_equal(mbedtls_ssl_conf_own_cert(&r.conf, &r.crt, &r.key), 0);
+  if (curves != NULL)
+    mbedtls_ssl_conf_curves(&r.conf, curves);
+  if (hashes != NULL)
+    mbedtls_ssl_conf_sig_hashes(&r.conf, hashes);
+  assert_int_equal(mbedtls_ssl_setup(&r.ssl, &r.conf), 0);
+  mbedtls_ssl_set_bio(&r.ssl, &r, raw_send, raw_recv, NULL);
+
+  tr_tls_config *scfg = config(TR_TLS_SERVER, "good", cert_sub, "service", NULL);
+  assert_int_equal(tr_tls_session_new(scfg, NULL, &r.server), 0);
+  int rc_server = TR_ERR_AGAIN;
+  for (int i = 0; i < 30 && rc_server == TR_ERR_AGAIN; i++) {
+    mbedtls_ssl_handshake(&r.ssl);
+    rc_server = tr_tls_handshake(r.server);
+    if (r.in_start == r.in_end)
+      r.in_start = r.in_end = 0;
+    r.in_end += tr_tls_take_cipher(r.server, r.in + r.in_end, sizeof r.in - r.in_end);
+  }
+  snprintf(why, why_cap, "%s", tr_tls_last_error(r.server));
+  tr_tls_session_free(r.server);
+  tr_tls_config_unref(scfg);
+  mbedtls_ssl_free(&r.ssl);
+  mbedtls_ssl_config_free(&r.conf);
+  mbedtls_pk_free(&r.key);
+  mbedtls_x509_crt_free(&r.crt);
+  mbedtls_ctr_drbg_free(&r.drbg);
+  mbedtls_entropy_free(&r.entropy);
+  return rc_server;
+}
+
+/* raw_handshake's server ends with want, its reason containing reason (NULL: any). */
+static void expect_raw(const char *agent, const char *cert_sub, const mbedtls_ecp_group_id *curves,
+                       const int *hashes, int want, const char *reason, const char *what) {
+  char why[512];
+  int rc = raw_handshake(agent, cert_sub, curves, hashes, why, sizeof why);
+  if (rc != want || (reason != NULL && strstr(why, reason) == NULL))
+    fail_msg("%s: got %d: %s", what, rc, why);
+}
+
+/* Issue 39 item 5: the server takes ECDHE over X25519, P-256 and P-384 only. A client offering
+ * P-521 alone (for an RSA service certificate, so that the certificate's curve does not decide)
+ * is refused; mbedTLS's default list took it. The same client with P-256 too connects. */
+static void test_weak_or_odd_curve_refused(void **state) {
+  (void)state;
+  static const mbedtls_ecp_group_id p521[] = {MBEDTLS_ECP_DP_SECP521R1, MBEDTLS_ECP_DP_NONE};
+  static const mbedtls_ecp_group_id p521_p256[] = {MBEDTLS_ECP_DP_SECP521R1,
+                                                   MBEDTLS_ECP_DP_SECP256R1, MBEDTLS_ECP_DP_NONE};
+  expect_raw("web-1", "rsa", p521_p256, NULL, 0, NULL, "a client offering P-521 and P-256");
+  expect_raw("web-1", "rsa", p521, NULL, TR_ERR_TLS, NULL, "a client offering only P-521");
+}
+
+/* Signatures in the handshake take SHA-256 or stronger: a client that accepts only SHA-224
+ * ones finds no ciphersuite the server can sign for (mbedTLS's default list had SHA-224). */
+static void test_weak_signature_hash_refused(void **state) {
+  (void)state;
+  static const int sha224[] = {MBEDTLS_MD_SHA224, MBEDTLS_MD_NONE};
+  static const int sha256[] = {MBEDTLS_MD_SHA256, MBEDTLS_MD_NONE};
+  expect_raw("web-1", "good", NULL, sha256, 0, NULL, "a client accepting SHA-256 signatures");
+  expect_raw("web-1", "good", NULL, sha224, TR_ERR_TLS, NULL,
+             "a client accepting only SHA-224 signatures");
+}
+
+/* Peer certificates: a key on secp256k1, or a signature with SHA-224, is refused by the
+ * certificate profile with the reason in the verify failure (mbedTLS's default profile took
+ * both: any curve, SHA-224 included). Our own config will not even load the secp256k1 key. */
+static void test_weak_certificate_refused(void **state) {
+  (void)state;
+  expect_raw("k1", "good", NULL, NULL, TR_ERR_TLS, "certificate verify failed",
+             "an agent certificate on secp256k1");
+  expect_raw("sha224", "good", NULL, NULL, TR_ERR_TLS, "certificate verify failed",
+             "an agent certificate signed with SHA-224");
+
+  char ca[512], crt[512], key[512], err[512];
+  path(ca, sizeof ca, "good", "ca.crt");
+  path(crt, sizeof crt, "good", "agent-k1.crt");
+  path(key, sizeof key, "good", "agent-k1.key");
+  struct tr_tls_config_opts opts = {
+      .role = TR_TLS_CLIENT, .ca_path = ca, .cert_path = crt, .key_path = key};
+  tr_tls_config *cfg = NULL;
+  assert_int_equal(tr_tls_config_new(&opts, &cfg, err, sizeof err), TR_ERR_CONFIG);
+  if (strstr(err, "P-256") == NULL || strstr(err, key) == NULL)
+    fail_msg("unexpected error: %s", err);
+}
+
+/* A private key file readable by others, or by the group when it is our own file, is refused
+ * with its path, its mode and the fix, as OpenSSH refuses one; 0600 loads. */
+static void test_key_file_readable_by_others_refused(void **state) {
+  (void)state;
+  char ca[512], crt[512], key[512], loose[512], err[512], cmd[1200];
+  path(ca, sizeof ca, "good", "ca.crt");
+  path(crt, sizeof crt, "good", "agent-web-1.crt");
+  path(key, sizeof key, "good", "agent-web-1.key");
+  path(loose, sizeof loose, "good", "loose.key");
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", key, loose);
+  assert_int_equal(system(cmd), 0);
+  struct tr_tls_config_opts opts = {
+      .role = TR_TLS_CLIENT, .ca_path = ca, .cert_path = crt, .key_path = loose};
+  static const struct {
+    mode_t mode;
+    const char *who; /* NULL: loads */
+  } cases[] = {{0644, "others"}, {0604, "others"}, {0640, "its group"}, {0600, NULL}, {0400, NULL}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    assert_int_equal(chmod(loose, cases[i].mode), 0);
+    tr_tls_config *cfg = NULL;
+    int rc = tr_tls_config_new(&opts, &cfg, err, sizeof err);
+    if (cases[i].who == NULL) {
+      if (rc != 0)
+        fail_msg("mode %04o refused: %s", (unsigned)cases[i].mode, err);
+      tr_tls_config_unref(cfg);
+      continue;
+    }
+    if (rc != TR_ERR_CONFIG)
+      fail_msg("mode %04o loaded", (unsigned)cases[i].mode);
+    char fix[600];
+    snprintf(fix, sizeof fix, "chmod 600 %s", loose);
+    if (strstr(err, fix) == NULL || strstr(err, cases[i].who) == NULL)
+      fail_msg("mode %04o: unexpected error: %s", (unsigned)cases[i].mode, err);
+  }
+  unlink(loose);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_handshake_and_data),
@@ -452,6 +657,10 @@ int main(void) {
       cmocka_unit_test(test_garbage_reason_names_plain_tcp),
       cmocka_unit_test(test_config_errors),
       cmocka_unit_test(test_machine_names),
+      cmocka_unit_test(test_weak_or_odd_curve_refused),
+      cmocka_unit_test(test_weak_signature_hash_refused),
+      cmocka_unit_test(test_weak_certificate_refused),
+      cmocka_unit_test(test_key_file_readable_by_others_refused),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
 }

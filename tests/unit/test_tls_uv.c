@@ -9,8 +9,8 @@
  * queue (order kept around it and the writes that wait for its stamp), a connect storm
  * beyond the server's handshake limit (none refused, no handshake step on the loop's thread),
  * a storm of slow handshakes that converges (every client connects, none is abandoned), a
- * connection refused as busy when no handshake slot frees in time, and a deadline that counts
- * the peer's time only.
+ * connection refused as busy when no handshake slot frees in time, a deadline that counts
+ * the peer's time only, and one address that cannot hold every handshake slot.
  * Every test ends with uv_loop_close() succeeding, so no handle outlives its connection. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -238,6 +238,7 @@ struct raw {
   uv_write_t wreq;
   const char *say; /* NULL: stay silent */
   bool eof;
+  bool connected;
   size_t received;
 };
 
@@ -267,6 +268,7 @@ static void raw_written(uv_write_t *req, int status) {
 static void raw_connected(uv_connect_t *req, int status) {
   struct raw *r = req->data;
   assert_int_equal(status, 0);
+  r->connected = true;
   uv_read_start((uv_stream_t *)&r->tcp, raw_alloc, raw_read);
   if (r->say != NULL) {
     uv_buf_t b = uv_buf_init((char *)r->say, (unsigned)strlen(r->say));
@@ -279,6 +281,17 @@ static void raw_connect(struct fixture *f, struct raw *r, const char *say) {
   r->say = say;
   uv_tcp_init(&f->loop, &r->tcp);
   r->tcp.data = r->req.data = r;
+  assert_int_equal(uv_tcp_connect(&r->req, &r->tcp, (struct sockaddr *)&f->addr, raw_connected), 0);
+}
+
+/* raw_connect from source address ip (any of 127/8 reaches the server on 127.0.0.1). */
+static void raw_connect_from(struct fixture *f, struct raw *r, const char *ip) {
+  memset(r, 0, sizeof *r);
+  uv_tcp_init(&f->loop, &r->tcp);
+  r->tcp.data = r->req.data = r;
+  struct sockaddr_in src;
+  uv_ip4_addr(ip, 0, &src);
+  assert_int_equal(uv_tcp_bind(&r->tcp, (struct sockaddr *)&src, 0), 0);
   assert_int_equal(uv_tcp_connect(&r->req, &r->tcp, (struct sockaddr *)&f->addr, raw_connected), 0);
 }
 
@@ -665,6 +678,55 @@ static void test_deadline_counts_the_peer_only(void **state) {
   fixture_finish(&f);
 }
 
+static uint64_t server_refused_source(const tr_tls_uv_server *srv) {
+  struct tr_tls_uv_server_stats st;
+  tr_tls_uv_server_stats(srv, &st);
+  return st.refused_source;
+}
+
+static bool raws_connected(const struct raw *r, int n) {
+  for (int i = 0; i < n; i++)
+    if (!r[i].connected)
+      return false;
+  return true;
+}
+
+#define HOG (TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE + TR_TLS_UV_MAX_WAITING_PER_SOURCE + 1)
+
+/* Issue 39 item 5: one address opens more connections than the server has handshake slots
+ * (32) and says nothing on any of them. Its handshakes could hold every slot until their
+ * deadline (60 s here), so an agent from another address waited out admission_wait_ms (3 s)
+ * and was refused as busy. Now that address runs at most TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE
+ * handshakes, the agent is admitted at once and connects, and the hog's connection beyond
+ * TR_TLS_UV_MAX_WAITING_PER_SOURCE waiting is refused on arrival (refused_source). */
+static void test_one_address_cannot_hold_every_slot(void **state) {
+  (void)state;
+  struct fixture f;
+  struct tr_tls_uv_options sopts = {.handshake_timeout_ms = 60000, .admission_wait_ms = 3000};
+  fixture_start(&f, &sopts);
+  static struct raw hog[HOG];
+  for (int i = 0; i < HOG; i++)
+    raw_connect_from(&f, &hog[i], "127.0.0.2");
+  /* All in the listen queue (the kernel completed them), so the server takes them first. */
+  RUN_UNTIL(&f.loop, raws_connected(hog, HOG), 20000);
+  struct side client = {0};
+  tr_tls_uv_conn *conn;
+  assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
+                                     NULL, &client_cbs, &client, &conn), 0);
+  RUN_UNTIL(&f.loop, client.connected || client.closed, 20000);
+  if (!client.connected)
+    fail_msg("the agent was refused while one address held the slots: %s", client.close_why);
+  RUN_UNTIL(&f.loop, f.n_accepted == 1, 5000);
+  assert_string_equal(f.accepted[0].peer_name, "web-1");
+  RUN_UNTIL(&f.loop, server_refused_source(f.server) == 1, 5000);
+  tr_tls_uv_close(conn);
+  RUN_UNTIL(&f.loop, client.closed && f.accepted[0].closed, 5000);
+  for (int i = 0; i < HOG; i++)
+    if (!hog[i].eof)
+      uv_close((uv_handle_t *)&hog[i].tcp, NULL);
+  fixture_finish(&f);
+}
+
 static void test_connect_refused_reports_on_close(void **state) {
   (void)state;
   struct fixture f;
@@ -699,6 +761,7 @@ int main(void) {
       cmocka_unit_test(test_slow_storm_converges),
       cmocka_unit_test(test_no_slot_in_time_refused_busy),
       cmocka_unit_test(test_deadline_counts_the_peer_only),
+      cmocka_unit_test(test_one_address_cannot_hold_every_slot),
       cmocka_unit_test(test_connect_refused_reports_on_close),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
