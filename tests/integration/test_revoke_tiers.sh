@@ -51,11 +51,12 @@ wait_log "client certificate 'web-1' is revoked" "$WORK/regional-a.log" ||
   fail "web-1's reconnection was not refused at the regional as revoked"
 [ "$(connected web-1)" = 0 ] || fail "web-1 came back through the regional"
 
-for _ in $(seq 600); do kill -0 "$STEADY" 2>/dev/null || break; sleep 0.1; done
-wait "$STEADY" || fail "web-2's loadgen failed"
 [ "$(connected web-2)" = 1 ] || fail "web-2 lost its link: $($ST)"
 kill -TERM "$RECORD"
 wait "$RECORD" || fail "record failed: $(cat "$WORK/record.log")"
+# The loadgen writes its count once the session has stopped its data source.
+for _ in $(seq 300); do kill -0 "$STEADY" 2>/dev/null || break; sleep 0.1; done
+wait "$STEADY" || fail "web-2's loadgen failed or did not stop with the session"
 "$TR_BIN/tracerelay" inspect --json "$WORK/tiers.pftrace" >"$WORK/tiers.json"
 python3 - "$WORK/tiers.json" "$STEADY_JSON" <<'PY' || fail "web-2's data in the trace"
 import json, sys
