@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent/link_client.h"
 #include "agent/agent_triggers.h"
@@ -28,6 +29,7 @@
 #include "relay/base/log.h"
 #include "relay/base/pb_valid.h"
 #include "relay/link/tls.h"
+#include "relay/daemon/cert_expiry.h"
 #include "relay/base/tr_error.h"
 
 #define DRAIN_MAX_MS 2000u /* at most this (or half the shutdown timeout) for the stops */
@@ -54,6 +56,7 @@ struct tr_agent {
   struct tr_agent_opts opts;
   tr_chunkq queue;
   tr_tls_config *tls;
+  tr_cert_expiry_timer *expiry_timer; /* the daily look at tls's expiry */
   tr_port_thread *port;
   tr_link_client *link;
   tr_metrics_http *metrics;
@@ -551,7 +554,19 @@ static int load_tls(const struct tr_agent_opts *o, tr_tls_config **out) {
   return rc;
 }
 
+/* Its own certificate and the CA: warned about in the log ahead of their expiry. */
+static void check_expiry(void *data) {
+  tr_agent *a = data;
+  char what[4200];
+  int64_t now = time(NULL);
+  snprintf(what, sizeof what, "the agent's certificate %s", a->opts.cert_path);
+  tr_cert_expiry_check("agent", what, tr_tls_config_cert_expiry(a->tls), now);
+  snprintf(what, sizeof what, "the CA certificate %s", a->opts.ca_path);
+  tr_cert_expiry_check("agent", what, tr_tls_config_ca_expiry(a->tls), now);
+}
+
 static void free_agent(tr_agent *a) {
+  tr_cert_expiry_timer_stop(a->expiry_timer);
   for (size_t i = 0; i < a->n_producers; i++) {
     free(a->producers[i].name);
     free(a->producers[i].sdk_version);
@@ -570,7 +585,7 @@ static void render_metrics(void *data, const struct tr_metrics_request *req, tr_
   tr_agent *a = data;
   (void)req; /* an agent has no per-host series */
   size_t outbox = a->port ? tr_port_thread_outbox_bytes(a->port) : 0;
-  tr_agent_metrics_write(t, a->link, &a->queue, outbox, a->n_producers);
+  tr_agent_metrics_write(t, a->link, &a->queue, outbox, a->n_producers, a->tls);
   if (a->opts.metrics_more != NULL)
     a->opts.metrics_more(a->opts.metrics_more_data, t);
 }
@@ -651,6 +666,9 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
   }
   TR_INFO("agent", "producers connect to %s; relaying to %s", opts->producer_socket,
           opts->service);
+  check_expiry(a);
+  if (tr_cert_expiry_timer_start(loop, check_expiry, a, &a->expiry_timer) < 0)
+    TR_WARN("agent", "out of memory for the daily check of the certificate's expiry");
   *out = a;
   return 0;
 
@@ -672,6 +690,7 @@ int tr_agent_reload_tls(tr_agent *a) {
   a->tls = cfg;
   TR_INFO("agent", "certificates reloaded from %s; the next connection uses them",
           a->opts.cert_path);
+  check_expiry(a);
   return 0;
 }
 

@@ -54,7 +54,9 @@ struct tr_agent_opts {
   uint32_t smb_bytes; /* SMB of a producer without a size hint; 0: TR_AGENT_DEFAULT_SMB_BYTES */
   size_t max_producers; /* producers connected at once; 0: TR_AGENT_DEFAULT_MAX_PRODUCERS */
   const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
-  /* More metrics for that endpoint, written after the agent's (a regional's forwarding). */
+  /* More metrics for that endpoint, written after the agent's (a regional's forwarding); the
+   * agent's end with the family tracerelay_tls_certificate_expiry_timestamp_seconds, which
+   * these may go on with (samples first, no # HELP of their own). */
   void (*metrics_more)(void *data, tr_prom_text *t);
   void *metrics_more_data;
   bool compress;

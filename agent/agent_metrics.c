@@ -1,7 +1,10 @@
 /* agent_metrics.c: the agent's Prometheus metrics: the link's state and how often it came up, the
  * producers connected, how full the chunk queue and the spill queue are, and the agent's loss
- * counters (the same figures the trace's HostStats carry for this host). */
+ * counters (the same figures the trace's HostStats carry for this host); and when its
+ * certificate and the CA's expire. */
 #include "agent/agent_metrics.h"
+
+#include "relay/daemon/cert_expiry.h"
 
 static void one(tr_prom_text *t, const char *name, const char *type, const char *help,
                 double value) {
@@ -10,7 +13,7 @@ static void one(tr_prom_text *t, const char *name, const char *type, const char 
 }
 
 void tr_agent_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq *queue,
-                            size_t outbox_bytes, size_t producers) {
+                            size_t outbox_bytes, size_t producers, const tr_tls_config *tls) {
   struct tr_link_client_totals tot;
   tr_link_client_totals(lc, &tot);
   const tr_relay_agent *spill = tr_link_client_spill(lc);
@@ -48,4 +51,8 @@ void tr_agent_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_
       (double)tot.smb_full_ns / 1e9);
   one(t, "tracerelay_agent_abi_violations_total", "counter",
       "commits and chunks refused at the producer port", (double)tot.abi_violations);
+  /* Last: a regional's metrics_more goes on with this family (agent.h). */
+  tr_cert_expiry_metric_family(t);
+  tr_cert_expiry_metric(t, "agent", tr_tls_config_cert_expiry(tls));
+  tr_cert_expiry_metric(t, "ca", tr_tls_config_ca_expiry(tls));
 }

@@ -7,6 +7,9 @@
 # are EC P-256, written mode 0600. Running it again is safe: an existing CA is reused and
 # existing certificates are kept unless --force is given, so agents can be added one at a time
 # (a service certificate asked for under names it does not carry is refused, not kept).
+# Revocation: --revoke NAME puts agent-NAME.crt on the CA's CRL, OUTDIR/ca.crl (the services'
+# --crl), kept in OUTDIR/crl-index.txt (openssl ca's database of what was revoked) and moves the
+# certificate and key aside, so the same run or a later one can issue NAME a new certificate.
 # The test-only options (--expired, --not-yet-valid, --no-client-auth) exist so the TLS tests
 # can produce every certificate the relay must refuse; a second, independent CA is simply
 # another OUTDIR.
@@ -40,6 +43,15 @@ Validity of the certificates issued in this run:
   --expired             valid from 30 days ago until yesterday (for tests)
   --not-yet-valid       valid from tomorrow for 30 days (for tests)
 
+Revocation:
+  --revoke NAME         put agent-NAME.crt on the CRL OUTDIR/ca.crl (repeatable) and move it
+                        and its key aside (agent-NAME.revoked-SERIAL.{crt,key}); --agent NAME
+                        in the same run issues NAME a new one. Copy ca.crl to the services
+                        (--crl) and send them SIGHUP: a connected NAME is cut.
+  --update-crl          write OUTDIR/ca.crl afresh (empty if nothing was revoked): a CRL is
+                        valid for --crl-days, and a service refuses one past that
+  --crl-days N          validity of the CRL written in this run (default 365)
+
 Other:
   --no-client-auth      agent certificates get the serverAuth usage instead of clientAuth,
                         so the service must refuse them (for tests)
@@ -51,6 +63,7 @@ Other:
 Examples:
   make-certs.sh /etc/tracerelay/pki --service-name relay.example.net --agent web-1 --agent web-2
   make-certs.sh /etc/tracerelay/pki --agent web-3          # add an agent later, same CA
+  make-certs.sh /etc/tracerelay/pki --revoke web-3         # web-3's key was lost: ca.crl
   make-certs.sh /etc/tracerelay/pki --service-name relay.site-a.example.net \
       --service-file service-site-a --agent site-a       # a regional: its service certificate
                                                          # and its agent certificate for the root
@@ -86,6 +99,9 @@ force=0
 service_names=()
 service_file=service
 agents=()
+revokes=()
+update_crl=0
+crl_days=365
 
 need_arg() {
   [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value (see --help)"
@@ -100,6 +116,10 @@ while [[ $# -gt 0 ]]; do
       service_file=$2; shift 2 ;;
     --agent) need_arg "$@"; valid_name "$2" || die "bad machine name '$2': use 1-64 of [A-Za-z0-9._-]"
       agents+=("$2"); shift 2 ;;
+    --revoke) need_arg "$@"; valid_name "$2" || die "bad machine name '$2' for --revoke"
+      revokes+=("$2"); shift 2 ;;
+    --update-crl) update_crl=1; shift ;;
+    --crl-days) need_arg "$@"; crl_days=$2; shift 2 ;;
     --ca-name) need_arg "$@"; ca_name=$2; shift 2 ;;
     --ca-days) need_arg "$@"; ca_days=$2; shift 2 ;;
     --days) need_arg "$@"; days=$2; shift 2 ;;
@@ -122,6 +142,7 @@ done
 
 [[ $days =~ ^[0-9]+$ && $days -gt 0 ]] || die "--days needs a positive number"
 [[ $ca_days =~ ^[0-9]+$ && $ca_days -gt 0 ]] || die "--ca-days needs a positive number"
+[[ $crl_days =~ ^[0-9]+$ && $crl_days -gt 0 ]] || die "--crl-days needs a positive number"
 for d in "$not_before" "$not_after"; do
   [[ -z $d || $d =~ ^[0-9]{14}Z$ ]] || die "bad date '$d': use YYYYMMDDHHMMSSZ"
 done
@@ -186,6 +207,37 @@ else
   mv "$work/ca.key" "$outdir/ca.key"
   mv "$work/ca.crt" "$outdir/ca.crt"
   echo "created CA $outdir/ca.crt ($ca_name)"
+fi
+
+# Revocations first, so that --revoke NAME --agent NAME replaces NAME's certificate.
+if [[ ${#revokes[@]} -gt 0 || $update_crl -eq 1 ]]; then
+  [[ -f $outdir/crl-index.txt ]] || : >"$outdir/crl-index.txt"
+  [[ -f $outdir/crlnumber ]] || echo 1000 >"$outdir/crlnumber"
+  cat >"$work/crl.cnf" <<EOF
+[ca]
+default_ca = tr_crl
+[tr_crl]
+database = $outdir/crl-index.txt
+crlnumber = $outdir/crlnumber
+default_md = sha256
+default_crl_days = $crl_days
+unique_subject = no
+EOF
+  for a in "${revokes[@]}"; do
+    crt=$outdir/agent-$a.crt
+    [[ -f $crt ]] || die "--revoke $a: no $crt to revoke"
+    serial=$(openssl x509 -in "$crt" -noout -serial | cut -d= -f2)
+    openssl ca -config "$work/crl.cnf" -cert "$outdir/ca.crt" -keyfile "$outdir/ca.key" \
+      -revoke "$crt" 2>"$work/ca.log" || { cat "$work/ca.log" >&2; exit 1; }
+    mv "$crt" "$outdir/agent-$a.revoked-$serial.crt"
+    [[ ! -f $outdir/agent-$a.key ]] || mv "$outdir/agent-$a.key" "$outdir/agent-$a.revoked-$serial.key"
+    echo "revoked $crt (serial $serial)"
+  done
+  openssl ca -config "$work/crl.cnf" -cert "$outdir/ca.crt" -keyfile "$outdir/ca.key" -gencrl \
+    -out "$work/ca.crl" 2>"$work/ca.log" || { cat "$work/ca.log" >&2; exit 1; }
+  chmod 644 "$work/ca.crl"
+  mv "$work/ca.crl" "$outdir/ca.crl"
+  echo "wrote $outdir/ca.crl ($(grep -c '^R' "$outdir/crl-index.txt" || true) revoked, valid $crl_days days)"
 fi
 
 issue() { # issue BASENAME CN EXT_SECTION_TEXT

@@ -54,6 +54,10 @@ struct tr_link_commands {
    * connected and its last probe is older than its session probe period (younger is fresh
    * enough). */
   void (*probe_clock)(tr_host *host);
+  /* When the certificate the host's agent connected with expires (Unix seconds), for
+   * `tracerelay status`; 0 when it is not connected or is relayed (its regional watches that
+   * one). NULL: never known. */
+  int64_t (*cert_expiry)(const tr_host *host);
 };
 
 #endif

@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -87,6 +88,7 @@ struct tr_link_server {
   struct tr_clock_probe_sched probes;
   tr_relay_codec codec; /* decompresses every peer's batches */
   const tr_relay_allow *relay_allow;
+  tr_tls_config *tls; /* the one new connections get: its --deny also judges relayed names */
   bool stopping;
   bool tick_closed;
 };
@@ -221,6 +223,12 @@ static const char *hello_name(tr_link_peer *p, const Tracerelay__Hello *hello) {
     tr_relay_link_close(p->link, TRACERELAY__GOODBYE__REASON__REASON_NOT_AUTHORIZED,
                         "%s is not authorized to relay host %s (the service's --relay-allow)",
                         cert, host);
+    return NULL;
+  }
+  if (tr_tls_config_denies(p->ls->tls, host)) {
+    TR_WARN("link", "host %s relayed by %s refused: it is denied (--deny)", host, cert);
+    tr_relay_link_close(p->link, TRACERELAY__GOODBYE__REASON__REASON_NOT_AUTHORIZED,
+                        "host %s is denied by the service (--deny)", host);
     return NULL;
   }
   p->relayed = true;
@@ -647,6 +655,7 @@ static void on_read_done(tr_relay_link *link) {
 static void maybe_free_server(tr_link_server *ls) {
   if (!ls->stopping || !ls->tick_closed || ls->peers != NULL)
     return;
+  tr_tls_config_unref(ls->tls);
   tr_relay_codec_free(&ls->codec);
   free(ls);
 }
@@ -805,8 +814,15 @@ static void probe_clock(tr_host *host) {
   }
 }
 
+static int64_t cert_expiry(const tr_host *host) {
+  const tr_link_peer *p = host->link;
+  const tr_tls_session *tls = p != NULL ? tr_tls_uv_session(tr_relay_link_conn(p->link)) : NULL;
+  return tls != NULL && !p->relayed ? tr_tls_peer_expiry(tls) : 0;
+}
+
 const struct tr_link_commands tr_link_server_commands = {.send_command = send_command,
-                                                         .probe_clock = probe_clock};
+                                                         .probe_clock = probe_clock,
+                                                         .cert_expiry = cert_expiry};
 
 void tr_link_server_disconnect(tr_host *host, const char *why) {
   if (host->link != NULL)
@@ -840,6 +856,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_hosts *hosts, const struct tr_link_
       opts->features ? opts->features : TR_RELAY_FEATURES_ALL & ~TR_RELAY_FEATURE_UPSTREAM_LOST;
   ls->max_agents = opts->max_agents ? opts->max_agents : TR_LINK_DEFAULT_MAX_AGENTS;
   ls->relay_allow = opts->relay_allow;
+  ls->tls = tr_tls_config_ref(opts->tls);
   ls->hello_timeout_ms =
       opts->handshake_timeout_ms ? opts->handshake_timeout_ms : TR_TLS_UV_HANDSHAKE_TIMEOUT_MS;
   ls->ack_delay_ms = opts->ack_delay_ms ? opts->ack_delay_ms : TR_LINK_ACK_DELAY_MS;
@@ -868,6 +885,7 @@ int tr_link_server_start(uv_loop_t *loop, tr_hosts *hosts, const struct tr_link_
   return 0;
 
 fail_codec:
+  tr_tls_config_unref(ls->tls);
   tr_relay_codec_free(&ls->codec);
 fail_free:
   free(ls);
@@ -886,9 +904,51 @@ void tr_link_server_tls_stats(const tr_link_server *ls, struct tr_tls_uv_server_
   tr_relay_link_listener_stats(ls->listener, out);
 }
 
+/* Whether cfg, loaded now, refuses a connected peer: its certificate (an agent's, or a
+ * regional's for the hosts it relays) revoked or its name denied, or a relayed host's name
+ * denied. */
+static bool peer_refused(const tr_link_peer *p, const tr_tls_config *cfg, char *why, size_t cap) {
+  const tr_tls_session *tls = tr_tls_uv_session(tr_relay_link_conn(p->link));
+  if (tls != NULL && tr_tls_peer_refusal(tls, cfg, why, cap))
+    return true;
+  if (p->relayed && p->host != NULL && tr_tls_config_denies(cfg, p->host->name)) {
+    snprintf(why, cap, "%s is denied (--deny)", p->host->name);
+    return true;
+  }
+  return false;
+}
+
 void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg) {
   tr_relay_link_listener_set_config(ls->listener, cfg);
-  TR_INFO("link", "TLS configuration reloaded: new agent connections use it");
+  tr_tls_config_unref(ls->tls);
+  ls->tls = tr_tls_config_ref(cfg);
+  unsigned cut = 0;
+  char why[256];
+  for (tr_link_peer *p = ls->peers; p != NULL; p = p->next) {
+    if (tr_relay_link_closing(p->link) || !peer_refused(p, cfg, why, sizeof why))
+      continue;
+    TR_WARN("link", "%s %s (%s): closing its link, %s since the reload",
+            p->carrier ? "regional" : "host", p->host ? p->host->name : "(no Hello yet)",
+            tr_tls_uv_peer_address(tr_relay_link_conn(p->link)), why);
+    tr_relay_link_close(p->link, TRACERELAY__GOODBYE__REASON__REASON_NOT_AUTHORIZED,
+                        "%s: the service no longer accepts it", why);
+    cut++;
+  }
+  TR_INFO("link", "TLS configuration reloaded: new agent connections use it; %u connected "
+          "link(s) closed as revoked or denied", cut);
+}
+
+int64_t tr_link_server_peer_expiry(const tr_link_server *ls, const char **name) {
+  int64_t earliest = 0;
+  for (const tr_link_peer *p = ls->peers; p != NULL; p = p->next) {
+    const tr_tls_session *tls = tr_tls_uv_session(tr_relay_link_conn(p->link));
+    int64_t t = tls != NULL && !p->relayed ? tr_tls_peer_expiry(tls) : 0;
+    if (t != 0 && (earliest == 0 || t < earliest)) {
+      earliest = t;
+      *name = tr_tls_peer_name(tls);
+    }
+  }
+  return earliest;
 }
 
 static void on_tick_closed(uv_handle_t *h) {

@@ -87,8 +87,15 @@ extern const struct tr_link_commands tr_link_server_commands;
 
 /* The port listened on (useful with port 0), or a negative code. */
 int tr_link_server_port(const tr_link_server *ls);
-/* Uses cfg (referenced) for connections accepted from now on; connected agents keep theirs. */
+/* Uses cfg (referenced) for connections accepted from now on; connected agents keep their
+ * session, unless cfg refuses them (tr_tls_peer_refusal: their certificate is on its CRL or
+ * their name on its --deny list, or a relayed host's name is denied): those are closed with
+ * Goodbye REASON_NOT_AUTHORIZED and a log line, which frees their names for others. */
 void tr_link_server_reload_tls(tr_link_server *ls, tr_tls_config *cfg);
+/* The earliest notAfter (Unix seconds) among the certificates of the peers connected now
+ * (agents and regionals; relayed hosts' are their regional's to watch), and whose (*name),
+ * or 0 with none. */
+int64_t tr_link_server_peer_expiry(const tr_link_server *ls, const char **name);
 /* What the server did so far (for the tests of its cost). */
 struct tr_link_server_counts {
   uint64_t acks_sent;  /* BatchAcks */

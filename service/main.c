@@ -13,6 +13,7 @@
 #include "relay/daemon/daemon_util.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
+#include "relay/link/tls.h"
 #include "service/service_daemon.h"
 
 #define PROG "tracerelay-service"
@@ -47,6 +48,14 @@ static const char kHelp[] =
     "  --cert FILE            PEM certificate of this service. Required.\n"
     "  --key FILE             PEM private key of --cert. Required. certs/make-certs.sh makes\n"
     "                         all three.\n"
+    "  --crl FILE             X.509 CRL (PEM or DER) of the CA: an agent or regional whose\n"
+    "                         certificate it lists is refused at the handshake, saying so.\n"
+    "                         certs/make-certs.sh --revoke NAME writes it. Refused at start\n"
+    "                         (and on SIGHUP) if another CA issued it or it is past its next\n"
+    "                         update, since then every agent would be refused.\n"
+    "  --deny NAME            repeatable: refuse the machine NAME whatever its certificate\n"
+    "                         (also a host a regional relays, and a regional itself).\n"
+    "                         docs/operations.md#revoking-a-host.\n"
     "  --cipher LIST          the TLS ciphers agents (and a regional's upstream) may use,\n"
     "                         comma-separated, in the order this service prefers them\n"
     "                         (default: all, cheapest CPU per MB first: aes-128-ccm,\n"
@@ -119,9 +128,14 @@ static const char kHelp[] =
     "their consumers the service is shutting down (write_into_file sessions are written\n"
     "out), waits up to 5 s for the consumers to read what was flushed, closes the agents'\n"
     "links and exits.\n"
-    "SIGHUP reloads --ca, --cert and --key (re-reading --config FILE for their paths and\n"
+    "SIGHUP reloads --ca, --cert, --key, --crl and --deny (re-reading --config FILE for them and\n"
     "--log-level) for agent connections accepted from then on; connected agents and running\n"
-    "sessions carry on. A file that does not load is logged and the current one kept.\n"
+    "sessions carry on, but for agents (and regionals, and relayed hosts) now revoked or\n"
+    "denied: their links are closed (Goodbye NOT_AUTHORIZED, logged). A file that does not\n"
+    "load is logged and the current one kept.\n"
+    "Certificates: the service's own, the CA's and its agents' are logged 30 days and again 7\n"
+    "days before they expire (at start, on SIGHUP and daily); /metrics and `tracerelay status`\n"
+    "show when they do.\n"
     "\n"
     "Example:\n"
     "  tracerelay-service --listen 0.0.0.0:7393 \\\n"
@@ -137,7 +151,7 @@ enum { OPT_LISTEN = 256, OPT_CONSUMER_SOCKET, OPT_CONSUMER_MODE, OPT_CA, OPT_CER
        OPT_TIMELINE, OPT_ALLOW_UID, OPT_ALLOW_GID,
        OPT_HANDSHAKE_TIMEOUT, OPT_METRICS_LISTEN, OPT_MAX_AGENTS, OPT_RELAY_ALLOW, OPT_UPSTREAM,
        OPT_UPSTREAM_NAME, OPT_UPSTREAM_CA, OPT_UPSTREAM_CERT, OPT_UPSTREAM_KEY,
-       OPT_PRODUCER_SOCKET, OPT_FAKE_CLOCK, OPT_CIPHER };
+       OPT_PRODUCER_SOCKET, OPT_FAKE_CLOCK, OPT_CIPHER, OPT_CRL, OPT_DENY };
 
 /* A decimal id or count in [0, max]; -1 if s is not one. */
 static long long parse_num(const char *s, unsigned long long max) {
@@ -199,6 +213,8 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"cipher", required_argument, NULL, OPT_CIPHER},
       {"cert", required_argument, NULL, OPT_CERT},
       {"key", required_argument, NULL, OPT_KEY},
+      {"crl", required_argument, NULL, OPT_CRL},
+      {"deny", required_argument, NULL, OPT_DENY},
       {"timeline", required_argument, NULL, OPT_TIMELINE},
       {"log-level", required_argument, NULL, TR_DAEMON_OPT_LOG_LEVEL},
       {"help", no_argument, NULL, TR_DAEMON_OPT_HELP},
@@ -233,6 +249,8 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
   o->upstream = o->upstream_name = NULL;
   o->upstream_ca_path = o->upstream_cert_path = o->upstream_key_path = NULL;
   o->producer_socket = TR_SERVICE_DEFAULT_REGIONAL_PRODUCER_SOCKET;
+  o->crl_path = NULL;
+  o->num_deny = 0;
   bool producer_socket_set = false, consumer_socket_set = false, fake_clock = false;
   while ((opt = getopt_long(argc, argv, TR_DAEMON_OPTSTRING, longopts, NULL)) != -1) {
     switch (opt) {
@@ -326,6 +344,14 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
     case OPT_CA: o->ca_path = optarg; break;
     case OPT_CERT: o->cert_path = optarg; break;
     case OPT_KEY: o->key_path = optarg; break;
+    case OPT_CRL: o->crl_path = optarg; break;
+    case OPT_DENY:
+      if (!tr_tls_valid_machine_name(optarg, strlen(optarg)))
+        return bad("--deny", optarg, "give a machine name: 1-64 characters of [A-Za-z0-9._-]");
+      if (o->num_deny == TR_SERVICE_MAX_DENY)
+        return bad("--deny", optarg, "too many (1024 at most): revoke with --crl instead");
+      o->deny[o->num_deny++] = optarg;
+      break;
     case OPT_TIMELINE:
       if (strcmp(optarg, "machines") == 0) {
         o->timeline = TR_TIMELINE_MACHINES;

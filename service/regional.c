@@ -721,6 +721,31 @@ int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_r
 void tr_regional_reload_tls(tr_regional *r, tr_tls_config *cfg, tr_tls_config *upstream_cfg) {
   tr_relay_link_listener_set_config(r->listener, cfg);
   tr_upstream_carrier_set_tls(r->carrier, upstream_cfg);
+  char why[256];
+  for (pump *p = r->pumps; p != NULL; p = p->next) {
+    if (p->down == NULL || tr_relay_link_closing(p->down))
+      continue;
+    const tr_tls_session *tls = tr_tls_uv_session(tr_relay_link_conn(p->down));
+    if (tls == NULL || !tr_tls_peer_refusal(tls, cfg, why, sizeof why))
+      continue;
+    TR_WARN(COMP, "host %s (%s): closing its link, %s since the reload", p->host,
+            tr_tls_uv_peer_address(tr_relay_link_conn(p->down)), why);
+    tr_relay_link_close(p->down, TRACERELAY__GOODBYE__REASON__REASON_NOT_AUTHORIZED,
+                        "%s: the regional no longer accepts it", why);
+  }
+}
+
+int64_t tr_regional_peer_expiry(const tr_regional *r, const char **name) {
+  int64_t earliest = 0;
+  for (const pump *p = r->pumps; p != NULL; p = p->next) {
+    const tr_tls_session *tls = p->down ? tr_tls_uv_session(tr_relay_link_conn(p->down)) : NULL;
+    int64_t t = tls != NULL ? tr_tls_peer_expiry(tls) : 0;
+    if (t != 0 && (earliest == 0 || t < earliest)) {
+      earliest = t;
+      *name = p->host;
+    }
+  }
+  return earliest;
 }
 
 unsigned tr_regional_agents(const tr_regional *r) { return r->agents; }

@@ -60,8 +60,13 @@ struct tr_regional_opts {
 
 /* Listens for agents. TR_ERR_CONFIG (address; logged), or the listen error (logged). */
 int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_regional **out);
-/* Agents accepted from now on use cfg (referenced); open links carry on. */
+/* Agents accepted from now on use cfg (referenced); open links carry on, but for those of
+ * agents cfg refuses (tr_tls_peer_refusal: certificate on its CRL, name denied), closed with
+ * Goodbye REASON_NOT_AUTHORIZED and a log line; their upstream links end with them. */
 void tr_regional_reload_tls(tr_regional *r, tr_tls_config *cfg, tr_tls_config *upstream_cfg);
+/* The earliest notAfter (Unix seconds) among the connected agents' certificates, and whose
+ * (*name); 0 with none. */
+int64_t tr_regional_peer_expiry(const tr_regional *r, const char **name);
 /* Agents connected and forwarded now. */
 unsigned tr_regional_agents(const tr_regional *r);
 /* What the forwarding does, for the regional's /metrics (service/metrics.h). */

@@ -16,10 +16,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "relay/base/log.h"
@@ -31,6 +33,7 @@
 #include "service/link_server.h"
 #include "service/regional.h"
 #include "service/regional_status.h"
+#include "relay/daemon/cert_expiry.h"
 #include "relay/daemon/metrics_http.h"
 #include "service/metrics.h"
 
@@ -51,6 +54,8 @@ struct tr_service_daemon {
   tr_metrics_http *metrics;
   tr_loop_lag *lag; /* the loop's busy time per iteration, for /metrics */
   tr_tls_config *tls;
+  const char *cert_path, *ca_path, *crl_path; /* tls's files, for the expiry warnings */
+  tr_cert_expiry_timer *expiry_timer; /* the daily look at them */
   tr_regional *regional;        /* a regional: these instead of the port and the link server */
   tr_regional_status *regional_status; /* its consumer socket, for `tracerelay status` */
   tr_agent *agent;
@@ -138,9 +143,57 @@ static void daemon_free(tr_service_daemon *d) {
   free(d);
 }
 
+/* The earliest expiry among the peers connected now (agents, regionals), and whose. */
+static int64_t peer_expiry(const tr_service_daemon *d, const char **name) {
+  if (d->link != NULL)
+    return tr_link_server_peer_expiry(d->link, name);
+  return d->regional != NULL ? tr_regional_peer_expiry(d->regional, name) : 0;
+}
+
+/* The samples of tracerelay_tls_certificate_expiry_timestamp_seconds this service holds. */
+static void write_expiry(const tr_service_daemon *d, tr_prom_text *t) {
+  const char *name = NULL;
+  int64_t peers = peer_expiry(d, &name);
+  if (d->tls == NULL)
+    return;
+  tr_cert_expiry_metric(t, "service", tr_tls_config_cert_expiry(d->tls));
+  if (d->regional == NULL) /* a regional's embedded agent wrote the CA's */
+    tr_cert_expiry_metric(t, "ca", tr_tls_config_ca_expiry(d->tls));
+  if (peers != 0)
+    tr_cert_expiry_metric(t, "peers", peers);
+  int64_t crl = tr_tls_config_crl_next_update(d->tls);
+  if (crl != 0)
+    tr_cert_expiry_metric(t, "crl", crl);
+}
+
+/* One certificate (or CRL) named by prefix and path, unless its time is unknown (0). */
+static void check_one(const char *prefix, const char *path, int64_t not_after, int64_t now) {
+  char what[4200];
+  snprintf(what, sizeof what, "%s%s", prefix, path != NULL ? path : "?");
+  if (not_after != 0)
+    tr_cert_expiry_check(COMP, what, not_after, now);
+}
+
+/* Its own certificate, the CA, the earliest of its peers' and the CRL's next update: warned
+ * about in the log ahead of their expiry; status shows the first two. */
+static void check_expiry(void *data) {
+  tr_service_daemon *d = data;
+  int64_t now = time(NULL), cert = tr_tls_config_cert_expiry(d->tls);
+  int64_t ca = tr_tls_config_ca_expiry(d->tls);
+  const char *name = NULL;
+  int64_t peers = peer_expiry(d, &name);
+  tr_session_service_set_tls_expiry(&d->svc, cert, ca);
+  check_one("the service's certificate ", d->cert_path, cert, now);
+  check_one("the CA certificate ", d->ca_path, ca, now);
+  check_one("the first to expire of the connected agents' certificates: ", name, peers, now);
+  check_one("the next update of the CRL (past it every agent is refused) ", d->crl_path,
+            tr_tls_config_crl_next_update(d->tls), now);
+}
+
 static void render_regional_metrics(void *data, tr_prom_text *t) {
   tr_service_daemon *d = data;
   struct tr_regional_stats st = {0};
+  write_expiry(d, t); /* goes on with the agent's last family (agent.h) */
   if (d->regional != NULL)
     tr_regional_stats(d->regional, &st);
   tr_metrics_write_regional(&st, t);
@@ -153,6 +206,15 @@ static void render_metrics(void *data, const struct tr_metrics_request *req, tr_
     tr_link_server_tls_stats(d->link, &tls);
   tr_metrics_write(&d->svc, req->host_series, t);
   tr_metrics_write_loop(d->lag, &tls, t);
+  tr_cert_expiry_metric_family(t);
+  write_expiry(d, t);
+}
+
+/* After a start that succeeded: the expiry now, then once a day. */
+static void watch_expiry(tr_service_daemon *d) {
+  check_expiry(d);
+  if (tr_cert_expiry_timer_start(d->loop, check_expiry, d, &d->expiry_timer) < 0)
+    TR_WARN(COMP, "out of memory for the daily check of the certificates' expiry");
 }
 
 /* Ready once both listeners are open (start succeeded), until the shutdown. */
@@ -175,6 +237,8 @@ static void finish(tr_service_daemon *d) {
   }
   tr_loop_lag_stop(d->lag);
   d->lag = NULL;
+  tr_cert_expiry_timer_stop(d->expiry_timer);
+  d->expiry_timer = NULL;
   tr_tls_config_unref(d->tls);
   d->tls = NULL;
   tr_tls_config_unref(d->upstream_tls);
@@ -222,7 +286,10 @@ static int load_server_tls(const struct tr_service_daemon_opts *o, tr_tls_config
                                         .ca_path = o->ca_path,
                                         .cert_path = o->cert_path,
                                         .key_path = o->key_path,
-                                        .ciphers = o->ciphers};
+                                        .ciphers = o->ciphers,
+                                        .crl_path = o->crl_path,
+                                        .deny = o->deny,
+                                        .num_deny = o->num_deny};
   return tr_tls_config_new(&tls_opts, out, err, err_len);
 }
 
@@ -322,12 +389,16 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
     TR_ERROR(COMP, "TLS setup failed: %s", err[0] ? err : tr_strerror(rc));
     goto fail;
   }
+  d->cert_path = o->cert_path;
+  d->ca_path = o->ca_path;
+  d->crl_path = o->crl_path;
   if (o->upstream != NULL) {
     if ((rc = start_regional(d, o)) != 0)
       goto fail;
     TR_INFO(COMP, "regional: agents on %s are forwarded to %s; trace from the upstream "
             "service (the consumer socket %s here answers `tracerelay status` only)", o->listen,
             o->upstream, d->regional_status ? o->consumer_socket : "(none)");
+    watch_expiry(d);
     *out = d;
     return 0;
   }
@@ -369,6 +440,7 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
     goto fail; /* the link server logged the address and the reason */
   TR_INFO(COMP, "listening for agents on %s, consumers on %s (mode %04o)", o->listen,
           o->consumer_socket, (unsigned)o->consumer_mode);
+  watch_expiry(d);
   *out = d;
   return 0;
 fail:
@@ -480,9 +552,15 @@ int tr_service_daemon_reload_tls(tr_service_daemon *d, const struct tr_service_d
   }
   tr_tls_config_unref(d->tls);
   d->tls = cfg;
-  TR_INFO(COMP, "certificates reloaded (ca %s, cert %s, key %s%s%s); connected agents and "
-          "running sessions carry on", o->ca_path, o->cert_path, o->key_path,
-          d->regional ? ", upstream cert " : "", d->regional ? o->upstream_cert_path : "");
+  d->cert_path = o->cert_path;
+  d->ca_path = o->ca_path;
+  d->crl_path = o->crl_path;
+  TR_INFO(COMP, "certificates reloaded (ca %s, cert %s, key %s%s%s, crl %s, %zu denied); "
+          "connected agents and running sessions carry on unless revoked or denied",
+          o->ca_path, o->cert_path, o->key_path, d->regional ? ", upstream cert " : "",
+          d->regional ? o->upstream_cert_path : "", o->crl_path ? o->crl_path : "(none)",
+          o->num_deny);
+  check_expiry(d);
   return 0;
 }
 

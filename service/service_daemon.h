@@ -16,6 +16,8 @@
 #define TR_SERVICE_DEFAULT_REGIONAL_PRODUCER_SOCKET "/run/tracerelay/regional-producer.sock"
 #define TR_SERVICE_DEFAULT_REGIONAL_CONSUMER_SOCKET "/run/tracerelay/regional-consumer.sock"
 
+#define TR_SERVICE_MAX_DENY 1024 /* --deny names, as many as a config file has entries */
+
 typedef struct tr_service_daemon tr_service_daemon;
 
 struct tr_service_daemon_opts {
@@ -26,6 +28,11 @@ struct tr_service_daemon_opts {
   unsigned handshake_timeout_ms;      /* TLS handshake, then Hello; 0: the default */
   const char *ca_path, *cert_path, *key_path;
   const char *ciphers; /* --cipher (relay/link/tls_ciphers.h), on every link, upstream too; NULL: all */
+  /* --crl and --deny (relay/link/tls.h): peers refused at the handshake, and on SIGHUP the
+   * connected ones cut. */
+  const char *crl_path;
+  const char *deny[TR_SERVICE_MAX_DENY];
+  size_t num_deny;
   enum tr_timeline timeline;
   const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
   unsigned max_agents;        /* 0: TR_LINK_DEFAULT_MAX_AGENTS */
@@ -47,11 +54,13 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
  * telling its consumer the service is shutting down, closes the consumer socket and the
  * agents' links, frees everything, then calls done(ud). */
 void tr_service_daemon_shutdown(tr_service_daemon *d, void (*done)(void *ud), void *ud);
-/* SIGHUP: loads a new TLS configuration from o's files (the service's certificate, key and
- * the CA agents must chain to; on a regional also its upstream certificate, for links made
- * from now on, and its embedded agent's) for agent connections accepted from now on;
- * connected agents and running sessions are untouched. On failure logs why and keeps the
- * current one. Returns 0 or the tr_tls_config_new error. */
+/* SIGHUP: loads a new TLS configuration from o's files (the service's certificate, key, the
+ * CA agents must chain to, --crl and --deny; on a regional also its upstream certificate, for
+ * links made from now on, and its embedded agent's) for agent connections accepted from now
+ * on; connected agents and running sessions carry on, but for those the new --crl or --deny
+ * refuses, which are closed (link_server.h, regional.h). Then checks the certificates' expiry
+ * (relay/daemon/cert_expiry.h). On failure logs why and keeps the current configuration.
+ * Returns 0 or the tr_tls_config_new error. */
 int tr_service_daemon_reload_tls(tr_service_daemon *d, const struct tr_service_daemon_opts *o);
 /* Frees d once the loop has run out of handles after the shutdown. */
 void tr_service_daemon_free(tr_service_daemon *d);

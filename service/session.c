@@ -47,6 +47,11 @@ int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline t
   return tr_trace_writer_service_system_info(&svc->system_info);
 }
 
+void tr_session_service_set_tls_expiry(tr_service *svc, int64_t cert, int64_t ca) {
+  svc->cert_expiry = cert;
+  svc->ca_expiry = ca;
+}
+
 void tr_session_service_free(tr_service *svc) {
   while (svc->sessions) {
     tr_session *s = svc->sessions;

@@ -76,6 +76,9 @@ struct tr_service {
   /* Stops to ask again when their host is back (session_unstopped.c). */
   struct tr_unstopped *unstopped;
   size_t num_unstopped;
+  /* When this service's certificate and its CA expire (Unix seconds; 0 unknown), for status:
+   * the daemon tells them at start and on SIGHUP (tr_session_service_set_tls_expiry). */
+  int64_t cert_expiry, ca_expiry;
 };
 
 enum tr_session_state {
@@ -164,6 +167,8 @@ bool tr_session_any(const tr_service *svc);
 int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline timeline,
                             tr_hosts *hosts, const struct tr_link_commands *link);
 void tr_session_service_free(tr_service *svc);
+/* The service's certificate's and CA's expiry (Unix seconds), as status shows them. */
+void tr_session_service_set_tls_expiry(tr_service *svc, int64_t cert, int64_t ca);
 
 /* A trigger raised somewhere in the cluster: by a producer on a host (the link's Trigger
  * frame) or on the service's own host (`tracerelay trigger`, consumer_port.c). */

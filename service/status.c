@@ -114,6 +114,9 @@ int tr_status_host(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
   tr_session_stats_fill_host(&stats, host, host->link != NULL);
   hs.stats = &stats;
   fill_clock(&hs, host, boot_now);
+  int64_t cert = svc->link->cert_expiry != NULL ? svc->link->cert_expiry(host) : 0;
+  hs.has_cert_not_after_unix = cert != 0;
+  hs.cert_not_after_unix = cert;
 
   for (const tr_session *s = svc->sessions; s; s = tr_session_next(s))
     n += tr_session_visible_to(s, viewer) && tr_session_has_host(s, host);
@@ -154,7 +157,14 @@ done:
 
 int tr_status_service(const tr_service *svc, uint8_t **out, size_t *out_len) {
   Tracerelay__TracingServiceStateExtension x = TRACERELAY__TRACING_SERVICE_STATE_EXTENSION__INIT;
+  Tracerelay__TlsExpiry tls = TRACERELAY__TLS_EXPIRY__INIT;
   x.tracerelay_service_machine = svc->system_info->machine_name;
+  if (svc->cert_expiry != 0) {
+    tls.has_cert_not_after_unix = tls.has_ca_not_after_unix = 1;
+    tls.cert_not_after_unix = svc->cert_expiry;
+    tls.ca_not_after_unix = svc->ca_expiry;
+    x.tracerelay_tls = &tls;
+  }
   *out_len = tracerelay__tracing_service_state_extension__get_packed_size(&x);
   *out = malloc(*out_len ? *out_len : 1);
   if (!*out) {

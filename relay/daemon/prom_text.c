@@ -90,10 +90,17 @@ static void put_label_value(tr_prom_text *t, const char *v) {
 }
 
 void tr_prom_sample(tr_prom_text *t, const char *name, const char *host, double value) {
+  tr_prom_sample_label(t, name, "host", host, value);
+}
+
+void tr_prom_sample_label(tr_prom_text *t, const char *name, const char *label,
+                          const char *label_value, double value) {
   put_str(t, name);
-  if (host) {
-    put_str(t, "{host=\"");
-    put_label_value(t, host);
+  if (label_value) {
+    put_str(t, "{");
+    put_str(t, label);
+    put_str(t, "=\"");
+    put_label_value(t, label_value);
     put_str(t, "\"}");
   }
   if (isnan(value))

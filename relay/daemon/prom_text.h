@@ -1,6 +1,7 @@
 /* prom_text.h: the Prometheus text exposition format (version 0.0.4), written into a growable
- * buffer: a family's # HELP and # TYPE lines, then its samples, each with an optional `host`
- * label whose value is escaped (backslash, double quote, newline) as the format requires.
+ * buffer: a family's # HELP and # TYPE lines, then its samples, each with an optional label
+ * (`host` unless said otherwise) whose value is escaped (backslash, double quote, newline) as
+ * the format requires.
  * Pure: no I/O. An allocation failure sticks (tr_prom_text.failed) and later calls do nothing. */
 #ifndef TR_PROM_TEXT_H
 #define TR_PROM_TEXT_H
@@ -19,6 +20,10 @@ typedef struct tr_prom_text {
 void tr_prom_family(tr_prom_text *t, const char *name, const char *type, const char *help);
 /* One sample of the family just started; host NULL for none. */
 void tr_prom_sample(tr_prom_text *t, const char *name, const char *host, double value);
+/* The same with a label of another name (a Prometheus label name, not escaped); label_value
+ * NULL for none. */
+void tr_prom_sample_label(tr_prom_text *t, const char *name, const char *label,
+                          const char *label_value, double value);
 void tr_prom_text_free(tr_prom_text *t);
 
 /* A histogram with fixed upper bounds le[0] < le[1] < ... (an implicit +Inf bucket after). */

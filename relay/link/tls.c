@@ -28,6 +28,7 @@
 #include <mbedtls/oid.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
+#include <mbedtls/x509_crl.h>
 #include <mbedtls/x509_crt.h>
 
 #include <errno.h>
@@ -38,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #if !defined(MBEDTLS_THREADING_C)
@@ -53,6 +55,10 @@ struct tr_tls_config {
   mbedtls_x509_crt ca;
   mbedtls_x509_crt cert;
   mbedtls_pk_context key;
+  mbedtls_x509_crl crl; /* --crl; empty (version 0) without one */
+  char *crl_path;
+  char **deny; /* --deny, num_deny names */
+  size_t num_deny;
   mbedtls_ssl_config conf;
   int suites[TR_TLS_MAX_SUITES]; /* conf points here */
   char ciphers[160];             /* the --cipher list in force, for error messages */
@@ -71,6 +77,7 @@ struct tr_tls_session {
   int error; /* sticky: 0, TR_ERR_TLS, TR_ERR_CLOSED or TR_ERR_NOMEM */
   bool has_peer_name;
   bool bad_peer_name;
+  bool denied_peer; /* its name is on --deny */
   bool seen_input;
   unsigned char first_byte; /* of all input: a TLS handshake record starts with 0x16 */
   char server_name[256];
@@ -172,6 +179,55 @@ static int precompute_generator(mbedtls_pk_context *pk, mbedtls_ctr_drbg_context
   return ret;
 }
 
+/* The CRL of a CA we trust that a peer's certificate must not be on. */
+static const mbedtls_x509_crt *crl_issuer(const tr_tls_config *cfg, const mbedtls_x509_crl *crl) {
+  for (const mbedtls_x509_crt *ca = &cfg->ca; ca != NULL; ca = ca->next)
+    if (ca->subject_raw.len == crl->issuer_raw.len &&
+        memcmp(ca->subject_raw.p, crl->issuer_raw.p, crl->issuer_raw.len) == 0)
+      return ca;
+  return NULL;
+}
+
+/* --crl and --deny. A CRL that mbedTLS would hold against every peer (issued by another CA,
+ * past its nextUpdate) is refused here, with the file named, rather than at every handshake. */
+static int load_revocations(tr_tls_config *cfg, const struct tr_tls_config_opts *opts, char *err,
+                            size_t err_len) {
+  char why[128];
+  if (opts->num_deny > 0) {
+    cfg->deny = calloc(opts->num_deny, sizeof *cfg->deny);
+    if (cfg->deny == NULL)
+      return TR_ERR_NOMEM;
+    for (; cfg->num_deny < opts->num_deny; cfg->num_deny++)
+      if ((cfg->deny[cfg->num_deny] = strdup(opts->deny[cfg->num_deny])) == NULL)
+        return TR_ERR_NOMEM;
+  }
+  if (opts->crl_path == NULL)
+    return 0;
+  if ((cfg->crl_path = strdup(opts->crl_path)) == NULL)
+    return TR_ERR_NOMEM;
+  int ret = mbedtls_x509_crl_parse_file(&cfg->crl, opts->crl_path);
+  if (ret != 0) {
+    set_err(err, err_len, "cannot load CRL %s: %s; write one with certs/make-certs.sh --revoke "
+            "NAME", opts->crl_path, load_error(opts->crl_path, ret, why, sizeof why));
+    return TR_ERR_CONFIG;
+  }
+  for (const mbedtls_x509_crl *c = &cfg->crl; c != NULL; c = c->next) {
+    if (crl_issuer(cfg, c) == NULL) {
+      set_err(err, err_len, "CRL %s was not issued by the CA %s: write it with that CA "
+              "(certs/make-certs.sh --revoke NAME in its directory)", opts->crl_path,
+              opts->ca_path);
+      return TR_ERR_CONFIG;
+    }
+    if (mbedtls_x509_time_is_past(&c->next_update)) {
+      set_err(err, err_len, "CRL %s is out of date (next update %04d-%02d-%02d): every peer "
+              "would be refused; write a fresh one with certs/make-certs.sh --revoke",
+              opts->crl_path, c->next_update.year, c->next_update.mon, c->next_update.day);
+      return TR_ERR_CONFIG;
+    }
+  }
+  return 0;
+}
+
 int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out, char *err,
                       size_t err_len) {
   static const char pers[] = "tracerelay tls";
@@ -195,6 +251,7 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
   mbedtls_x509_crt_init(&cfg->ca);
   mbedtls_x509_crt_init(&cfg->cert);
   mbedtls_pk_init(&cfg->key);
+  mbedtls_x509_crl_init(&cfg->crl);
   mbedtls_ssl_config_init(&cfg->conf);
   cfg->ca_path = strdup(opts->ca_path);
   if (cfg->ca_path == NULL) {
@@ -263,6 +320,10 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
     TR_WARN("tls", "certificate %s is not valid yet (check this machine's clock, or wait): "
             "peers will refuse it until then", opts->cert_path);
 
+  if ((rc = load_revocations(cfg, opts, err, err_len)) != 0)
+    goto fail;
+  rc = TR_ERR_CONFIG;
+
   ret = mbedtls_ssl_config_defaults(&cfg->conf,
                                     opts->role == TR_TLS_SERVER ? MBEDTLS_SSL_IS_SERVER
                                                                 : MBEDTLS_SSL_IS_CLIENT,
@@ -278,7 +339,7 @@ int tr_tls_config_new(const struct tr_tls_config_opts *opts, tr_tls_config **out
   mbedtls_ssl_conf_ciphersuites(&cfg->conf, cfg->suites);
   tr_tls_ciphers_restrict(&cfg->conf);
   mbedtls_ssl_conf_authmode(&cfg->conf, MBEDTLS_SSL_VERIFY_REQUIRED);
-  mbedtls_ssl_conf_ca_chain(&cfg->conf, &cfg->ca, NULL);
+  mbedtls_ssl_conf_ca_chain(&cfg->conf, &cfg->ca, cfg->crl_path != NULL ? &cfg->crl : NULL);
   ret = mbedtls_ssl_conf_own_cert(&cfg->conf, &cfg->cert, &cfg->key);
   if (ret != 0) {
     set_err(err, err_len, "cannot use certificate %s: %s", opts->cert_path,
@@ -312,6 +373,11 @@ void tr_tls_config_unref(tr_tls_config *cfg) {
     return;
   mbedtls_ssl_config_free(&cfg->conf);
   mbedtls_pk_free(&cfg->key);
+  mbedtls_x509_crl_free(&cfg->crl);
+  free(cfg->crl_path);
+  for (size_t i = 0; i < cfg->num_deny; i++)
+    free(cfg->deny[i]);
+  free(cfg->deny);
   mbedtls_x509_crt_free(&cfg->cert);
   mbedtls_x509_crt_free(&cfg->ca);
   mbedtls_ctr_drbg_free(&cfg->drbg);
@@ -386,6 +452,9 @@ static int verify_cb(void *ctx, mbedtls_x509_crt *crt, int depth, uint32_t *flag
   if (name == NULL || !tr_tls_valid_machine_name((const char *)name, len)) {
     s->bad_peer_name = true;
     *flags |= MBEDTLS_X509_BADCERT_OTHER;
+  } else if (tr_tls_config_denies(s->cfg, s->cert_name)) {
+    s->denied_peer = true;
+    *flags |= MBEDTLS_X509_BADCERT_OTHER;
   }
   return 0;
 }
@@ -436,6 +505,15 @@ static void describe_verify_failure(tr_tls_session *s, uint32_t flags) {
   if (flags & MBEDTLS_X509_BADCERT_KEY_USAGE)
     append(r, cap, " %s certificate '%s' has a keyUsage that forbids TLS signatures: reissue it "
            "with certs/make-certs.sh;", who, s->cert_name);
+  if (flags & MBEDTLS_X509_BADCERT_REVOKED)
+    append(r, cap, " %s certificate '%s' is revoked (CRL %s): issue a new one with "
+           "certs/make-certs.sh if the host is to come back;", who, s->cert_name,
+           s->cfg->crl_path ? s->cfg->crl_path : "");
+  if (flags & MBEDTLS_X509_BADCRL_EXPIRED)
+    append(r, cap, " the CRL %s is past its next update: write a fresh one with "
+           "certs/make-certs.sh --revoke;", s->cfg->crl_path ? s->cfg->crl_path : "");
+  if (s->denied_peer)
+    append(r, cap, " %s '%s' is denied (--deny);", who, s->cert_name);
   if (s->bad_peer_name)
     append(r, cap, " client certificate name '%s' is not a machine name (1-%d characters of "
            "[A-Za-z0-9._-]): reissue it with certs/make-certs.sh --agent NAME;", s->cert_name,
@@ -443,8 +521,9 @@ static void describe_verify_failure(tr_tls_session *s, uint32_t flags) {
   uint32_t explained = MBEDTLS_X509_BADCERT_MISSING | MBEDTLS_X509_BADCERT_NOT_TRUSTED |
                        MBEDTLS_X509_BADCERT_EXPIRED | MBEDTLS_X509_BADCERT_FUTURE |
                        MBEDTLS_X509_BADCERT_CN_MISMATCH | MBEDTLS_X509_BADCERT_EXT_KEY_USAGE |
-                       MBEDTLS_X509_BADCERT_KEY_USAGE |
-                       (s->bad_peer_name ? MBEDTLS_X509_BADCERT_OTHER : 0);
+                       MBEDTLS_X509_BADCERT_KEY_USAGE | MBEDTLS_X509_BADCERT_REVOKED |
+                       MBEDTLS_X509_BADCRL_EXPIRED |
+                       (s->bad_peer_name || s->denied_peer ? MBEDTLS_X509_BADCERT_OTHER : 0);
   if (flags & ~explained) {
     char info[256];
     mbedtls_x509_crt_verify_info(info, sizeof info, "", flags & ~explained);
@@ -773,3 +852,77 @@ const char *tr_tls_ciphersuite(const tr_tls_session *s) {
 }
 
 const char *tr_tls_last_error(const tr_tls_session *s) { return s->reason; }
+
+/* ---- trust after the handshake: revocation, denial, expiry ---- */
+
+static int64_t unix_time(const mbedtls_x509_time *t) {
+  struct tm tm = {.tm_year = t->year - 1900, .tm_mon = t->mon - 1, .tm_mday = t->day,
+                  .tm_hour = t->hour, .tm_min = t->min, .tm_sec = t->sec};
+  return (int64_t)timegm(&tm);
+}
+
+int64_t tr_tls_config_cert_expiry(const tr_tls_config *cfg) {
+  return unix_time(&cfg->cert.valid_to);
+}
+
+int64_t tr_tls_config_ca_expiry(const tr_tls_config *cfg) {
+  int64_t earliest = INT64_MAX;
+  for (const mbedtls_x509_crt *ca = &cfg->ca; ca != NULL; ca = ca->next) {
+    int64_t t = unix_time(&ca->valid_to);
+    if (t < earliest)
+      earliest = t;
+  }
+  return earliest;
+}
+
+int64_t tr_tls_config_crl_next_update(const tr_tls_config *cfg) {
+  int64_t earliest = 0;
+  for (const mbedtls_x509_crl *c = &cfg->crl; cfg->crl_path != NULL && c != NULL; c = c->next) {
+    int64_t t = unix_time(&c->next_update);
+    if (earliest == 0 || t < earliest)
+      earliest = t;
+  }
+  return earliest;
+}
+
+bool tr_tls_config_denies(const tr_tls_config *cfg, const char *name) {
+  for (size_t i = 0; i < cfg->num_deny; i++)
+    if (strcmp(cfg->deny[i], name) == 0)
+      return true;
+  return false;
+}
+
+int64_t tr_tls_peer_expiry(const tr_tls_session *s) {
+  const mbedtls_x509_crt *peer = s->done ? mbedtls_ssl_get_peer_cert(&s->ssl) : NULL;
+  return peer != NULL ? unix_time(&peer->valid_to) : 0;
+}
+
+/* mbedtls_x509_crt_is_revoked reads one CRL's entries and not its issuer: each CRL of the
+ * chain is asked only about certificates of its own CA. */
+static bool revoked(const tr_tls_config *cfg, const mbedtls_x509_crt *peer) {
+  if (cfg->crl_path == NULL)
+    return false;
+  for (const mbedtls_x509_crl *c = &cfg->crl; c != NULL; c = c->next)
+    if (c->issuer_raw.len == peer->issuer_raw.len &&
+        memcmp(c->issuer_raw.p, peer->issuer_raw.p, peer->issuer_raw.len) == 0 &&
+        mbedtls_x509_crt_is_revoked(peer, c))
+      return true;
+  return false;
+}
+
+bool tr_tls_peer_refusal(const tr_tls_session *s, const tr_tls_config *cfg, char *why,
+                         size_t cap) {
+  const mbedtls_x509_crt *peer = s->done ? mbedtls_ssl_get_peer_cert(&s->ssl) : NULL;
+  if (peer == NULL)
+    return false;
+  const char *name = s->has_peer_name ? s->peer_name : "?";
+  if (revoked(cfg, peer)) {
+    set_err(why, cap, "certificate of %s is revoked (CRL %s)", name, cfg->crl_path);
+    return true;
+  }
+  if (s->has_peer_name && tr_tls_config_denies(cfg, s->peer_name)) {
+    set_err(why, cap, "%s is denied (--deny)", name);
+    return true;
+  }
+  return false;
+}

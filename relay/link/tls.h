@@ -40,6 +40,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Plaintext bytes one TLS record carries (the default 16 KiB; max_fragment_length is not
  * negotiated). Batch writes up to this size: each tr_tls_write() call makes at most one record. */
@@ -63,6 +64,13 @@ struct tr_tls_config_opts {
    * default (all, cheapest first). A client offers only these; a server accepts only these,
    * and its order decides. A bad name is TR_ERR_CONFIG. */
   const char *ciphers;
+  /* --crl: PEM or DER X.509 CRL(s) of the CA; NULL for none. A peer certificate it lists is
+   * refused at the handshake (and tr_tls_peer_refusal finds it on live sessions). mbedTLS
+   * also refuses every peer of a CRL past its nextUpdate: make-certs.sh --revoke rewrites it. */
+  const char *crl_path;
+  /* --deny: machine names refused whatever their certificate (num_deny of them). */
+  const char *const *deny;
+  size_t num_deny;
 };
 
 /* Loads the CA, certificate and key and seeds a CTR-DRBG from the system entropy. On failure
@@ -84,6 +92,15 @@ enum tr_tls_role tr_tls_config_role(const tr_tls_config *cfg);
  * TR_ERR_CONFIG if the certificate carries no valid machine name (out then holds it made
  * printable, for the error message). */
 int tr_tls_config_own_name(const tr_tls_config *cfg, char *out, size_t cap);
+
+/* When certificates stop being valid, as Unix time (seconds): this side's own (--cert), and
+ * the earliest of the CA certificates'. */
+int64_t tr_tls_config_cert_expiry(const tr_tls_config *cfg);
+int64_t tr_tls_config_ca_expiry(const tr_tls_config *cfg);
+/* The earliest nextUpdate of its --crl (past it, mbedTLS refuses every peer), or 0 without. */
+int64_t tr_tls_config_crl_next_update(const tr_tls_config *cfg);
+/* True if cfg's --deny names name. */
+bool tr_tls_config_denies(const tr_tls_config *cfg, const char *name);
 
 /* A session using cfg (which it references). server_name is required for a client: the name the
  * server certificate must carry; servers pass NULL. Returns 0, TR_ERR_INVAL, TR_ERR_NOMEM or
@@ -129,6 +146,14 @@ const char *tr_tls_ciphersuite(const tr_tls_session *s);
 /* Why the last call failed, for operators: e.g. "certificate verify failed: peer certificate
  * 'web-1' expired on 2026-11-20; issue a new one with certs/make-certs.sh". "" if none. */
 const char *tr_tls_last_error(const tr_tls_session *s);
+
+/* The peer certificate's notAfter as Unix time (seconds), or 0 before the handshake. */
+int64_t tr_tls_peer_expiry(const tr_tls_session *s);
+/* Whether an established session's peer would be refused by cfg (a config loaded later, on
+ * SIGHUP): its certificate is on cfg's CRL, or its name is denied. Writes why into why (cap
+ * bytes) and returns true; false for a peer cfg still accepts (or before the handshake). */
+bool tr_tls_peer_refusal(const tr_tls_session *s, const tr_tls_config *cfg, char *why,
+                         size_t cap);
 
 /* True if name is a valid machine name: 1..TR_TLS_MAX_NAME characters of [A-Za-z0-9._-]. */
 bool tr_tls_valid_machine_name(const char *name, size_t len);

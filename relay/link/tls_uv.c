@@ -1289,6 +1289,9 @@ void tr_tls_uv_server_close(tr_tls_uv_server *srv) {
 const char *tr_tls_uv_peer_name(const tr_tls_uv_conn *c) {
   return c->established ? tr_tls_peer_name(c->tls) : NULL;
 }
+const tr_tls_session *tr_tls_uv_session(const tr_tls_uv_conn *c) {
+  return c->established ? c->tls : NULL;
+}
 const char *tr_tls_uv_peer_address(const tr_tls_uv_conn *c) { return c->peer_addr; }
 const char *tr_tls_uv_ciphersuite(const tr_tls_uv_conn *c) {
   return c->established ? tr_tls_ciphersuite(c->tls) : NULL;

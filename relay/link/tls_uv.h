@@ -223,6 +223,9 @@ void tr_tls_uv_close(tr_tls_uv_conn *conn);
 /* The peer's machine name (server side) or the service's certificate name (client side);
  * NULL before on_connect. */
 const char *tr_tls_uv_peer_name(const tr_tls_uv_conn *conn);
+/* The TLS session once established (its peer's certificate: tr_tls_peer_refusal,
+ * tr_tls_peer_expiry), else NULL; the loop's thread only. */
+const tr_tls_session *tr_tls_uv_session(const tr_tls_uv_conn *conn);
 /* "address:port" of the peer, for log lines. */
 const char *tr_tls_uv_peer_address(const tr_tls_uv_conn *conn);
 /* The negotiated ciphersuite, or NULL before on_connect. */

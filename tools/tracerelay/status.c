@@ -347,6 +347,33 @@ static void print_regional(FILE *out, const ServiceState *st, const StatusExt *e
           r->upstream && no_control_chars(r->upstream) ? r->upstream : "service");
 }
 
+/* Whole days from now until a certificate's notAfter (negative once it passed). */
+static long long days_left(int64_t not_after) {
+  int64_t left = not_after - (int64_t)time(NULL);
+  return left >= 0 ? left / 86400 : -((-left + 86399) / 86400);
+}
+
+/* certificates: days left of the service's own, its CA's and the first to expire among the
+ * connected agents'. */
+static void print_cert_days(FILE *out, const StatusExt *ext) {
+  const Tracerelay__TlsExpiry *tls = ext->tracerelay_tls;
+  const HostStatus *first = NULL;
+  for (size_t i = 0; i < ext->n_tracerelay_hosts; i++) {
+    const HostStatus *h = ext->tracerelay_hosts[i];
+    if (h->has_cert_not_after_unix &&
+        (first == NULL || h->cert_not_after_unix < first->cert_not_after_unix))
+      first = h;
+  }
+  if (tls == NULL)
+    return;
+  fprintf(out, "certificates: service %lld days left, CA %lld days left",
+          days_left(tls->cert_not_after_unix), days_left(tls->ca_not_after_unix));
+  if (first != NULL && first->machine_name && no_control_chars(first->machine_name))
+    fprintf(out, ", agents' first to expire %s %lld days left", first->machine_name,
+            days_left(first->cert_not_after_unix));
+  fputc('\n', out);
+}
+
 static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) {
   if (ext->tracerelay_regional) {
     print_regional(out, st, ext);
@@ -362,6 +389,7 @@ static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) 
           ext->n_tracerelay_hosts, ext->n_tracerelay_hosts == 1 ? "" : "s", connected,
           st->n_producers, st->n_producers == 1 ? "" : "s", st->num_sessions,
           st->num_sessions == 1 ? "" : "s", st->num_sessions_started);
+  print_cert_days(out, ext);
   if (ext->n_tracerelay_hosts == 0) {
     /* traced, or a service with no agent yet: list the producers Perfetto's state has. */
     for (size_t i = 0; i < st->n_producers; i++)
@@ -425,8 +453,12 @@ static void print_json(FILE *out, const ServiceState *st, const StatusExt *ext) 
   json_str(out, st->tracing_service_version);
   fputs(",\"machine_name\":", out);
   json_str(out, ext->tracerelay_service_machine);
-  fprintf(out, ",\"num_sessions\":%d,\"num_sessions_started\":%d,\"num_producers\":%zu},",
+  fprintf(out, ",\"num_sessions\":%d,\"num_sessions_started\":%d,\"num_producers\":%zu",
           st->num_sessions, st->num_sessions_started, st->n_producers);
+  if (ext->tracerelay_tls)
+    fprintf(out, ",\"cert_not_after_unix\":%" PRId64 ",\"ca_not_after_unix\":%" PRId64,
+            ext->tracerelay_tls->cert_not_after_unix, ext->tracerelay_tls->ca_not_after_unix);
+  fputs("},", out);
   if (ext->tracerelay_regional) {
     const Tracerelay__RegionalStatus *r = ext->tracerelay_regional;
     fputs("\"regional\":{\"upstream\":", out);
@@ -455,6 +487,8 @@ static void print_json(FILE *out, const ServiceState *st, const StatusExt *ext) 
             h->connected ? "true" : "false");
     if (h->has_connected_since_unix_ns)
       fprintf(out, ",\"connected_since_unix_ns\":%" PRId64, h->connected_since_unix_ns);
+    if (h->has_cert_not_after_unix)
+      fprintf(out, ",\"cert_not_after_unix\":%" PRId64, h->cert_not_after_unix);
     if (h->relayed_by) {
       fputs(",\"relayed_by\":", out);
       json_str(out, h->relayed_by);
