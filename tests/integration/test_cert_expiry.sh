@@ -3,8 +3,8 @@
 # certificates made short-lived by make-certs.sh --days: the service's valid 20 days (within
 # the 30-day warning), web-1's 5 days (within the 7-day one), web-2's and the CA's the default.
 #  - logs: the service warns about its certificate at start and again on SIGHUP ("expires in
-#    19 days", a whole day not yet gone, or 20 while the certificate is under a second old), and on SIGHUP about web-1's, the earliest of its
-#    connected agents'; web-1's agent logs its own certificate's 4 (or 5) days at the urgent level;
+#    19 days", a whole day not yet gone; 20 while the certificate is under a second old), and
+#    on SIGHUP about web-1's, the earliest of its connected agents'; web-1's agent logs its own certificate's 4 (or 5) days at the urgent level;
 #    web-2's agent, whose certificates are far from expiry, logs nothing of the kind;
 #  - /metrics: tracerelay_tls_certificate_expiry_timestamp_seconds{cert="service"}, {cert="ca"}
 #    and {cert="peers"} at the service, {cert="agent"} and {cert="ca"} at web-1's agent, each
