@@ -29,6 +29,7 @@ typedef struct tr_remote_producer {
   bool connected;
   Perfetto__Protos__DataSourceDescriptor **data_sources; /* owned, unknown fields kept */
   size_t num_data_sources;
+  size_t described_bytes; /* its names and descriptors, as encoded (TR_HOSTS_MAX_DESCRIBED_BYTES) */
 } tr_remote_producer;
 
 /* What a host's agent dropped of the chunks meant for one of the service's buffers
@@ -79,6 +80,8 @@ typedef struct tr_host_stats {
    * left unscraped in producers' shared memory at their departure. */
   uint64_t agent_producers_closed;
   uint64_t agent_exit_unscraped_chunks;
+  /* CommandReplies for no command in flight, refused unheld (service/hosts.h). */
+  uint64_t replies_unexpected;
 } tr_host_stats;
 
 #define TR_HOST_CLOCK_SNAPSHOTS 64

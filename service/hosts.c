@@ -41,6 +41,10 @@ typedef struct host_rec {
   agent_counters current;  /* the current instance's latest report */
   held_frame *held_head, *held_tail;
   size_t n_held;
+  size_t held_bytes; /* the held frames, as encoded */
+  /* Request ids of the commands awaiting a reply, oldest first. */
+  uint64_t *in_flight;
+  size_t n_in_flight;
   uint32_t *stale; /* during a resync: producer ids not re-announced yet */
   size_t n_stale;
   size_t ordinal; /* 0, 1, 2... in the order the table made them */
@@ -164,6 +168,81 @@ static void remove_sources_named(tr_remote_producer *p, const char *name) {
   p->num_data_sources = out;
 }
 
+static size_t described_bytes(const tr_remote_producer *p) {
+  size_t n = (p->name ? strlen(p->name) : 0) + (p->sdk_version ? strlen(p->sdk_version) : 0);
+  for (size_t i = 0; i < p->num_data_sources; i++)
+    n += protobuf_c_message_get_packed_size(&p->data_sources[i]->base);
+  return n;
+}
+
+static bool over_name_limit(const char *s) {
+  return s != NULL && strnlen(s, TR_HOSTS_MAX_NAME_BYTES + 1) > TR_HOSTS_MAX_NAME_BYTES;
+}
+
+#define REFUSE(...)                                                                               \
+  do {                                                                                            \
+    snprintf(err, err_len, __VA_ARGS__);                                                          \
+    return TR_ERR_PROTO;                                                                          \
+  } while (0)
+
+int tr_hosts_producer_update_check(const tr_host *h, const Tracerelay__ProducerUpdate *u,
+                                   char *err, size_t err_len) {
+  if (u->producer_id == 0)
+    REFUSE("producer id 0");
+  tr_remote_producer *p = producer_find((tr_host *)h, u->producer_id);
+  size_t sources = 0, bytes = 0, host_bytes = 0;
+  switch (u->state) {
+  case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED:
+    if (p == NULL && h->num_producers >= TR_HOSTS_MAX_PRODUCERS)
+      REFUSE("more than %u producers on one host, the limit", TR_HOSTS_MAX_PRODUCERS);
+    break; /* a full description: replaces the producer's */
+  case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_UPDATED:
+    if (p == NULL)
+      return 0; /* ignored */
+    sources = p->num_data_sources;
+    bytes = p->described_bytes;
+    break;
+  case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED:
+    return 0;
+  default:
+    REFUSE("unknown producer state %d", (int)u->state);
+  }
+  /* Checked before anything is looked at per descriptor: a 4 MiB update holds ~400,000. */
+  if (u->n_data_sources > TR_HOSTS_MAX_DATA_SOURCES)
+    REFUSE("%zu data sources in one update, over the limit of %u a producer", u->n_data_sources,
+           TR_HOSTS_MAX_DATA_SOURCES);
+  if (over_name_limit(u->name) || over_name_limit(u->sdk_version))
+    REFUSE("producer name or sdk_version over the limit of %u bytes", TR_HOSTS_MAX_NAME_BYTES);
+  bytes += (u->name ? strlen(u->name) : 0) + (u->sdk_version ? strlen(u->sdk_version) : 0);
+  for (size_t i = 0; i < u->n_data_sources; i++) {
+    const Perfetto__Protos__DataSourceDescriptor *d = u->data_sources[i];
+    size_t n = protobuf_c_message_get_packed_size(&d->base);
+    if (over_name_limit(d->name))
+      REFUSE("data source name over the limit of %u bytes", TR_HOSTS_MAX_NAME_BYTES);
+    if (n > TR_HOSTS_MAX_DESCRIPTOR_BYTES)
+      REFUSE("data source descriptor of %zu bytes, over the limit of %u bytes", n,
+             TR_HOSTS_MAX_DESCRIPTOR_BYTES);
+    bytes += n;
+    bool replaces = false; /* an update may replace a descriptor rather than add one */
+    for (size_t k = 0; p != NULL && u->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_UPDATED &&
+                       k < p->num_data_sources && !replaces; k++)
+      replaces = same_source(p->data_sources[k], d);
+    sources += !replaces;
+  }
+  if (sources > TR_HOSTS_MAX_DATA_SOURCES)
+    REFUSE("producer %u would have %zu data sources, over the limit of %u a producer",
+           u->producer_id, sources, TR_HOSTS_MAX_DATA_SOURCES);
+  for (size_t i = 0; i < h->num_producers; i++)
+    if (&h->producers[i] != p)
+      host_bytes += h->producers[i].described_bytes;
+  if (host_bytes + bytes > TR_HOSTS_MAX_DESCRIBED_BYTES)
+    REFUSE("the host's producers would be described in %zu bytes, over the limit of %u a host",
+           host_bytes + bytes, TR_HOSTS_MAX_DESCRIBED_BYTES);
+  return 0;
+}
+
+#undef REFUSE
+
 static int apply_connected(tr_host *h, const Tracerelay__ProducerUpdate *u) {
   tr_remote_producer *p = producer_find(h, u->producer_id);
   if (p == NULL) {
@@ -213,21 +292,24 @@ static void stale_remove(host_rec *r, uint32_t id) {
 }
 
 int tr_hosts_producer_update(tr_hosts *hs, tr_host *h, const Tracerelay__ProducerUpdate *u) {
-  if (u->producer_id == 0)
+  char why[160];
+  if (tr_hosts_producer_update_check(h, u, why, sizeof why) < 0)
     return TR_ERR_PROTO;
   int rc;
+  tr_remote_producer *p;
   switch (u->state) {
   case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED:
     stale_remove(rec_of(h), u->producer_id);
     rc = apply_connected(h, u);
+    if ((p = producer_find(h, u->producer_id)) != NULL)
+      p->described_bytes = described_bytes(p);
     break;
-  case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_UPDATED: {
-    tr_remote_producer *p = producer_find(h, u->producer_id);
-    if (p == NULL)
+  case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_UPDATED:
+    if ((p = producer_find(h, u->producer_id)) == NULL)
       return 0;
     rc = apply_updated(p, u);
+    p->described_bytes = described_bytes(p);
     break;
-  }
   case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED:
     stale_remove(rec_of(h), u->producer_id);
     producer_end(hs, h, u->producer_id);
@@ -431,13 +513,49 @@ int tr_hosts_add_clock_snapshot(tr_host *h, const Tracerelay__HostClockSnapshot 
 
 /* ---- frames held for their batches ---- */
 
+void tr_hosts_command_sent(tr_host *h, const Tracerelay__Command *cmd) {
+  host_rec *r = rec_of(h);
+  if (cmd->cmd_case == TRACERELAY__COMMAND__CMD_FLUSH) /* a FlushAck answers it */
+    return;
+  if (r->in_flight == NULL &&
+      (r->in_flight = malloc(TR_HOSTS_MAX_COMMANDS_IN_FLIGHT * sizeof *r->in_flight)) == NULL)
+    return; /* its reply will be refused as unexpected, and counted */
+  if (r->n_in_flight == TR_HOSTS_MAX_COMMANDS_IN_FLIGHT) { /* the oldest forgotten */
+    memmove(r->in_flight, r->in_flight + 1, (r->n_in_flight - 1) * sizeof *r->in_flight);
+    r->n_in_flight--;
+  }
+  r->in_flight[r->n_in_flight++] = cmd->request_id;
+}
+
+/* Whether a command with this request id awaits its reply; forgotten if so (one reply each). */
+static bool take_in_flight(host_rec *r, uint64_t request_id) {
+  for (size_t i = 0; i < r->n_in_flight; i++) {
+    if (r->in_flight[i] == request_id) {
+      memmove(&r->in_flight[i], &r->in_flight[i + 1],
+              (r->n_in_flight - i - 1) * sizeof *r->in_flight);
+      r->n_in_flight--;
+      return true;
+    }
+  }
+  return false;
+}
+
 int tr_hosts_hold_ordered(tr_host *h, Tracerelay__RelayFrame *frame) {
   host_rec *r = rec_of(h);
   held_frame *e = NULL;
-  if (r->n_held >= TR_HOSTS_MAX_HELD_FRAMES || (e = malloc(sizeof *e)) == NULL) {
+  if (frame->msg_case == TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY &&
+      !take_in_flight(r, frame->command_reply->request_id)) {
+    h->stats.replies_unexpected++;
     tr_relay_frame_free(frame);
-    return r->n_held >= TR_HOSTS_MAX_HELD_FRAMES ? TR_ERR_FULL : TR_ERR_NOMEM;
+    return TR_ERR_NOT_FOUND;
   }
+  size_t bytes = protobuf_c_message_get_packed_size(&frame->base);
+  bool full = r->n_held >= TR_HOSTS_MAX_HELD_FRAMES || bytes > TR_HOSTS_MAX_HELD_BYTES - r->held_bytes;
+  if (full || (e = malloc(sizeof *e)) == NULL) {
+    tr_relay_frame_free(frame);
+    return full ? TR_ERR_FULL : TR_ERR_NOMEM;
+  }
+  r->held_bytes += bytes;
   e->next = NULL;
   e->frame = frame;
   if (r->held_tail != NULL)
@@ -465,6 +583,7 @@ static void release(tr_hosts *hs, tr_host *h, bool force) {
     if (r->held_head == NULL)
       r->held_tail = NULL;
     r->n_held--;
+    r->held_bytes -= protobuf_c_message_get_packed_size(&e->frame->base);
     if (e->frame->msg_case == TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY)
       hs->ev->command_reply(hs->svc, h, e->frame->command_reply);
     else /* a PRODUCER_DISCONNECTED with a producer id, checked before it was held */
@@ -518,8 +637,10 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
       TR_INFO("link", "host %s: agent restarted (instance %016llx -> %016llx) after an orderly "
               "stop", h->name, (unsigned long long)previous,
               (unsigned long long)hello->agent_instance_id);
-    /* The old instance's batches will never come: its replies cannot wait for them. */
+    /* The old instance's batches will never come: its replies cannot wait for them; nor will
+     * replies to the commands it had not answered. */
     release(hs, h, true);
+    r->n_in_flight = 0;
     producers_end_all(hs, h);
     r->earlier.queue_chunks += r->current.queue_chunks;
     r->earlier.queue_bytes += r->current.queue_bytes;
@@ -570,6 +691,7 @@ static void host_free(host_rec *r) {
     free(e);
   }
   free(r->stale);
+  free(r->in_flight);
   free(h->buffer_drops);
   free(r);
 }

@@ -15,9 +15,12 @@
  * same way.
  *
  * Costs: lookups by name are O(1) on average (a hash index; done once per connection) and
- * O(producers of the host) per update, O(buffers with drops^2) per AgentStats. Memory per host is bounded by
- * TR_HOSTS_MAX_PRODUCERS, TR_HOSTS_MAX_HELD_FRAMES, TR_HOSTS_MAX_BUFFER_DROPS and the frame
- * limit. Not thread-safe (one loop). */
+ * O(producers of the host + its data sources^2, at most 256^2) per update, O(buffers with
+ * drops^2) per AgentStats, O(commands in flight) per reply. Memory per host is bounded by
+ * TR_HOSTS_MAX_DESCRIBED_BYTES (producers), TR_HOSTS_MAX_HELD_BYTES (held frames),
+ * TR_HOSTS_MAX_COMMANDS_IN_FLIGHT, TR_HOSTS_MAX_BUFFER_DROPS and the clock state: an
+ * authenticated agent cannot make the root hold more for it (docs/security.md). Not
+ * thread-safe (one loop). */
 #ifndef TR_SERVICE_HOSTS_H
 #define TR_SERVICE_HOSTS_H
 
@@ -28,6 +31,21 @@
 
 #define TR_HOSTS_MAX_PRODUCERS 4096
 #define TR_HOSTS_MAX_HELD_FRAMES 1024
+/* Bytes of those held frames together (each as encoded): an honest agent's replies and
+ * producer ends are tens of bytes each. */
+#define TR_HOSTS_MAX_HELD_BYTES (1u << 20)
+/* Commands the service sent the host and awaits a CommandReply for (every kind but Flush,
+ * which a FlushAck answers); beyond it the oldest is forgotten, and its reply, if it ever
+ * comes, is refused as unexpected. */
+#define TR_HOSTS_MAX_COMMANDS_IN_FLIGHT 4096
+/* A producer's description (ProducerUpdate): its data sources, as many as the agent's
+ * producer port takes (TR_PRODUCER_PORT_MAX_DATA_SOURCES); its name, sdk_version and each
+ * data source's name in bytes; each descriptor as encoded; and every producer of a host
+ * together, as encoded. */
+#define TR_HOSTS_MAX_DATA_SOURCES 256
+#define TR_HOSTS_MAX_NAME_BYTES 1024
+#define TR_HOSTS_MAX_DESCRIPTOR_BYTES (64u << 10)
+#define TR_HOSTS_MAX_DESCRIBED_BYTES (8u << 20)
 /* Buffers a host's agent may report drops for; beyond them a buffer's drops count in the
  * host-wide counters only. */
 #define TR_HOSTS_MAX_BUFFER_DROPS 1024
@@ -80,9 +98,16 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *host, const Tracerelay__Hello *hello,
 int tr_hosts_resync_begin(tr_hosts *hs, tr_host *host);
 void tr_hosts_resync_end(tr_hosts *hs, tr_host *host);
 
-/* Applies a ProducerUpdate and tells the sessions. TR_ERR_PROTO for producer id 0, an unknown
- * state or more than TR_HOSTS_MAX_PRODUCERS producers; an update for an unknown producer is
- * ignored (it may have been ended by a resync). TR_ERR_NOMEM. */
+/* Whether the host may take the ProducerUpdate: 0, or TR_ERR_PROTO with err saying which
+ * limit it passes (producer id 0, an unknown state, more than TR_HOSTS_MAX_PRODUCERS producers
+ * or TR_HOSTS_MAX_DATA_SOURCES data sources, a name over TR_HOSTS_MAX_NAME_BYTES, a descriptor
+ * over TR_HOSTS_MAX_DESCRIPTOR_BYTES, the host's descriptions over
+ * TR_HOSTS_MAX_DESCRIBED_BYTES). O(the update's size + the producer's data sources). */
+int tr_hosts_producer_update_check(const tr_host *host, const Tracerelay__ProducerUpdate *u,
+                                   char *err, size_t err_len);
+/* Applies a ProducerUpdate and tells the sessions. TR_ERR_PROTO for an update
+ * tr_hosts_producer_update_check refuses (nothing applied); an update for an unknown producer
+ * is ignored (it may have been ended by a resync). TR_ERR_NOMEM. */
 int tr_hosts_producer_update(tr_hosts *hs, tr_host *host, const Tracerelay__ProducerUpdate *u);
 
 /* AgentStats: the latest counters of the current agent instance, added to those of its
@@ -116,11 +141,17 @@ void tr_hosts_batch_applied(tr_host *host);
 int tr_hosts_add_clock_snapshot(tr_host *host, const Tracerelay__HostClockSnapshot *snap,
                                 int64_t received_ns);
 
+/* A command is going to the host's agent (the link server's send_command): a reply to it is
+ * expected, unless it is a Flush. */
+void tr_hosts_command_sent(tr_host *host, const Tracerelay__Command *cmd);
+
 /* Keeps a frame the agent ordered after its batches (ownership taken, freed with
  * tr_relay_frame_free) until the host's stored_seq reaches its after_seq: a CommandReply, or a
  * ProducerUpdate PRODUCER_DISCONNECTED (so a producer's end never overtakes its data, and a
- * session waiting for it does not end before its last chunks are in). TR_ERR_FULL when
- * TR_HOSTS_MAX_HELD_FRAMES are already held (the frame is freed). */
+ * session waiting for it does not end before its last chunks are in). The frame is freed and
+ * not held on TR_ERR_NOT_FOUND, a reply to no command in flight (counted in
+ * stats.replies_unexpected), and on TR_ERR_FULL, when TR_HOSTS_MAX_HELD_FRAMES or
+ * TR_HOSTS_MAX_HELD_BYTES would be passed. */
 int tr_hosts_hold_ordered(tr_host *host, Tracerelay__RelayFrame *frame);
 /* Applies, in arrival order, the held frames whose after_seq the host's stored_seq has
  * reached: replies through the command_reply event, producer ends through

@@ -65,6 +65,7 @@ struct tr_link_peer {
   /* A carrier: the regional's drift last told (UpstreamSessions), and whether any was. */
   bool drift_told;
   double drift_told_ppm;
+  bool warned_reply; /* a reply to no command in flight was logged */
   struct tr_clock_probe_peer probe; /* scheduled from Welcome (with the feature) to closing */
 };
 
@@ -523,11 +524,24 @@ static bool is_ordered_end(const Tracerelay__ProducerUpdate *u) {
 
 /* Holds a reply or a producer's end until the batches queued before it are in (hosts.h). */
 static void hold_ordered(tr_link_peer *p, Tracerelay__RelayFrame *f) {
-  if (tr_hosts_hold_ordered(p->host, f) < 0) /* takes f, even on failure */
-    tr_relay_link_protocol_error(p->link,
-                                 "too many replies and producer ends waiting for their batches");
-  else
+  uint64_t request_id =
+      f->msg_case == TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY ? f->command_reply->request_id : 0;
+  int rc = tr_hosts_hold_ordered(p->host, f); /* takes f, even on failure */
+  if (rc == TR_ERR_NOT_FOUND) {
+    /* Counted (tracerelay_host_replies_unexpected_total); logged once a link, as the flood
+     * that would make them many costs the loop more with every line. */
+    if (!p->warned_reply)
+      TR_WARN("link", "host %s: reply to request %llu, which no command in flight has: "
+              "refused (tracerelay_host_replies_unexpected_total counts them)",
+              p->host->name, (unsigned long long)request_id);
+    p->warned_reply = true;
+  } else if (rc < 0) {
+    tr_relay_link_protocol_error(p->link, "more than %u replies and producer ends, or %u bytes "
+                                 "of them, waiting for their batches",
+                                 TR_HOSTS_MAX_HELD_FRAMES, TR_HOSTS_MAX_HELD_BYTES);
+  } else {
     tr_hosts_release_ordered(p->ls->hosts, p->host);
+  }
 }
 
 /* Handles one decoded frame; takes ownership of it. */
@@ -572,10 +586,13 @@ static void on_frame(tr_relay_link *link, Tracerelay__RelayFrame *f) {
       f = NULL; /* taken */
       break;
     }
-    rc = tr_hosts_producer_update(ls->hosts, p->host, f->producer_update);
+    char why[160];
+    rc = tr_hosts_producer_update_check(p->host, f->producer_update, why, sizeof why);
+    if (rc == 0 && (rc = tr_hosts_producer_update(ls->hosts, p->host, f->producer_update)) < 0)
+      snprintf(why, sizeof why, "%s", tr_strerror(rc));
     if (rc < 0)
       tr_relay_link_protocol_error(p->link, "producer update for producer %u refused: %s",
-                                   f->producer_update->producer_id, tr_strerror(rc));
+                                   f->producer_update->producer_id, why);
     break;
   case TRACERELAY__RELAY_FRAME__MSG_CHUNK_BATCH:
     on_batch(p, f->chunk_batch);
@@ -802,6 +819,7 @@ static int send_command(tr_host *host, const Tracerelay__Command *cmd) {
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_COMMAND;
   f.command = (Tracerelay__Command *)cmd;
+  tr_hosts_command_sent(host, cmd);
   int rc = send_with_ack(host->link, &f);
   return tr_relay_link_closing(link) ? TR_ERR_CLOSED : rc;
 }

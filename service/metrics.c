@@ -61,6 +61,7 @@ STAT(agent_abi_violations)
 STAT(disconnects)
 STAT(flushes_missed)
 STAT(agent_exits_unclean)
+STAT(replies_unexpected)
 #undef STAT
 static bool agent_smb_full_seconds(const struct host_figures *f, double *v) {
   *v = (double)f->host->stats.agent_smb_full_ns / 1e9;
@@ -168,6 +169,9 @@ static const struct host_metric kHostMetrics[] = {
     {"tracerelay_host_agent_exits_unclean_total", "counter",
      "agent processes replaced without an orderly stop (loss events, packet count unknown)",
      agent_exits_unclean, SUMMED("agent_exits_unclean_total")},
+    {"tracerelay_host_replies_unexpected_total", "counter",
+     "CommandReplies for no command in flight, refused unheld (a misbehaving agent)",
+     replies_unexpected, SUMMED("replies_unexpected_total")},
     {"tracerelay_host_session_chunks_overwritten", "gauge",
      "chunks of the host overwritten in RING_BUFFER central buffers (sessions now)",
      chunks_overwritten, SUMMED("session_chunks_overwritten")},
