@@ -270,5 +270,7 @@ int main(int argc, char **argv) {
          kModes[m], ok ? "as expected" : "NOT as expected", g.sent, g.count, g.max_frame,
          g.goodbye_reason >= 0 ? "\"" : "", g.goodbye_reason >= 0 ? g.goodbye : "none",
          g.goodbye_reason >= 0 ? "\"" : "");
-  return ok ? 0 : 1;
+  /* 3: the root closed the link, but its Goodbye was lost in the reset of a link still
+   * sending (the caller then looks for the reason in the root's log). */
+  return ok ? 0 : g.mode != MODE_REPLIES && g.goodbye_reason < 0 ? 3 : 1;
 }

@@ -40,15 +40,17 @@ record_with() {
   cat "$WORK/$out.log"
 }
 
-# host_span TRACE HOST: "FIRST_TS LAST_TS PACKETS" of HOST's packets on the trace's timeline.
+# host_span TRACE HOST: "FIRST_TS LAST_TS PACKETS" of HOST's own packets on the trace's
+# timeline (its producers' sequences: not the service's packets that name the host, such as
+# its clock anchor, which may lie before a START_TRACING trigger).
 host_span() {
-  "$TR_BIN/tracerelay" inspect --json "$1" | python3 -c '
+  "$TR_BIN/tracerelay" inspect --json --packets "$1" | python3 -c '
 import json, sys
-for h in json.load(sys.stdin)["hosts"]:
-    if h["name"] == sys.argv[1]:
-        print(h["first_ts"], h["last_ts"], h["packets"]); break
-else:
-    print("none none 0")' "$2"
+d = json.load(sys.stdin)
+ids = [h["machine_id"] for h in d["hosts"] if h["name"] == sys.argv[1]]
+ts = [p["trace_ts"] for p in d["points"] if ids and p["machine_id"] == ids[0] and p["seq"] != 1
+      and p["trace_ts"] is not None]
+print(min(ts), max(ts), len(ts)) if ts else print("none none 0")' "$2"
 }
 
 # Each phase's loadgens serve one session (a loadgen ends with its data source).
