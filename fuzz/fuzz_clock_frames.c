@@ -80,7 +80,7 @@ static const struct tr_clock_probe_ops probe_ops = {
 /* ---- checks ---- */
 
 static void read_estimate(const tr_host *h) {
-  const int64_t at[] = {0, now_ns, now_ns / 2, INT64_MAX / 4};
+  const int64_t at[] = {0, now_ns, now_ns / 2, (INT64_C(1) << 62) - 1};
   for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
     int64_t mapped;
     if (tr_clocksync_map(h->clock, at[i], &mapped) == 0)
