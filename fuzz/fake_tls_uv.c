@@ -17,6 +17,9 @@ struct tr_tls_uv_conn {
 };
 
 static fake_tls_uv_write_fn write_hook;
+static tr_tls_uv_conn *last_connected;
+
+tr_tls_uv_conn *fake_tls_uv_last_connected(void) { return last_connected; }
 static void *write_arg;
 
 void fake_tls_uv_set_write_hook(fake_tls_uv_write_fn fn, void *arg) {
@@ -45,6 +48,8 @@ bool fake_tls_uv_closing(const tr_tls_uv_conn *c) { return c->closing; }
 
 void fake_tls_uv_end(tr_tls_uv_conn *c, int reason, const char *why) {
   c->closing = true;
+  if (last_connected == c)
+    last_connected = NULL;
   c->cbs->on_close(c, reason, why);
   free(c);
 }
@@ -62,6 +67,7 @@ int tr_tls_uv_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *server_na
   c->cbs = cbs;
   c->data = data;
   *out = c;
+  last_connected = c;
   return 0;
 }
 
@@ -98,6 +104,19 @@ void tr_tls_uv_close(tr_tls_uv_conn *c) { c->closing = true; }
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *c) { (void)c; return 0; }
 uint64_t tr_tls_uv_bytes_in(const tr_tls_uv_conn *c) { return c->bytes_in; }
 void tr_tls_uv_mark_order(tr_tls_uv_conn *c) { (void)c; }
+/* The agent's link (fuzz_agent_commands) stamps clock probes: a fixed time, and no kernel
+ * stamp ever comes. */
+int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *c) { (void)c; return 1000000000; }
+int64_t tr_tls_uv_read_time_checked(tr_tls_uv_conn *c, bool mark) {
+  (void)mark;
+  return tr_tls_uv_read_time(c);
+}
+int64_t tr_tls_uv_sent_time(tr_tls_uv_conn *c, int64_t sent_ns) { (void)c; return sent_ns; }
+bool tr_tls_uv_sent_time_pending(tr_tls_uv_conn *c, int64_t sent_ns) {
+  (void)c, (void)sent_ns;
+  return false;
+}
+const char *tr_tls_uv_ciphersuite(const tr_tls_uv_conn *c) { (void)c; return "fake"; }
 const char *tr_tls_uv_peer_name(const tr_tls_uv_conn *c) { (void)c; return "regional-a"; }
 const char *tr_tls_uv_peer_address(const tr_tls_uv_conn *c) { (void)c; return "192.0.2.1:7393"; }
 void *tr_tls_uv_get_data(const tr_tls_uv_conn *c) { return c->data; }

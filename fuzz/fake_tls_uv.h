@@ -21,6 +21,8 @@ typedef void (*fake_tls_uv_write_fn)(void *arg, const void *data, size_t len);
 
 /* Every write of every connection goes to fn(arg, data, len). */
 void fake_tls_uv_set_write_hook(fake_tls_uv_write_fn fn, void *arg);
+/* The connection tr_tls_uv_connect made last (for a harness whose end connects by itself). */
+tr_tls_uv_conn *fake_tls_uv_last_connected(void);
 /* The handshake is done: on_connect. */
 void fake_tls_uv_open(tr_tls_uv_conn *c);
 /* Decrypted bytes: on_read, unless the connection is closing or its reading paused. */

@@ -273,6 +273,37 @@ def seeds_clock_frames():
            relay(23, fv(1, 1) + fv(2, 5)), relay(20, fv(1, 1) + fv(3, 1 << 62) + fv(4, 1))]
     write(d, "refused", bytes([(10 << 1) | 1]) + b"".join(bad))
 
+# ---- agent_commands: the service's frames at an agent (fuzz_agent_commands.c) --------------
+
+def seeds_agent_commands():
+    """A session's life as the service commands it: two producers' data sources set up,
+    started, flushed, their incremental state cleared, stopped; a clock probe,
+    heartbeats, UpstreamLost (a regional's upstream went away), a Goodbye. The first byte:
+    the Welcome accepts every feature offered."""
+    d = reset("agent_commands")
+    def cmd(req, pid, field, body):
+        return relay(13, fv(1, req) + fv(2, pid) + fb(field, body))
+    ds_config = fb(1, "track_event") + fv(2, 1) + fv(3, 10000)
+    life = []
+    for pid, inst in ((1, 11), (2, 12)):
+        life.append(cmd(inst, pid, 10, fv(1, inst) + fb(2, ds_config)))
+    for pid, inst in ((1, 11), (2, 12)):
+        life.append(cmd(20 + inst, pid, 11, fv(1, inst) + fv(2, 100)))
+    life += [relay(4, fv(1, 5)), relay(20, fv(1, 1) + fv(2, 123456789)),
+             cmd(40, 1, 13, fv(1, 40) + fv(2, 11) + fv(3, 1)),
+             cmd(41, 2, 13, fv(1, 41)),
+             cmd(42, 1, 14, fv(1, 11))]
+    for pid, inst in ((1, 11), (2, 12)):
+        life.append(cmd(50 + inst, pid, 12, fv(1, inst)))
+    write(d, "session", bytes([0xff]) + b"".join(life))
+    write(d, "session-upstream-lost", bytes([0xff]) + b"".join(life[:4]) +
+          relay(25, fb(1, "the root is gone")) + b"".join(life[4:]))
+    write(d, "goodbye", bytes([0xff]) + b"".join(life[:2]) + relay(3, fv(1, 1) + fb(2, "bye")))
+    # Refused: a command without its body, a stop of an instance never set up, an ack of a
+    # batch never sent, a frame the agent never takes (Hello).
+    write(d, "refused", bytes([0xff]) + relay(13, fv(1, 1) + fv(2, 1)) +
+          cmd(2, 1, 12, fv(1, 99)) + relay(12, fv(1, 77)) + relay(1, fv(1, 1)))
+
 # ---- relay_carrier: a carrier's input, ops between socket reads (fuzz_relay_carrier.c) -------
 
 def on_slot(frame, slot):
@@ -458,6 +489,7 @@ def main():
     seeds_relay()
     seeds_relay_carrier()
     seeds_clock_frames()
+    seeds_agent_commands()
     seeds_trace_buffer()
     seeds_packet_rewrite()
     seeds_trace_filter()
