@@ -2,12 +2,13 @@
  * the agent's end of the link (agent/link_client.c and its parts: the instances it tracks from
  * Commands, BatchAcks against what it sent, ClockProbes it answers, UpstreamLost, Goodbye),
  * with the Commands then turned into the producer port's commands as agent.c's to_port turns
- * them (agent/port_msgs.c copies their arguments for the port's thread). The link code is the
- * agent's own, compiled from source over the fake transport (fake_tls_uv.h) in a real libuv
- * loop: the harness plays the service, reading the agent's Hello and giving it a Welcome.
+ * them (tr_port_msgs_from_relay, and the copy of their arguments for the port's thread). The
+ * link code is the agent's own, compiled from source over the fake transport (fake_tls_uv.h)
+ * in a real libuv loop: the harness plays the service, reading the agent's Hello and giving it
+ * a Welcome.
  *
  * Checked beyond memory safety: the instances the agent remembers are at most
- * TR_LINK_INSTANCES_MAX, each one a SetupDataSource named; a command's copy for the port holds
+ * TR_LINK_INSTANCES_MAX; a command's copy for the port holds
  * what the command said (producer, instance, flush ids); the agent shuts down cleanly (every
  * handle closed, nothing leaked) after any input.
  *
@@ -23,16 +24,11 @@
 #include "agent/link_instances.h"
 #include "agent/port_msgs.h"
 #include "fuzz/fake_tls_uv.h"
+#include "fuzz/fuzz_frames.h"
 #include "relay/base/log.h"
 #include "relay/link/relay_frame.h"
 #include "relay/link/relay_session.h"
 #include "relay/producer/chunk_queue.h"
-
-#define CHECK(c)                                                                                  \
-  do {                                                                                            \
-    if (!(c))                                                                                     \
-      abort();                                                                                    \
-  } while (0)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
@@ -41,40 +37,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-/* The port's side of a command, as agent.c's to_port builds it: its copy made and dropped. */
+/* The port's side of a command, as agent.c's to_port makes it: its copy made and dropped. */
 static void to_port(const Tracerelay__Command *cmd) {
-  struct tr_port_command c = {.producer_id = cmd->producer_id, .tag = cmd->request_id};
-  switch (cmd->cmd_case) {
-  case TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE:
-    if (cmd->setup_data_source->config == NULL)
-      return;
-    c.kind = TR_PORT_SETUP;
-    c.instance_id = cmd->setup_data_source->instance_id;
-    c.config = cmd->setup_data_source->config;
-    break;
-  case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
-    c.kind = TR_PORT_START;
-    c.instance_id = cmd->start_data_source->instance_id;
-    break;
-  case TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE:
-    c.kind = TR_PORT_STOP;
-    c.instance_id = cmd->stop_data_source->instance_id;
-    break;
-  case TRACERELAY__COMMAND__CMD_FLUSH:
-    c.kind = TR_PORT_FLUSH;
-    c.flush_request_id = cmd->flush->flush_request_id;
-    c.instance_ids = cmd->flush->instance_ids;
-    c.num_instance_ids = cmd->flush->n_instance_ids;
-    c.flags = cmd->flush->flags;
-    break;
-  case TRACERELAY__COMMAND__CMD_CLEAR_INCREMENTAL_STATE:
-    c.kind = TR_PORT_CLEAR;
-    c.instance_ids = cmd->clear_incremental_state->instance_ids;
-    c.num_instance_ids = cmd->clear_incremental_state->n_instance_ids;
-    break;
-  default:
+  struct tr_port_command c;
+  if (tr_port_msgs_from_relay(cmd, &c) < 0)
     return;
-  }
   struct port_command *m = tr_port_msgs_command_new(&c);
   if (m == NULL)
     return;
@@ -171,19 +138,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   feed(conn, &wf);
 
   /* The input as the service's bytes, whole frames at a time, the loop turning between. */
-  while (size >= 4 && !fake_tls_uv_closing(conn)) {
-    uint32_t len = (uint32_t)data[0] | (uint32_t)data[1] << 8 | (uint32_t)data[2] << 16 |
-                   (uint32_t)data[3] << 24;
-    data += 4;
-    size -= 4;
-    if (len > size)
-      break;
-    uint8_t header[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
-                         (uint8_t)(len >> 24)};
-    fake_tls_uv_read(conn, header, 4);
-    fake_tls_uv_read(conn, data, len);
-    data += len;
-    size -= len;
+  const uint8_t *frame = data, *payload;
+  size_t len;
+  while (!fake_tls_uv_closing(conn) && fuzz_next_frame(&data, &size, &payload, &len)) {
+    fake_tls_uv_read(conn, frame, 4 + len); /* the bytes as they came, header and all */
+    frame = data;
     uv_run(&loop, UV_RUN_NOWAIT);
     CHECK(count_instance(lc) <= TR_LINK_INSTANCES_MAX);
   }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz/fuzz_frames.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
 #include "relay/clock/clock_probe.h"
@@ -26,12 +27,6 @@
 #include "relay/link/relay_frame.h"
 #include "service/hosts.h"
 #include "service/link_server.h"
-
-#define CHECK(c)                                                                                  \
-  do {                                                                                            \
-    if (!(c))                                                                                     \
-      abort();                                                                                    \
-  } while (0)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
@@ -155,16 +150,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   tr_clock_probe_sched_init(&sched, &probe_ops);
   tr_clock_probe_add(&sched, &peer, regional, follow_up, now_ms());
 
-  while (size >= 4) {
-    uint32_t len = (uint32_t)data[0] | (uint32_t)data[1] << 8 | (uint32_t)data[2] << 16 |
-                   (uint32_t)data[3] << 24;
-    data += 4;
-    size -= 4;
-    if (len > size)
-      break;
-    Tracerelay__RelayFrame *f = tr_relay_frame_decode(data, len);
-    data += len;
-    size -= len;
+  const uint8_t *payload;
+  size_t len;
+  while (fuzz_next_frame(&data, &size, &payload, &len)) {
+    Tracerelay__RelayFrame *f = tr_relay_frame_decode(payload, len);
     now_ns += step_ns;
     tr_clock_probe_tick(&sched, now_ms(), false);
     if (f == NULL)

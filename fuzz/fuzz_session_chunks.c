@@ -21,18 +21,13 @@
 #include <string.h>
 #include <uv.h>
 
+#include "fuzz/fuzz_frames.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
 #include "relay/link/relay_frame.h"
 #include "service/hosts.h"
 #include "service/session.h"
 #include "service/trace_output.h"
-
-#define CHECK(c)                                                                                  \
-  do {                                                                                            \
-    if (!(c))                                                                                     \
-      abort();                                                                                    \
-  } while (0)
 
 static tr_relay_codec codec;
 
@@ -231,16 +226,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(base_buffer != UINT32_MAX);
   answer_all();
 
-  while (size >= 4) {
-    uint32_t len = (uint32_t)data[0] | (uint32_t)data[1] << 8 | (uint32_t)data[2] << 16 |
-                   (uint32_t)data[3] << 24;
-    data += 4;
-    size -= 4;
-    if (len > size)
-      break;
-    Tracerelay__RelayFrame *f = tr_relay_frame_decode(data, len);
-    data += len;
-    size -= len;
+  const uint8_t *payload;
+  size_t len;
+  while (fuzz_next_frame(&data, &size, &payload, &len)) {
+    Tracerelay__RelayFrame *f = tr_relay_frame_decode(payload, len);
     if (f == NULL)
       continue;
     if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_CHUNK_BATCH)

@@ -152,10 +152,8 @@ static int teardown(void **state) {
   return 0;
 }
 
-static Tracerelay__RelayFrame *heartbeat_for(uint64_t slot) {
-  Tracerelay__Heartbeat hb;
-  Tracerelay__RelayFrame f;
-  tr_relay_frame_heartbeat(&f, &hb, 1);
+/* f on slot, decoded as the carrier's reading hands frames over (the carrier takes it). */
+static Tracerelay__RelayFrame *on_slot(Tracerelay__RelayFrame f, uint64_t slot) {
   f.has_slot = 1;
   f.slot = slot;
   uint8_t buf[64];
@@ -165,18 +163,19 @@ static Tracerelay__RelayFrame *heartbeat_for(uint64_t slot) {
   return out;
 }
 
+static Tracerelay__RelayFrame *heartbeat_for(uint64_t slot) {
+  Tracerelay__Heartbeat hb;
+  Tracerelay__RelayFrame f;
+  tr_relay_frame_heartbeat(&f, &hb, 1);
+  return on_slot(f, slot);
+}
+
 static Tracerelay__RelayFrame *goodbye_for(uint64_t slot) {
   Tracerelay__Goodbye bye = TRACERELAY__GOODBYE__INIT;
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_GOODBYE;
   f.goodbye = &bye;
-  f.has_slot = 1;
-  f.slot = slot;
-  uint8_t buf[64];
-  size_t len = tracerelay__relay_frame__pack(&f, buf);
-  Tracerelay__RelayFrame *out = tr_relay_frame_decode(buf, len);
-  assert_non_null(out);
-  return out;
+  return on_slot(f, slot);
 }
 
 static void test_output_gathered_into_one_write(void **state) {
