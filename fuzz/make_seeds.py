@@ -304,6 +304,31 @@ def seeds_agent_commands():
     write(d, "refused", bytes([0xff]) + relay(13, fv(1, 1) + fv(2, 1)) +
           cmd(2, 1, 12, fv(1, 99)) + relay(12, fv(1, 77)) + relay(1, fv(1, 1)))
 
+# ---- regional_upstream: the root's frames at a regional (fuzz_regional_upstream.c) ---------
+
+def seeds_regional_upstream():
+    """On the agent's slot (1) after its Welcome: the commands of a session, a BatchAck, the
+    carrier's own heartbeat (slot 0), a frame for a slot never opened (2), UpstreamSessions,
+    then a Goodbye with a reason (NOT_AUTHORIZED); and the refused: a second Welcome, a clock
+    probe on the relayed link. The first byte: the slot's Welcome accepts every feature."""
+    d = reset("regional_upstream")
+    def on(slot, frame):  # frame: le_frame(RelayFrame); its slot (field 30) appended
+        body = frame[4:] + fv(30, slot)
+        return le_frame(body)
+    def cmd(req, field, body):
+        return relay(13, fv(1, req) + fv(2, 1) + fb(field, body))
+    session = [cmd(1, 10, fv(1, 11) + fb(2, fb(1, "track_event") + fv(2, 1))),
+               cmd(2, 11, fv(1, 11)), relay(12, fv(1, 1)), cmd(3, 13, fv(1, 3) + fv(2, 11)),
+               cmd(4, 12, fv(1, 11))]
+    life = [on(1, f) for f in session] + [on(0, relay(4, fv(1, 1))), on(2, relay(4, fv(1, 2))),
+                                          on(1, relay(26, fv(1, 1)))]
+    write(d, "session", bytes([0x1f]) + b"".join(life))
+    write(d, "goodbye", bytes([0x1f]) + b"".join(life[:2]) +
+          on(1, relay(3, fv(1, 5) + fb(2, "revoked"))))
+    write(d, "refused", bytes([0x1f]) + on(1, relay(2, fv(1, 1))) + on(1, relay(20, fv(1, 1))))
+    write(d, "carrier-goodbye", bytes([0x01]) + b"".join(life[:3]) +
+          on(0, relay(3, fv(1, 1) + fb(2, "shutting down"))))
+
 # ---- relay_carrier: a carrier's input, ops between socket reads (fuzz_relay_carrier.c) -------
 
 def on_slot(frame, slot):
@@ -490,6 +515,7 @@ def main():
     seeds_relay_carrier()
     seeds_clock_frames()
     seeds_agent_commands()
+    seeds_regional_upstream()
     seeds_trace_buffer()
     seeds_packet_rewrite()
     seeds_trace_filter()
