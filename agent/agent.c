@@ -370,15 +370,12 @@ static void remove_pending(tr_agent *a, uint64_t request_id) {
  * command's result: data sources that do not notify), so the pending entry exists before the
  * command. A stop waits for the producer as long as the session's data_source_stop_timeout_ms
  * (the setup config's stop_timeout_ms: timeout 0). */
-static int start_or_stop(tr_agent *a, const Tracerelay__Command *cmd, uint64_t instance_id,
-                         bool start) {
-  int rc = add_pending(a, cmd, instance_id, start);
+static int start_or_stop(tr_agent *a, const Tracerelay__Command *cmd,
+                         const struct tr_port_command *c) {
+  int rc = add_pending(a, cmd, c->instance_id, c->kind == TR_PORT_START);
   if (rc < 0)
     return rc;
-  struct tr_port_command c = {.kind = start ? TR_PORT_START : TR_PORT_STOP,
-                              .producer_id = cmd->producer_id, .instance_id = instance_id,
-                              .tag = cmd->request_id};
-  rc = port_command(a, c, FOR_SERVICE);
+  rc = port_command(a, *c, FOR_SERVICE);
   if (rc < 0)
     remove_pending(a, cmd->request_id);
   return rc;
@@ -386,40 +383,23 @@ static int start_or_stop(tr_agent *a, const Tracerelay__Command *cmd, uint64_t i
 
 /* Posts the command; a reply (where one is due) goes with its result (command_done). */
 static int to_port(tr_agent *a, const Tracerelay__Command *cmd) {
-  uint32_t pid = cmd->producer_id;
-  struct tr_port_command c = {.producer_id = pid, .tag = cmd->request_id};
-  switch (cmd->cmd_case) {
-  case TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE:
-    if (cmd->setup_data_source->config == NULL)
-      return TR_ERR_INVAL;
-    c.kind = TR_PORT_SETUP;
-    c.instance_id = cmd->setup_data_source->instance_id;
-    c.config = cmd->setup_data_source->config;
-    return port_command(a, c, FOR_SERVICE);
-  case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
+  struct tr_port_command c;
+  int rc = tr_port_msgs_from_relay(cmd, &c);
+  if (rc < 0)
+    return rc;
+  switch (c.kind) {
+  case TR_PORT_START:
     a->running++;
     /* trace start, as traced snapshots its clocks, at the session's interval if it gave one */
     tr_link_client_clock_snapshots(a->link, true,
                                    cmd->start_data_source->clock_snapshot_interval_ms);
-    return start_or_stop(a, cmd, cmd->start_data_source->instance_id, true);
-  case TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE:
+    return start_or_stop(a, cmd, &c);
+  case TR_PORT_STOP:
     a->running -= a->running > 0;
     tr_link_client_clock_snapshots(a->link, a->running > 0, 0); /* and at stop */
-    return start_or_stop(a, cmd, cmd->stop_data_source->instance_id, false);
-  case TRACERELAY__COMMAND__CMD_FLUSH:
-    c.kind = TR_PORT_FLUSH;
-    c.flush_request_id = cmd->flush->flush_request_id;
-    c.instance_ids = cmd->flush->instance_ids;
-    c.num_instance_ids = cmd->flush->n_instance_ids;
-    c.flags = cmd->flush->flags;
-    return port_command(a, c, FOR_SERVICE);
-  case TRACERELAY__COMMAND__CMD_CLEAR_INCREMENTAL_STATE:
-    c.kind = TR_PORT_CLEAR;
-    c.instance_ids = cmd->clear_incremental_state->instance_ids;
-    c.num_instance_ids = cmd->clear_incremental_state->n_instance_ids;
-    return port_command(a, c, FOR_SERVICE);
+    return start_or_stop(a, cmd, &c);
   default:
-    return TR_ERR_UNSUPPORTED;
+    return port_command(a, c, FOR_SERVICE);
   }
 }
 

@@ -5,6 +5,44 @@
 #include <string.h>
 
 #include "relay/base/pb_valid.h"
+#include "relay/base/tr_error.h"
+
+int tr_port_msgs_from_relay(const Tracerelay__Command *cmd, struct tr_port_command *out) {
+  struct tr_port_command c = {.producer_id = cmd->producer_id, .tag = cmd->request_id};
+  switch (cmd->cmd_case) {
+  case TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE:
+    if (cmd->setup_data_source->config == NULL)
+      return TR_ERR_INVAL;
+    c.kind = TR_PORT_SETUP;
+    c.instance_id = cmd->setup_data_source->instance_id;
+    c.config = cmd->setup_data_source->config;
+    break;
+  case TRACERELAY__COMMAND__CMD_START_DATA_SOURCE:
+    c.kind = TR_PORT_START;
+    c.instance_id = cmd->start_data_source->instance_id;
+    break;
+  case TRACERELAY__COMMAND__CMD_STOP_DATA_SOURCE:
+    c.kind = TR_PORT_STOP;
+    c.instance_id = cmd->stop_data_source->instance_id;
+    break;
+  case TRACERELAY__COMMAND__CMD_FLUSH:
+    c.kind = TR_PORT_FLUSH;
+    c.flush_request_id = cmd->flush->flush_request_id;
+    c.instance_ids = cmd->flush->instance_ids;
+    c.num_instance_ids = cmd->flush->n_instance_ids;
+    c.flags = cmd->flush->flags;
+    break;
+  case TRACERELAY__COMMAND__CMD_CLEAR_INCREMENTAL_STATE:
+    c.kind = TR_PORT_CLEAR;
+    c.instance_ids = cmd->clear_incremental_state->instance_ids;
+    c.num_instance_ids = cmd->clear_incremental_state->n_instance_ids;
+    break;
+  default:
+    return TR_ERR_UNSUPPORTED;
+  }
+  *out = c;
+  return 0;
+}
 
 struct port_command *tr_port_msgs_command_new(const struct tr_port_command *c) {
   struct port_command *m = calloc(1, sizeof(*m));

@@ -10,6 +10,7 @@
 
 #include "agent/port_handoff.h"
 #include "relay/producer/producer_port.h"
+#include "tracerelay/relay.pb-c.h"
 
 enum tr_port_command_kind {
   TR_PORT_SETUP = 1, /* tr_producer_port_setup_data_source */
@@ -74,6 +75,10 @@ struct port_event {
 
 /* NULL when out of memory. */
 struct port_command *tr_port_msgs_command_new(const struct tr_port_command *c);
+/* The port's command for the service's Command cmd (kind, producer, instance, config, flush
+ * arguments, pointing into cmd; tag the request id): 0, TR_ERR_INVAL for a setup without a
+ * config, TR_ERR_UNSUPPORTED for a command the port has none for. */
+int tr_port_msgs_from_relay(const Tracerelay__Command *cmd, struct tr_port_command *out);
 void tr_port_msgs_command_free(struct port_command *m);
 
 /* An event of a kind that carries no producer info (or NULL). */

@@ -14,9 +14,35 @@ struct tr_tls_uv_conn {
   void *data;
   bool connected, closing, paused;
   uint64_t bytes_in;
+  tr_tls_uv_conn *next; /* in the list of live connections */
 };
 
+struct tr_tls_uv_server {
+  const struct tr_tls_uv_callbacks *cbs;
+  uv_loop_t *loop;
+  void *data;
+};
+
+static tr_tls_uv_conn *live; /* every connection not ended yet, newest first */
+static tr_tls_uv_server *last_server;
+
+static tr_tls_uv_conn *conn_new(uv_loop_t *loop, const struct tr_tls_uv_callbacks *cbs,
+                                void *data) {
+  tr_tls_uv_conn *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return NULL;
+  c->loop = loop;
+  c->cbs = cbs;
+  c->data = data;
+  c->next = live;
+  live = c;
+  return c;
+}
+
 static fake_tls_uv_write_fn write_hook;
+static tr_tls_uv_conn *last_connected;
+
+tr_tls_uv_conn *fake_tls_uv_last_connected(void) { return last_connected; }
 static void *write_arg;
 
 void fake_tls_uv_set_write_hook(fake_tls_uv_write_fn fn, void *arg) {
@@ -45,6 +71,13 @@ bool fake_tls_uv_closing(const tr_tls_uv_conn *c) { return c->closing; }
 
 void fake_tls_uv_end(tr_tls_uv_conn *c, int reason, const char *why) {
   c->closing = true;
+  if (last_connected == c)
+    last_connected = NULL;
+  for (tr_tls_uv_conn **p = &live; *p != NULL; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
   c->cbs->on_close(c, reason, why);
   free(c);
 }
@@ -55,13 +88,11 @@ int tr_tls_uv_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *server_na
                       const struct sockaddr *addr, const struct tr_tls_uv_options *opts,
                       const struct tr_tls_uv_callbacks *cbs, void *data, tr_tls_uv_conn **out) {
   (void)cfg, (void)server_name, (void)addr, (void)opts;
-  tr_tls_uv_conn *c = calloc(1, sizeof *c);
+  tr_tls_uv_conn *c = conn_new(loop, cbs, data);
   if (c == NULL)
     return TR_ERR_NOMEM;
-  c->loop = loop;
-  c->cbs = cbs;
-  c->data = data;
   *out = c;
+  last_connected = c;
   return 0;
 }
 
@@ -98,26 +129,62 @@ void tr_tls_uv_close(tr_tls_uv_conn *c) { c->closing = true; }
 size_t tr_tls_uv_queued(const tr_tls_uv_conn *c) { (void)c; return 0; }
 uint64_t tr_tls_uv_bytes_in(const tr_tls_uv_conn *c) { return c->bytes_in; }
 void tr_tls_uv_mark_order(tr_tls_uv_conn *c) { (void)c; }
+/* The agent's link (fuzz_agent_commands) stamps clock probes: a fixed time, and no kernel
+ * stamp ever comes. */
+int64_t tr_tls_uv_read_time(const tr_tls_uv_conn *c) { (void)c; return 1000000000; }
+int64_t tr_tls_uv_read_time_checked(tr_tls_uv_conn *c, bool mark) {
+  (void)mark;
+  return tr_tls_uv_read_time(c);
+}
+int64_t tr_tls_uv_sent_time(tr_tls_uv_conn *c, int64_t sent_ns) { (void)c; return sent_ns; }
+bool tr_tls_uv_sent_time_pending(tr_tls_uv_conn *c, int64_t sent_ns) {
+  (void)c, (void)sent_ns;
+  return false;
+}
+const char *tr_tls_uv_ciphersuite(const tr_tls_uv_conn *c) { (void)c; return "fake"; }
 const char *tr_tls_uv_peer_name(const tr_tls_uv_conn *c) { (void)c; return "regional-a"; }
 const char *tr_tls_uv_peer_address(const tr_tls_uv_conn *c) { (void)c; return "192.0.2.1:7393"; }
 void *tr_tls_uv_get_data(const tr_tls_uv_conn *c) { return c->data; }
 void tr_tls_uv_set_data(tr_tls_uv_conn *c, void *data) { c->data = data; }
 uv_loop_t *tr_tls_uv_loop(const tr_tls_uv_conn *c) { return c->loop; }
 
-/* Listening: relay_link.c's listener calls, never made by the fuzz target. */
+/* Listening: connections come when the harness says (fake_tls_uv_accept). */
 int tr_tls_uv_listen(uv_loop_t *loop, tr_tls_config *cfg, const struct sockaddr *addr,
                      const struct tr_tls_uv_options *opts, const struct tr_tls_uv_callbacks *cbs,
                      void *data, tr_tls_uv_server **out) {
-  (void)loop, (void)cfg, (void)addr, (void)opts, (void)cbs, (void)data, (void)out;
-  abort();
+  (void)cfg, (void)addr, (void)opts;
+  tr_tls_uv_server *srv = calloc(1, sizeof *srv);
+  if (srv == NULL)
+    return TR_ERR_NOMEM;
+  *srv = (tr_tls_uv_server){.cbs = cbs, .loop = loop, .data = data};
+  *out = last_server = srv;
+  return 0;
 }
-int tr_tls_uv_server_port(const tr_tls_uv_server *srv) { (void)srv; abort(); }
+int tr_tls_uv_server_port(const tr_tls_uv_server *srv) { (void)srv; return 7393; }
 void tr_tls_uv_server_set_config(tr_tls_uv_server *srv, tr_tls_config *cfg) {
   (void)srv, (void)cfg;
-  abort();
 }
 void tr_tls_uv_server_stats(const tr_tls_uv_server *srv, struct tr_tls_uv_server_stats *out) {
-  (void)srv, (void)out;
-  abort();
+  (void)srv;
+  *out = (struct tr_tls_uv_server_stats){0};
 }
-void tr_tls_uv_server_close(tr_tls_uv_server *srv) { (void)srv; abort(); }
+void tr_tls_uv_server_close(tr_tls_uv_server *srv) {
+  if (last_server == srv)
+    last_server = NULL;
+  free(srv);
+}
+tr_tls_uv_server *fake_tls_uv_last_server(void) { return last_server; }
+
+tr_tls_uv_conn *fake_tls_uv_accept(tr_tls_uv_server *srv) {
+  tr_tls_uv_conn *c = conn_new(srv->loop, srv->cbs, srv->data);
+  if (c == NULL)
+    return NULL;
+  c->connected = true;
+  c->cbs->on_connect(c);
+  return c;
+}
+
+void fake_tls_uv_end_all(int reason, const char *why) {
+  while (live != NULL)
+    fake_tls_uv_end(live, reason, why);
+}

@@ -222,6 +222,112 @@ def seeds_relay():
     d = reset("hosts")
     for name, s in streams.items():
         write(d, name, bytes([0]) + s)
+    # fuzz_session_chunks: the same sessions into a running session, a read pass (Heartbeat)
+    # after them; machines with 1 MiB ring buffers, global-clocks with 64 KiB ones, 64 KiB
+    # DISCARD.
+    d = reset("session_chunks")
+    hb = relay(4, fv(1, 0))
+    for name, s in streams.items():
+        write(d, name, bytes([0]) + s + hb)
+        write(d, name + "-global-small", bytes([3]) + s + hb)
+        write(d, name + "-discard", bytes([6]) + s + hb)
+
+# ---- clock_frames: a regional's probe answers, its relayed exchanges (fuzz_clock_frames.c) ----
+
+def seeds_clock_frames():
+    """The harness's time moves 10 ms a frame from 1 s; its schedule sends probe k at frame
+    5(k - 1) (ten dense probes 50 ms apart, each answered in the next frame, its follow-up in
+    the one after). The regional's clock is 300 ms behind the service's, web-1's 700 ms ahead;
+    the relayed exchanges are web-1's with the regional, on their clocks."""
+    d = reset("clock_frames")
+    ms = 1000000
+    def now(i): return (1000 + 10 * (i + 1)) * ms
+    hb = relay(4, fv(1, 0))
+    def answer(k, i):
+        t1 = now(i - 1); t2 = t1 + 2 * ms - 300 * ms
+        return relay(20, fv(1, k) + fv(3, t2) + fv(4, t2 + 100000))
+    def follow_up(k, i, late=False):
+        t3 = now(i - 2) + 2 * ms - 300 * ms + 120000
+        return relay(23, fv(1, k) + (fv(3, 1) if late else fv(2, t3)))
+    def relayed(i):
+        t1 = now(i) - 300 * ms - 5 * ms
+        t2 = t1 + 300 * ms + 700 * ms + 2 * ms
+        return relay(24, fv(1, t1) + fv(2, t2) + fv(3, t2 + 50000) + fv(4, t1 + 4 * ms))
+    def snapshot(i):
+        clocks = b"".join(fb(1, fv(1, c) + fv(2, now(i) + 700 * ms + c)) for c in (1, 3, 4, 5, 6))
+        return relay(22, clocks)
+    for follow in (False, True):
+        out, i = [], 0
+        for k in range(1, 13):
+            group = [hb, answer(k, i + 1)]
+            group.append(follow_up(k, i + 2, late=(k % 4 == 0)) if follow else relayed(i + 2))
+            group += [relayed(i + 3), snapshot(i + 4)]
+            out += group
+            i += 5
+        write(d, "dense-follow-up" if follow else "dense", bytes([(10 << 1) | follow]) + b"".join(out))
+    # Refused on purpose: a relayed exchange out of order, a time past 2^62, a snapshot of clock
+    # 64 and an empty one, an answer with t2 past 2^62, a follow-up before its answer.
+    bad = [hb, relay(24, fv(1, 5) + fv(2, 9) + fv(3, 8) + fv(4, 6)),
+           relay(24, fv(1, 1) + fv(2, 1 << 62) + fv(3, 1 << 62) + fv(4, 2)),
+           relay(22, fb(1, fv(1, 64) + fv(2, 1))), relay(22, b""),
+           relay(23, fv(1, 1) + fv(2, 5)), relay(20, fv(1, 1) + fv(3, 1 << 62) + fv(4, 1))]
+    write(d, "refused", bytes([(10 << 1) | 1]) + b"".join(bad))
+
+# ---- agent_commands: the service's frames at an agent (fuzz_agent_commands.c) --------------
+
+def seeds_agent_commands():
+    """A session's life as the service commands it: two producers' data sources set up,
+    started, flushed, their incremental state cleared, stopped; a clock probe,
+    heartbeats, UpstreamLost (a regional's upstream went away), a Goodbye. The first byte:
+    the Welcome accepts every feature offered."""
+    d = reset("agent_commands")
+    def cmd(req, pid, field, body):
+        return relay(13, fv(1, req) + fv(2, pid) + fb(field, body))
+    ds_config = fb(1, "track_event") + fv(2, 1) + fv(3, 10000)
+    life = []
+    for pid, inst in ((1, 11), (2, 12)):
+        life.append(cmd(inst, pid, 10, fv(1, inst) + fb(2, ds_config)))
+    for pid, inst in ((1, 11), (2, 12)):
+        life.append(cmd(20 + inst, pid, 11, fv(1, inst) + fv(2, 100)))
+    life += [relay(4, fv(1, 5)), relay(20, fv(1, 1) + fv(2, 123456789)),
+             cmd(40, 1, 13, fv(1, 40) + fv(2, 11) + fv(3, 1)),
+             cmd(41, 2, 13, fv(1, 41)),
+             cmd(42, 1, 14, fv(1, 11))]
+    for pid, inst in ((1, 11), (2, 12)):
+        life.append(cmd(50 + inst, pid, 12, fv(1, inst)))
+    write(d, "session", bytes([0xff]) + b"".join(life))
+    write(d, "session-upstream-lost", bytes([0xff]) + b"".join(life[:4]) +
+          relay(25, fb(1, "the root is gone")) + b"".join(life[4:]))
+    write(d, "goodbye", bytes([0xff]) + b"".join(life[:2]) + relay(3, fv(1, 1) + fb(2, "bye")))
+    # Refused: a command without its body, a stop of an instance never set up, an ack of a
+    # batch never sent, a frame the agent never takes (Hello).
+    write(d, "refused", bytes([0xff]) + relay(13, fv(1, 1) + fv(2, 1)) +
+          cmd(2, 1, 12, fv(1, 99)) + relay(12, fv(1, 77)) + relay(1, fv(1, 1)))
+
+# ---- regional_upstream: the root's frames at a regional (fuzz_regional_upstream.c) ---------
+
+def seeds_regional_upstream():
+    """On the agent's slot (1) after its Welcome: the commands of a session, a BatchAck, the
+    carrier's own heartbeat (slot 0), a frame for a slot never opened (2), UpstreamSessions,
+    then a Goodbye with a reason (NOT_AUTHORIZED); and the refused: a second Welcome, a clock
+    probe on the relayed link. The first byte: the slot's Welcome accepts every feature."""
+    d = reset("regional_upstream")
+    def on(slot, frame):  # frame: le_frame(RelayFrame); its slot (field 30) appended
+        body = frame[4:] + fv(30, slot)
+        return le_frame(body)
+    def cmd(req, field, body):
+        return relay(13, fv(1, req) + fv(2, 1) + fb(field, body))
+    session = [cmd(1, 10, fv(1, 11) + fb(2, fb(1, "track_event") + fv(2, 1))),
+               cmd(2, 11, fv(1, 11)), relay(12, fv(1, 1)), cmd(3, 13, fv(1, 3) + fv(2, 11)),
+               cmd(4, 12, fv(1, 11))]
+    life = [on(1, f) for f in session] + [on(0, relay(4, fv(1, 1))), on(2, relay(4, fv(1, 2))),
+                                          on(1, relay(26, fv(1, 1)))]
+    write(d, "session", bytes([0x1f]) + b"".join(life))
+    write(d, "goodbye", bytes([0x1f]) + b"".join(life[:2]) +
+          on(1, relay(3, fv(1, 5) + fb(2, "revoked"))))
+    write(d, "refused", bytes([0x1f]) + on(1, relay(2, fv(1, 1))) + on(1, relay(20, fv(1, 1))))
+    write(d, "carrier-goodbye", bytes([0x01]) + b"".join(life[:3]) +
+          on(0, relay(3, fv(1, 1) + fb(2, "shutting down"))))
 
 # ---- relay_carrier: a carrier's input, ops between socket reads (fuzz_relay_carrier.c) -------
 
@@ -407,6 +513,9 @@ def main():
     seeds_producer_port()
     seeds_relay()
     seeds_relay_carrier()
+    seeds_clock_frames()
+    seeds_agent_commands()
+    seeds_regional_upstream()
     seeds_trace_buffer()
     seeds_packet_rewrite()
     seeds_trace_filter()

@@ -15,6 +15,7 @@
 #include "relay/clock/clock.h"
 #include "relay/clock/clocksync.h"
 #include "relay/producer/ipc_host.h"
+#include "service/machine_ids.h"
 
 typedef struct tr_host tr_host;
 typedef struct tr_link_peer tr_link_peer; /* one agent connection, owned by link_server.c */
@@ -94,7 +95,10 @@ struct tr_host_clock_snapshot {
 
 struct tr_host {
   char name[65];                  /* machine name, from the agent's certificate */
-  uint32_t machine_id;            /* tr_machine_id(name) */
+  /* What traces call it, and its machine_id, tr_machine_id(trace_name): its name, or
+   * "NAME#K" when the ids of its name are another host's (service/machine_ids.h). */
+  char trace_name[TR_MACHINE_IDS_NAME_MAX + 1];
+  uint32_t machine_id;
   uint64_t agent_instance_id;     /* from Hello; a new one means the agent restarted */
   bool agent_said_goodbye;        /* the current instance ended a link with Goodbye(SHUTDOWN) */
   bool restarted_unclean;         /* the last Hello came from a new instance that replaced one

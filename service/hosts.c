@@ -17,6 +17,7 @@
 #include "relay/link/relay_frame.h"
 #include "relay/link/tls.h"
 #include "relay/base/tr_error.h"
+#include "service/machine_ids.h"
 
 /* What one agent instance reported in its latest AgentStats, summed over producers. */
 typedef struct agent_counters {
@@ -61,6 +62,7 @@ struct tr_hosts {
    * 10,000 records: a fifth of a starved root's samples). */
   host_rec **buckets;
   size_t num_buckets;
+  tr_machine_ids ids; /* the hosts' trace names and the ids made from them, kept unique */
 };
 
 static host_rec *rec_of(tr_host *h) { return (host_rec *)h; }
@@ -605,8 +607,9 @@ static int keep_system_info(tr_host *h, const Perfetto__Protos__SystemInfo *in) 
     perfetto__protos__system_info__init(info);
   if (info == NULL)
     return TR_ERR_NOMEM;
-  /* The certificate says who this is; whatever the agent wrote is dropped. */
-  int rc = dup_string(&info->machine_name, h->name);
+  /* The certificate says who this is, and the trace names it so that its ids are its own
+   * (machine_ids.h); whatever the agent wrote is dropped. */
+  int rc = dup_string(&info->machine_name, h->trace_name);
   if (rc < 0) {
     free_message(info);
     return rc;
@@ -706,6 +709,7 @@ void tr_hosts_free(tr_hosts *hs) {
     h = next;
   }
   free(hs->buckets);
+  tr_machine_ids_free(&hs->ids);
   free(hs);
 }
 
@@ -768,15 +772,23 @@ int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
   host_rec *r = calloc(1, sizeof *r);
   if (r == NULL)
     return TR_ERR_NOMEM;
-  int rc = tr_clocksync_init(&r->host.clock, NULL);
+  h = &r->host;
+  const char *collided;
+  int rc = tr_machine_ids_claim(&hs->ids, name, h->trace_name, &h->machine_id, &collided);
   if (rc < 0) {
     free(r);
     return rc;
   }
+  if ((rc = tr_clocksync_init(&h->clock, NULL)) < 0) {
+    tr_machine_ids_release(&hs->ids, h->trace_name);
+    free(r);
+    return rc;
+  }
   tr_relay_peer_init(&r->peer);
-  h = &r->host;
   snprintf(h->name, sizeof h->name, "%s", name);
-  h->machine_id = tr_machine_id(name);
+  if (collided != NULL)
+    TR_WARN("hosts", "the ids the trace would give %s collide with those of %s: its trace "
+            "names it %s (machine_id %u)", name, collided, h->trace_name, h->machine_id);
   r->ordinal = hs->made++;
   host_rec **b = bucket_of(hs, h->name);
   r->same_bucket = *b;

@@ -467,7 +467,7 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
 static void on_probe_answer(tr_link_peer *p, const Tracerelay__ClockProbe *a) {
   if (tr_clock_probe_answer(&p->ls->probes, &p->probe, a->probe_id, a->t2, a->t3, p->t4,
                             uv_now(p->ls->loop)) < 0)
-    tr_relay_link_protocol_error(p->link, "clock probe answer with t2/t3 out of range");
+    tr_relay_link_protocol_error(p->link, "clock probe answer with t2/t3 out of range or out of order");
   tick_sooner(p->ls);
 }
 
@@ -488,27 +488,36 @@ static void on_relayed_exchange(tr_link_peer *p, const Tracerelay__RelayedClockE
   const char *regional = tr_tls_uv_peer_name(tr_relay_link_conn(p->link));
   if (p->via == NULL) /* looked up once, not per exchange: the table is a list */
     p->via = tr_hosts_find(p->ls->hosts, regional);
-  tr_host *via = p->via;
+  struct tr_clocksync_probe ex;
+  int rc = tr_link_server_relayed_exchange(p->host, p->via, x, &ex);
+  if (rc == TR_ERR_PROTO) {
+    tr_relay_link_protocol_error(p->link, "relayed clock exchange with times missing or out of order");
+    return;
+  }
+  TR_DEBUG("link", "host %s: clock probe via %s t1 %lld t2 %lld t3 %lld%s t4 %lld: %s",
+           p->host->name, regional, (long long)ex.t1, (long long)ex.t2, (long long)ex.t3,
+           ex.t3_late ? " (late)" : "", (long long)ex.t4,
+           rc < 0 ? tr_strerror(rc) : "used");
+}
+
+int tr_link_server_relayed_exchange(tr_host *host, const tr_host *via,
+                                    const Tracerelay__RelayedClockExchange *x,
+                                    struct tr_clocksync_probe *ex) {
   struct tr_clocksync_probe in = {.t1 = (int64_t)x->t1, .t2 = (int64_t)x->t2,
                                   .t3 = (int64_t)x->t3, .t4 = (int64_t)x->t4,
                                   .t3_late = x->has_t3_late && x->t3_late};
   const uint64_t limit = 1ull << 62; /* as a probe's answer (relay/clock/clock_probe.h) */
+  *ex = in;
   if (!x->has_t1 || !x->has_t2 || !x->has_t3 || !x->has_t4 || x->t1 >= limit ||
-      x->t2 >= limit || x->t3 >= limit || x->t4 >= limit || in.t3 < in.t2 || in.t4 < in.t1) {
-    tr_relay_link_protocol_error(p->link, "relayed clock exchange with times missing or out of order");
-    return;
-  }
-  struct tr_clocksync_probe ex;
-  int rc = via != NULL && via->clock != NULL ? tr_clocksync_relay_exchange(via->clock, &in, &ex)
+      x->t2 >= limit || x->t3 >= limit || x->t4 >= limit || in.t3 < in.t2 || in.t4 < in.t1)
+    return TR_ERR_PROTO;
+  int rc = via != NULL && via->clock != NULL ? tr_clocksync_relay_exchange(via->clock, &in, ex)
                                              : TR_ERR_STATE;
-  if (rc == 0)
-    rc = tr_clocksync_add_probe(p->host->clock, &ex);
-  else
-    ex = in;
-  TR_DEBUG("link", "host %s: clock probe via %s t1 %lld t2 %lld t3 %lld%s t4 %lld: %s",
-           p->host->name, regional, (long long)ex.t1, (long long)in.t2, (long long)in.t3,
-           in.t3_late ? " (late)" : "", (long long)ex.t4,
-           rc < 0 ? tr_strerror(rc) : "used");
+  if (rc < 0) {
+    *ex = in;
+    return rc;
+  }
+  return tr_clocksync_add_probe(host->clock, ex);
 }
 
 static bool is_reannouncement(const Tracerelay__RelayFrame *f) {

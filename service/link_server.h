@@ -109,6 +109,14 @@ void tr_link_server_tls_stats(const tr_link_server *ls, struct tr_tls_uv_server_
 /* Closes the host's connection, if any, without a Goodbye: its agent reconnects and resumes.
  * For dropping a misbehaving agent, and for the link-loss tests. */
 void tr_link_server_disconnect(tr_host *host, const char *why);
+/* Tiers: a RelayedClockExchange a regional (via, its own host entry; NULL if unknown) measured
+ * with host, on the regional's clock: checked, mapped onto ours through via's estimate and
+ * added to host's (*ex: the exchange as used, or as received when it could not be). 0,
+ * TR_ERR_PROTO (a time missing, past 2^62 or out of order: the link's protocol error),
+ * TR_ERR_STATE (via not measured yet: skipped), or tr_clocksync_add_probe's refusal. */
+int tr_link_server_relayed_exchange(tr_host *host, const tr_host *via,
+                                    const Tracerelay__RelayedClockExchange *x,
+                                    struct tr_clocksync_probe *ex);
 /* Stops listening, says Goodbye (REASON_SHUTDOWN) to every agent and closes them; each gets
  * its host_disconnected event. The server is freed once the loop has closed everything; the
  * host table stays its owner's. */

@@ -26,8 +26,9 @@ static const char kHelp[] =
     "It speaks Perfetto's consumer protocol on a UNIX socket, so the real `perfetto` CLI\n"
     "(PERFETTO_CONSUMER_SOCK_NAME=PATH perfetto -c config -o out) and `tracerelay record` can\n"
     "start, stop and read sessions that span every host; the result is ONE Perfetto trace in\n"
-    "which each remote host's packets carry machine_id = FNV-1a(machine name) and each host\n"
-    "has its own SystemInfo. Per-host losses are in the trace's TraceStats.\n"
+    "which each remote host's packets carry machine_id = FNV-1a(machine name) (of NAME#K when\n"
+    "that is another host's, docs/timeline.md) and each host has its own SystemInfo. Per-host\n"
+    "losses are in the trace's TraceStats.\n"
     "\n"
     "  --listen ADDR:PORT     relay link address for agents (default " TR_SERVICE_DEFAULT_LISTEN
     ").\n"

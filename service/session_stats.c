@@ -23,7 +23,7 @@
 
 void tr_session_stats_fill_host(Tracerelay__HostStats *h, const tr_host *host, bool connected) {
   const tr_host_stats *st = &host->stats;
-  h->machine_name = (char *)host->name;
+  h->machine_name = (char *)host->trace_name; /* the name its packets are known by */
   h->has_machine_id = 1;
   h->machine_id = host->machine_id;
   h->has_connected = 1;

@@ -2,6 +2,7 @@
 #include "service/status.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "relay/clock/clock.h"
 #include "relay/clock/clocksync.h"
@@ -93,6 +94,8 @@ int tr_status_host(tr_service *svc, tr_host *host, uid_t viewer, uint8_t **out,
   hs.machine_name = host->name;
   hs.has_machine_id = 1;
   hs.machine_id = host->machine_id;
+  if (strcmp(host->trace_name, host->name) != 0)
+    hs.trace_machine_name = (char *)host->trace_name;
   hs.has_connected = 1;
   hs.connected = host->link != NULL;
   if (host->relayed_by[0] != '\0')

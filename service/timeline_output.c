@@ -112,7 +112,7 @@ static tl_host *host_state(tr_timeline_out *tl, size_t index) {
 
 static const tr_rewrite_host *rewrite_host(tl_host *th, const tr_host *host) {
   if (!th->rw_init) {
-    if (tr_rewrite_host_init(&th->rw, host->name, NULL, 0) < 0)
+    if (tr_rewrite_host_init(&th->rw, host->trace_name, NULL, 0) < 0)
       return NULL; /* cannot happen: certificate names are valid machine names */
     th->rw_init = true;
   }

@@ -134,7 +134,9 @@ int tr_clock_probe_answer(struct tr_clock_probe_sched *s, struct tr_clock_probe_
                           uint64_t now_ms) {
   if (p->state != TR_CLOCK_PROBE_SENT || probe_id != p->id)
     return 0; /* answered after we gave up on it, or twice */
-  if (t2 >= TS_LIMIT || t3 >= TS_LIMIT)
+  /* An answer sent before its probe arrived is no exchange: the estimator would refuse it,
+   * uncounted (fuzz_clock_frames found it passed through), as a relayed one is refused. */
+  if (t2 >= TS_LIMIT || t3 >= TS_LIMIT || t3 < t2)
     return TR_ERR_PROTO;
   p->ex.t1 = s->ops->sent_time(p->data, p->ex.t1); /* the kernel's, once there */
   p->ex.t2 = (int64_t)t2;

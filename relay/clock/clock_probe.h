@@ -12,7 +12,8 @@
  *   ends, or at a later tick.
  * - An answer or follow-up that does not match the probe in flight (another id, a repeat, a
  *   follow-up before its answer, anything after the timeout) is ignored; one that matches but
- *   carries a time outside [0, 2^62) is a protocol error, and the exchange stays as it was.
+ *   carries a time outside [0, 2^62), or an answer whose t3 is before its t2, is a protocol
+ *   error, and the exchange stays as it was.
  * - A probe unanswered for TR_CLOCK_PROBE_TIMEOUT_MS is forgotten at the next tick; its late
  *   answer is then ignored. An answer whose follow-up has not come TR_CLOCK_PROBE_FOLLOW_UP_MS
  *   after it is delivered at the next tick with its own t3 (a valid, looser bound: behind a

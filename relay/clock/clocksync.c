@@ -442,7 +442,10 @@ static int64_t map_at(const struct tr_clocksync *est, int64_t h) {
 static int64_t fit_bound(const struct fit *f, int64_t h, int64_t s) {
   double lag = (double)(s - h - f->base_off) - est_residue(f, h);
   double from_hbar = fabs((double)(h - f->h_ref) - f->hbar);
-  return (int64_t)ceil(f->half_rtt + f->drift_err * from_hbar + fabs(lag)) + 1;
+  double bound = ceil(f->half_rtt + f->drift_err * from_hbar + fabs(lag)) + 1;
+  /* Far from the samples (a host time an agent made up) the bound can pass what an int64
+   * holds: it saturates, never wraps negative (fuzz_clock_frames found the overflow). */
+  return bound < 0x1p62 ? (int64_t)bound : INT64_C(1) << 62;
 }
 
 static void push_knot(struct tr_clocksync *est, int64_t h, int64_t s) {

@@ -11,7 +11,10 @@
  * turns. A carried link
  * that ends is taken out of the array at once (later frames for its slot are dropped) and
  * hears on_closed in the same phases, never from inside the call that ended it. The carrier's
- * state lives apart from the link, as the two libuv handles close after it is gone. */
+ * state lives apart from the link, as the two libuv handles close after it is gone.
+ *
+ * Below relay_link.c: it calls nothing there by name, only the table of the link it serves
+ * (l->ops, relay_link_priv.h), and the transport (tls_uv.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +109,7 @@ static void reap_ended(tr_relay_carrier *c) {
     tr_relay_link *child = c->ended[--c->num_ended];
     child->ev->on_closed(child, child->end_reason,
                          child->end_reason != 0 ? "the peer ended it" : "closed by us");
-    tr_relay_link_free(child);
+    child->ops->free(child);
   }
 }
 
@@ -129,7 +132,7 @@ static void on_phase(tr_relay_carrier *c) {
   tr_relay_link *l = c->link;
   reap_ended(c);
   if (l != NULL && c->out.len > 0 && output_due(c))
-    tr_relay_link_wrote(l, tr_relay_carrier_flush(l));
+    l->ops->wrote(l, tr_relay_carrier_flush(l));
   if (c->num_ended == 0 && c->out.len == 0)
     phase_stop(c);
 }
@@ -207,7 +210,7 @@ static void end_child(tr_relay_link *child) {
           break;
         }
       child->ev->on_closed(child, child->end_reason, "closed");
-      tr_relay_link_free(child);
+      child->ops->free(child);
       return;
     }
     c->ended = grown;
@@ -229,9 +232,9 @@ int tr_relay_carried_write_frame(tr_relay_link *child, const Tracerelay__RelayFr
   int rc = tr_relay_frame_encode(&marked, child->max_out + SLOT_OVERHEAD, &buf, &len);
   if (rc < 0)
     return rc;
-  rc = tr_relay_link_write(l, buf, len);
+  rc = tr_relay_carrier_write(l, buf, len);
   free(buf);
-  return tr_relay_link_wrote(l, rc);
+  return l->ops->wrote(l, rc);
 }
 
 int tr_relay_carried_send(tr_relay_link *child, const Tracerelay__RelayFrame *f) {
@@ -259,7 +262,7 @@ static tr_relay_link *new_child(tr_relay_link *l, uint64_t slot,
   struct tr_relay_link_opts opts = l->opts;
   opts.label = NULL;
   opts.pause_read_above = 0;
-  tr_relay_link *child = tr_relay_link_alloc(&opts, ev, data);
+  tr_relay_link *child = l->ops->alloc(&opts, ev, data);
   if (child == NULL)
     return NULL;
   child->parent = l;
@@ -272,7 +275,7 @@ static tr_relay_link *new_child(tr_relay_link *l, uint64_t slot,
   snprintf(child->label + n, sizeof child->label - (size_t)n, "%.*s",
            (int)(sizeof child->label - (size_t)n - 1), l->label);
   if (slot_add(c, child) < 0) {
-    tr_relay_link_free(child);
+    child->ops->free(child);
     return NULL;
   }
   c->last_slot = slot;
@@ -315,13 +318,15 @@ static tr_relay_link *child_for(tr_relay_link *l, uint64_t slot) {
   if (child != NULL || c->accept_ev == NULL || slot <= c->last_slot)
     return child;
   if (c->num_slots >= c->max_slots) {
-    tr_relay_link_protocol_error(l, "slot %llu opened while %zu are open, the most this side "
-                                 "takes", (unsigned long long)slot, c->num_slots);
+    char text[160];
+    snprintf(text, sizeof text, "protocol error: slot %llu opened while %zu are open, the most "
+             "this side takes", (unsigned long long)slot, c->num_slots);
+    l->ops->close(l, TRACERELAY__GOODBYE__REASON__REASON_PROTOCOL_ERROR, text);
     return NULL;
   }
   child = new_child(l, slot, c->accept_ev, c->accept_data);
   if (child == NULL) {
-    tr_relay_link_close(l, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED, "out of memory");
+    l->ops->close(l, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED, "out of memory");
     return NULL;
   }
   if (child->ev->on_open != NULL)
@@ -424,7 +429,7 @@ void tr_relay_carrier_end(tr_relay_link *l, int reason, const char *why) {
     }
     child->ev->on_closed(child, reason != 0 ? reason : TR_ERR_CLOSED,
                          reason != 0 ? why : "its carrier was closed by this side");
-    tr_relay_link_free(child);
+    child->ops->free(child);
   }
   reap_ended(c); /* any that on_closed ended */
   free(c->slots);

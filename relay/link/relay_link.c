@@ -4,8 +4,8 @@
  * through its tr_relay_link_events. The link is allocated before the connection is shown to
  * the end (at connect, or at accept once the handshake is done) and freed after on_closed,
  * which tls_uv's on_close brings: the only place a link ends. A carrier, and the links it
- * carries, are relay_carrier.c's: here each call that differs for a carried link hands it
- * there. */
+ * carries, are relay_carrier.c's, below this file: here each call that differs for a carried
+ * link hands it there, and the carrier calls back only through link_ops (relay_link_priv.h). */
 #include "relay/link/relay_link.h"
 #include "relay/link/relay_link_priv.h"
 
@@ -27,8 +27,10 @@ struct tr_relay_link_listener {
   void *data;
 };
 
-tr_relay_link *tr_relay_link_alloc(const struct tr_relay_link_opts *opts,
-                                   const struct tr_relay_link_events *ev, void *data) {
+static const struct tr_relay_link_ops link_ops;
+
+static tr_relay_link *link_alloc(const struct tr_relay_link_opts *opts,
+                                 const struct tr_relay_link_events *ev, void *data) {
   tr_relay_link *l = calloc(1, sizeof *l);
   if (l == NULL)
     return NULL;
@@ -36,6 +38,7 @@ tr_relay_link *tr_relay_link_alloc(const struct tr_relay_link_opts *opts,
     free(l);
     return NULL;
   }
+  l->ops = &link_ops;
   l->ev = ev;
   l->data = data;
   l->opts = *opts;
@@ -48,7 +51,7 @@ tr_relay_link *tr_relay_link_alloc(const struct tr_relay_link_opts *opts,
   return l;
 }
 
-void tr_relay_link_free(tr_relay_link *l) {
+static void link_free(tr_relay_link *l) {
   tr_frame_reader_free(&l->reader);
   tr_byte_buf_free(&l->stash);
   free(l);
@@ -132,12 +135,15 @@ void tr_relay_link_hang_up(tr_relay_link *l) {
 
 /* ---- writing ---- */
 
-int tr_relay_link_write(tr_relay_link *l, const uint8_t *buf, size_t len) {
+/* The bytes of a whole encoded frame (header included) onto l's connection; for a carrier
+ * through its gathered output. The bytes now queued, or an error (tls_uv's write). */
+static int link_write(tr_relay_link *l, const uint8_t *buf, size_t len) {
   return l->carrier != NULL ? tr_relay_carrier_write(l, buf, len)
                             : tr_tls_uv_write(l->conn, buf, len);
 }
 
-int tr_relay_link_wrote(tr_relay_link *l, int rc) {
+/* What a write returned, as the link takes it (struct tr_relay_link_ops, wrote). */
+static int link_wrote(tr_relay_link *l, int rc) {
   if (rc == TR_ERR_FULL)
     tr_relay_link_close(l, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
                         "the %s does not read what we send (%zu bytes queued)",
@@ -152,6 +158,14 @@ int tr_relay_link_wrote(tr_relay_link *l, int rc) {
   }
   return 0;
 }
+
+static void link_close_text(tr_relay_link *l, Tracerelay__Goodbye__Reason reason,
+                            const char *text) {
+  tr_relay_link_close(l, reason, "%s", text);
+}
+
+static const struct tr_relay_link_ops link_ops = {
+    .alloc = link_alloc, .free = link_free, .wrote = link_wrote, .close = link_close_text};
 
 int tr_relay_link_send_stamped(tr_relay_link *l, const Tracerelay__RelayFrame *f,
                                int64_t *sent_ns) {
@@ -168,12 +182,12 @@ int tr_relay_link_send_stamped(tr_relay_link *l, const Tracerelay__RelayFrame *f
   if (rc < 0)
     return rc;
   if (sent_ns != NULL && l->carrier != NULL) /* at once, after what was gathered */
-    rc = tr_relay_link_wrote(l, tr_relay_carrier_flush(l));
+    rc = link_wrote(l, tr_relay_carrier_flush(l));
   if (rc == 0)
     rc = sent_ns != NULL ? tr_tls_uv_write_stamped(l->conn, buf, len, sent_ns)
-                         : tr_relay_link_write(l, buf, len);
+                         : link_write(l, buf, len);
   free(buf);
-  return tr_relay_link_wrote(l, rc);
+  return link_wrote(l, rc);
 }
 
 int tr_relay_link_send(tr_relay_link *l, const Tracerelay__RelayFrame *f) {
@@ -185,7 +199,7 @@ int tr_relay_link_send_encoded(tr_relay_link *l, const uint8_t *frame, size_t le
     return TR_ERR_UNSUPPORTED;
   if (l->closing)
     return TR_ERR_CLOSED;
-  return tr_relay_link_wrote(l, tr_relay_link_write(l, frame, len));
+  return link_wrote(l, link_write(l, frame, len));
 }
 
 int tr_relay_link_send_heartbeat(tr_relay_link *l, bool at_once) {
@@ -332,7 +346,7 @@ static void on_tls_connect(tr_tls_uv_conn *conn) { open_link(tr_tls_uv_get_data(
 /* A server connection passed its handshake: until now its data was the listener. */
 static void on_tls_accept(tr_tls_uv_conn *conn) {
   tr_relay_link_listener *ls = tr_tls_uv_get_data(conn);
-  tr_relay_link *l = tr_relay_link_alloc(&ls->opts, ls->ev, ls->data);
+  tr_relay_link *l = link_alloc(&ls->opts, ls->ev, ls->data);
   if (l == NULL) {
     TR_WARN("link", "out of memory: dropping the connection of %s", tr_tls_uv_peer_name(conn));
     tr_tls_uv_set_data(conn, NULL);
@@ -394,7 +408,7 @@ static void on_tls_close(tr_tls_uv_conn *conn, int reason, const char *why) {
   if (l->carrier != NULL) /* the links it carries end first */
     tr_relay_carrier_end(l, reason, why);
   l->ev->on_closed(l, reason, why);
-  tr_relay_link_free(l);
+  link_free(l);
 }
 
 static const struct tr_tls_uv_callbacks connect_callbacks = {
@@ -410,13 +424,13 @@ int tr_relay_link_connect(uv_loop_t *loop, tr_tls_config *cfg, const char *serve
                           const struct sockaddr *addr, const struct tr_relay_link_opts *opts,
                           const struct tr_relay_link_events *ev, void *data,
                           tr_relay_link **out) {
-  tr_relay_link *l = tr_relay_link_alloc(opts, ev, data);
+  tr_relay_link *l = link_alloc(opts, ev, data);
   if (l == NULL)
     return TR_ERR_NOMEM;
   int rc = tr_tls_uv_connect(loop, cfg, server_name, addr, &opts->tls, &connect_callbacks, l,
                              &l->conn);
   if (rc < 0) {
-    tr_relay_link_free(l);
+    link_free(l);
     return rc;
   }
   *out = l;

@@ -1,6 +1,12 @@
 /* relay_link_priv.h: what relay_link.c (links over a connection) and relay_carrier.c
  * (carriers and the links they carry) share of a link. Not for the ends: they use
- * relay_link.h. */
+ * relay_link.h.
+ *
+ * The two call each other one way by name: relay_link.c calls the carrier functions below, and
+ * relay_carrier.c reaches back up only through struct tr_relay_link_ops, the table every link
+ * carries (relay_link.c's own, set by its allocation). So relay/link reads bottom-up
+ * (relay_carrier.c under relay_link.c), and the carrier runs without relay_link.c behind a table
+ * of a test's (tests/unit/test_relay_carrier_alone.c). */
 #ifndef TR_RELAY_LINK_PRIV_H
 #define TR_RELAY_LINK_PRIV_H
 
@@ -10,8 +16,24 @@
 
 typedef struct tr_relay_carrier tr_relay_carrier;
 
+/* What a carrier asks of the link code above it. */
+struct tr_relay_link_ops {
+  /* A new link (a carried one: the carrier sets its slot and state), or NULL. */
+  tr_relay_link *(*alloc)(const struct tr_relay_link_opts *opts,
+                          const struct tr_relay_link_events *ev, void *data);
+  /* Frees a link that heard on_closed. */
+  void (*free)(tr_relay_link *l);
+  /* What a write to the link's connection returned (tls_uv's write: the bytes now queued, or
+   * an error), as the link takes it: a full queue closes it as overloaded, a long queue pauses
+   * reading. 0 or the error. */
+  int (*wrote)(tr_relay_link *l, int rc);
+  /* The link's one close path (tr_relay_link_close) with the whole text. */
+  void (*close)(tr_relay_link *l, Tracerelay__Goodbye__Reason reason, const char *text);
+};
+
 struct tr_relay_link {
   tr_tls_uv_conn *conn; /* NULL for a carried link: its carrier's is used */
+  const struct tr_relay_link_ops *ops;
   const struct tr_relay_link_events *ev;
   void *data;
   struct tr_relay_link_opts opts; /* opts.label is NULL: label[] holds it */
@@ -40,17 +62,6 @@ struct tr_relay_link {
   bool touched;          /* frames of the carrier's read being processed came for it */
   tr_relay_link *next_touched;
 };
-
-/* relay_link.c's, for carried links. */
-tr_relay_link *tr_relay_link_alloc(const struct tr_relay_link_opts *opts,
-                                   const struct tr_relay_link_events *ev, void *data);
-void tr_relay_link_free(tr_relay_link *l);
-/* The bytes of a whole encoded frame (header included) onto l's connection; for a carrier
- * through its gathered output. The bytes now queued, or an error (tls_uv's write). */
-int tr_relay_link_write(tr_relay_link *l, const uint8_t *buf, size_t len);
-/* What a write returned, as the link takes it: a full queue closes l as overloaded, a long
- * queue pauses reading. 0 or the error. */
-int tr_relay_link_wrote(tr_relay_link *l, int rc);
 
 /* relay_carrier.c's, for relay_link.c. */
 /* A decoded frame with a slot came on carrier l: to its carried link (taken). len: its size. */

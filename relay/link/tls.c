@@ -364,7 +364,8 @@ fail:
 }
 
 tr_tls_config *tr_tls_config_ref(tr_tls_config *cfg) {
-  cfg->refs++;
+  if (cfg != NULL) /* as unref: none, for an end over a transport without TLS (fuzz/) */
+    cfg->refs++;
   return cfg;
 }
 

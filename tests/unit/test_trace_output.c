@@ -105,6 +105,7 @@ static void setup(struct fixture *f, enum tr_timeline timeline) {
   assert_int_equal(tr_trace_output_new(&p, -1, &f->out, err, sizeof err), 0);
   for (size_t h = 0; h < 2; h++) {
     snprintf(f->hosts[h].name, sizeof f->hosts[h].name, "host-%zu", h);
+    snprintf(f->hosts[h].trace_name, sizeof f->hosts[h].trace_name, "host-%zu", h);
     f->hosts[h].machine_id = 100 + (uint32_t)h;
     for (size_t b = 0; b < NUM_BUFFERS; b++)
       assert_int_equal(tr_tbuf_new(64 * 1024, TR_TBUF_RING_BUFFER, &f->tbufs[h][b]), 0);

@@ -431,6 +431,12 @@ static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) 
     if (ext->tracerelay_hosts[i]->relayed_by)
       fprintf(out, "%s is relayed by the regional %s\n", ext->tracerelay_hosts[i]->machine_name,
               ext->tracerelay_hosts[i]->relayed_by);
+  for (size_t i = 0; i < ext->n_tracerelay_hosts; i++) /* machine ids (docs/timeline.md) */
+    if (ext->tracerelay_hosts[i]->trace_machine_name)
+      fprintf(out, "%s is %s in traces (machine_id %u): the ids of its name are another host's\n",
+              ext->tracerelay_hosts[i]->machine_name,
+              ext->tracerelay_hosts[i]->trace_machine_name,
+              ext->tracerelay_hosts[i]->machine_id);
 }
 
 /* ---- JSON ---- */
@@ -492,6 +498,10 @@ static void print_json(FILE *out, const ServiceState *st, const StatusExt *ext) 
     if (h->relayed_by) {
       fputs(",\"relayed_by\":", out);
       json_str(out, h->relayed_by);
+    }
+    if (h->trace_machine_name) {
+      fputs(",\"trace_machine_name\":", out);
+      json_str(out, h->trace_machine_name);
     }
     if (h->regional_upstream_state) {
       fputs(",\"regional_upstream_state\":", out);
