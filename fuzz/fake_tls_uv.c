@@ -144,6 +144,11 @@ bool tr_tls_uv_sent_time_pending(tr_tls_uv_conn *c, int64_t sent_ns) {
 const char *tr_tls_uv_ciphersuite(const tr_tls_uv_conn *c) { (void)c; return "fake"; }
 const char *tr_tls_uv_peer_name(const tr_tls_uv_conn *c) { (void)c; return "regional-a"; }
 const char *tr_tls_uv_peer_address(const tr_tls_uv_conn *c) { (void)c; return "192.0.2.1:7393"; }
+/* No TLS session behind a fake connection: reloads and expiry checks skip it. */
+const tr_tls_session *tr_tls_uv_session(const tr_tls_uv_conn *c) {
+  (void)c;
+  return NULL;
+}
 void *tr_tls_uv_get_data(const tr_tls_uv_conn *c) { return c->data; }
 void tr_tls_uv_set_data(tr_tls_uv_conn *c, void *data) { c->data = data; }
 uv_loop_t *tr_tls_uv_loop(const tr_tls_uv_conn *c) { return c->loop; }
