@@ -74,7 +74,9 @@ phase() {
   cluster_tree_direct $direct
   for h in $old; do CLUSTER_BIN_OF[$h]=$OLD; done
   local allow=()
-  for h in "${!CLUSTER_REGIONAL_OF[@]}"; do allow+=(--relay-allow "${CLUSTER_REGIONAL_OF[$h]}=$h"); done
+  for h in "${!CLUSTER_REGIONAL_OF[@]}"; do
+    allow+=(--relay-allow "${CLUSTER_REGIONAL_OF[$h]}=$h")
+  done
   cluster_start_service "${allow[@]}" || { fail "$name: the root did not start"; exit 1; }
   for r in "${CLUSTER_REGIONALS[@]}"; do
     cluster_start_regional "$r" || { fail "$name: regional $r did not start"; exit 1; }
@@ -149,7 +151,8 @@ phase() {
     # A new root says why a new agent behind an old regional goes without.
     if [ "$root_new" = 1 ] && [ -n "$via" ] && [ -n "${CLUSTER_BIN_OF[$via]:-}" ] &&
        [ -z "${CLUSTER_BIN_OF[$h]:-}" ]; then
-      grep -q "host $h: its regional $via does not pass on features $TRIGGERS" "$WORK/service.log" ||
+      grep -q "host $h: its regional $via does not pass on features $TRIGGERS" \
+        "$WORK/service.log" ||
         fail "$name: the root did not log why $h goes without triggers"
     fi
     is_regional "$h" && continue
@@ -161,14 +164,15 @@ phase() {
       grep -q "trigger \"upgrade-probe\" of producer app-$h sent to the service" "$log" ||
         fail "$name: $h's trigger was not sent: $(grep trigger "$log")"
     else
-      grep -Eq "trigger \"upgrade-probe\" of producer app-$h is lost: .*does not take triggers.*upgrade" "$log" ||
+      grep -Eq "\"upgrade-probe\" of producer app-$h is lost: .*does not take triggers.*upgrade" \
+        "$log" ||
         fail "$name: $h's trigger is not logged lost with its reason: $(grep trigger "$log")"
     fi
   done
-  local f
+  local f bad="protocol error|does not decode|without the feature|refus|not authorized"
+  bad+="|upgrade it first"
   for f in "$WORK"/*.log; do
-    ! grep -Eiq "protocol error|does not decode|without the feature|refus|not authorized|upgrade it first" "$f" ||
-      fail "$name: $(basename "$f"): $(grep -Eim3 "protocol error|does not decode|without the feature|refus|not authorized|upgrade it first" "$f")"
+    ! grep -Eiq "$bad" "$f" || fail "$name: $(basename "$f"): $(grep -Eim3 "$bad" "$f")"
     ! grep -Eq "ERROR: (Address|Leak)Sanitizer|runtime error:" "$f" ||
       fail "$name: sanitizer report in $(basename "$f")"
   done
