@@ -146,8 +146,9 @@ phase() {
     [ -n "${CLUSTER_BIN_OF[$h]:-}" ] && kind=old
     echo "$name: $h ($kind agent${via:+, via $via})" \
       "triggers negotiated: root says $at_root, agent says $at_agent, want $want"
-    [ "$at_root" = "$want" ] && [ "$at_agent" = "$want" ] ||
+    if [ "$at_root" != "$want" ] || [ "$at_agent" != "$want" ]; then
       fail "$name: $h: FEATURE_TRIGGERS negotiated root=$at_root agent=$at_agent, want $want"
+    fi
     # A new root says why a new agent behind an old regional goes without.
     if [ "$root_new" = 1 ] && [ -n "$via" ] && [ -n "${CLUSTER_BIN_OF[$via]:-}" ] &&
        [ -z "${CLUSTER_BIN_OF[$h]:-}" ]; then
