@@ -55,9 +55,9 @@ if ! git -C "$SRC" cat-file -e "$COMMIT^{commit}" 2>/dev/null; then
 fi
 
 TMP=$(mktemp -d /tmp/tracerelay-release.XXXXXX)
+# Only our worktree is removed: `git worktree prune` would touch the clone's other worktrees.
 cleanup() {
   git -C "$SRC" worktree remove --force "$TMP/src" 2>/dev/null || true
-  git -C "$SRC" worktree prune 2>/dev/null || true
   rm -rf "$TMP"
 }
 trap cleanup EXIT
