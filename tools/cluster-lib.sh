@@ -153,19 +153,22 @@ cluster_hosts() {
   done
 }
 
-# link_to_service N: host N's namespace, linked to the service's by a veth (10.200.N.0/24:
-# service .1, host .2).
-link_to_service() {
-  local i=$1 svc ns a b
-  svc=$(svc_ns); ns=$(host_ns "$i")
-  a="tr${CLUSTER_ID}s$i"; b="tr${CLUSTER_ID}h$i"
+# ns_linked UP NS UP_IF NS_IF NET: makes namespace NS, linked to namespace UP by a veth (UP_IF
+# in UP holds NET.1/24, NS_IF in NS NET.2/24).
+ns_linked() {
+  local up=$1 ns=$2 a=$3 b=$4 net=$5
   ip netns add "$ns"; CLUSTER_NETNS+=("$ns")
   ip -n "$ns" link set lo up
-  ip link add "$a" netns "$svc" type veth peer name "$b" netns "$ns"
-  ip -n "$svc" addr add "10.200.$i.1/24" dev "$a"
-  ip -n "$ns" addr add "10.200.$i.2/24" dev "$b"
-  ip -n "$svc" link set "$a" up
+  ip link add "$a" netns "$up" type veth peer name "$b" netns "$ns"
+  ip -n "$up" addr add "$net.1/24" dev "$a"
+  ip -n "$ns" addr add "$net.2/24" dev "$b"
+  ip -n "$up" link set "$a" up
   ip -n "$ns" link set "$b" up
+}
+
+# link_to_service N: host N's namespace, linked to the service's (10.200.N.0/24).
+link_to_service() {
+  ns_linked "$(svc_ns)" "$(host_ns "$1")" "tr${CLUSTER_ID}s$1" "tr${CLUSTER_ID}h$1" "10.200.$1"
 }
 
 wait_for_socket() { # wait_for_socket PATH PID: up to 10 s
@@ -252,32 +255,19 @@ cluster_tree() {
     CLUSTER_SERVICE_VIA[$h]=$(regional_addr_for "$h"):$(regional_port "${CLUSTER_REGIONAL_OF[$h]}")
   done
   [ "$USE_NETNS" = 1 ] || return 0
-  local svc ns rns a b
+  local svc
   svc=$(svc_ns)
   ip netns add "$svc"; CLUSTER_NETNS+=("$svc")
   ip -n "$svc" link set lo up
   for r in "${regionals[@]}"; do
-    ri=$(regional_index "$r"); ns=$(host_ns "$(host_index "$r")")
-    a="tr${CLUSTER_ID}u$ri"; b="tr${CLUSTER_ID}r$ri"
-    ip netns add "$ns"; CLUSTER_NETNS+=("$ns")
-    ip -n "$ns" link set lo up
-    ip link add "$a" netns "$svc" type veth peer name "$b" netns "$ns"
-    ip -n "$svc" addr add "10.201.$ri.1/24" dev "$a"
-    ip -n "$ns" addr add "10.201.$ri.2/24" dev "$b"
-    ip -n "$svc" link set "$a" up
-    ip -n "$ns" link set "$b" up
+    ri=$(regional_index "$r")
+    ns_linked "$svc" "$(host_ns "$(host_index "$r")")" "tr${CLUSTER_ID}u$ri" "tr${CLUSTER_ID}r$ri" \
+      "10.201.$ri"
   done
   for h in "${hosts[@]}"; do
-    i=$(host_index "$h"); ns=$(host_ns "$i")
-    rns=$(host_ns "$(host_index "${CLUSTER_REGIONAL_OF[$h]}")")
-    a="tr${CLUSTER_ID}d$i"; b="tr${CLUSTER_ID}h$i"
-    ip netns add "$ns"; CLUSTER_NETNS+=("$ns")
-    ip -n "$ns" link set lo up
-    ip link add "$a" netns "$rns" type veth peer name "$b" netns "$ns"
-    ip -n "$rns" addr add "10.202.$i.1/24" dev "$a"
-    ip -n "$ns" addr add "10.202.$i.2/24" dev "$b"
-    ip -n "$rns" link set "$a" up
-    ip -n "$ns" link set "$b" up
+    i=$(host_index "$h")
+    ns_linked "$(host_ns "$(host_index "${CLUSTER_REGIONAL_OF[$h]}")")" "$(host_ns "$i")" \
+      "tr${CLUSTER_ID}d$i" "tr${CLUSTER_ID}h$i" "10.202.$i"
   done
 }
 
