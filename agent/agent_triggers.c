@@ -30,9 +30,8 @@ static int send_one(tr_link_client *lc, const struct tr_agent_trigger *h) {
     return 1;
   if (rc == TR_ERR_UNSUPPORTED)
     TR_WARN(COMP,
-            "trigger \"%s\" of producer %s is lost: the service does not take "
-            "triggers "
-            "(upgrade it)",
+            "trigger \"%s\" of producer %s is lost: the service, or a regional between it "
+            "and this agent, does not take triggers (a tracerelay older than 0.3.0: upgrade it)",
             h->name, h->producer_name);
   else if (rc < 0)
     TR_WARN(COMP, "trigger \"%s\" of producer %s is lost: %s", h->name, h->producer_name,

@@ -61,6 +61,9 @@ struct tr_link_peer {
   /* A regional's carrier (FEATURE_MULTIPLEX): speaks for no host; the links it carries, one
    * per relayed host, are peers of their own (accepted as its slots open). */
   bool carrier;
+  /* A carried link: the TR_RELAY_FEATURES_CARRIED its carrier's Welcome accepted, those its
+   * regional passes on; 0 on any other link (a regional's link without a carrier is older). */
+  uint64_t carried_features;
   tr_host *via; /* the regional's own host entry, once known (entries live as long as we do) */
   /* A carrier: the regional's drift last told (UpstreamSessions), and whether any was. */
   bool drift_told;
@@ -236,7 +239,7 @@ static const char *hello_name(tr_link_peer *p, const Tracerelay__Hello *hello) {
   return host;
 }
 
-static const struct tr_relay_link_events link_events;
+static const struct tr_relay_link_events link_events, carried_events;
 
 /* Our estimate of a carrier's regional's clock drift, once its own host (its embedded agent,
  * under the same certificate) has been measured. */
@@ -301,16 +304,18 @@ static void on_carrier_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   }
   /* Room for the slots of hosts refused for --max-agents (on_hello: OVERLOADED, on their
    * slot) beside those it serves: only more than that ends the carrier. */
-  if (tr_relay_link_carry(p->link, &link_events, ls, 2 * ls->max_agents) < 0) {
+  if (tr_relay_link_carry(p->link, &carried_events, p, 2 * ls->max_agents) < 0) {
     tr_relay_link_close(p->link, TRACERELAY__GOODBYE__REASON__REASON_OVERLOADED,
                         "out of memory");
     return;
   }
   p->carrier = true;
+  p->features =
+      TR_RELAY_FEATURE_MULTIPLEX | (hello->features & ls->features & TR_RELAY_FEATURES_CARRIED);
   tr_relay_link_established(p->link, max_frame);
   Tracerelay__Welcome w = TRACERELAY__WELCOME__INIT;
   w.has_features = w.has_service_instance_id = w.has_max_frame_bytes = 1;
-  w.features = TR_RELAY_FEATURE_MULTIPLEX;
+  w.features = p->features;
   w.service_instance_id = ls->instance_id;
   w.max_frame_bytes = (uint32_t)tr_relay_link_max_in(p->link);
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
@@ -319,8 +324,9 @@ static void on_carrier_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
   if (tr_relay_link_send(p->link, &f) < 0)
     return;
   send_sessions(p, ls->ev->any_session(ls->svc));
-  TR_INFO("link", "regional %s carries its hosts on one link from %s (%s)", cert,
-          tr_tls_uv_peer_address(conn), tr_tls_uv_ciphersuite(conn));
+  TR_INFO("link", "regional %s carries its hosts on one link from %s (%s, features %#llx)", cert,
+          tr_tls_uv_peer_address(conn), tr_tls_uv_ciphersuite(conn),
+          (unsigned long long)p->features);
 }
 
 static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
@@ -370,11 +376,19 @@ static void on_hello(tr_link_peer *p, const Tracerelay__Hello *hello) {
     return;
   }
   tr_relay_link_established(p->link, max_frame);
-  p->features = tr_relay_features_negotiate(
-      p->relayed ? (ls->features & ~(TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)) |
-                       TR_RELAY_FEATURE_RELAYED_CLOCKS
-                 : ls->features,
-      hello->features);
+  uint64_t ours = ls->features;
+  if (p->relayed) {
+    ours = (ours & ~(TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP)) |
+           TR_RELAY_FEATURE_RELAYED_CLOCKS;
+    uint64_t withheld = hello->features & ours & TR_RELAY_FEATURES_CARRIED & ~p->carried_features;
+    if (withheld)
+      TR_INFO("link", "host %s: its regional %s does not pass on features %#llx (a tracerelay "
+              "older than this service): not used on its link until the regional is upgraded",
+              name, tr_tls_uv_peer_name(tr_relay_link_conn(p->link)),
+              (unsigned long long)withheld);
+    ours &= ~withheld;
+  }
+  p->features = tr_relay_features_negotiate(ours, hello->features);
   p->host = host;
   tr_hosts_link_up(host, p, tr_clock_boottime_ns(),
                    p->relayed ? tr_tls_uv_peer_name(tr_relay_link_conn(p->link)) : NULL);
@@ -686,13 +700,12 @@ static void maybe_free_server(tr_link_server *ls) {
   free(ls);
 }
 
-static void on_open(tr_relay_link *link) {
-  tr_link_server *ls = tr_relay_link_data(link);
+static tr_link_peer *peer_open(tr_relay_link *link, tr_link_server *ls) {
   tr_link_peer *p = calloc(1, sizeof *p);
   tr_relay_link_set_data(link, p);
   if (p == NULL) {
     tr_relay_link_close(link, TRACERELAY__GOODBYE__REASON__REASON_UNSPECIFIED, "out of memory");
-    return;
+    return NULL;
   }
   p->ls = ls;
   p->link = link;
@@ -701,6 +714,18 @@ static void on_open(tr_relay_link *link) {
   if (p->next != NULL)
     p->next->prev = p;
   ls->peers = p;
+  return p;
+}
+
+static void on_open(tr_relay_link *link) { peer_open(link, tr_relay_link_data(link)); }
+
+/* A slot a regional opened on its carrier (the carrier's peer is the link's data until now; it
+ * outlives the slot: a carrier's links are closed before it). */
+static void on_carried_open(tr_relay_link *link) {
+  tr_link_peer *carrier = tr_relay_link_data(link);
+  tr_link_peer *p = peer_open(link, carrier->ls);
+  if (p != NULL)
+    p->carried_features = carrier->features & TR_RELAY_FEATURES_CARRIED;
 }
 
 /* The link cannot send any more: no probe may be scheduled for it (clock_probe.h). */
@@ -738,6 +763,9 @@ static void on_closed(tr_relay_link *link, int reason, const char *why) {
 static const struct tr_relay_link_events link_events = {
     .on_open = on_open, .on_read = on_read, .on_frame = on_frame, .on_read_done = on_read_done,
     .on_closing = on_closing, .on_closed = on_closed};
+static const struct tr_relay_link_events carried_events = {
+    .on_open = on_carried_open, .on_read = on_read, .on_frame = on_frame,
+    .on_read_done = on_read_done, .on_closing = on_closing, .on_closed = on_closed};
 
 /* ---- timers: heartbeats and clock probes ---- */
 

@@ -21,6 +21,9 @@
  * 100 with 15 (bench/README.md). Nothing on it is timed by its arrival: the regional's
  * own clock is probed on its own link, and relayed clock exchanges carry their times. */
 #define LINGER_MS 15
+/* Offered in our carrier Hello: multiplexing, and the agents' features whose frames we pass on
+ * (TR_RELAY_FEATURES_CARRIED): an upstream grants our hosts only those it accepted here. */
+#define CARRIER_FEATURES (TR_RELAY_FEATURE_MULTIPLEX | TR_RELAY_FEATURES_CARRIED)
 
 enum state { IDLE, RESOLVING, CONNECTING, WELCOMED };
 
@@ -90,7 +93,7 @@ static void went_down(tr_upstream_carrier *c, int reason, const char *why) {
 static void carrier_open(tr_relay_link *l) {
   Tracerelay__Hello h = TRACERELAY__HELLO__INIT;
   h.has_features = h.has_max_frame_bytes = h.has_agent_instance_id = 1;
-  h.features = TR_RELAY_FEATURE_MULTIPLEX;
+  h.features = CARRIER_FEATURES;
   getrandom(&h.agent_instance_id, sizeof h.agent_instance_id, 0);
   h.max_frame_bytes = (uint32_t)tr_relay_link_max_in(l);
   Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
@@ -107,7 +110,7 @@ static void carrier_welcome(tr_upstream_carrier *c, const Tracerelay__Welcome *w
                         "this regional): upgrade it first", c->host, c->port);
     return;
   }
-  if (tr_relay_features_check(TR_RELAY_FEATURE_MULTIPLEX, w->features) < 0 || max == 0) {
+  if (tr_relay_features_check(CARRIER_FEATURES, w->features) < 0 || max == 0) {
     tr_relay_link_protocol_error(c->link, "carrier Welcome with features %#llx, max_frame_bytes "
                                  "%u", (unsigned long long)w->features, w->max_frame_bytes);
     return;
@@ -123,8 +126,9 @@ static void carrier_welcome(tr_upstream_carrier *c, const Tracerelay__Welcome *w
   c->failures = 0;
   c->wanted = false;
   c->connects++;
-  TR_INFO(COMP, "carrier to the upstream %s:%s up (%s): every agent's link rides on it",
-          c->host, c->port, tr_tls_uv_ciphersuite(tr_relay_link_conn(c->link)));
+  TR_INFO(COMP, "carrier to the upstream %s:%s up (%s, features %#llx): every agent's link "
+          "rides on it", c->host, c->port, tr_tls_uv_ciphersuite(tr_relay_link_conn(c->link)),
+          (unsigned long long)w->features);
   c->ev->up(c->data);
 }
 

@@ -20,6 +20,8 @@
 # saying where; TR_KEEP_WORK=1 keeps it always. A given WORKDIR alone is never removed.
 # TR_WRAP (e.g. "valgrind --log-file=/tmp/vg.%p") prefixes the service and agent commands
 # (tools/valgrind.sh); the wrapper must exec or be the daemon, so that its PID is the daemon's.
+# Mixed versions (test_upgrade.sh): CLUSTER_BIN_OF[NAME]=DIR runs host NAME's agent, loadgens or
+# regional from DIR instead of the cluster's bin dir, CLUSTER_SERVICE_BIN=DIR the service.
 
 CLUSTER_PIDS=()
 # The order cluster_cleanup stops them in: producers, agents, whatever else (proxies, load),
@@ -29,6 +31,8 @@ declare -gA CLUSTER_STOP_STEP=()
 CLUSTER_NETNS=()
 CLUSTER_HOSTS=()
 declare -gA CLUSTER_SERVICE_VIA=() # host name -> HOST:PORT its agent dials instead (a proxy)
+declare -gA CLUSTER_BIN_OF=()      # host name -> bin dir of its agent, loadgens, regional
+CLUSTER_SERVICE_BIN=               # bin dir of the service (default: the cluster's)
 
 cluster_log() { printf '[cluster] %s\n' "$*" >&2; }
 
@@ -120,6 +124,7 @@ in_ns() { # in_ns NS CMD...: runs CMD in NS (or here, without namespaces)
 # The command prefix that enters NS. Used unquoted for background daemons, so that $! is
 # the daemon itself (`ip netns exec` execs it) rather than a subshell running a function.
 ns_prefix() { if [ -n "$1" ]; then echo "ip netns exec $1"; fi; }
+bin_of() { echo "${CLUSTER_BIN_OF[$1]:-$TR_BIN}"; } # bin_of NAME: its programs' directory
 host_index() { # host_index NAME -> 1-based index in CLUSTER_HOSTS
   local i
   for i in "${!CLUSTER_HOSTS[@]}"; do
@@ -144,17 +149,26 @@ cluster_hosts() {
   i=0
   for name in "$@"; do
     i=$((i + 1))
-    local ns a b
-    ns=$(host_ns $i)
-    a="tr${CLUSTER_ID}s$i"; b="tr${CLUSTER_ID}h$i"
-    ip netns add "$ns"; CLUSTER_NETNS+=("$ns")
-    ip -n "$ns" link set lo up
-    ip link add "$a" netns "$svc" type veth peer name "$b" netns "$ns"
-    ip -n "$svc" addr add "10.200.$i.1/24" dev "$a"
-    ip -n "$ns" addr add "10.200.$i.2/24" dev "$b"
-    ip -n "$svc" link set "$a" up
-    ip -n "$ns" link set "$b" up
+    link_to_service "$i"
   done
+}
+
+# ns_linked UP NS UP_IF NS_IF NET: makes namespace NS, linked to namespace UP by a veth (UP_IF
+# in UP holds NET.1/24, NS_IF in NS NET.2/24).
+ns_linked() {
+  local up=$1 ns=$2 a=$3 b=$4 net=$5
+  ip netns add "$ns"; CLUSTER_NETNS+=("$ns")
+  ip -n "$ns" link set lo up
+  ip link add "$a" netns "$up" type veth peer name "$b" netns "$ns"
+  ip -n "$up" addr add "$net.1/24" dev "$a"
+  ip -n "$ns" addr add "$net.2/24" dev "$b"
+  ip -n "$up" link set "$a" up
+  ip -n "$ns" link set "$b" up
+}
+
+# link_to_service N: host N's namespace, linked to the service's (10.200.N.0/24).
+link_to_service() {
+  ns_linked "$(svc_ns)" "$(host_ns "$1")" "tr${CLUSTER_ID}s$1" "tr${CLUSTER_ID}h$1" "10.200.$1"
 }
 
 wait_for_socket() { # wait_for_socket PATH PID: up to 10 s
@@ -167,7 +181,7 @@ wait_for_socket() { # wait_for_socket PATH PID: up to 10 s
 }
 
 cluster_start_service() {
-  $(ns_prefix "$(svc_ns)") ${TR_WRAP:-} "$TR_BIN/tracerelay-service" --listen "0.0.0.0:$SERVICE_PORT" \
+  $(ns_prefix "$(svc_ns)") ${TR_WRAP:-} "${CLUSTER_SERVICE_BIN:-$TR_BIN}/tracerelay-service" --listen "0.0.0.0:$SERVICE_PORT" \
     --consumer-socket "$CONSUMER_SOCK" --ca "$WORK/pki/ca.crt" \
     --cert "$WORK/pki/service.crt" --key "$WORK/pki/service.key" "$@" \
     >>"$WORK/service.log" 2>&1 &
@@ -181,7 +195,7 @@ cluster_start_agent() {
   local name=$1; shift
   local i; i=$(host_index "$name") || { cluster_log "unknown host $name"; return 1; }
   mkdir -p "$WORK/$name"
-  $(ns_prefix "$(host_ns "$i")") ${TR_WRAP:-} "$TR_BIN/tracerelay-agent" --producer-socket "$WORK/$name/producer.sock" \
+  $(ns_prefix "$(host_ns "$i")") ${TR_WRAP:-} "$(bin_of "$name")/tracerelay-agent" --producer-socket "$WORK/$name/producer.sock" \
     --service "${CLUSTER_SERVICE_VIA[$name]:-$(service_addr_for "$i"):$SERVICE_PORT}" \
     --service-name "$SERVICE_NAME" \
     --ca "$WORK/pki/ca.crt" --cert "$WORK/pki/agent-$name.crt" --key "$WORK/pki/agent-$name.key" \
@@ -197,7 +211,7 @@ cluster_start_loadgen() {
   local name=$1; shift
   local i; i=$(host_index "$name") || { cluster_log "unknown host $name"; return 1; }
   local n=${LOADGEN_SEQ:-0}; LOADGEN_SEQ=$((n + 1))
-  $(ns_prefix "$(host_ns "$i")") "$TR_BIN/tracerelay-loadgen" --socket "$WORK/$name/producer.sock" \
+  $(ns_prefix "$(host_ns "$i")") "$(bin_of "$name")/tracerelay-loadgen" --socket "$WORK/$name/producer.sock" \
     --stats-json "$WORK/loadgen-$name-$n.json" "$@" >>"$WORK/loadgen-$name-$n.log" 2>&1 &
   LOADGEN_PID=$!
   CLUSTER_PIDS+=("$LOADGEN_PID")
@@ -206,6 +220,7 @@ cluster_start_loadgen() {
 
 # ---- Tiers (issue 14): a root service, regional services under it, agents under each regional.
 #   cluster_tree REGIONAL=HOST[,HOST...]...   namespaces + certificates of a two-tier tree
+#   cluster_tree_direct HOST...               (after cluster_tree) hosts of the root's own
 #   cluster_start_regional REGIONAL [flags]   a regional tracerelay-service
 #   cluster_status_hosts                      every host the root knows: "NAME 1|0 PRODUCERS"
 #   cluster_wait_hosts SECONDS NAME[:N]...    until each is connected (with >= N producers)
@@ -240,33 +255,30 @@ cluster_tree() {
     CLUSTER_SERVICE_VIA[$h]=$(regional_addr_for "$h"):$(regional_port "${CLUSTER_REGIONAL_OF[$h]}")
   done
   [ "$USE_NETNS" = 1 ] || return 0
-  local svc ns rns a b
+  local svc
   svc=$(svc_ns)
   ip netns add "$svc"; CLUSTER_NETNS+=("$svc")
   ip -n "$svc" link set lo up
   for r in "${regionals[@]}"; do
-    ri=$(regional_index "$r"); ns=$(host_ns "$(host_index "$r")")
-    a="tr${CLUSTER_ID}u$ri"; b="tr${CLUSTER_ID}r$ri"
-    ip netns add "$ns"; CLUSTER_NETNS+=("$ns")
-    ip -n "$ns" link set lo up
-    ip link add "$a" netns "$svc" type veth peer name "$b" netns "$ns"
-    ip -n "$svc" addr add "10.201.$ri.1/24" dev "$a"
-    ip -n "$ns" addr add "10.201.$ri.2/24" dev "$b"
-    ip -n "$svc" link set "$a" up
-    ip -n "$ns" link set "$b" up
+    ri=$(regional_index "$r")
+    ns_linked "$svc" "$(host_ns "$(host_index "$r")")" "tr${CLUSTER_ID}u$ri" "tr${CLUSTER_ID}r$ri" \
+      "10.201.$ri"
   done
   for h in "${hosts[@]}"; do
-    i=$(host_index "$h"); ns=$(host_ns "$i")
-    rns=$(host_ns "$(host_index "${CLUSTER_REGIONAL_OF[$h]}")")
-    a="tr${CLUSTER_ID}d$i"; b="tr${CLUSTER_ID}h$i"
-    ip netns add "$ns"; CLUSTER_NETNS+=("$ns")
-    ip -n "$ns" link set lo up
-    ip link add "$a" netns "$rns" type veth peer name "$b" netns "$ns"
-    ip -n "$rns" addr add "10.202.$i.1/24" dev "$a"
-    ip -n "$ns" addr add "10.202.$i.2/24" dev "$b"
-    ip -n "$rns" link set "$a" up
-    ip -n "$ns" link set "$b" up
+    i=$(host_index "$h")
+    ns_linked "$(host_ns "$(host_index "${CLUSTER_REGIONAL_OF[$h]}")")" "$(host_ns "$i")" \
+      "tr${CLUSTER_ID}d$i" "tr${CLUSTER_ID}h$i" "10.202.$i"
   done
+}
+
+# Hosts beside the tree, linked to the root's namespace as cluster_hosts links its hosts (their
+# agents dial the root); appended to CLUSTER_HOSTS, with certificates.
+cluster_tree_direct() {
+  local h args=()
+  for h in "$@"; do CLUSTER_HOSTS+=("$h"); args+=(--agent "$h"); done
+  "$TR_SRC/certs/make-certs.sh" "$WORK/pki" "${args[@]}" >/dev/null
+  [ "$USE_NETNS" = 1 ] || return 0
+  for h in "$@"; do link_to_service "$(host_index "$h")"; done
 }
 
 regional_index() { # regional_index REGIONAL -> 1-based index in CLUSTER_REGIONALS
@@ -300,7 +312,7 @@ cluster_start_regional() {
     cluster_log "unknown regional $name"; return 1
   fi
   mkdir -p "$WORK/$name"
-  $(ns_prefix "$(host_ns "$i")") ${TR_WRAP:-} "$TR_BIN/tracerelay-service" \
+  $(ns_prefix "$(host_ns "$i")") ${TR_WRAP:-} "$(bin_of "$name")/tracerelay-service" \
     --listen "0.0.0.0:$(regional_port "$name")" \
     --ca "$WORK/pki/ca.crt" --cert "$WORK/pki/service.crt" --key "$WORK/pki/service.key" \
     --upstream "$(root_addr_for "$name"):$SERVICE_PORT" --upstream-name "$SERVICE_NAME" \

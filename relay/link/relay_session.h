@@ -54,6 +54,12 @@
 /* A regional's carrier link (relay_link.h, carriers): offered in no agent's Hello. */
 #define TR_RELAY_FEATURE_MULTIPLEX TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_MULTIPLEX)
 #define TR_RELAY_FEATURE_TRIGGERS TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_TRIGGERS)
+/* Features whose frames a regional must know to pass them on (it decodes every frame, and
+ * closes a link that sends one it does not know): a regional's carrier Hello offers those it
+ * passes on, and a host it relays gets one only if its carrier's Welcome accepted it. A 0.2.0
+ * regional offers none, yet passes its agents' Hello feature bits on unchanged, unknown ones
+ * too: without this its agents would be granted triggers and their links cut at the first. */
+#define TR_RELAY_FEATURES_CARRIED TR_RELAY_FEATURE_TRIGGERS
 /* The longest trigger name a Trigger frame carries (relay.proto). */
 #define TR_RELAY_TRIGGER_NAME_MAX 256u
 /* Everything an agent's link implements. */

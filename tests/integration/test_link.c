@@ -10,7 +10,9 @@
  * duplicated; an agent restart keeping its host entry; a second agent with an already connected name refused while the first keeps
  * working; an agent whose certificate comes from another CA refused; BatchAcks riding with the
  * next command, or going alone after the ack delay or a large burst; the walk over the peers
- * every 250 ms. Every test ends with
+ * every 250 ms; a host relayed on a regional's carrier granted a feature whose frames the
+ * regional must pass on (TR_RELAY_FEATURES_CARRIED) only if the carrier offered it. Every test
+ * ends with
  * uv_loop_close() succeeding, so no handle outlives its owner. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,7 +31,9 @@
 #include "relay/clock/clock_probe.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
+#include "relay/link/relay_session.h"
 #include "service/link_server.h"
+#include "service/relay_allow.h"
 #include "tests/unit/test_certs.h"
 
 static char dir[256], other_dir[256];
@@ -574,6 +578,121 @@ static void test_session_tick_wakes_when_due(void **state) {
   service_stop(&loop, &s);
 }
 
+/* ---- a regional's carrier, by hand (service/upstream_carrier.c is the real one) ---- */
+
+struct regional {
+  uint64_t offer; /* the carrier Hello's features */
+  tr_relay_link *slot;
+  uint64_t carrier_features, host_features; /* as the Welcomes accepted them */
+  bool carrier_welcomed, host_welcomed, closed;
+};
+
+static void send_hello(tr_relay_link *l, uint64_t features, const char *relayed_host) {
+  Tracerelay__Hello h = TRACERELAY__HELLO__INIT;
+  h.has_features = h.has_agent_instance_id = 1;
+  h.features = features;
+  h.agent_instance_id = 0x1234;
+  h.relayed_host = (char *)relayed_host;
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_HELLO;
+  f.hello = &h;
+  assert_int_equal(tr_relay_link_send(l, &f), 0);
+}
+
+/* The relayed host's Hello offers what a 0.3.0 agent behind a regional does. */
+static void slot_open(tr_relay_link *l) {
+  send_hello(l, TR_RELAY_FEATURES_ALL | TR_RELAY_FEATURE_RELAYED_CLOCKS, "web-2");
+}
+
+static void slot_frame(tr_relay_link *l, Tracerelay__RelayFrame *f) {
+  struct regional *r = tr_relay_link_data(l);
+  if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_WELCOME) {
+    r->host_features = f->welcome->features;
+    r->host_welcomed = true;
+  }
+  tr_relay_frame_free(f);
+}
+
+static void slot_closed(tr_relay_link *l, int reason, const char *why) {
+  (void)l, (void)reason, (void)why;
+}
+
+static const struct tr_relay_link_events slot_events = {
+    .on_open = slot_open, .on_frame = slot_frame, .on_closed = slot_closed};
+
+static void carrier_open(tr_relay_link *l) {
+  send_hello(l, ((struct regional *)tr_relay_link_data(l))->offer, NULL);
+}
+
+static void carrier_frame(tr_relay_link *l, Tracerelay__RelayFrame *f) {
+  struct regional *r = tr_relay_link_data(l);
+  if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_WELCOME) {
+    r->carrier_features = f->welcome->features;
+    r->carrier_welcomed = true;
+    tr_relay_link_established(l, TR_RELAY_MAX_FRAME_DEFAULT);
+    assert_int_equal(tr_relay_link_carry(l, NULL, NULL, 4), 0);
+    assert_int_equal(tr_relay_link_open_slot(l, &slot_events, r, &r->slot), 0);
+  }
+  tr_relay_frame_free(f);
+}
+
+static void carrier_closed(tr_relay_link *l, int reason, const char *why) {
+  (void)reason, (void)why;
+  ((struct regional *)tr_relay_link_data(l))->closed = true;
+}
+
+static const struct tr_relay_link_events carrier_events = {
+    .on_open = carrier_open, .on_frame = carrier_frame, .on_closed = carrier_closed};
+
+/* A carrier offering `offer`; returns the features the host it relays was granted. */
+static uint64_t relayed_host_features(uint64_t offer, uint64_t *carrier_features) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  tr_relay_allow allow = {0};
+  const char *why;
+  assert_int_equal(tr_relay_allow_add(&allow, "web-1=web-2", &why), 0);
+  struct service s;
+  link_stub_reset();
+  s.tls = config(TR_TLS_SERVER, dir, "service");
+  struct tr_link_server_opts opts = {.listen = "127.0.0.1:0", .tls = s.tls,
+                                     .relay_allow = &allow};
+  assert_int_equal(tr_hosts_new(NULL, &link_stub_events, &s.hosts), 0);
+  assert_int_equal(tr_link_server_start(&loop, s.hosts, &opts, &s.ls), 0);
+  tr_tls_config *ctls = config(TR_TLS_CLIENT, dir, "agent-web-1");
+  struct sockaddr_in addr;
+  uv_ip4_addr("127.0.0.1", tr_link_server_port(s.ls), &addr);
+  struct regional r = {.offer = offer};
+  struct tr_relay_link_opts lopts = {0};
+  tr_relay_link *carrier;
+  assert_int_equal(tr_relay_link_connect(&loop, ctls, "relay.test", (struct sockaddr *)&addr,
+                                         &lopts, &carrier_events, &r, &carrier), 0);
+  RUN_UNTIL(&loop, r.host_welcomed || r.closed, 5000);
+  assert_true(r.host_welcomed);
+  tr_relay_link_close(carrier, TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN, "done");
+  RUN_UNTIL(&loop, r.closed, 5000);
+  tr_tls_config_unref(ctls);
+  service_stop(&loop, &s);
+  *carrier_features = r.carrier_features;
+  return r.host_features;
+}
+
+/* A 0.2.0 regional's carrier offers FEATURE_MULTIPLEX alone, yet passes its agents' feature
+ * bits on: its hosts must not get triggers, whose frames it cannot pass on. */
+static void test_carried_features_need_the_carrier(void **state) {
+  (void)state;
+  uint64_t carrier;
+  uint64_t host = relayed_host_features(TR_RELAY_FEATURE_MULTIPLEX, &carrier);
+  assert_int_equal(carrier, TR_RELAY_FEATURE_MULTIPLEX);
+  assert_false(host & TR_RELAY_FEATURE_TRIGGERS);
+  assert_true(host & TR_RELAY_FEATURE_AGENT_STATS); /* the rest as before */
+  assert_true(host & TR_RELAY_FEATURE_RELAYED_CLOCKS);
+
+  host = relayed_host_features(TR_RELAY_FEATURE_MULTIPLEX | TR_RELAY_FEATURES_CARRIED, &carrier);
+  assert_int_equal(carrier, TR_RELAY_FEATURE_MULTIPLEX | TR_RELAY_FEATURES_CARRIED);
+  assert_true(host & TR_RELAY_FEATURE_TRIGGERS);
+  assert_true(host & TR_RELAY_FEATURE_AGENT_STATS);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN); /* as the daemons do: a peer gone mid-write is an error code */
   for (size_t i = 0; i < sizeof payload; i++)
@@ -588,6 +707,7 @@ int main(void) {
       cmocka_unit_test(test_ack_goes_alone_after_its_delay),
       cmocka_unit_test(test_peers_walked_every_250_ms),
       cmocka_unit_test(test_session_tick_wakes_when_due),
+      cmocka_unit_test(test_carried_features_need_the_carrier),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
 }
