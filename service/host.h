@@ -82,6 +82,9 @@ typedef struct tr_host_stats {
 } tr_host_stats;
 
 #define TR_HOST_CLOCK_SNAPSHOTS 64
+/* A host's name: a certificate's (at most 64 bytes), or a guest machine's "<host>/<guest>"
+ * (the guest's part at most TR_RELAY_GUEST_NAME_MAX, 40). */
+#define TR_HOST_NAME_MAX 105
 
 /* One HostClockSnapshot of an agent, as received. */
 struct tr_host_clock_snapshot {
@@ -90,7 +93,11 @@ struct tr_host_clock_snapshot {
 };
 
 struct tr_host {
-  char name[65];                  /* machine name, from the agent's certificate */
+  char name[TR_HOST_NAME_MAX + 1]; /* machine name, from the agent's certificate */
+  /* A guest machine behind that host's agent (relay.proto GuestMachine): named "<host>/<its
+   * name>", its producers, system info and clock its own, its link its host's. NULL: a host. */
+  tr_host *guest_of;
+  uint32_t guest_id;              /* while it is relayed: its agent-local id; else 0 */
   uint32_t machine_id;            /* tr_machine_id(name) */
   uint64_t agent_instance_id;     /* from Hello; a new one means the agent restarted */
   bool agent_said_goodbye;        /* the current instance ended a link with Goodbye(SHUTDOWN) */

@@ -36,6 +36,8 @@ typedef struct held_frame {
 
 typedef struct host_rec {
   tr_host host; /* first: a tr_host * is a host_rec * */
+  tr_host **guests; /* the guest entries of this host, ever made (at most TR_HOSTS_MAX_GUESTS) */
+  size_t n_guests;
   tr_relay_peer peer;
   agent_counters earlier;  /* sum over the agent instances before the current one */
   agent_counters current;  /* the current instance's latest report */
@@ -215,6 +217,13 @@ static void stale_remove(host_rec *r, uint32_t id) {
 int tr_hosts_producer_update(tr_hosts *hs, tr_host *h, const Tracerelay__ProducerUpdate *u) {
   if (u->producer_id == 0)
     return TR_ERR_PROTO;
+  if (u->guest_id != 0) {
+    h = tr_hosts_guest_find(h, u->guest_id);
+    if (h == NULL)
+      return 0;
+  } else {
+    h = tr_hosts_producer_owner(h, u->producer_id);
+  }
   int rc;
   switch (u->state) {
   case TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED:
@@ -241,8 +250,7 @@ int tr_hosts_producer_update(tr_hosts *hs, tr_host *h, const Tracerelay__Produce
   return 0;
 }
 
-int tr_hosts_resync_begin(tr_hosts *hs, tr_host *h) {
-  (void)hs;
+static int resync_begin(tr_host *h) {
   host_rec *r = rec_of(h);
   free(r->stale);
   r->stale = NULL;
@@ -257,7 +265,15 @@ int tr_hosts_resync_begin(tr_hosts *hs, tr_host *h) {
   return 0;
 }
 
-void tr_hosts_resync_end(tr_hosts *hs, tr_host *h) {
+int tr_hosts_resync_begin(tr_hosts *hs, tr_host *h) {
+  (void)hs;
+  int rc = resync_begin(h);
+  for (size_t i = 0; i < rec_of(h)->n_guests && rc == 0; i++)
+    rc = resync_begin(rec_of(h)->guests[i]);
+  return rc;
+}
+
+static void resync_end(tr_hosts *hs, tr_host *h) {
   host_rec *r = rec_of(h);
   uint32_t *stale = r->stale;
   size_t n = r->n_stale;
@@ -266,6 +282,12 @@ void tr_hosts_resync_end(tr_hosts *hs, tr_host *h) {
   for (size_t i = 0; i < n; i++)
     producer_end(hs, h, stale[i]);
   free(stale);
+}
+
+void tr_hosts_resync_end(tr_hosts *hs, tr_host *h) {
+  resync_end(hs, h);
+  for (size_t i = 0; i < rec_of(h)->n_guests; i++)
+    resync_end(hs, rec_of(h)->guests[i]);
 }
 
 /* ---- agent stats ---- */
@@ -521,6 +543,8 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
     /* The old instance's batches will never come: its replies cannot wait for them. */
     release(hs, h, true);
     producers_end_all(hs, h);
+    for (size_t i = 0; i < r->n_guests; i++)
+      producers_end_all(hs, r->guests[i]);
     r->earlier.queue_chunks += r->current.queue_chunks;
     r->earlier.queue_bytes += r->current.queue_bytes;
     r->earlier.spill_chunks += r->current.spill_chunks;
@@ -570,6 +594,7 @@ static void host_free(host_rec *r) {
     free(e);
   }
   free(r->stale);
+  free(r->guests);
   free(h->buffer_drops);
   free(r);
 }
@@ -633,14 +658,9 @@ static int index_room(tr_hosts *hs) {
   return 0;
 }
 
-int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
-  tr_host *h = tr_hosts_find(hs, name);
-  if (h != NULL) {
-    *out = h;
-    return 0;
-  }
-  if (!tr_tls_valid_machine_name(name, strlen(name)))
-    return TR_ERR_INVAL;
+/* A new entry called name (checked by the caller). */
+static int make(tr_hosts *hs, const char *name, tr_host **out) {
+  tr_host *h;
   if (index_room(hs) != 0)
     return TR_ERR_NOMEM;
   host_rec *r = calloc(1, sizeof *r);
@@ -666,6 +686,94 @@ int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
   hs->tail = h;
   *out = h;
   return 0;
+}
+
+int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
+  tr_host *h = tr_hosts_find(hs, name);
+  if (h != NULL) {
+    *out = h;
+    return 0;
+  }
+  if (!tr_tls_valid_machine_name(name, strlen(name)))
+    return TR_ERR_INVAL;
+  return make(hs, name, out);
+}
+
+/* ---- guest machines ---- */
+
+tr_host *tr_hosts_guest_find(const tr_host *host, uint32_t guest_id) {
+  const host_rec *r = (const host_rec *)host;
+  for (size_t i = 0; guest_id != 0 && i < r->n_guests; i++)
+    if (r->guests[i]->guest_id == guest_id)
+      return r->guests[i];
+  return NULL;
+}
+
+tr_host *const *tr_hosts_guests(const tr_host *host, size_t *n) {
+  *n = ((const host_rec *)host)->n_guests;
+  return ((const host_rec *)host)->guests;
+}
+
+tr_host *tr_hosts_producer_owner(tr_host *host, uint32_t producer_id) {
+  host_rec *r = rec_of(host);
+  for (size_t i = 0; i < r->n_guests; i++)
+    if (producer_find(r->guests[i], producer_id) != NULL)
+      return r->guests[i];
+  return host;
+}
+
+/* The entry of host's guest called name, made (and listed under host) if new. */
+static int guest_entry(tr_hosts *hs, tr_host *host, const char *name, tr_host **out) {
+  char full[2 * (TR_HOST_NAME_MAX + 1)]; /* a host's name is at most 64, a guest's 40 */
+  snprintf(full, sizeof full, "%s/%s", host->name, name);
+  *out = tr_hosts_find(hs, full);
+  if (*out != NULL)
+    return 0;
+  host_rec *r = rec_of(host);
+  if (r->n_guests >= TR_HOSTS_MAX_GUESTS)
+    return TR_ERR_FULL;
+  tr_host **grown = realloc(r->guests, (r->n_guests + 1) * sizeof *grown);
+  if (grown == NULL)
+    return TR_ERR_NOMEM;
+  r->guests = grown;
+  int rc = make(hs, full, out);
+  if (rc < 0)
+    return rc;
+  (*out)->guest_of = host;
+  r->guests[r->n_guests++] = *out;
+  return 0;
+}
+
+int tr_hosts_guest_join(tr_hosts *hs, tr_host *host, const Tracerelay__GuestMachine *g,
+                        tr_host **out, bool *joined) {
+  const char *name = g->name ? g->name : "";
+  size_t len = strlen(name);
+  if (g->guest_id == 0 || len > TR_RELAY_GUEST_NAME_MAX || !tr_tls_valid_machine_name(name, len))
+    return TR_ERR_PROTO;
+  tr_host *other = tr_hosts_guest_find(host, g->guest_id);
+  tr_host *h;
+  int rc = guest_entry(hs, host, name, &h);
+  if (rc < 0)
+    return rc;
+  if ((other != NULL && other != h) || (h->guest_id != 0 && h->guest_id != g->guest_id))
+    return TR_ERR_PROTO; /* one id, one name, while relayed */
+  rc = keep_system_info(h, g->system_info);
+  if (rc < 0)
+    return rc;
+  *joined = h->link == NULL;
+  h->guest_id = g->guest_id;
+  h->agent_instance_id = host->agent_instance_id;
+  h->restarted_unclean = host->restarted_unclean;
+  if (*joined)
+    tr_hosts_link_up(h, host->link, host->connected_since_ns, NULL);
+  *out = h;
+  return 0;
+}
+
+void tr_hosts_guest_leave(tr_host *guest) {
+  guest->guest_id = 0;
+  if (guest->link != NULL)
+    tr_hosts_link_down(guest);
 }
 
 tr_relay_peer *tr_hosts_peer(tr_host *h) { return &rec_of(h)->peer; }

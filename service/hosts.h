@@ -76,11 +76,14 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *host, const Tracerelay__Hello *hello,
                    uint64_t *welcome_seq);
 
 /* Starts a resync after Welcome: the producers not re-announced with PRODUCER_CONNECTED
- * before tr_hosts_resync_end are ended then. */
+ * before tr_hosts_resync_end are ended then, the host's and its guests' alike. */
 int tr_hosts_resync_begin(tr_hosts *hs, tr_host *host);
 void tr_hosts_resync_end(tr_hosts *hs, tr_host *host);
 
-/* Applies a ProducerUpdate and tells the sessions. TR_ERR_PROTO for producer id 0, an unknown
+/* Applies a ProducerUpdate and tells the sessions. The update is the entry's it names: with
+ * guest_id, that relayed guest's of host (a guest the service refused or that left: ignored,
+ * so the producer is known nowhere, gets no data source and can write into no buffer);
+ * without, the owner of the producer (tr_hosts_producer_owner). TR_ERR_PROTO for producer id 0, an unknown
  * state or more than TR_HOSTS_MAX_PRODUCERS producers; an update for an unknown producer is
  * ignored (it may have been ended by a resync). TR_ERR_NOMEM. */
 int tr_hosts_producer_update(tr_hosts *hs, tr_host *host, const Tracerelay__ProducerUpdate *u);
@@ -109,6 +112,33 @@ void tr_hosts_batch_seen(tr_host *host);
 void tr_hosts_batch_unusable(tr_host *host);
 void tr_hosts_chunk_received(tr_host *host, size_t payload_len);
 void tr_hosts_batch_applied(tr_host *host);
+
+/* ---- guest machines (relay.proto GuestMachine, FEATURE_GUEST_MACHINES) ----
+ * A guest is an entry of the table like a host, named "<host>/<name>" (no certificate name
+ * has a '/', so a guest can never pass for a host), kept for the service's life; while its
+ * agent relays it, guest_id is set and its link is its host's. */
+
+#define TR_HOSTS_MAX_GUESTS 64 /* guest entries per host, over the service's life */
+
+/* A GuestMachine (not gone) on host's link: the guest's entry, made if new, given its id, its
+ * host's agent instance and link, and its system info (machine_name = its name). *joined: it
+ * was not relayed before (the sessions should hear it connected). TR_ERR_PROTO for id 0, a
+ * name outside the machine-name alphabet or over TR_RELAY_GUEST_NAME_MAX, or an id another
+ * guest of the host has; TR_ERR_FULL for a new guest past TR_HOSTS_MAX_GUESTS; TR_ERR_NOMEM. */
+int tr_hosts_guest_join(tr_hosts *hs, tr_host *host, const Tracerelay__GuestMachine *g,
+                        tr_host **out, bool *joined);
+/* The relayed guest of host with that id, or NULL. */
+tr_host *tr_hosts_guest_find(const tr_host *host, uint32_t guest_id);
+/* The guest left (GuestMachine.gone), or its host's link went down: no longer relayed (no
+ * link, no id). Its producers stay until their own ordered PRODUCER_DISCONNECTED, which follows
+ * their last chunks (or a resync or agent restart ends them). The caller tells the sessions it
+ * disconnected. */
+void tr_hosts_guest_leave(tr_host *guest);
+/* Host's guests, relayed or not (ever made): *n of them. */
+tr_host *const *tr_hosts_guests(const tr_host *host, size_t *n);
+/* The entry a producer id of host's agent belongs to: one of its relayed guests if that guest
+ * has the producer, else host. O(the guests' producers). */
+tr_host *tr_hosts_producer_owner(tr_host *host, uint32_t producer_id);
 
 /* Keeps a HostClockSnapshot of the host's agent, received at service BOOTTIME received_ns, in
  * host->clock_snapshots. TR_ERR_PROTO for an empty snapshot, more than TR_CLOCK_SNAPSHOT_MAX
