@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "relay/base/log.h"
+#include "relay/clock/clock.h"
 #include "relay/base/tr_error.h"
 
 static struct tr_agent_guest *find(tr_agent_guests *gs, uint32_t id) {
@@ -36,14 +37,21 @@ static void send_guest(struct tr_agent_guest *g, tr_link_client *lc, bool gone) 
 
 static void send_exchange(struct tr_agent_guest *g, tr_link_client *lc) {
   const struct tr_guest_exchange *x = &g->exchange;
-  Tracerelay__HostClockSnapshot__Clock clocks[TR_GUEST_CLOCKS_MAX];
-  Tracerelay__HostClockSnapshot__Clock *ptrs[TR_GUEST_CLOCKS_MAX];
-  for (size_t i = 0; i < x->num_clocks; i++) {
-    tracerelay__host_clock_snapshot__clock__init(&clocks[i]);
-    clocks[i].has_clock_id = clocks[i].has_timestamp = true;
-    clocks[i].clock_id = x->clocks[i].clock_id;
-    clocks[i].timestamp = x->clocks[i].timestamp;
-    ptrs[i] = &clocks[i];
+  /* A host's snapshot carries at most TR_CLOCK_SNAPSHOT_MAX builtin clocks (ids 1..63): those
+   * first in the guest's order (traced_relay's: BOOTTIME first, then the five a host sends, TSC
+   * last), the rest left out. */
+  Tracerelay__HostClockSnapshot__Clock clocks[TR_CLOCK_SNAPSHOT_MAX];
+  Tracerelay__HostClockSnapshot__Clock *ptrs[TR_CLOCK_SNAPSHOT_MAX];
+  size_t n = 0;
+  for (size_t i = 0; i < x->num_clocks && n < TR_CLOCK_SNAPSHOT_MAX; i++) {
+    if (x->clocks[i].clock_id == 0 || x->clocks[i].clock_id >= 64)
+      continue;
+    tracerelay__host_clock_snapshot__clock__init(&clocks[n]);
+    clocks[n].has_clock_id = clocks[n].has_timestamp = true;
+    clocks[n].clock_id = x->clocks[i].clock_id;
+    clocks[n].timestamp = x->clocks[i].timestamp;
+    ptrs[n] = &clocks[n];
+    n++;
   }
   Tracerelay__GuestClockExchange m = TRACERELAY__GUEST_CLOCK_EXCHANGE__INIT;
   m.has_guest_id = m.has_t1 = m.has_t2 = m.has_t3 = m.has_t4 = true;
@@ -52,7 +60,7 @@ static void send_exchange(struct tr_agent_guest *g, tr_link_client *lc) {
   m.t2 = x->t2;
   m.t3 = x->t3;
   m.t4 = x->t4;
-  m.n_clocks = x->num_clocks;
+  m.n_clocks = n;
   m.clocks = ptrs;
   sent(g, tr_link_client_send_guest_clock(lc, &m));
 }

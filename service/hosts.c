@@ -38,6 +38,8 @@ typedef struct host_rec {
   tr_host host; /* first: a tr_host * is a host_rec * */
   tr_host **guests; /* the guest entries of this host, ever made (at most TR_HOSTS_MAX_GUESTS) */
   size_t n_guests;
+  bool has_held_clock; /* a guest: an exchange its host's clock could not map yet */
+  struct tr_clocksync_probe held_clock;
   tr_relay_peer peer;
   agent_counters earlier;  /* sum over the agent instances before the current one */
   agent_counters current;  /* the current instance's latest report */
@@ -487,9 +489,13 @@ static void release(tr_hosts *hs, tr_host *h, bool force) {
     if (r->held_head == NULL)
       r->held_tail = NULL;
     r->n_held--;
-    if (e->frame->msg_case == TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY)
+    if (e->frame->msg_case == TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY) {
+      /* A reply names no producer: its request id (unique in the service) finds the command
+       * among the host's and its guests' alike. */
       hs->ev->command_reply(hs->svc, h, e->frame->command_reply);
-    else /* a PRODUCER_DISCONNECTED with a producer id, checked before it was held */
+      for (size_t i = 0; i < r->n_guests; i++)
+        hs->ev->command_reply(hs->svc, r->guests[i], e->frame->command_reply);
+    } else /* a PRODUCER_DISCONNECTED with a producer id, checked before it was held */
       tr_hosts_producer_update(hs, h, e->frame->producer_update);
     tr_relay_frame_free(e->frame);
     free(e);
@@ -768,6 +774,20 @@ int tr_hosts_guest_join(tr_hosts *hs, tr_host *host, const Tracerelay__GuestMach
     tr_hosts_link_up(h, host->link, host->connected_since_ns, NULL);
   *out = h;
   return 0;
+}
+
+void tr_hosts_guest_hold_clock(tr_host *guest, const struct tr_clocksync_probe *ex) {
+  rec_of(guest)->held_clock = *ex;
+  rec_of(guest)->has_held_clock = true;
+}
+
+bool tr_hosts_guest_held_clock(tr_host *guest, struct tr_clocksync_probe *ex) {
+  host_rec *r = rec_of(guest);
+  if (!r->has_held_clock)
+    return false;
+  *ex = r->held_clock;
+  r->has_held_clock = false;
+  return true;
 }
 
 void tr_hosts_guest_leave(tr_host *guest) {

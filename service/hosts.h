@@ -134,6 +134,11 @@ tr_host *tr_hosts_guest_find(const tr_host *host, uint32_t guest_id);
  * their last chunks (or a resync or agent restart ends them). The caller tells the sessions it
  * disconnected. */
 void tr_hosts_guest_leave(tr_host *guest);
+/* A guest's clock exchange its host's clock estimate could not map yet (none yet at the first
+ * exchange, which traced_relay sends as it connects, then only every 30 s): the latest one is
+ * kept, and taken (true) when the host's clock has been measured. */
+void tr_hosts_guest_hold_clock(tr_host *guest, const struct tr_clocksync_probe *ex);
+bool tr_hosts_guest_held_clock(tr_host *guest, struct tr_clocksync_probe *ex);
 /* Host's guests, relayed or not (ever made): *n of them. */
 tr_host *const *tr_hosts_guests(const tr_host *host, size_t *n);
 /* The entry a producer id of host's agent belongs to: one of its relayed guests if that guest

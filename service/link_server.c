@@ -456,10 +456,36 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
   tr_hosts_release_ordered(p->ls->hosts, host);
 }
 
+/* A guest's exchange, mapped through its host's clock estimate into one on ours; held for
+ * later while the host's clock is not measured yet. */
+static void add_guest_exchange(tr_host *host, tr_host *guest, const struct tr_clocksync_probe *in) {
+  struct tr_clocksync_probe ex;
+  int rc = tr_clocksync_relay_exchange(host->clock, in, &ex);
+  if (rc == TR_ERR_STATE)
+    tr_hosts_guest_hold_clock(guest, in);
+  else if (rc == 0)
+    rc = tr_clocksync_add_probe(guest->clock, &ex);
+  TR_DEBUG("link", "guest %s: clock exchange t1 %lld t2 %lld t4 %lld: %s", guest->name,
+           (long long)in->t1, (long long)in->t2, (long long)in->t4,
+           rc == TR_ERR_STATE ? "held until the host's clock is measured"
+                              : rc < 0 ? tr_strerror(rc) : "used");
+}
+
+/* The host's clock moved on: its guests' held exchanges may be placed now. */
+static void add_held_guest_exchanges(tr_host *host) {
+  size_t n;
+  tr_host *const *guests = tr_hosts_guests(host, &n);
+  struct tr_clocksync_probe in;
+  for (size_t i = 0; i < n; i++)
+    if (guests[i]->link != NULL && tr_hosts_guest_held_clock(guests[i], &in))
+      add_guest_exchange(host, guests[i], &in);
+}
+
 static void on_probe_answer(tr_link_peer *p, const Tracerelay__ClockProbe *a) {
   if (tr_clock_probe_answer(&p->ls->probes, &p->probe, a->probe_id, a->t2, a->t3, p->t4,
                             uv_now(p->ls->loop)) < 0)
     tr_relay_link_protocol_error(p->link, "clock probe answer with t2/t3 out of range");
+  add_held_guest_exchanges(p->host);
   tick_sooner(p->ls);
 }
 
@@ -497,6 +523,8 @@ static void on_relayed_exchange(tr_link_peer *p, const Tracerelay__RelayedClockE
     rc = tr_clocksync_add_probe(p->host->clock, &ex);
   else
     ex = in;
+  if (rc == 0)
+    add_held_guest_exchanges(p->host);
   TR_DEBUG("link", "host %s: clock probe via %s t1 %lld t2 %lld t3 %lld%s t4 %lld: %s",
            p->host->name, regional, (long long)ex.t1, (long long)in.t2, (long long)in.t3,
            in.t3_late ? " (late)" : "", (long long)ex.t4,
@@ -555,13 +583,7 @@ static void on_guest_clock(tr_link_peer *p, const Tracerelay__GuestClockExchange
     return; /* one the service refused, or that left meanwhile */
   struct tr_clocksync_probe in = {.t1 = (int64_t)x->t1, .t2 = (int64_t)x->t2,
                                   .t3 = (int64_t)x->t3, .t4 = (int64_t)x->t4};
-  struct tr_clocksync_probe ex;
-  int rc = tr_clocksync_relay_exchange(p->host->clock, &in, &ex);
-  if (rc == 0)
-    rc = tr_clocksync_add_probe(guest->clock, &ex);
-  TR_DEBUG("link", "guest %s: clock exchange t1 %lld t2 %lld t4 %lld: %s", guest->name,
-           (long long)x->t1, (long long)x->t2, (long long)x->t4,
-           rc < 0 ? tr_strerror(rc) : "used");
+  add_guest_exchange(p->host, guest, &in);
   Tracerelay__HostClockSnapshot snap = TRACERELAY__HOST_CLOCK_SNAPSHOT__INIT;
   snap.n_clocks = x->n_clocks;
   snap.clocks = x->clocks;

@@ -3,9 +3,10 @@
  * connects to its host's traced. Pure: no sockets, no libuv; the producer port feeds it what
  * each connection claims (SetPeerIdentity, InitRelay, SyncClock) and relays what it derives.
  *
- * Identity. A guest is keyed by its claimed machine_id_hint (its boot id), or, for a
- * connection that claimed none, by the peer's address: every remote connection belongs to
- * some guest, never to the agent's own host. Its name is the claimed machine_name reduced to
+ * Identity. A guest is keyed by what its relay claims, the caller's choice of bytes (the
+ * producer port takes machine_id_hint, its boot id, or the peer's address for a connection
+ * that claimed none, plus machine_name): every remote connection belongs to some guest, never
+ * to the agent's own host. Its name is the claimed machine_name reduced to
  * the machine-name alphabet ([A-Za-z0-9._-], at most TR_GUEST_NAME_MAX bytes), or "guest-"
  * and the start of its key without one, made unique among the agent's guests with a "-2",
  * "-3"... suffix. Everything a guest claims is untrusted: the name only ever names the guest
@@ -30,7 +31,7 @@
 
 #define TR_GUESTS_MAX 64
 #define TR_GUEST_NAME_MAX 32
-#define TR_GUEST_KEY_MAX 64
+#define TR_GUEST_KEY_MAX 128
 #define TR_GUEST_SYSINFO_MAX 4096
 #define TR_GUEST_CLOCKS_MAX 16 /* clocks kept of one SyncClock (traced_relay sends 7) */
 
@@ -70,8 +71,7 @@ typedef struct tr_guests {
 void tr_guests_init(tr_guests *gs);
 void tr_guests_free(tr_guests *gs);
 
-/* Attaches one connection to the guest keyed by `key` (its machine_id_hint; the caller passes
- * the peer's address when the connection claimed none), created if new with a name derived
+/* Attaches one connection to the guest keyed by `key` (cut to TR_GUEST_KEY_MAX), created if new with a name derived
  * from `claimed_name` (may be NULL). *id is its id, *created whether it is new. TR_ERR_INVAL
  * (empty key), TR_ERR_FULL (TR_GUESTS_MAX guests), TR_ERR_NOMEM. */
 int tr_guests_attach(tr_guests *gs, const char *key, const char *claimed_name, uint32_t *id,

@@ -4,6 +4,7 @@
  * clock exchanges). Each connection is put in its guest machine (guests.h) by the identity it
  * opened with, before any other frame of it is handled; what the guest says is checked for
  * size and shape and scoped to that guest, never taken as this host's. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,17 +22,21 @@ static void tell_guest(tr_producer_port *port, const tr_guest *g, bool gone) {
     port->cfg.cb.guest_changed(port, g, gone);
 }
 
-/* The guest this connection is of: its claimed boot id, else its address (traced's fallback),
- * so that a connection with no claim is still some guest's, never this host's. */
+/* The guest this connection is of: its claimed boot id (else its address, traced's fallback,
+ * so that a connection with no claim is still some guest's, never this host's) and its
+ * claimed name: relays sharing a kernel (containers, namespaces) share a boot id, and are
+ * told apart by PERFETTO_MACHINE_NAME. */
 static void on_identity(tr_ipc_conn *conn, const Perfetto__Protos__IPCFrame__SetPeerIdentity *id) {
   pp_producer *p = tr_ipc_conn_data(conn);
   tr_producer_port *port = p->port;
-  const char *key = id && id->machine_id_hint && id->machine_id_hint[0]
-                        ? id->machine_id_hint
-                        : tr_ipc_conn_peer_addr(conn);
+  char key[TR_GUEST_KEY_MAX + 1];
+  const char *name = id && id->machine_name ? id->machine_name : "";
+  snprintf(key, sizeof key, "%.*s|%s", TR_GUEST_KEY_MAX / 2,
+           id && id->machine_id_hint && id->machine_id_hint[0] ? id->machine_id_hint
+                                                               : tr_ipc_conn_peer_addr(conn),
+           name);
   bool created;
-  int rc = tr_guests_attach(&port->guests, key, id ? id->machine_name : NULL, &p->guest_id,
-                            &created);
+  int rc = tr_guests_attach(&port->guests, key, name, &p->guest_id, &created);
   if (rc < 0) {
     tr_ipc_conn_close(conn, TR_IPC_CLOSE_RESOURCES,
                       rc == TR_ERR_FULL ? "too many guest machines behind the relay endpoint"
