@@ -436,10 +436,12 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
     const Tracerelay__ChunkItem *it = items[i];
     /* A guest's producer's items go to the guest's entry: its buffers, its sessions. */
     switch (it->item_case) {
-    case TRACERELAY__CHUNK_ITEM__ITEM_CHUNK:
-      tr_hosts_chunk_received(host, it->chunk->payload.len);
-      ev->chunk(svc, tr_hosts_producer_owner(host, it->chunk->producer_id), it->chunk);
+    case TRACERELAY__CHUNK_ITEM__ITEM_CHUNK: {
+      tr_host *owner = tr_hosts_producer_owner(host, it->chunk->producer_id);
+      tr_hosts_chunk_received(owner, it->chunk->payload.len);
+      ev->chunk(svc, owner, it->chunk);
       break;
+    }
     case TRACERELAY__CHUNK_ITEM__ITEM_PATCH:
       ev->patch(svc, tr_hosts_producer_owner(host, it->patch->producer_id), it->patch);
       break;
