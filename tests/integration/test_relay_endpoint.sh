@@ -39,7 +39,7 @@ wait_for() { # wait_for SECONDS PYTHON-CONDITION-ON-h (the guest's entry)
 }
 
 touch "$WORK/hold-relay" "$WORK/hold-producer"
-python3 "$TR_SRC/tests/integration/relay_replay.py" "127.0.0.1:$RPORT" \
+python3 "$TR_SRC/tests/integration/replay_ipc.py" "127.0.0.1:$RPORT" \
   "$VEC/relay-client.to-service.bin" 4 "$WORK/hold-relay" >"$WORK/relay.out" 2>&1 &
 RELAY_PID=$!
 wait_for 30 'h.get("connected")' || fail "the replayed traced_relay made no guest machine"
@@ -48,7 +48,7 @@ for _ in $(seq 40); do [ "$(wc -l <"$WORK/relay.out")" -ge 4 ] && break; sleep 0
 [ "$(cat "$WORK/relay.out")" = "$expected" ] || fail "RelayPort replies: $(cat "$WORK/relay.out")"
 echo "RelayPort: 4 replies as traced gives them; guest web-1/guest1 connected"
 
-python3 "$TR_SRC/tests/integration/relay_replay.py" "127.0.0.1:$RPORT" \
+python3 "$TR_SRC/tests/integration/replay_ipc.py" "127.0.0.1:$RPORT" \
   "$VEC/producer-emulated.to-service.bin" 3 "$WORK/hold-producer" >"$WORK/producer.out" 2>&1 &
 PRODUCER_PID=$!
 wait_for 30 '"/opt/perfetto-demo/bin/producer01" in h.get("producer_names", [])' ||
