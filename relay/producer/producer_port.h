@@ -13,7 +13,8 @@
  *
  * Behaviour towards producers follows traced: InitializeConnection first and once (every
  * other call before it is refused), the reply {using_shmem_provided_by_producer,
- * direct_smb_patching_supported: true, use_shmem_emulation: false}; the GetAsyncCommand stream
+ * direct_smb_patching_supported: true, use_shmem_emulation: false, true on the relay endpoint,
+ * where no SMB is made and setup_tracing carries no fd}; the GetAsyncCommand stream
  * is never closed; the first setup of a producer sends setup_tracing with the SMB fd, then
  * setup_data_source, start_data_source... Every refused call or CommitData entry gets an error
  * reply, is logged with its reason (the first few per producer) and counted as an ABI
