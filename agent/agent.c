@@ -666,9 +666,14 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
              .command_done = on_command_done}};
   rc = tr_port_thread_start(loop, &pc, &a->port);
   if (rc < 0) {
-    TR_ERROR("agent", "cannot listen on the producer socket %s: %s (is traced running there? "
-             "does the directory exist? see --producer-socket)", opts->producer_socket,
-             tr_strerror(rc));
+    if (opts->relay_listen)
+      TR_ERROR("agent", "cannot listen on the producer socket %s or the relay endpoint %s: %s "
+               "(see the lines above, --producer-socket and --relay-listen)",
+               opts->producer_socket, opts->relay_listen, tr_strerror(rc));
+    else
+      TR_ERROR("agent", "cannot listen on the producer socket %s: %s (is traced running there? "
+               "does the directory exist? see --producer-socket)", opts->producer_socket,
+               tr_strerror(rc));
     a->port = NULL;
     /* The link closes on the loop; the agent goes with it (on_link_closed). */
     tr_link_client_shutdown(a->link, 0, on_link_closed, a);
