@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "agent/link_client.h"
+#include "agent/agent_guests.h"
 #include "agent/agent_triggers.h"
 #include "agent/agent_metrics.h"
 #include "agent/port_thread.h"
@@ -40,6 +41,7 @@ typedef struct agent_producer {
   char *sdk_version;
   uint32_t uid;
   int32_t pid;
+  uint32_t guest_id; /* 0: this host's; else a guest machine's (agent_guests.h) */
   Perfetto__Protos__DataSourceDescriptor **ds; /* copies */
   size_t n_ds;
 } agent_producer;
@@ -72,6 +74,7 @@ struct tr_agent {
   struct draining { uint32_t producer_id; uint64_t instance_id; } *draining;
   size_t n_draining;
   tr_agent_triggers triggers; /* on their way to the service */
+  tr_agent_guests guests;     /* behind the relay endpoint */
   bool drain_listed; /* every instance was asked to stop: the port may close once none is left */
   bool port_closing;
   void (*done)(void *data);
@@ -147,6 +150,8 @@ static void send_connected(tr_agent *a, const agent_producer *p) {
   u.sdk_version = p->sdk_version;
   u.n_data_sources = p->n_ds;
   u.data_sources = p->ds;
+  u.has_guest_id = p->guest_id != 0;
+  u.guest_id = p->guest_id;
   tr_link_client_send_producer_update(a->link, &u);
 }
 
@@ -154,7 +159,8 @@ static void send_connected(tr_agent *a, const agent_producer *p) {
 
 static void on_producer_connected(void *data, const tr_producer_info *info) {
   tr_agent *a = data;
-  agent_producer p = {.id = info->id, .uid = (uint32_t)info->uid, .pid = (int32_t)info->pid};
+  agent_producer p = {.id = info->id, .uid = (uint32_t)info->uid, .pid = (int32_t)info->pid,
+                      .guest_id = info->guest_id};
   p.name = strdup(info->name);
   p.sdk_version = strdup(info->sdk_version);
   agent_producer *grown = realloc(a->producers, (a->n_producers + 1) * sizeof *grown);
@@ -209,6 +215,8 @@ static void on_data_sources_changed(void *data, const tr_producer_info *info) {
   u.data_sources = changed;
   u.n_unregistered_data_sources = n_gone;
   u.unregistered_data_sources = gone;
+  u.has_guest_id = p->guest_id != 0;
+  u.guest_id = p->guest_id;
   tr_link_client_send_producer_update(a->link, &u);
 out:
   free(changed);
@@ -290,8 +298,10 @@ static void on_producer_disconnected(void *data, const tr_producer_info *info) {
   u.has_producer_id = u.has_state = 1;
   u.producer_id = info->id;
   u.state = TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED;
+  u.has_guest_id = p->guest_id != 0;
+  u.guest_id = p->guest_id;
   int rc = tr_link_client_send_producer_update(a->link, &u);
-  if (rc < 0 && rc != TR_ERR_CLOSED)
+  if (rc < 0 && rc != TR_ERR_CLOSED && rc != TR_ERR_UNSUPPORTED)
     TR_WARN("agent", "cannot tell the service that producer %u is gone: %s", info->id,
             tr_strerror(rc));
   free(p->name);
@@ -323,6 +333,16 @@ static void on_stopped(void *data, uint32_t producer_id, uint64_t instance_id,
                  timed_out ? "the producer did not confirm the stop within the timeout" : NULL);
   if (a->shutting_down)
     drained(a, producer_id, false, instance_id);
+}
+
+static void on_guest_changed(void *data, const tr_guest *g, bool gone) {
+  tr_agent *a = data;
+  tr_agent_guests_changed(&a->guests, a->link, g, gone);
+}
+
+static void on_guest_clock(void *data, uint32_t guest_id, const struct tr_guest_exchange *x) {
+  tr_agent *a = data;
+  tr_agent_guests_clock(&a->guests, a->link, guest_id, x);
 }
 
 static void on_trigger(void *data, uint32_t producer_id, const char *name) {
@@ -466,6 +486,7 @@ static void on_command_done(void *data, const struct tr_port_result *r) {
 
 static void on_welcome(tr_link_client *lc) {
   tr_agent *a = tr_link_client_data(lc);
+  tr_agent_guests_welcome(&a->guests, lc); /* before their producers */
   for (size_t i = 0; i < a->n_producers; i++)
     send_connected(a, &a->producers[i]);
   tr_agent_triggers_welcome(&a->triggers, lc);
@@ -556,6 +577,7 @@ static void free_agent(tr_agent *a) {
   free(a->pending);
   free(a->draining);
   tr_agent_triggers_free(&a->triggers);
+  tr_agent_guests_free(&a->guests);
   tr_chunkq_free(&a->queue);
   tr_tls_config_unref(a->tls);
   free(a);
@@ -618,6 +640,7 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
   struct tr_port_thread_config pc = {
       .socket_path = opts->producer_socket,
       .mode = TR_PRODUCER_PORT_DEFAULT_MODE,
+      .relay_listen = opts->relay_listen,
       .smb_size = opts->smb_bytes ? opts->smb_bytes : TR_AGENT_DEFAULT_SMB_BYTES,
       .max_producers = opts->max_producers ? opts->max_producers : TR_AGENT_DEFAULT_MAX_PRODUCERS,
       .max_producers_flag = "--max-producers",
@@ -632,20 +655,28 @@ int tr_agent_start(uv_loop_t *loop, const struct tr_agent_opts *opts, tr_agent *
              .data_source_stopped = on_stopped,
              .flush_acked = on_flush_acked,
              .trigger = on_trigger,
+             .guest_changed = on_guest_changed,
+             .guest_clock = on_guest_clock,
              .queue_has_data = on_queue_has_data,
              .command_done = on_command_done}};
   rc = tr_port_thread_start(loop, &pc, &a->port);
   if (rc < 0) {
-    TR_ERROR("agent", "cannot listen on the producer socket %s: %s (is traced running there? "
-             "does the directory exist? see --producer-socket)", opts->producer_socket,
-             tr_strerror(rc));
+    if (opts->relay_listen)
+      TR_ERROR("agent", "cannot listen on the producer socket %s or the relay endpoint %s: %s "
+               "(see the lines above, --producer-socket and --relay-listen)",
+               opts->producer_socket, opts->relay_listen, tr_strerror(rc));
+    else
+      TR_ERROR("agent", "cannot listen on the producer socket %s: %s (is traced running there? "
+               "does the directory exist? see --producer-socket)", opts->producer_socket,
+               tr_strerror(rc));
     a->port = NULL;
     /* The link closes on the loop; the agent goes with it (on_link_closed). */
     tr_link_client_shutdown(a->link, 0, on_link_closed, a);
     return rc;
   }
-  TR_INFO("agent", "producers connect to %s; relaying to %s", opts->producer_socket,
-          opts->service);
+  TR_INFO("agent", "producers connect to %s%s%s; relaying to %s", opts->producer_socket,
+          opts->relay_listen ? ", Perfetto relays to " : "",
+          opts->relay_listen ? opts->relay_listen : "", opts->service);
   check_expiry(a);
   if (tr_cert_expiry_timer_start(loop, check_expiry, a, &a->expiry_timer) < 0)
     TR_WARN("agent", "out of memory for the daily check of the certificate's expiry");

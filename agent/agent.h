@@ -53,6 +53,9 @@ struct tr_agent_opts {
   size_t spill_bytes; /* spill queue bound; 0: TR_RELAY_SPILL_DEFAULT */
   uint32_t smb_bytes; /* SMB of a producer without a size hint; 0: TR_AGENT_DEFAULT_SMB_BYTES */
   size_t max_producers; /* producers connected at once; 0: TR_AGENT_DEFAULT_MAX_PRODUCERS */
+  /* ADDR:PORT or vsock://CID:PORT where Perfetto's traced_relay of guest machines may
+   * connect (plaintext: docs/security.md#relay-endpoint); NULL: none. */
+  const char *relay_listen;
   const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
   /* More metrics for that endpoint, written after the agent's (a regional's forwarding); the
    * agent's end with the family tracerelay_tls_certificate_expiry_timestamp_seconds, which

@@ -722,6 +722,9 @@ int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__Pr
     tr_link_instances_forget_producer(&lc->instances, u->producer_id);
   if (!lc->welcomed)
     return TR_ERR_CLOSED; /* the next Welcome's re-announcement leaves it out */
+  /* A guest's producer announced to a service that knows no guests would pass for the host's. */
+  if (u->guest_id != 0 && !(lc->features & TR_RELAY_FEATURE_GUESTS))
+    return TR_ERR_UNSUPPORTED;
   if (u->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_DISCONNECTED) {
     struct tr_link_ordered_frame gone = {.gone_producer_id = u->producer_id};
     return send_ordered(lc, &gone);
@@ -730,6 +733,29 @@ int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__Pr
   f.msg_case = TRACERELAY__RELAY_FRAME__MSG_PRODUCER_UPDATE;
   f.producer_update = (Tracerelay__ProducerUpdate *)u;
   return send_frame(lc, &f);
+}
+
+/* A guest machine's frame, once the service took FEATURE_GUEST_MACHINES. */
+static int send_guest_frame(tr_link_client *lc, Tracerelay__RelayFrame *f) {
+  if (!lc->welcomed)
+    return TR_ERR_CLOSED;
+  if (!(lc->features & TR_RELAY_FEATURE_GUESTS))
+    return TR_ERR_UNSUPPORTED;
+  return send_frame(lc, f);
+}
+
+int tr_link_client_send_guest(tr_link_client *lc, const Tracerelay__GuestMachine *g) {
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_GUEST_MACHINE;
+  f.guest_machine = (Tracerelay__GuestMachine *)g;
+  return send_guest_frame(lc, &f);
+}
+
+int tr_link_client_send_guest_clock(tr_link_client *lc, const Tracerelay__GuestClockExchange *x) {
+  Tracerelay__RelayFrame f = TRACERELAY__RELAY_FRAME__INIT;
+  f.msg_case = TRACERELAY__RELAY_FRAME__MSG_GUEST_CLOCK_EXCHANGE;
+  f.guest_clock_exchange = (Tracerelay__GuestClockExchange *)x;
+  return send_guest_frame(lc, &f);
 }
 
 int tr_link_client_send_trigger(tr_link_client *lc, const Tracerelay__Trigger *t) {

@@ -97,11 +97,16 @@ void tr_link_client_send_queued(tr_link_client *lc);
 /* Sends a ProducerUpdate now, except PRODUCER_DISCONNECTED, which goes once everything the
  * chunk queue held before it is in a batch, with after_seq (as a reply does), so the service
  * ends the producer after its last chunks. TR_ERR_CLOSED when no Welcome is current (the full
- * state is sent again after the next one); TR_ERR_FULL, TR_ERR_NOMEM. The caller keeps u. */
+ * state is sent again after the next one); TR_ERR_UNSUPPORTED for a guest's producer when the
+ * service did not accept FEATURE_GUEST_MACHINES; TR_ERR_FULL, TR_ERR_NOMEM. The caller keeps u. */
 int tr_link_client_send_producer_update(tr_link_client *lc, const Tracerelay__ProducerUpdate *u);
 /* Sends a Trigger frame (relay.proto). TR_ERR_CLOSED when no Welcome is current,
  * TR_ERR_UNSUPPORTED when the service did not accept FEATURE_TRIGGERS (an older one). */
 int tr_link_client_send_trigger(tr_link_client *lc, const Tracerelay__Trigger *t);
+/* Send a GuestMachine / GuestClockExchange frame (relay.proto). TR_ERR_CLOSED when no Welcome
+ * is current, TR_ERR_UNSUPPORTED when the service did not accept FEATURE_GUEST_MACHINES. */
+int tr_link_client_send_guest(tr_link_client *lc, const Tracerelay__GuestMachine *g);
+int tr_link_client_send_guest_clock(tr_link_client *lc, const Tracerelay__GuestClockExchange *x);
 /* Answers a Command. error: NULL for success. Batches everything in the chunk queue first, so
  * after_seq covers it. */
 int tr_link_client_reply(tr_link_client *lc, uint64_t request_id, const char *error);

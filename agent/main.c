@@ -67,6 +67,13 @@ static const char kHelp[] =
     "                         the link saying so. docs/security.md#ciphers.\n"
     "  --compress             compress batches with zstd when the service agrees (default).\n"
     "  --no-compress          send batches uncompressed (incompressible data, or scarce CPU).\n"
+    "  --relay-listen ADDR:PORT | vsock://CID:PORT\n"
+    "                         also serve Perfetto's relay endpoint here, for the traced_relay\n"
+    "                         of VM guests (PERFETTO_RELAY_SOCK_NAME=this address): each guest\n"
+    "                         becomes a machine of its own, <this host>/<its name>, in the\n"
+    "                         trace (default: off). Plaintext and unauthenticated, as\n"
+    "                         traced's: listen only on a vsock or a host-only network that\n"
+    "                         reaches nothing but the guests. docs/security.md#relay-endpoint.\n"
     "  --metrics-listen IPADDR:PORT\n"
     "                         serve Prometheus metrics at /metrics and Kubernetes probes at\n"
     "                         /healthz and /readyz (ready: the link is up) over plain HTTP on\n"
@@ -98,7 +105,8 @@ static const char kHelp[] =
 
 enum { OPT_SERVICE = 256, OPT_SERVICE_NAME, OPT_CA, OPT_CERT, OPT_KEY, OPT_PRODUCER_SOCKET,
        OPT_QUEUE_MB, OPT_SPILL_MB, OPT_COMPRESS, OPT_NO_COMPRESS, OPT_FAKE_CLOCK,
-       OPT_MACHINE_NAME, OPT_SMB_KB, OPT_METRICS_LISTEN, OPT_MAX_PRODUCERS, OPT_CIPHER };
+       OPT_MACHINE_NAME, OPT_SMB_KB, OPT_METRICS_LISTEN, OPT_MAX_PRODUCERS, OPT_CIPHER,
+       OPT_RELAY_LISTEN };
 
 static int bad(const char *flag, const char *value) {
   return tr_daemon_bad_value(PROG, flag, value, NULL);
@@ -137,6 +145,7 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
       {"smb-kb", required_argument, NULL, OPT_SMB_KB},
       {"max-producers", required_argument, NULL, OPT_MAX_PRODUCERS},
       {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
+      {"relay-listen", required_argument, NULL, OPT_RELAY_LISTEN},
       {"cipher", required_argument, NULL, OPT_CIPHER},
       {"compress", no_argument, NULL, OPT_COMPRESS},
       {"no-compress", no_argument, NULL, OPT_NO_COMPRESS},
@@ -181,6 +190,15 @@ static int parse_flags(int argc, char **argv, struct tr_agent_opts *o) {
         return bad("--spill-mb", optarg);
       break;
     case OPT_METRICS_LISTEN: o->metrics_listen = optarg; break;
+    case OPT_RELAY_LISTEN: {
+      struct tr_hostport hp;
+      if (strncmp(optarg, "vsock://", 8) != 0 &&
+          (tr_hostport_parse(optarg, true, &hp) < 0 || strchr(optarg, ':') == NULL))
+        return tr_daemon_bad_value(PROG, "--relay-listen", optarg,
+                                   "give ADDR:PORT (an IP address) or vsock://CID:PORT");
+      o->relay_listen = optarg;
+      break;
+    }
     case OPT_SMB_KB: {
       char *end;
       unsigned long kb = strtoul(optarg, &end, 10);

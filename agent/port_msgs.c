@@ -119,10 +119,29 @@ struct port_event *tr_port_msgs_event_trigger(uint32_t producer_id, const char *
   return e;
 }
 
+struct port_event *tr_port_msgs_event_guest(const tr_guest *g, bool gone) {
+  struct port_event *e = tr_port_msgs_event_new(PORT_EV_GUEST, 0);
+  if (e == NULL)
+    return NULL;
+  e->guest = *g;
+  e->guest_gone = gone;
+  e->guest.system_info = NULL;
+  if (g->system_info != NULL) {
+    e->guest.system_info = malloc(g->system_info_len ? g->system_info_len : 1);
+    if (e->guest.system_info == NULL) {
+      tr_port_msgs_event_free(e);
+      return NULL;
+    }
+    memcpy(e->guest.system_info, g->system_info, g->system_info_len);
+  }
+  return e;
+}
+
 void tr_port_msgs_event_free(struct port_event *e) {
   if (e == NULL)
     return;
   free(e->trigger_name);
+  free(e->guest.system_info);
   free((void *)e->info.name);
   free((void *)e->info.sdk_version);
   for (size_t i = 0; i < e->info.num_data_sources; i++)

@@ -57,6 +57,8 @@ enum port_event_kind {
   PORT_EV_FLUSH_ACKED,
   PORT_EV_COMMAND_DONE,
   PORT_EV_TRIGGER, /* ActivateTriggers: one event per trigger name */
+  PORT_EV_GUEST,       /* a guest machine joined, sent its SystemInfo, or left */
+  PORT_EV_GUEST_CLOCK, /* a guest's clock exchange */
   PORT_EV_CLOSED, /* the port is closed: the last event */
 };
 
@@ -71,6 +73,9 @@ struct port_event {
   struct port_command *cmd; /* COMMAND_DONE: the command, owned by the event */
   struct tr_port_result result; /* COMMAND_DONE */
   char *trigger_name;           /* TRIGGER: the event's copy */
+  tr_guest guest;               /* GUEST: a copy, system_info the event's own */
+  bool guest_gone;              /* GUEST */
+  struct tr_guest_exchange clock; /* GUEST_CLOCK, for info.guest_id */
 };
 
 /* NULL when out of memory. */
@@ -88,6 +93,8 @@ struct port_event *tr_port_msgs_event_with_info(enum port_event_kind kind,
                                                 const tr_producer_info *info);
 /* A TRIGGER event for producer_id carrying a copy of name (or NULL). */
 struct port_event *tr_port_msgs_event_trigger(uint32_t producer_id, const char *name);
+/* A GUEST event carrying a copy of *g (or NULL). */
+struct port_event *tr_port_msgs_event_guest(const tr_guest *g, bool gone);
 /* Frees an event (and its command). */
 void tr_port_msgs_event_free(struct port_event *e);
 

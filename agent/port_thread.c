@@ -95,6 +95,20 @@ static void on_flush_acked(tr_producer_port *port, uint32_t producer_id, uint64_
   post_id(port, PORT_EV_FLUSH_ACKED, producer_id, request_id, false);
 }
 
+static void on_guest_changed(tr_producer_port *port, const tr_guest *g, bool gone) {
+  post(pt_of(port), tr_port_msgs_event_guest(g, gone));
+}
+
+static void on_guest_clock(tr_producer_port *port, uint32_t guest_id,
+                           const struct tr_guest_exchange *x) {
+  struct port_event *e = tr_port_msgs_event_new(PORT_EV_GUEST_CLOCK, 0);
+  if (e != NULL) {
+    e->info.guest_id = guest_id;
+    e->clock = *x;
+  }
+  post(pt_of(port), e);
+}
+
 /* A producer's ActivateTriggers: at most MAX_TRIGGERS_PER_CALL names go on (a call names one
  * or a few; thousands in one frame would only flood the link and the service's matching). */
 #define MAX_TRIGGERS_PER_CALL 32u
@@ -270,6 +284,14 @@ static void dispatch(tr_port_thread *pt, const struct port_event *e) {
     if (cb->trigger)
       cb->trigger(cb->data, e->info.id, e->trigger_name);
     break;
+  case PORT_EV_GUEST:
+    if (cb->guest_changed)
+      cb->guest_changed(cb->data, &e->guest, e->guest_gone);
+    break;
+  case PORT_EV_GUEST_CLOCK:
+    if (cb->guest_clock)
+      cb->guest_clock(cb->data, e->info.guest_id, &e->clock);
+    break;
   case PORT_EV_CLOSED:
     break;
   }
@@ -383,13 +405,18 @@ static int start_port(tr_port_thread *pt, const struct tr_port_thread_config *cf
                                        .data_source_stopped = on_stopped,
                                        .flush_acked = on_flush_acked,
                                        .triggers = on_triggers,
+                                       .guest_changed = on_guest_changed,
+                                       .guest_clock = on_guest_clock,
                                        .queue_has_data = on_queue_has_data}};
   int rc = tr_producer_port_new(pt->port_loop, &pc, &pt->port);
   if (rc < 0) {
     pt->port = NULL; /* it frees itself on its loop */
     return rc;
   }
-  return tr_producer_port_start(pt->port, cfg->socket_path, cfg->mode);
+  rc = tr_producer_port_start(pt->port, cfg->socket_path, cfg->mode);
+  if (rc == 0 && cfg->relay_listen != NULL)
+    rc = tr_producer_port_start_relay(pt->port, cfg->relay_listen);
+  return rc;
 }
 
 int tr_port_thread_start(uv_loop_t *loop, const struct tr_port_thread_config *cfg,

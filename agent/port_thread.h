@@ -43,6 +43,9 @@ struct tr_port_thread_callbacks {
   void (*flush_acked)(void *data, uint32_t producer_id, uint64_t flush_request_id);
   /* The producer activated a trigger (ActivateTriggers: once per name). */
   void (*trigger)(void *data, uint32_t producer_id, const char *name);
+  /* The relay endpoint's guest machines (producer_port.h), valid during the call. */
+  void (*guest_changed)(void *data, const tr_guest *g, bool gone);
+  void (*guest_clock)(void *data, uint32_t guest_id, const struct tr_guest_exchange *x);
   /* Entries were moved into the chunk queue. */
   void (*queue_has_data)(void *data);
   /* Every command's result, in its place among the events. */
@@ -52,6 +55,7 @@ struct tr_port_thread_callbacks {
 struct tr_port_thread_config {
   const char *socket_path;
   mode_t mode;
+  const char *relay_listen; /* the relay endpoint's address (producer_port.h), or NULL: none */
   uint32_t smb_size; /* as tr_producer_port_config */
   size_t max_producers;
   const char *max_producers_flag;

@@ -86,6 +86,9 @@ typedef struct tr_host_stats {
 } tr_host_stats;
 
 #define TR_HOST_CLOCK_SNAPSHOTS 64
+/* A host's name: a certificate's (at most 64 bytes), or a guest machine's "<host>/<guest>"
+ * (the guest's part at most TR_RELAY_GUEST_NAME_MAX, 40). */
+#define TR_HOST_NAME_MAX 105
 
 /* One HostClockSnapshot of an agent, as received. */
 struct tr_host_clock_snapshot {
@@ -94,7 +97,11 @@ struct tr_host_clock_snapshot {
 };
 
 struct tr_host {
-  char name[65];                  /* machine name, from the agent's certificate */
+  char name[TR_HOST_NAME_MAX + 1]; /* machine name, from the agent's certificate */
+  /* A guest machine behind that host's agent (relay.proto GuestMachine): named "<host>/<its
+   * name>", its producers, system info and clock its own, its link its host's. NULL: a host. */
+  tr_host *guest_of;
+  uint32_t guest_id;              /* while it is relayed: its agent-local id; else 0 */
   /* What traces call it, and its machine_id, tr_machine_id(trace_name): its name, or
    * "NAME#K" when the ids of its name are another host's (service/machine_ids.h). */
   char trace_name[TR_MACHINE_IDS_NAME_MAX + 1];

@@ -37,6 +37,10 @@ typedef struct held_frame {
 
 typedef struct host_rec {
   tr_host host; /* first: a tr_host * is a host_rec * */
+  tr_host **guests; /* the guest entries of this host, ever made (at most TR_HOSTS_MAX_GUESTS) */
+  size_t n_guests;
+  bool has_held_clock; /* a guest: an exchange its host's clock could not map yet */
+  struct tr_clocksync_probe held_clock;
   tr_relay_peer peer;
   agent_counters earlier;  /* sum over the agent instances before the current one */
   agent_counters current;  /* the current instance's latest report */
@@ -295,6 +299,8 @@ static void stale_remove(host_rec *r, uint32_t id) {
 
 int tr_hosts_producer_update(tr_hosts *hs, tr_host *h, const Tracerelay__ProducerUpdate *u) {
   char why[160];
+  if ((h = tr_hosts_update_entry(h, u)) == NULL)
+    return 0;
   if (tr_hosts_producer_update_check(h, u, why, sizeof why) < 0)
     return TR_ERR_PROTO;
   int rc;
@@ -325,8 +331,7 @@ int tr_hosts_producer_update(tr_hosts *hs, tr_host *h, const Tracerelay__Produce
   return 0;
 }
 
-int tr_hosts_resync_begin(tr_hosts *hs, tr_host *h) {
-  (void)hs;
+static int resync_begin(tr_host *h) {
   host_rec *r = rec_of(h);
   free(r->stale);
   r->stale = NULL;
@@ -341,7 +346,15 @@ int tr_hosts_resync_begin(tr_hosts *hs, tr_host *h) {
   return 0;
 }
 
-void tr_hosts_resync_end(tr_hosts *hs, tr_host *h) {
+int tr_hosts_resync_begin(tr_hosts *hs, tr_host *h) {
+  (void)hs;
+  int rc = resync_begin(h);
+  for (size_t i = 0; i < rec_of(h)->n_guests && rc == 0; i++)
+    rc = resync_begin(rec_of(h)->guests[i]);
+  return rc;
+}
+
+static void resync_end(tr_hosts *hs, tr_host *h) {
   host_rec *r = rec_of(h);
   uint32_t *stale = r->stale;
   size_t n = r->n_stale;
@@ -350,6 +363,12 @@ void tr_hosts_resync_end(tr_hosts *hs, tr_host *h) {
   for (size_t i = 0; i < n; i++)
     producer_end(hs, h, stale[i]);
   free(stale);
+}
+
+void tr_hosts_resync_end(tr_hosts *hs, tr_host *h) {
+  resync_end(hs, h);
+  for (size_t i = 0; i < rec_of(h)->n_guests; i++)
+    resync_end(hs, rec_of(h)->guests[i]);
 }
 
 /* ---- agent stats ---- */
@@ -516,7 +535,8 @@ int tr_hosts_add_clock_snapshot(tr_host *h, const Tracerelay__HostClockSnapshot 
 /* ---- frames held for their batches ---- */
 
 void tr_hosts_command_sent(tr_host *h, const Tracerelay__Command *cmd) {
-  host_rec *r = rec_of(h);
+  /* A guest's commands go down its host's link, and their replies come back on it. */
+  host_rec *r = rec_of(h->guest_of != NULL ? h->guest_of : h);
   if (cmd->cmd_case == TRACERELAY__COMMAND__CMD_FLUSH) /* a FlushAck answers it */
     return;
   if (r->in_flight == NULL &&
@@ -586,9 +606,13 @@ static void release(tr_hosts *hs, tr_host *h, bool force) {
       r->held_tail = NULL;
     r->n_held--;
     r->held_bytes -= protobuf_c_message_get_packed_size(&e->frame->base);
-    if (e->frame->msg_case == TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY)
+    if (e->frame->msg_case == TRACERELAY__RELAY_FRAME__MSG_COMMAND_REPLY) {
+      /* A reply names no producer: its request id (unique in the service) finds the command
+       * among the host's and its guests' alike. */
       hs->ev->command_reply(hs->svc, h, e->frame->command_reply);
-    else /* a PRODUCER_DISCONNECTED with a producer id, checked before it was held */
+      for (size_t i = 0; i < r->n_guests; i++)
+        hs->ev->command_reply(hs->svc, r->guests[i], e->frame->command_reply);
+    } else /* a PRODUCER_DISCONNECTED with a producer id, checked before it was held */
       tr_hosts_producer_update(hs, h, e->frame->producer_update);
     tr_relay_frame_free(e->frame);
     free(e);
@@ -645,6 +669,8 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *h, const Tracerelay__Hello *hello,
     release(hs, h, true);
     r->n_in_flight = 0;
     producers_end_all(hs, h);
+    for (size_t i = 0; i < r->n_guests; i++)
+      producers_end_all(hs, r->guests[i]);
     r->earlier.queue_chunks += r->current.queue_chunks;
     r->earlier.queue_bytes += r->current.queue_bytes;
     r->earlier.spill_chunks += r->current.spill_chunks;
@@ -695,6 +721,7 @@ static void host_free(host_rec *r) {
   }
   free(r->stale);
   free(r->in_flight);
+  free(r->guests);
   free(h->buffer_drops);
   free(r);
 }
@@ -759,14 +786,9 @@ static int index_room(tr_hosts *hs) {
   return 0;
 }
 
-int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
-  tr_host *h = tr_hosts_find(hs, name);
-  if (h != NULL) {
-    *out = h;
-    return 0;
-  }
-  if (!tr_tls_valid_machine_name(name, strlen(name)))
-    return TR_ERR_INVAL;
+/* A new entry called name (checked by the caller). */
+static int make(tr_hosts *hs, const char *name, tr_host **out) {
+  tr_host *h;
   if (index_room(hs) != 0)
     return TR_ERR_NOMEM;
   host_rec *r = calloc(1, sizeof *r);
@@ -800,6 +822,113 @@ int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
   hs->tail = h;
   *out = h;
   return 0;
+}
+
+int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
+  tr_host *h = tr_hosts_find(hs, name);
+  if (h != NULL) {
+    *out = h;
+    return 0;
+  }
+  if (!tr_tls_valid_machine_name(name, strlen(name)))
+    return TR_ERR_INVAL;
+  return make(hs, name, out);
+}
+
+/* ---- guest machines ---- */
+
+tr_host *tr_hosts_guest_find(const tr_host *host, uint32_t guest_id) {
+  const host_rec *r = (const host_rec *)host;
+  for (size_t i = 0; guest_id != 0 && i < r->n_guests; i++)
+    if (r->guests[i]->guest_id == guest_id)
+      return r->guests[i];
+  return NULL;
+}
+
+tr_host *const *tr_hosts_guests(const tr_host *host, size_t *n) {
+  *n = ((const host_rec *)host)->n_guests;
+  return ((const host_rec *)host)->guests;
+}
+
+tr_host *tr_hosts_update_entry(tr_host *host, const Tracerelay__ProducerUpdate *u) {
+  return u->guest_id != 0 ? tr_hosts_guest_find(host, u->guest_id)
+                          : tr_hosts_producer_owner(host, u->producer_id);
+}
+
+tr_host *tr_hosts_producer_owner(tr_host *host, uint32_t producer_id) {
+  host_rec *r = rec_of(host);
+  for (size_t i = 0; i < r->n_guests; i++)
+    if (producer_find(r->guests[i], producer_id) != NULL)
+      return r->guests[i];
+  return host;
+}
+
+/* The entry of host's guest called name, made (and listed under host) if new. */
+static int guest_entry(tr_hosts *hs, tr_host *host, const char *name, tr_host **out) {
+  char full[2 * (TR_HOST_NAME_MAX + 1)]; /* a host's name is at most 64, a guest's 40 */
+  snprintf(full, sizeof full, "%s/%s", host->name, name);
+  *out = tr_hosts_find(hs, full);
+  if (*out != NULL)
+    return 0;
+  host_rec *r = rec_of(host);
+  if (r->n_guests >= TR_HOSTS_MAX_GUESTS)
+    return TR_ERR_FULL;
+  tr_host **grown = realloc(r->guests, (r->n_guests + 1) * sizeof *grown);
+  if (grown == NULL)
+    return TR_ERR_NOMEM;
+  r->guests = grown;
+  int rc = make(hs, full, out);
+  if (rc < 0)
+    return rc;
+  (*out)->guest_of = host;
+  r->guests[r->n_guests++] = *out;
+  return 0;
+}
+
+int tr_hosts_guest_join(tr_hosts *hs, tr_host *host, const Tracerelay__GuestMachine *g,
+                        tr_host **out, bool *joined) {
+  const char *name = g->name ? g->name : "";
+  size_t len = strlen(name);
+  if (g->guest_id == 0 || len > TR_RELAY_GUEST_NAME_MAX || !tr_tls_valid_machine_name(name, len))
+    return TR_ERR_PROTO;
+  tr_host *other = tr_hosts_guest_find(host, g->guest_id);
+  tr_host *h;
+  int rc = guest_entry(hs, host, name, &h);
+  if (rc < 0)
+    return rc;
+  if ((other != NULL && other != h) || (h->guest_id != 0 && h->guest_id != g->guest_id))
+    return TR_ERR_PROTO; /* one id, one name, while relayed */
+  rc = keep_system_info(h, g->system_info);
+  if (rc < 0)
+    return rc;
+  *joined = h->link == NULL;
+  h->guest_id = g->guest_id;
+  h->agent_instance_id = host->agent_instance_id;
+  h->restarted_unclean = host->restarted_unclean;
+  if (*joined)
+    tr_hosts_link_up(h, host->link, host->connected_since_ns, NULL);
+  *out = h;
+  return 0;
+}
+
+void tr_hosts_guest_hold_clock(tr_host *guest, const struct tr_clocksync_probe *ex) {
+  rec_of(guest)->held_clock = *ex;
+  rec_of(guest)->has_held_clock = true;
+}
+
+bool tr_hosts_guest_held_clock(tr_host *guest, struct tr_clocksync_probe *ex) {
+  host_rec *r = rec_of(guest);
+  if (!r->has_held_clock)
+    return false;
+  *ex = r->held_clock;
+  r->has_held_clock = false;
+  return true;
+}
+
+void tr_hosts_guest_leave(tr_host *guest) {
+  guest->guest_id = 0;
+  if (guest->link != NULL)
+    tr_hosts_link_down(guest);
 }
 
 tr_relay_peer *tr_hosts_peer(tr_host *h) { return &rec_of(h)->peer; }

@@ -94,7 +94,7 @@ int tr_hosts_hello(tr_hosts *hs, tr_host *host, const Tracerelay__Hello *hello,
                    uint64_t *welcome_seq);
 
 /* Starts a resync after Welcome: the producers not re-announced with PRODUCER_CONNECTED
- * before tr_hosts_resync_end are ended then. */
+ * before tr_hosts_resync_end are ended then, the host's and its guests' alike. */
 int tr_hosts_resync_begin(tr_hosts *hs, tr_host *host);
 void tr_hosts_resync_end(tr_hosts *hs, tr_host *host);
 
@@ -105,9 +105,15 @@ void tr_hosts_resync_end(tr_hosts *hs, tr_host *host);
  * TR_HOSTS_MAX_DESCRIBED_BYTES). O(the update's size + the producer's data sources). */
 int tr_hosts_producer_update_check(const tr_host *host, const Tracerelay__ProducerUpdate *u,
                                    char *err, size_t err_len);
-/* Applies a ProducerUpdate and tells the sessions. TR_ERR_PROTO for an update
+/* Applies a ProducerUpdate and tells the sessions. The update is the entry's it names: with
+ * guest_id, that relayed guest's of host (a guest the service refused or that left: ignored,
+ * so the producer is known nowhere, gets no data source and can write into no buffer);
+ * without, the owner of the producer (tr_hosts_producer_owner). TR_ERR_PROTO for an update
  * tr_hosts_producer_update_check refuses (nothing applied); an update for an unknown producer
  * is ignored (it may have been ended by a resync). TR_ERR_NOMEM. */
+/* The entry a ProducerUpdate of host's link is for: the relayed guest it names (NULL: one the
+ * service refused or that left), else the producer's owner (tr_hosts_producer_owner). */
+tr_host *tr_hosts_update_entry(tr_host *host, const Tracerelay__ProducerUpdate *u);
 int tr_hosts_producer_update(tr_hosts *hs, tr_host *host, const Tracerelay__ProducerUpdate *u);
 
 /* AgentStats: the latest counters of the current agent instance, added to those of its
@@ -134,6 +140,38 @@ void tr_hosts_batch_seen(tr_host *host);
 void tr_hosts_batch_unusable(tr_host *host);
 void tr_hosts_chunk_received(tr_host *host, size_t payload_len);
 void tr_hosts_batch_applied(tr_host *host);
+
+/* ---- guest machines (relay.proto GuestMachine, FEATURE_GUEST_MACHINES) ----
+ * A guest is an entry of the table like a host, named "<host>/<name>" (no certificate name
+ * has a '/', so a guest can never pass for a host), kept for the service's life; while its
+ * agent relays it, guest_id is set and its link is its host's. */
+
+#define TR_HOSTS_MAX_GUESTS 64 /* guest entries per host, over the service's life */
+
+/* A GuestMachine (not gone) on host's link: the guest's entry, made if new, given its id, its
+ * host's agent instance and link, and its system info (machine_name = its name). *joined: it
+ * was not relayed before (the sessions should hear it connected). TR_ERR_PROTO for id 0, a
+ * name outside the machine-name alphabet or over TR_RELAY_GUEST_NAME_MAX, or an id another
+ * guest of the host has; TR_ERR_FULL for a new guest past TR_HOSTS_MAX_GUESTS; TR_ERR_NOMEM. */
+int tr_hosts_guest_join(tr_hosts *hs, tr_host *host, const Tracerelay__GuestMachine *g,
+                        tr_host **out, bool *joined);
+/* The relayed guest of host with that id, or NULL. */
+tr_host *tr_hosts_guest_find(const tr_host *host, uint32_t guest_id);
+/* The guest left (GuestMachine.gone), or its host's link went down: no longer relayed (no
+ * link, no id). Its producers stay until their own ordered PRODUCER_DISCONNECTED, which follows
+ * their last chunks (or a resync or agent restart ends them). The caller tells the sessions it
+ * disconnected. */
+void tr_hosts_guest_leave(tr_host *guest);
+/* A guest's clock exchange its host's clock estimate could not map yet (none yet at the first
+ * exchange, which traced_relay sends as it connects, then only every 30 s): the latest one is
+ * kept, and taken (true) when the host's clock has been measured. */
+void tr_hosts_guest_hold_clock(tr_host *guest, const struct tr_clocksync_probe *ex);
+bool tr_hosts_guest_held_clock(tr_host *guest, struct tr_clocksync_probe *ex);
+/* Host's guests, relayed or not (ever made): *n of them. */
+tr_host *const *tr_hosts_guests(const tr_host *host, size_t *n);
+/* The entry a producer id of host's agent belongs to: one of its relayed guests if that guest
+ * has the producer, else host. O(the guests' producers). */
+tr_host *tr_hosts_producer_owner(tr_host *host, uint32_t producer_id);
 
 /* Keeps a HostClockSnapshot of the host's agent, received at service BOOTTIME received_ns, in
  * host->clock_snapshots. TR_ERR_PROTO for an empty snapshot, more than TR_CLOCK_SNAPSHOT_MAX

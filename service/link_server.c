@@ -457,17 +457,20 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
   const struct tr_link_events *ev = p->ls->ev;
   for (size_t i = 0; i < n; i++) {
     const Tracerelay__ChunkItem *it = items[i];
+    /* A guest's producer's items go to the guest's entry: its buffers, its sessions. */
     switch (it->item_case) {
-    case TRACERELAY__CHUNK_ITEM__ITEM_CHUNK:
-      tr_hosts_chunk_received(host, it->chunk->payload.len);
-      ev->chunk(svc, host, it->chunk);
+    case TRACERELAY__CHUNK_ITEM__ITEM_CHUNK: {
+      tr_host *owner = tr_hosts_producer_owner(host, it->chunk->producer_id);
+      tr_hosts_chunk_received(owner, it->chunk->payload.len);
+      ev->chunk(svc, owner, it->chunk);
       break;
+    }
     case TRACERELAY__CHUNK_ITEM__ITEM_PATCH:
-      ev->patch(svc, host, it->patch);
+      ev->patch(svc, tr_hosts_producer_owner(host, it->patch->producer_id), it->patch);
       break;
     case TRACERELAY__CHUNK_ITEM__ITEM_FLUSH_ACK:
-      ev->flush_ack(svc, host, it->flush_ack,
-                    tr_tls_uv_read_time(tr_relay_link_conn(p->link)));
+      ev->flush_ack(svc, tr_hosts_producer_owner(host, it->flush_ack->producer_id),
+                    it->flush_ack, tr_tls_uv_read_time(tr_relay_link_conn(p->link)));
       break;
     default:
       break;
@@ -478,10 +481,36 @@ static void on_batch(tr_link_peer *p, const Tracerelay__ChunkBatch *batch) {
   tr_hosts_release_ordered(p->ls->hosts, host);
 }
 
+/* A guest's exchange, mapped through its host's clock estimate into one on ours; held for
+ * later while the host's clock is not measured yet. */
+static void add_guest_exchange(tr_host *host, tr_host *guest, const struct tr_clocksync_probe *in) {
+  struct tr_clocksync_probe ex;
+  int rc = tr_clocksync_relay_exchange(host->clock, in, &ex);
+  if (rc == TR_ERR_STATE)
+    tr_hosts_guest_hold_clock(guest, in);
+  else if (rc == 0)
+    rc = tr_clocksync_add_probe(guest->clock, &ex);
+  TR_DEBUG("link", "guest %s: clock exchange t1 %lld t2 %lld t4 %lld: %s", guest->name,
+           (long long)in->t1, (long long)in->t2, (long long)in->t4,
+           rc == TR_ERR_STATE ? "held until the host's clock is measured"
+                              : rc < 0 ? tr_strerror(rc) : "used");
+}
+
+/* The host's clock moved on: its guests' held exchanges may be placed now. */
+static void add_held_guest_exchanges(tr_host *host) {
+  size_t n;
+  tr_host *const *guests = tr_hosts_guests(host, &n);
+  struct tr_clocksync_probe in;
+  for (size_t i = 0; i < n; i++)
+    if (guests[i]->link != NULL && tr_hosts_guest_held_clock(guests[i], &in))
+      add_guest_exchange(host, guests[i], &in);
+}
+
 static void on_probe_answer(tr_link_peer *p, const Tracerelay__ClockProbe *a) {
   if (tr_clock_probe_answer(&p->ls->probes, &p->probe, a->probe_id, a->t2, a->t3, p->t4,
                             uv_now(p->ls->loop)) < 0)
     tr_relay_link_protocol_error(p->link, "clock probe answer with t2/t3 out of range or out of order");
+  add_held_guest_exchanges(p->host);
   tick_sooner(p->ls);
 }
 
@@ -508,6 +537,8 @@ static void on_relayed_exchange(tr_link_peer *p, const Tracerelay__RelayedClockE
     tr_relay_link_protocol_error(p->link, "relayed clock exchange with times missing or out of order");
     return;
   }
+  if (rc == 0)
+    add_held_guest_exchanges(p->host);
   TR_DEBUG("link", "host %s: clock probe via %s t1 %lld t2 %lld t3 %lld%s t4 %lld: %s",
            p->host->name, regional, (long long)ex.t1, (long long)ex.t2, (long long)ex.t3,
            ex.t3_late ? " (late)" : "", (long long)ex.t4,
@@ -534,7 +565,71 @@ int tr_link_server_relayed_exchange(tr_host *host, const tr_host *via,
   return tr_clocksync_add_probe(host->clock, ex);
 }
 
+/* Guest machines: a GuestMachine joins (or ends) a guest of the link's host; the sessions hear
+ * of it as of a host connecting (or disconnecting). A guest past the table's bound is refused
+ * alone, logged: its producers are then known nowhere and get no data source. */
+static void on_guest(tr_link_peer *p, const Tracerelay__GuestMachine *g) {
+  tr_link_server *ls = p->ls;
+  if (g->has_gone && g->gone) {
+    tr_host *guest = tr_hosts_guest_find(p->host, g->guest_id);
+    if (guest == NULL)
+      return; /* one the service refused */
+    tr_hosts_guest_leave(guest);
+    TR_INFO("link", "guest machine %s left", guest->name);
+    ls->ev->host_disconnected(ls->svc, guest, "the guest's relay disconnected");
+    return;
+  }
+  tr_host *guest;
+  bool joined;
+  int rc = tr_hosts_guest_join(ls->hosts, p->host, g, &guest, &joined);
+  if (rc == TR_ERR_FULL || rc == TR_ERR_NOMEM) {
+    TR_WARN("link", "host %s: guest machine \"%.40s\" refused: %s (at most %d per host)",
+            p->host->name, g->name ? g->name : "", tr_strerror(rc), TR_HOSTS_MAX_GUESTS);
+    return;
+  }
+  if (rc < 0) {
+    tr_relay_link_protocol_error(p->link, "guest machine %u refused: %s", g->guest_id,
+                                 tr_strerror(rc));
+    return;
+  }
+  if (joined) {
+    TR_INFO("link", "guest machine %s joined through %s's relay endpoint", guest->name,
+            p->host->name);
+    ls->ev->host_connected(ls->svc, guest);
+  }
+}
+
+/* A guest's SyncClock exchange, on its agent's clock at t1 and t4: made one on ours through
+ * our estimate of the agent's host, as a regional's relayed exchange is. Until that host's
+ * clock is measured the exchange cannot be placed: skipped (the agent sends it again after
+ * each Welcome, and the guest every 30 s). Its clocks become the guest's clock snapshot. */
+static void on_guest_clock(tr_link_peer *p, const Tracerelay__GuestClockExchange *x) {
+  tr_link_server *ls = p->ls;
+  tr_host *guest = tr_hosts_guest_find(p->host, x->guest_id);
+  const uint64_t limit = 1ull << 62;
+  if (!x->has_t1 || !x->has_t2 || !x->has_t3 || !x->has_t4 || x->t1 >= limit ||
+      x->t2 >= limit || x->t3 >= limit || x->t4 >= limit || x->t3 < x->t2 || x->t4 < x->t1 ||
+      x->n_clocks == 0) {
+    tr_relay_link_protocol_error(p->link, "guest clock exchange with times missing or out of order");
+    return;
+  }
+  if (guest == NULL)
+    return; /* one the service refused, or that left meanwhile */
+  struct tr_clocksync_probe in = {.t1 = (int64_t)x->t1, .t2 = (int64_t)x->t2,
+                                  .t3 = (int64_t)x->t3, .t4 = (int64_t)x->t4};
+  add_guest_exchange(p->host, guest, &in);
+  Tracerelay__HostClockSnapshot snap = TRACERELAY__HOST_CLOCK_SNAPSHOT__INIT;
+  snap.n_clocks = x->n_clocks;
+  snap.clocks = x->clocks;
+  if (ls->ev->host_clock_snapshot(ls->svc, guest, &snap) < 0)
+    tr_relay_link_protocol_error(p->link, "malformed guest clock snapshot");
+}
+
+/* The frames of a Welcome's re-announcement: the guests, then every producer. */
 static bool is_reannouncement(const Tracerelay__RelayFrame *f) {
+  if (f->msg_case == TRACERELAY__RELAY_FRAME__MSG_GUEST_MACHINE ||
+      f->msg_case == TRACERELAY__RELAY_FRAME__MSG_GUEST_CLOCK_EXCHANGE)
+    return true;
   return f->msg_case == TRACERELAY__RELAY_FRAME__MSG_PRODUCER_UPDATE &&
          f->producer_update->state == TRACERELAY__PRODUCER_UPDATE__STATE__PRODUCER_CONNECTED;
 }
@@ -610,7 +705,8 @@ static void on_frame(tr_relay_link *link, Tracerelay__RelayFrame *f) {
       break;
     }
     char why[160];
-    rc = tr_hosts_producer_update_check(p->host, f->producer_update, why, sizeof why);
+    tr_host *entry = tr_hosts_update_entry(p->host, f->producer_update);
+    rc = entry ? tr_hosts_producer_update_check(entry, f->producer_update, why, sizeof why) : 0;
     if (rc == 0 && (rc = tr_hosts_producer_update(ls->hosts, p->host, f->producer_update)) < 0)
       snprintf(why, sizeof why, "%s", tr_strerror(rc));
     if (rc < 0)
@@ -658,6 +754,18 @@ static void on_frame(tr_relay_link *link, Tracerelay__RelayFrame *f) {
                                    TR_RELAY_TRIGGER_NAME_MAX);
     else if (ls->ev->trigger)
       ls->ev->trigger(ls->svc, p->host, f->trigger);
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_GUEST_MACHINE:
+    if (p->features & TR_RELAY_FEATURE_GUESTS)
+      on_guest(p, f->guest_machine);
+    else
+      tr_relay_link_protocol_error(p->link, "guest machine without the feature");
+    break;
+  case TRACERELAY__RELAY_FRAME__MSG_GUEST_CLOCK_EXCHANGE:
+    if (p->features & TR_RELAY_FEATURE_GUESTS)
+      on_guest_clock(p, f->guest_clock_exchange);
+    else
+      tr_relay_link_protocol_error(p->link, "guest clock exchange without the feature");
     break;
   case TRACERELAY__RELAY_FRAME__MSG_HOST_CLOCK_SNAPSHOT:
     if (!(p->features & TR_RELAY_FEATURE_HOST_CLOCKS))
@@ -755,6 +863,15 @@ static void on_closed(tr_relay_link *link, int reason, const char *why) {
     ls->connected--;
     TR_INFO("link", "host %s disconnected: %s", host->name, reason ? why : "closed by us");
     ls->ev->host_disconnected(ls->svc, host, why);
+    /* Its guests were reached through it: gone with it until its agent announces them again. */
+    size_t n;
+    tr_host *const *guests = tr_hosts_guests(host, &n);
+    for (size_t i = 0; i < n; i++) {
+      if (guests[i]->link == NULL)
+        continue;
+      tr_hosts_guest_leave(guests[i]);
+      ls->ev->host_disconnected(ls->svc, guests[i], why);
+    }
   }
   free(p);
   maybe_free_server(ls);

@@ -16,8 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A trace name: a machine name (64 bytes at most), '#' and up to 10 digits. */
-#define TR_MACHINE_IDS_NAME_MAX 75
+/* A trace name: a machine name (105 bytes at most: a guest's "HOST/NAME", host.h's
+ * TR_HOST_NAME_MAX), '#' and up to 10 digits. */
+#define TR_MACHINE_IDS_NAME_MAX 116
 
 struct tr_machine_id_slot {
   uint32_t id;       /* 0: empty (no id made from a name is 0) */

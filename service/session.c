@@ -287,7 +287,9 @@ static int add_instance(tr_session *s, size_t hi, const tr_remote_producer *p, s
   in->ds_name = strdup(desc->name);
   in->handles_clear = desc->has_handles_incremental_state_clear &&
                       desc->handles_incremental_state_clear;
-  in->no_flush = desc->has_no_flush && desc->no_flush;
+  /* A guest's producers emulate shared memory: their chunks reach us only when they flush, so
+   * they are flushed whatever their descriptor says, as traced flushes emulated producers. */
+  in->no_flush = desc->has_no_flush && desc->no_flush && s->hosts[hi].host->guest_of == NULL;
   in->state = TR_DS_STOPPED; /* counted nowhere until it is made */
   if (!in->producer_name || !in->ds_name) {
     free(in->producer_name);

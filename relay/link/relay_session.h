@@ -60,13 +60,16 @@
  * regional offers none, yet passes its agents' Hello feature bits on unchanged, unknown ones
  * too: without this its agents would be granted triggers and their links cut at the first. */
 #define TR_RELAY_FEATURES_CARRIED TR_RELAY_FEATURE_TRIGGERS
+#define TR_RELAY_FEATURE_GUESTS TR_RELAY_FEATURE(TRACERELAY__FEATURE__FEATURE_GUEST_MACHINES)
+/* The longest guest name a GuestMachine frame carries (relay.proto). */
+#define TR_RELAY_GUEST_NAME_MAX 40u
 /* The longest trigger name a Trigger frame carries (relay.proto). */
 #define TR_RELAY_TRIGGER_NAME_MAX 256u
 /* Everything an agent's link implements. */
 #define TR_RELAY_FEATURES_ALL                                                                      \
   (TR_RELAY_FEATURE_ZSTD | TR_RELAY_FEATURE_CLOCK_PROBES | TR_RELAY_FEATURE_AGENT_STATS |       \
    TR_RELAY_FEATURE_HOST_CLOCKS | TR_RELAY_FEATURE_CLOCK_FOLLOW_UP |                            \
-   TR_RELAY_FEATURE_UPSTREAM_LOST | TR_RELAY_FEATURE_TRIGGERS)
+   TR_RELAY_FEATURE_UPSTREAM_LOST | TR_RELAY_FEATURE_TRIGGERS | TR_RELAY_FEATURE_GUESTS)
 
 /* The largest frame a Hello or Welcome says its sender accepts (has ? bytes : absent), 0 or
  * absent meaning TR_RELAY_MAX_FRAME_DEFAULT; 0 if outside [TR_RELAY_MIN_FRAME,

@@ -15,11 +15,17 @@
  * Deadlines: one timer per host checks every connection (O(connections) per tick, a tick
  * being a quarter of the shorter timeout, at most a second): the bind deadline runs from
  * accept to the first successful BindService, the stall deadline from the moment a frame is
- * partly buffered until it is whole. Pending requests are tracked by id in a fixed array. */
+ * partly buffered until it is whole. Pending requests are tracked by id in a fixed array.
+ *
+ * Network listeners (traced_relay's endpoint) use the same connection code: recvmsg and
+ * sendmsg work on TCP and vsock sockets too, and no fd ever arrives there. */
 #include "relay/producer/ipc_host.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/vm_sockets.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +35,7 @@
 #include <unistd.h>
 
 #include "relay/producer/ipc_frame.h"
+#include "relay/base/hostport.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
 #include "relay/producer/unix_fds.h"
@@ -53,6 +60,8 @@ struct tr_ipc_conn {
   int fd;
   int events;
   tr_ipc_peer peer;
+  char peer_addr[64]; /* network peers: their address without the port */
+  bool identified;    /* network peers: on_identity was called */
   tr_ipc_reader reader;
   int rx_fd;
   out_buf *out_head, *out_tail;
@@ -91,12 +100,14 @@ static uint64_t now_ms(tr_ipc_host *host) {
 static void maybe_finish_host_close(tr_ipc_host *host) {
   if (!host->closing || host->handles_closing > 0 || host->conns)
     return;
-  if (host->listen_fd >= 0) {
+  if (host->listen_fd >= 0 && host->path[0]) {
     struct stat st;
     /* Another instance may have replaced our socket file since; leave theirs alone. */
     if (lstat(host->path, &st) == 0 && st.st_dev == host->path_dev &&
         st.st_ino == host->path_ino)
       unlink(host->path);
+  }
+  if (host->listen_fd >= 0) {
     close(host->listen_fd);
     host->listen_fd = -1;
   }
@@ -147,8 +158,12 @@ static void close_conn(tr_ipc_conn *conn, enum tr_ipc_close why, enum tr_log_lev
     return;
   conn->closing = true;
   conn->close_why = why;
-  tr_log(level, LOG_COMP, "%s: closing connection of pid %d uid %u: %s", conn->host->cfg.name,
-         (int)conn->peer.pid, (unsigned)conn->peer.uid, reason);
+  if (conn->host->net)
+    tr_log(level, LOG_COMP, "%s: closing connection of %s: %s", conn->host->cfg.name,
+           conn->peer_addr, reason);
+  else
+    tr_log(level, LOG_COMP, "%s: closing connection of pid %d uid %u: %s", conn->host->cfg.name,
+           (int)conn->peer.pid, (unsigned)conn->peer.uid, reason);
   uv_close((uv_handle_t *)&conn->poll, on_conn_closed);
 }
 
@@ -402,6 +417,15 @@ static void handle_frame(tr_ipc_conn *conn, const uint8_t *payload, size_t len) 
              conn->host->cfg.name, len, (int)conn->peer.pid);
     return;
   }
+  if (conn->host->net && !conn->identified) {
+    conn->identified = true;
+    bool is_id = frame->msg_case == PERFETTO__PROTOS__IPCFRAME__MSG_SET_PEER_IDENTITY;
+    conn->host->cfg.on_identity(conn, is_id ? frame->set_peer_identity : NULL);
+    if (is_id || conn->closing) {
+      tr_ipc_frame_free(frame);
+      return;
+    }
+  }
   switch (frame->msg_case) {
   case PERFETTO__PROTOS__IPCFRAME__MSG_MSG_BIND_SERVICE:
     on_bind(conn, frame->request_id, frame->msg_bind_service);
@@ -410,9 +434,10 @@ static void handle_frame(tr_ipc_conn *conn, const uint8_t *payload, size_t len) 
     on_invoke(conn, frame->request_id, frame->msg_invoke_method);
     break;
   case PERFETTO__PROTOS__IPCFRAME__MSG_SET_PEER_IDENTITY:
-    /* On a UNIX socket the kernel's SO_PEERCRED is the identity: a claim cannot change it. */
-    TR_DEBUG(LOG_COMP, "%s: ignored SetPeerIdentity from pid %d", conn->host->cfg.name,
-             (int)conn->peer.pid);
+    /* On a UNIX socket the kernel's SO_PEERCRED is the identity: a claim cannot change it. On
+     * the network only the first frame counts, as in traced. */
+    TR_DEBUG(LOG_COMP, "%s: ignored SetPeerIdentity from pid %d%s", conn->host->cfg.name,
+             (int)conn->peer.pid, conn->host->net ? " (not its first frame)" : "");
     break;
   default:
     send_request_error(conn, frame->request_id, "unknown request");
@@ -550,10 +575,25 @@ static void on_backlog_idle(uv_idle_t *idle) {
 
 /* ---- accepting -------------------------------------------------------------------- */
 
+/* A network peer's address, without the port: what names a guest that claims no identity. */
+static void peer_address(int fd, char *out, size_t cap) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  snprintf(out, cap, "unknown");
+  if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
+    return;
+  if (ss.ss_family == AF_INET)
+    inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, (socklen_t)cap);
+  else if (ss.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, (socklen_t)cap);
+  else if (ss.ss_family == AF_VSOCK)
+    snprintf(out, cap, "vsock:%u", ((struct sockaddr_vm *)&ss)->svm_cid);
+}
+
 static void add_conn(tr_ipc_host *host, int fd) {
-  struct ucred cred;
+  struct ucred cred = {0};
   socklen_t cred_len = sizeof cred;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
+  if (!host->net && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
     TR_WARN(LOG_COMP, "%s: refused a connection: SO_PEERCRED: %s", host->cfg.name,
             strerror(errno));
     goto fail_fd;
@@ -573,6 +613,8 @@ static void add_conn(tr_ipc_host *host, int fd) {
   conn->fd = fd;
   conn->rx_fd = -1;
   conn->peer = (tr_ipc_peer){.uid = cred.uid, .gid = cred.gid, .pid = cred.pid};
+  if (host->net)
+    peer_address(fd, conn->peer_addr, sizeof conn->peer_addr);
   conn->accepted_ms = now_ms(host);
   conn->pending = calloc(host->cfg.max_pending, sizeof *conn->pending);
   if (!conn->pending)
@@ -695,6 +737,14 @@ static int remove_stale(const struct sockaddr_un *addr) {
   return 0;
 }
 
+static void start_timer(tr_ipc_host *host) {
+  unsigned shorter = host->cfg.bind_timeout_ms < host->cfg.stall_timeout_ms
+                         ? host->cfg.bind_timeout_ms
+                         : host->cfg.stall_timeout_ms;
+  unsigned tick = shorter / 4 < 10 ? 10 : shorter / 4 > 1000 ? 1000 : shorter / 4;
+  uv_timer_start(&host->timeout_timer, on_timeout_tick, tick, tick);
+}
+
 int tr_ipc_host_start(tr_ipc_host *host, const char *path, mode_t mode) {
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   if (host->listening || host->closing)
@@ -727,11 +777,7 @@ int tr_ipc_host_start(tr_ipc_host *host, const char *path, mode_t mode) {
   strcpy(host->path, path);
   host->path_dev = st.st_dev;
   host->path_ino = st.st_ino;
-  unsigned shorter = host->cfg.bind_timeout_ms < host->cfg.stall_timeout_ms
-                         ? host->cfg.bind_timeout_ms
-                         : host->cfg.stall_timeout_ms;
-  unsigned tick = shorter / 4 < 10 ? 10 : shorter / 4 > 1000 ? 1000 : shorter / 4;
-  uv_timer_start(&host->timeout_timer, on_timeout_tick, tick, tick);
+  start_timer(host);
   return uv_poll_start(&host->listen_poll, UV_READABLE, on_listen_readable);
 
 fail_bound:
@@ -739,6 +785,79 @@ fail_bound:
 fail_fd:
   close(fd);
   return rc;
+}
+
+/* The bound, listening socket of a network address, or a negative code. */
+static int net_socket(const char *addr) {
+  union {
+    struct sockaddr sa;
+    struct sockaddr_in in4;
+    struct sockaddr_in6 in6;
+    struct sockaddr_vm vm;
+  } sa = {0};
+  socklen_t len;
+  const char *vs = "vsock://";
+  if (strncmp(addr, vs, strlen(vs)) == 0) {
+    char *end;
+    long cid = strtol(addr + strlen(vs), &end, 10);
+    char *pend;
+    unsigned long port = *end == ':' ? strtoul(end + 1, &pend, 10) : 0;
+    if (*end != ':' || *pend || port == 0 || port > 0xffffffffu || cid < -1 || cid > 0xffffffffl)
+      return TR_ERR_CONFIG;
+    sa.vm = (struct sockaddr_vm){.svm_family = AF_VSOCK,
+                                 .svm_cid = cid < 0 ? VMADDR_CID_ANY : (unsigned)cid,
+                                 .svm_port = (unsigned)port};
+    len = sizeof sa.vm;
+  } else {
+    struct tr_hostport hp;
+    if (tr_hostport_parse(addr, true, &hp) < 0 || !strchr(addr, ':'))
+      return TR_ERR_CONFIG;
+    if (inet_pton(AF_INET, hp.host, &sa.in4.sin_addr) == 1) {
+      sa.in4.sin_family = AF_INET;
+      sa.in4.sin_port = htons((uint16_t)hp.port);
+      len = sizeof sa.in4;
+    } else if (inet_pton(AF_INET6, hp.host, &sa.in6.sin6_addr) == 1) {
+      sa.in6.sin6_family = AF_INET6;
+      sa.in6.sin6_port = htons((uint16_t)hp.port);
+      len = sizeof sa.in6;
+    } else {
+      return TR_ERR_CONFIG; /* an address, not a name: the operator says where exactly */
+    }
+  }
+  int fd = socket(sa.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return TR_ERR_SYS(errno);
+  int one = 1;
+  if (sa.sa.sa_family != AF_VSOCK)
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(fd, &sa.sa, len) < 0 || listen(fd, SOMAXCONN) < 0) {
+    int rc = TR_ERR_SYS(errno);
+    close(fd);
+    return rc;
+  }
+  return fd;
+}
+
+int tr_ipc_host_start_net(tr_ipc_host *host, const char *addr) {
+  if (host->listening || host->closing || !host->cfg.on_identity)
+    return TR_ERR_STATE;
+  int fd = net_socket(addr);
+  if (fd < 0)
+    return fd;
+  int rc = uv_poll_init(host->loop, &host->listen_poll, fd);
+  if (rc < 0) {
+    close(fd);
+    return rc;
+  }
+  host->listen_poll.data = host;
+  host->listen_fd = fd;
+  host->listening = true;
+  host->net = true;
+  host->path[0] = '\0';
+  TR_INFO(LOG_COMP, "%s: listening on %s (port %d)", host->cfg.name, addr,
+          tr_ipc_host_net_port(host));
+  start_timer(host);
+  return uv_poll_start(&host->listen_poll, UV_READABLE, on_listen_readable);
 }
 
 static void on_host_handle_closed(uv_handle_t *handle) {
@@ -781,6 +900,19 @@ void tr_ipc_conn_on_drain(tr_ipc_conn *conn, tr_ipc_conn_cb cb) {
 }
 
 tr_ipc_peer tr_ipc_conn_peer(const tr_ipc_conn *conn) { return conn->peer; }
+const char *tr_ipc_conn_peer_addr(const tr_ipc_conn *conn) { return conn->peer_addr; }
+
+int tr_ipc_host_net_port(const tr_ipc_host *host) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (!host->net || getsockname(host->listen_fd, (struct sockaddr *)&ss, &len) < 0)
+    return TR_ERR_STATE;
+  if (ss.ss_family == AF_INET)
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  if (ss.ss_family == AF_INET6)
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  return (int)((struct sockaddr_vm *)&ss)->svm_port;
+}
 enum tr_ipc_close tr_ipc_conn_close_why(const tr_ipc_conn *conn) { return conn->close_why; }
 
 int tr_ipc_conn_peer_groups(const tr_ipc_conn *conn, gid_t *groups, size_t cap) {

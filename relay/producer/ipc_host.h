@@ -1,12 +1,15 @@
 /* ipc_host.h: a Perfetto IPC host (reference sections 1.3-1.5) on a libuv loop.
  *
- * Listens on an AF_UNIX SOCK_STREAM path, accepts connections, and speaks the IPCFrame
+ * Listens on an AF_UNIX SOCK_STREAM path (or, for a relay endpoint, on TCP or vsock: see
+ * tr_ipc_host_start_net), accepts connections, and speaks the IPCFrame
  * protocol: BindService by name, InvokeMethod dispatched to a per-service method table,
  * replies (streamed with has_more), fds passed with SCM_RIGHTS. It knows frames and methods,
  * not tracing: the ProducerPort and ConsumerPort are method tables built on top.
  *
- * Guarantees, per connection: the kernel's SO_PEERCRED is the peer's identity (SetPeerIdentity
- * is accepted and ignored); at most one maximal frame is buffered for reading, at most
+ * Guarantees, per connection: on AF_UNIX the kernel's SO_PEERCRED is the peer's identity
+ * (SetPeerIdentity is accepted and ignored); on TCP/vsock there is no kernel identity, so the
+ * service hears, through on_identity and before any other frame, the SetPeerIdentity the
+ * connection opened with (or that it opened without one), first one only, as traced does; at most one maximal frame is buffered for reading, at most
  * max_out_bytes are queued for writing (over it the connection is dropped), at most one
  * received fd is held; a bounded number of frames is handled per loop turn, so one client
  * cannot starve the others. A misbehaving peer loses only its own connection.
@@ -26,6 +29,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <uv.h>
+
+#include "perfetto/ipc/wire_protocol.pb-c.h"
 
 #define TR_IPC_DEFAULT_MAX_OUT (8u << 20)
 #define TR_IPC_DEFAULT_MAX_CONNS 1024u
@@ -90,6 +95,11 @@ typedef struct tr_ipc_host_config {
   /* Optional. A negative return refuses the connection (then no on_disconnect). */
   int (*on_connect)(tr_ipc_conn *conn);
   tr_ipc_conn_cb on_disconnect;    /* optional */
+  /* Network listeners only (tr_ipc_host_start_net), required there: called once per
+   * connection before its first frame is handled, with the SetPeerIdentity that frame was, or
+   * NULL if it was something else (then handled as usual). Valid during the call only; the
+   * claims in it are the peer's word, untrusted. */
+  void (*on_identity)(tr_ipc_conn *conn, const Perfetto__Protos__IPCFrame__SetPeerIdentity *id);
   size_t max_out_bytes;            /* 0: TR_IPC_DEFAULT_MAX_OUT */
   size_t max_conns;                /* 0: TR_IPC_DEFAULT_MAX_CONNS; more are refused */
   const char *max_conns_flag;      /* optional: the option that sets it, for the refusal's log */
@@ -119,6 +129,7 @@ struct tr_ipc_host {
   size_t num_conns;
   unsigned handles_closing;
   bool listening;
+  bool net; /* a TCP or vsock listener: peers have no SO_PEERCRED */
   bool closing;
   tr_ipc_host_close_cb close_cb;
 };
@@ -130,6 +141,14 @@ int tr_ipc_host_init(tr_ipc_host *host, uv_loop_t *loop, const tr_ipc_host_confi
  * while the default mode is on it). A stale socket file is replaced; a live one (someone
  * accepts) gives TR_ERR_SYS(EADDRINUSE), a non-socket file TR_ERR_SYS(EEXIST). */
 int tr_ipc_host_start(tr_ipc_host *host, const char *path, mode_t mode);
+/* Listens on "HOST:PORT" / "[V6]:PORT" (TCP) or "vsock://CID:PORT" (CID -1: any) instead of a
+ * path, for Perfetto's traced_relay, which speaks the same frames over the network with no
+ * fds (reference 4.7). Peers are anonymous: tr_ipc_conn_peer gives uid, gid and pid 0 and
+ * tr_ipc_conn_peer_addr the address. TR_ERR_CONFIG for an address that does not parse, else
+ * as tr_ipc_host_start. */
+int tr_ipc_host_start_net(tr_ipc_host *host, const char *addr);
+/* The port a network listener is bound to (port 0 in addr picks one), or TR_ERR_STATE. */
+int tr_ipc_host_net_port(const tr_ipc_host *host);
 /* Closes every connection and the listener, unlinks the socket path if it is still ours,
  * and calls cb (may be NULL) from the loop once nothing refers to the host any more. */
 void tr_ipc_host_close(tr_ipc_host *host, tr_ipc_host_close_cb cb);
@@ -159,6 +178,8 @@ size_t tr_ipc_conn_out_bytes(const tr_ipc_conn *conn);
  * call replaces the callback; NULL cancels it. */
 void tr_ipc_conn_on_drain(tr_ipc_conn *conn, tr_ipc_conn_cb cb);
 tr_ipc_peer tr_ipc_conn_peer(const tr_ipc_conn *conn);
+/* A network peer's address without its port ("10.0.0.2", "vsock:3"); "" on AF_UNIX. */
+const char *tr_ipc_conn_peer_addr(const tr_ipc_conn *conn);
 /* The peer's supplementary groups as the kernel recorded them at connect (SO_PEERGROUPS):
  * the count, or a negative code (TR_ERR_SYS(ERANGE) when there are more than cap). */
 int tr_ipc_conn_peer_groups(const tr_ipc_conn *conn, gid_t *groups, size_t cap);

@@ -44,10 +44,12 @@ static int commandable(tr_producer_port *port, uint32_t producer_id, pp_producer
 /* First setup of this producer: its SMB (ours unless it brought a valid one) and
  * setup_tracing, the fd riding on that frame. */
 static int set_up_tracing(pp_producer *p) {
-  if (!p->shm.has_smb) {
+  uint32_t size = p->smb_size_hint ? p->smb_size_hint : p->port->cfg.smb_size;
+  tr_smb_geometry g = tr_smb_choose_geometry(0, 0, size, p->smb_page_hint);
+  /* Emulated (remote): the producer keeps its chunks in memory of its own, pages of this size,
+   * and sends them whole in CommitData (reference 4.7); there is no SMB to give it. */
+  if (!p->remote && !p->shm.has_smb) {
     tr_smb smb;
-    uint32_t size = p->smb_size_hint ? p->smb_size_hint : p->port->cfg.smb_size;
-    tr_smb_geometry g = tr_smb_choose_geometry(0, 0, size, p->smb_page_hint);
     int rc = tr_smb_create(&smb, g);
     if (rc < 0)
       return rc;
@@ -57,14 +59,15 @@ static int set_up_tracing(pp_producer *p) {
       return rc;
     }
   }
+  uint32_t page_size = p->remote ? g.page_size : (uint32_t)p->shm.smb.page_size;
   Perfetto__Protos__GetAsyncCommandResponse__SetupTracing st =
       PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__SETUP_TRACING__INIT;
   st.has_shared_buffer_page_size_kb = true;
-  st.shared_buffer_page_size_kb = (uint32_t)(p->shm.smb.page_size / 1024);
+  st.shared_buffer_page_size_kb = page_size / 1024;
   Perfetto__Protos__GetAsyncCommandResponse cmd = PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__INIT;
   cmd.cmd_case = PERFETTO__PROTOS__GET_ASYNC_COMMAND_RESPONSE__CMD_SETUP_TRACING;
   cmd.setup_tracing = &st;
-  int rc = send_command(p, &cmd, p->smb_provided ? -1 : p->shm.smb.fd);
+  int rc = send_command(p, &cmd, p->smb_provided || p->remote ? -1 : p->shm.smb.fd);
   if (rc == 0)
     p->tracing_set_up = true;
   return rc;

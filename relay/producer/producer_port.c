@@ -52,6 +52,7 @@ tr_producer_info pp_info(const pp_producer *p) {
       .pid = p->peer.pid,
       .data_sources = (const Perfetto__Protos__DataSourceDescriptor *const *)p->data_sources,
       .num_data_sources = p->num_data_sources,
+      .guest_id = p->guest_id,
       .abi_violations = p->shm.stats.abi_violations,
       .smb_full = p->shm.stats.smb_full,
       .smb_full_ns = p->shm.stats.smb_full_ns};
@@ -219,7 +220,7 @@ static void m_initialize_connection(tr_ipc_conn *conn, uint64_t request_id, cons
       r.has_use_shmem_emulation = true;
   r.using_shmem_provided_by_producer = using_provided;
   r.direct_smb_patching_supported = true;
-  r.use_shmem_emulation = false;
+  r.use_shmem_emulation = p->remote; /* no fd reaches a network peer (reference 4.7) */
   reply(p, request_id, &r.base);
   TR_INFO(LOG_COMP, "producer %u connected: %.64s (%.64s), pid %d uid %u", p->shm.producer_id,
           p->name, p->sdk_version, (int)p->peer.pid, (unsigned)p->peer.uid);
@@ -521,12 +522,12 @@ static const tr_ipc_method kMethods[] = {
     {"UpdateDataSource", m_update_data_source},
 };
 
-static const tr_ipc_service kService = {"ProducerPort", kMethods,
-                                        sizeof(kMethods) / sizeof(kMethods[0])};
+const tr_ipc_service pp_producer_service = {"ProducerPort", kMethods,
+                                            sizeof(kMethods) / sizeof(kMethods[0])};
 
 /* ---- connections ------------------------------------------------------------------------ */
 
-static int on_connect(tr_ipc_conn *conn) {
+int pp_on_connect(tr_ipc_conn *conn) {
   tr_producer_port *port = tr_ipc_conn_host(conn)->data;
   if (port->next_id == 0) {
     TR_ERROR(LOG_COMP, "producer ids exhausted: restart the agent");
@@ -538,6 +539,7 @@ static int on_connect(tr_ipc_conn *conn) {
   p->port = port;
   p->conn = conn;
   p->peer = tr_ipc_conn_peer(conn);
+  p->remote = tr_ipc_conn_host(conn) == &port->relay_host;
   tr_producer_shm_init(&p->shm, port->next_id++, (uint32_t)p->peer.uid, (int32_t)p->peer.pid);
   p->next = port->producers;
   if (port->producers)
@@ -598,7 +600,7 @@ static void leave(pp_producer *p, enum tr_ipc_close why) {
   pp_queue_changed(port, queued);
 }
 
-static void on_disconnect(tr_ipc_conn *conn) {
+void pp_on_disconnect(tr_ipc_conn *conn) {
   pp_producer *p = tr_ipc_conn_data(conn);
   tr_producer_port *port = p->port;
   if (p->prev)
@@ -616,14 +618,16 @@ static void on_disconnect(tr_ipc_conn *conn) {
       port->cfg.cb.producer_disconnected(port, &info);
     }
   }
+  pp_relay_leave(p);
   free_producer(p);
 }
 
 /* ---- the port --------------------------------------------------------------------------- */
 
-static void handle_closed(tr_producer_port *port) {
+void pp_handle_closed(tr_producer_port *port) {
   if (--port->handles_open > 0)
     return;
+  tr_guests_free(&port->guests);
   void (*cb)(void *) = port->close_cb;
   void *data = port->close_data;
   free(port);
@@ -631,8 +635,8 @@ static void handle_closed(tr_producer_port *port) {
     cb(data);
 }
 
-static void on_timer_closed(uv_handle_t *h) { handle_closed(h->data); }
-static void on_host_closed(tr_ipc_host *host) { handle_closed(host->data); }
+static void on_timer_closed(uv_handle_t *h) { pp_handle_closed(h->data); }
+static void on_host_closed(tr_ipc_host *host) { pp_handle_closed(host->data); }
 
 int tr_producer_port_new(uv_loop_t *loop, const tr_producer_port_config *cfg,
                          tr_producer_port **out) {
@@ -644,6 +648,7 @@ int tr_producer_port_new(uv_loop_t *loop, const tr_producer_port_config *cfg,
   port->loop = loop;
   port->cfg = *cfg;
   port->next_id = 1;
+  tr_guests_init(&port->guests);
   int rc = uv_timer_init(loop, &port->stop_timer);
   if (rc < 0) {
     free(port);
@@ -652,10 +657,10 @@ int tr_producer_port_new(uv_loop_t *loop, const tr_producer_port_config *cfg,
   port->stop_timer.data = port;
   port->handles_open = 1;
   tr_ipc_host_config hc = {.name = "producer socket",
-                           .services = &kService,
+                           .services = &pp_producer_service,
                            .num_services = 1,
-                           .on_connect = on_connect,
-                           .on_disconnect = on_disconnect,
+                           .on_connect = pp_on_connect,
+                           .on_disconnect = pp_on_disconnect,
                            .max_conns = cfg->max_producers,
                            .max_conns_flag = cfg->max_producers_flag};
   rc = tr_ipc_host_init(&port->host, loop, &hc);
@@ -682,6 +687,8 @@ void tr_producer_port_close(tr_producer_port *port, void (*cb)(void *data), void
   uv_timer_stop(&port->stop_timer);
   uv_close((uv_handle_t *)&port->stop_timer, on_timer_closed);
   tr_ipc_host_close(&port->host, on_host_closed);
+  if (port->relay_inited)
+    tr_ipc_host_close(&port->relay_host, on_host_closed);
 }
 
 void *tr_producer_port_data(const tr_producer_port *port) { return port->cfg.cb.data; }

@@ -13,7 +13,8 @@
  *
  * Behaviour towards producers follows traced: InitializeConnection first and once (every
  * other call before it is refused), the reply {using_shmem_provided_by_producer,
- * direct_smb_patching_supported: true, use_shmem_emulation: false}; the GetAsyncCommand stream
+ * direct_smb_patching_supported: true, use_shmem_emulation: false, true on the relay endpoint,
+ * where no SMB is made and setup_tracing carries no fd}; the GetAsyncCommand stream
  * is never closed; the first setup of a producer sends setup_tracing with the SMB fd, then
  * setup_data_source, start_data_source... Every refused call or CommitData entry gets an error
  * reply, is logged with its reason (the first few per producer) and counted as an ABI
@@ -37,6 +38,7 @@
 #include "perfetto/common/data_source_descriptor.pb-c.h"
 #include "perfetto/config/data_source_config.pb-c.h"
 #include "relay/producer/chunk_queue.h"
+#include "relay/producer/guests.h"
 #include "relay/producer/producer_shm.h"
 
 /* traced's producer socket is world-writable so that any app can trace; so is ours. The
@@ -56,6 +58,10 @@ typedef struct tr_producer_info {
   uid_t uid;               /* SO_PEERCRED */
   gid_t gid;
   pid_t pid;
+  /* 0: a producer of this host (uid, gid, pid from SO_PEERCRED). Else it came through the
+   * relay endpoint from that guest machine (guests.h), and uid and pid are what its relay
+   * claimed in SetPeerIdentity: the guest's word, about the guest. */
+  uint32_t guest_id;
   /* The registered data sources, in registration order. */
   const Perfetto__Protos__DataSourceDescriptor *const *data_sources;
   size_t num_data_sources;
@@ -90,6 +96,13 @@ typedef struct tr_producer_port_callbacks {
   void (*flush_acked)(tr_producer_port *port, uint32_t producer_id, uint64_t flush_request_id);
   void (*triggers)(tr_producer_port *port, uint32_t producer_id, const char *const *names,
                    size_t num_names);
+  /* Relay endpoint: a guest machine appeared or sent its SystemInfo (gone false; g->system_info
+   * may still be NULL), or its last connection closed (gone true, after its producers'
+   * producer_disconnected). g is valid during the call only. */
+  void (*guest_changed)(tr_producer_port *port, const tr_guest *g, bool gone);
+  /* Relay endpoint: the guest's SyncClock completed an exchange (guests.h). */
+  void (*guest_clock)(tr_producer_port *port, uint32_t guest_id,
+                      const struct tr_guest_exchange *x);
   /* Entries were added to the queue: wake the relay link. */
   void (*queue_has_data)(tr_producer_port *port);
 } tr_producer_port_callbacks;
@@ -114,6 +127,14 @@ int tr_producer_port_new(uv_loop_t *loop, const tr_producer_port_config *cfg,
 /* Listens on `path` with `mode` (TR_PRODUCER_PORT_DEFAULT_MODE as traced). Errors as
  * tr_ipc_host_start: TR_ERR_SYS(EADDRINUSE) if a live socket is there. */
 int tr_producer_port_start(tr_producer_port *port, const char *path, mode_t mode);
+/* Also listens on a network address (tr_ipc_host_start_net: "ADDR:PORT" or "vsock://CID:PORT")
+ * for Perfetto's traced_relay: ProducerPort (service 1, shared memory emulated) and RelayPort
+ * (service 2: InitRelay, SyncClock) as traced serves them on its relay endpoint. Every
+ * producer there belongs to a guest machine (guests.h), never to this host. Errors as
+ * tr_ipc_host_start_net; at most once. */
+int tr_producer_port_start_relay(tr_producer_port *port, const char *addr);
+/* The relay endpoint's port (for an address that gave port 0), or TR_ERR_STATE. */
+int tr_producer_port_relay_port(const tr_producer_port *port);
 /* Disconnects every producer (producer_disconnected runs for each), stops listening, unlinks
  * the socket, and frees the port; cb(data) runs from the loop once it is all done. */
 void tr_producer_port_close(tr_producer_port *port, void (*cb)(void *data), void *data);

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include "relay/producer/guests.h"
 #include "relay/producer/ipc_host.h"
 #include "relay/producer/producer_port.h"
 
@@ -40,6 +41,8 @@ typedef struct pp_producer {
   uint64_t async_request_id;
   bool tracing_set_up; /* setup_tracing was sent */
   bool smb_provided;   /* the SMB is the producer's own: setup_tracing carries no fd */
+  bool remote;       /* came through the relay endpoint: its shared memory is emulated */
+  uint32_t guest_id; /* remote: the guest machine it belongs to (0 until identified) */
   uint32_t smb_size_hint;
   uint32_t smb_page_hint;
   Perfetto__Protos__DataSourceDescriptor **data_sources;
@@ -52,6 +55,10 @@ typedef struct pp_producer {
 struct tr_producer_port {
   uv_loop_t *loop;
   tr_ipc_host host;
+  tr_ipc_host relay_host; /* the relay endpoint (relay_port.c), once started */
+  bool relay_inited;
+  tr_ipc_service relay_services[2];
+  tr_guests guests;       /* the machines behind the relay endpoint */
   uv_timer_t stop_timer;
   tr_producer_port_config cfg;
   pp_producer *producers;
@@ -60,6 +67,17 @@ struct tr_producer_port {
   void (*close_cb)(void *data);
   void *close_data;
 };
+
+/* The ProducerPort service (producer_port.c), served on the producer socket and the relay
+ * endpoint alike; the connection callbacks both use. */
+extern const tr_ipc_service pp_producer_service;
+int pp_on_connect(tr_ipc_conn *conn);
+void pp_on_disconnect(tr_ipc_conn *conn);
+/* Part of the port's close: releases its guest (relay_port.c), telling the caller when that
+ * was the guest's last connection. */
+void pp_relay_leave(pp_producer *p);
+/* Counts one handle of the port closed; frees it with the last (producer_port.c). */
+void pp_handle_closed(tr_producer_port *port);
 
 pp_producer *pp_find_producer(const tr_producer_port *port, uint32_t producer_id);
 /* Index of the registered data source / instance, or -1. */

@@ -64,9 +64,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Longest machine name: a certificate's (64 bytes), or the service's "NAME#K" for a host whose
- * name's ids collide with another's (docs/timeline.md, Machine ids). */
-#define TR_REWRITE_MACHINE_MAX 75u
+/* Longest machine name: a certificate's (64 bytes), a guest machine's "HOST/NAME" (105), or
+ * the service's "NAME#K" for a host whose name's ids collide with another's (docs/timeline.md,
+ * Machine ids). */
+#define TR_REWRITE_MACHINE_MAX 116u
 #define TR_REWRITE_SHARED_MAX 32u  /* truly shared global clock ids per host */
 /* Room tr_rewrite_packet needs for a packet of len bytes. */
 #define TR_REWRITE_OUT_MAX(len) (3u * (size_t)(len) + 16u)

@@ -21,7 +21,7 @@ enum link_event_kind {
 
 struct link_event {
   enum link_event_kind kind;
-  char host[65];
+  char host[TR_HOST_NAME_MAX + 1];
   uint32_t producer_id;
   uint64_t id; /* chunk_id, patched chunk_id, flush_request_id or request_id */
   uint32_t patch_offset;

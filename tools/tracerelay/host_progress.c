@@ -28,12 +28,13 @@ static void append(char *out, size_t cap, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* A machine name, or a guest machine's "<host>/<guest>" (105 bytes at most). */
 static bool printable_name(const char *s) {
-  if (!s || !*s || strlen(s) > 64)
+  if (!s || !*s || strlen(s) > 105)
     return false;
   for (; *s; s++)
     if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-          *s == '.' || *s == '_' || *s == '-'))
+          *s == '.' || *s == '_' || *s == '-' || *s == '/'))
       return false;
   return true;
 }
