@@ -142,7 +142,7 @@ static void test_release(void **state) {
   assert_null(with);
   assert_string_equal(c, MID_A);
   assert_int_equal(mc, ma);
-  char too_long[80];
+  char too_long[TR_MACHINE_IDS_NAME_MAX + 5];
   memset(too_long, 'x', sizeof too_long - 1);
   too_long[sizeof too_long - 1] = 0;
   assert_int_equal(tr_machine_ids_claim(&ids, too_long, c, &mc, NULL), TR_ERR_INVAL);
