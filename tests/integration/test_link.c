@@ -63,6 +63,9 @@ static tr_tls_config *config(enum tr_tls_role role, const char *cert_dir, const 
 
 static void on_tick(uv_timer_t *t) { (void)t; }
 
+/* How long a wait for what a step checks may take before the test fails: far above what it
+ * takes (milliseconds), for a machine busy with other tests. */
+#define WAIT_MS 30000
 #define RUN_UNTIL(loop, cond, ms)                                                                 \
   do {                                                                                            \
     uv_timer_t tick_;                                                                             \
@@ -234,7 +237,7 @@ static void test_handshake_data_commands_clock(void **state) {
   agent_start(&loop, &a, s.port, dir, "agent-web-1");
 
   RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1 &&
-                       host_of(&s, "web-1")->num_producers == 1, 5000);
+                       host_of(&s, "web-1")->num_producers == 1, WAIT_MS);
   tr_host *h = host_of(&s, "web-1");
   assert_non_null(h->link);
   assert_string_equal(h->producers[0].name, "test.producer");
@@ -255,7 +258,7 @@ static void test_handshake_data_commands_clock(void **state) {
   push_chunks(&a, 1000);
   assert_int_equal(tr_chunkq_push_flush_ack(&a.q, 1, 99), 0);
   tr_link_client_kick(a.lc);
-  RUN_UNTIL(&loop, link_stub_count(EV_FLUSH_ACK, "web-1") == 1, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_FLUSH_ACK, "web-1") == 1, WAIT_MS);
   int64_t seen_ns = (int64_t)tr_clock_boottime_ns();
   int64_t arrived_ns = link_events[index_of(EV_FLUSH_ACK, 99)].arrived_ns;
   assert_true(queued_ns < arrived_ns && arrived_ns <= seen_ns);
@@ -280,21 +283,21 @@ static void test_handshake_data_commands_clock(void **state) {
   cmd.cmd_case = TRACERELAY__COMMAND__CMD_SETUP_DATA_SOURCE;
   cmd.setup_data_source = &setup;
   assert_int_equal(tr_link_server_commands.send_command(h, &cmd), 0);
-  RUN_UNTIL(&loop, link_stub_count(EV_REPLY, "web-1") == 1, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_REPLY, "web-1") == 1, WAIT_MS);
   assert_int_equal(a.commands, 1);
   assert_chunks_once_in_order("web-1", 2500);
   assert_true(index_of(EV_REPLY, 7) > index_of(EV_CHUNK, 2499));
 
   /* Clock probes: ten fast ones after Welcome, on one machine, so the offset is ~0. */
   struct tr_clocksync_stats cs;
-  RUN_UNTIL(&loop, (tr_clocksync_get_stats(h->clock, &cs), cs.probes >= 8), 5000);
+  RUN_UNTIL(&loop, (tr_clocksync_get_stats(h->clock, &cs), cs.probes >= 8), WAIT_MS);
   tr_link_server_commands.probe_clock(h);
   int64_t off = tr_clocksync_offset_ns(h->clock);
   assert_true(off > -2000000 && off < 2000000);
   assert_true(tr_clocksync_rtt_ns(h->clock) > 0);
 
   agent_stop(&loop, &a, 3000);
-  RUN_UNTIL(&loop, link_stub_count(EV_DISCONNECTED, "web-1") == 1, 3000);
+  RUN_UNTIL(&loop, link_stub_count(EV_DISCONNECTED, "web-1") == 1, WAIT_MS);
   assert_null(h->link);
   assert_int_equal(h->stats.disconnects, 1);
   assert_int_equal(tr_hosts_peer(h)->lost_batches, 0);
@@ -325,19 +328,19 @@ static void test_link_cut_resumes_without_loss(void **state) {
   struct agent a;
   service_start(&loop, &s);
   agent_start(&loop, &a, s.port, dir, "agent-web-1");
-  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, WAIT_MS);
   tr_host *h = host_of(&s, "web-1");
 
   struct feeder f = {.a = &a, .left = 4000};
   uv_timer_init(&loop, &f.timer);
   f.timer.data = &f;
   uv_timer_start(&f.timer, on_feed, 2, 2);
-  RUN_UNTIL(&loop, link_stub_count(EV_CHUNK, "web-1") >= 600, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CHUNK, "web-1") >= 600, WAIT_MS);
   tr_link_server_disconnect(h, "test: cutting the link");
-  RUN_UNTIL(&loop, link_stub_count(EV_DISCONNECTED, "web-1") == 1, 3000);
+  RUN_UNTIL(&loop, link_stub_count(EV_DISCONNECTED, "web-1") == 1, WAIT_MS);
   /* The feeder keeps going while the link is down: those chunks wait in the spill queue. */
-  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 2, 5000);
-  RUN_UNTIL(&loop, f.left == 0 && link_stub_count(EV_CHUNK, "web-1") >= 4000, 10000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 2, WAIT_MS);
+  RUN_UNTIL(&loop, f.left == 0 && link_stub_count(EV_CHUNK, "web-1") >= 4000, WAIT_MS);
   run_for(&loop, 100); /* a duplicate would show up now */
   assert_chunks_once_in_order("web-1", 4000);
   assert_int_equal(a.welcomes, 2);
@@ -361,20 +364,20 @@ static void test_agent_restart_keeps_host(void **state) {
   struct agent a;
   service_start(&loop, &s);
   agent_start(&loop, &a, s.port, dir, "agent-web-1");
-  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, WAIT_MS);
   tr_host *h = host_of(&s, "web-1");
   uint64_t first_instance = h->agent_instance_id;
   push_chunks(&a, 100);
-  RUN_UNTIL(&loop, link_stub_count(EV_CHUNK, "web-1") == 100, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CHUNK, "web-1") == 100, WAIT_MS);
   agent_stop(&loop, &a, 3000);
 
   agent_start(&loop, &a, s.port, dir, "agent-web-1");
-  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 2 && h->num_producers == 1, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 2 && h->num_producers == 1, WAIT_MS);
   assert_ptr_equal(host_of(&s, "web-1"), h);
   assert_int_not_equal(h->agent_instance_id, first_instance);
   assert_int_equal(tr_hosts_peer(h)->agent_restarts, 1);
   push_chunks(&a, 50);
-  RUN_UNTIL(&loop, h->stats.chunks_received == 150, 5000);
+  RUN_UNTIL(&loop, h->stats.chunks_received == 150, WAIT_MS);
   assert_int_equal(h->stats.disconnects, 1);
   assert_int_equal(h->stats.link_lost_batches, 0);
   assert_int_equal(h->stats.batches_duplicate, 0);
@@ -391,7 +394,7 @@ static void test_duplicate_host_refused(void **state) {
   struct agent a, b;
   service_start(&loop, &s);
   agent_start(&loop, &a, s.port, dir, "agent-web-1");
-  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, WAIT_MS);
   tr_host *h = host_of(&s, "web-1");
 
   agent_start(&loop, &b, s.port, dir, "agent-web-1");
@@ -404,7 +407,7 @@ static void test_duplicate_host_refused(void **state) {
 
   /* The first agent is unaffected. */
   push_chunks(&a, 300);
-  RUN_UNTIL(&loop, link_stub_count(EV_CHUNK, "web-1") == 300, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CHUNK, "web-1") == 300, WAIT_MS);
   assert_chunks_once_in_order("web-1", 300);
   assert_true(tr_link_client_connected(a.lc));
 
@@ -422,7 +425,7 @@ static void test_other_ca_refused(void **state) {
   service_start(&loop, &s);
   agent_start(&loop, &stranger, s.port, other_dir, "agent-web-3");
   agent_start(&loop, &good, s.port, dir, "agent-web-2");
-  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-2") == 1, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-2") == 1, WAIT_MS);
   run_for(&loop, 600);
   assert_null(host_of(&s, "web-3"));
   assert_int_equal(link_stub_count(EV_CONNECTED, "web-3"), 0);
@@ -466,7 +469,7 @@ static void test_acks_ride_with_commands(void **state) {
   service_start_acking(&loop, &s, 60000); /* longer than the test: no ack goes for its age */
   agent_start(&loop, &a, s.port, dir, "agent-web-1");
   RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1 &&
-                       host_of(&s, "web-1")->num_producers == 1, 5000);
+                       host_of(&s, "web-1")->num_producers == 1, WAIT_MS);
   tr_host *h = host_of(&s, "web-1");
   const tr_relay_agent *spill = tr_link_client_spill(a.lc);
 
@@ -475,7 +478,7 @@ static void test_acks_ride_with_commands(void **state) {
   uint64_t stored[6] = {0};
   for (uint64_t k = 1; k <= 5; k++) {
     send_setup(h, k);
-    RUN_UNTIL(&loop, link_stub_count(EV_REPLY, "web-1") == k, 5000);
+    RUN_UNTIL(&loop, link_stub_count(EV_REPLY, "web-1") == k, WAIT_MS);
     stored[k] = tr_hosts_peer(h)->stored_seq;
   }
   /* Every command after the first brought the ack of what the one before made... */
@@ -490,7 +493,7 @@ static void test_acks_ride_with_commands(void **state) {
   /* A burst beyond TR_LINK_ACK_AT_ONCE_BYTES is acked at once: 400 chunks of 200 bytes. */
   push_chunks(&a, 400);
   RUN_UNTIL(&loop, h->stats.chunks_received == 50 + 400 &&
-                       spill->acked_seq == tr_hosts_peer(h)->stored_seq, 5000);
+                       spill->acked_seq == tr_hosts_peer(h)->stored_seq, WAIT_MS);
   assert_int_equal(acks(&s, true), 1);
 
   agent_stop(&loop, &a, 3000);
@@ -505,12 +508,12 @@ static void test_ack_goes_alone_after_its_delay(void **state) {
   struct agent a;
   service_start_acking(&loop, &s, 100);
   agent_start(&loop, &a, s.port, dir, "agent-web-1");
-  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, WAIT_MS);
   tr_host *h = host_of(&s, "web-1");
   const tr_relay_agent *spill = tr_link_client_spill(a.lc);
   push_chunks(&a, 10);
-  RUN_UNTIL(&loop, h->stats.chunks_received == 10, 5000);
-  RUN_UNTIL(&loop, spill->acked_seq == tr_hosts_peer(h)->stored_seq, 5000);
+  RUN_UNTIL(&loop, h->stats.chunks_received == 10, WAIT_MS);
+  RUN_UNTIL(&loop, spill->acked_seq == tr_hosts_peer(h)->stored_seq, WAIT_MS);
   assert_int_equal(acks(&s, true), 1);
   agent_stop(&loop, &a, 3000);
   service_stop(&loop, &s);
@@ -526,7 +529,7 @@ static void test_peers_walked_every_250_ms(void **state) {
   struct agent a;
   service_start(&loop, &s);
   agent_start(&loop, &a, s.port, dir, "agent-web-1");
-  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, WAIT_MS);
   struct tr_link_server_counts c0, c1;
   tr_link_server_counts(s.ls, &c0);
   uv_update_time(&loop);
@@ -557,7 +560,7 @@ static void test_session_tick_wakes_when_due(void **state) {
   struct agent a;
   service_start(&loop, &s);
   agent_start(&loop, &a, s.port, dir, "agent-web-1");
-  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, 5000);
+  RUN_UNTIL(&loop, link_stub_count(EV_CONNECTED, "web-1") == 1, WAIT_MS);
   tr_host *h = host_of(&s, "web-1");
   RUN_UNTIL(&loop, probes_of(h) >= TR_CLOCK_PROBE_DENSE, 10000); /* past the dense ones */
   link_stub_session = true;
@@ -666,10 +669,10 @@ static uint64_t relayed_host_features(uint64_t offer, uint64_t *carrier_features
   tr_relay_link *carrier;
   assert_int_equal(tr_relay_link_connect(&loop, ctls, "relay.test", (struct sockaddr *)&addr,
                                          &lopts, &carrier_events, &r, &carrier), 0);
-  RUN_UNTIL(&loop, r.host_welcomed || r.closed, 5000);
+  RUN_UNTIL(&loop, r.host_welcomed || r.closed, WAIT_MS);
   assert_true(r.host_welcomed);
   tr_relay_link_close(carrier, TRACERELAY__GOODBYE__REASON__REASON_SHUTDOWN, "done");
-  RUN_UNTIL(&loop, r.closed, 5000);
+  RUN_UNTIL(&loop, r.closed, WAIT_MS);
   tr_tls_config_unref(ctls);
   service_stop(&loop, &s);
   *carrier_features = r.carrier_features;
