@@ -613,19 +613,28 @@ static double segment_drift(const struct tr_clocksync *est, int64_t i) {
 
 int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64_t host_to,
                         int64_t tolerance_ns, struct tr_clocksync_breakpoint *out, size_t cap) {
+  return tr_clocksync_export_steps(est, host_from, host_to, tolerance_ns, tolerance_ns, out, cap);
+}
+
+int tr_clocksync_export_steps(const struct tr_clocksync *est, int64_t host_from,
+                              int64_t host_to, int64_t tolerance_ns, int64_t step_ns,
+                              struct tr_clocksync_breakpoint *out, size_t cap) {
   if (est->knots.n == 0)
     return TR_ERR_STATE;
-  if (host_from < 0 || host_to >= TS_LIMIT || host_to < host_from || tolerance_ns < 1)
+  if (host_from < 0 || host_to >= TS_LIMIT || host_to < host_from || tolerance_ns < 1 ||
+      step_ns < 1 || step_ns > tolerance_ns)
     return TR_ERR_INVAL;
   size_t n = 0;
   int64_t h = host_from;
   while (h <= host_to) {
     int64_t i = knot_find(est, h);
     int64_t seg_end = i + 1 < (int64_t)est->knots.n ? knot_at(est, (uint32_t)(i + 1))->h : INT64_MAX;
-    double drift = fabs(segment_drift(est, i));
+    /* A slope below 1 makes trace_processor's offset step back at the next breakpoint. */
+    double slope_off = segment_drift(est, i), drift = fabs(slope_off);
+    double limit = (double)(slope_off < 0 ? step_ns : tolerance_ns);
     int64_t step = host_to - h + 1;
-    if (drift * (double)step > (double)tolerance_ns)
-      step = (int64_t)fmax(1.0, floor((double)tolerance_ns / drift));
+    if (drift * (double)step > limit)
+      step = (int64_t)fmax(1.0, floor(limit / drift));
     int64_t next = seg_end - h < step ? seg_end : h + step;
     int64_t s = map_at(est, h);
     if (n == 0 || s > out[n - 1].service_ts) {
@@ -660,6 +669,43 @@ void tr_clocksync_pair_from_breakpoint(const struct tr_clocksync_breakpoint *bp,
                                          .ping_service = bp->service_ts - 2,
                                          .update_remote = bp->host_ts - 1,
                                          .update_service = bp->service_ts};
+}
+
+/* Catch-up points come every CATCH_UP_SPACING x step_ns of host time, each step_ns below the
+ * last: over any stretch of host time L the offset falls by at most step_ns x (L / that + 1),
+ * so two events more than 4/3 step_ns apart keep their order, and a deficit D is made up within
+ * D / step_ns points. */
+#define CATCH_UP_SPACING 4
+
+int tr_clocksync_steps_next(struct tr_clocksync_steps *st, const struct tr_clocksync *est,
+                            const struct tr_clocksync_breakpoint *bp, int64_t floor,
+                            struct tr_clocksync_breakpoint *out) {
+  int64_t step = st->step_ns > 0 ? st->step_ns : 1;
+  if (bp->host_ts <= floor || (st->any && bp->host_ts <= st->last.host_ts))
+    return 0;
+  struct tr_clocksync_breakpoint pt = *bp;
+  if (st->any) {
+    int64_t from = st->last.service_ts - st->last.host_ts;
+    if (bp->service_ts - bp->host_ts < from - step) { /* M lies further below: catch up */
+      int64_t h = st->last.host_ts + CATCH_UP_SPACING * step, m;
+      h = h > floor ? h : floor + 1;
+      if (h >= bp->host_ts)
+        h = bp->host_ts, m = bp->service_ts;
+      else if (tr_clocksync_map(est, h, &m) != 0)
+        return 0;
+      pt = (struct tr_clocksync_breakpoint){h, m - h < from - step ? h + from - step : m};
+      if (pt.service_ts > m)
+        st->above++;
+    }
+    /* 3 ns apart on both clocks: a remote_clock_sync pair (tr_clocksync_pair_from_breakpoint)
+     * must come strictly after the previous one. */
+    if (pt.host_ts - st->last.host_ts < 3 || pt.service_ts - st->last.service_ts < 3)
+      return 0; /* only bp itself can be that close (catch-up points are 3 x step apart) */
+  }
+  st->any = true;
+  st->last = pt;
+  *out = pt;
+  return 1;
 }
 
 /* Appends M's own points (mapped_exchange) every `spacing` of host time after *last's host time

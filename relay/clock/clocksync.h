@@ -167,6 +167,39 @@ void tr_clocksync_get_stats(const struct tr_clocksync *est, struct tr_clocksync_
 int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64_t host_to,
                         int64_t tolerance_ns, struct tr_clocksync_breakpoint *out, size_t cap);
 
+/* tr_clocksync_export, but with breakpoints every step_ns / |k - 1| of host time within a
+ * segment of slope k < 1 (tolerance_ns / |k - 1| where k > 1): trace_processor's offset, which is
+ * constant from one breakpoint to the next, then steps back by at most step_ns (plus 1 ns of
+ * rounding) at each, where M runs slower than the host's clock (a host clock running fast), and
+ * two events of one sequence further apart than that cannot swap; a forward step opens a gap
+ * between events, it cannot swap them, so it only needs the tolerance. TR_ERR_INVAL also for
+ * step_ns outside [1, tolerance_ns]. */
+int tr_clocksync_export_steps(const struct tr_clocksync *est, int64_t host_from,
+                              int64_t host_to, int64_t tolerance_ns, int64_t step_ns,
+                              struct tr_clocksync_breakpoint *out, size_t cap);
+
+/* A writer's series of breakpoints with no backward offset step larger than step_ns between
+ * two consecutive ones: tr_clocksync_export_steps's points keep to it while M is followed, but
+ * the plan past the frontier is re-planned by later probes, and a range whose breakpoints come
+ * from a re-planned M can start microseconds below the last breakpoint written (an earlier
+ * plan), as can M's point after a stretch where the writer could not write any. Zero it, set
+ * step_ns, and pass every breakpoint of the mapping in order through tr_clocksync_steps_next. */
+struct tr_clocksync_steps {
+  int64_t step_ns;
+  bool any;                             /* last is set */
+  struct tr_clocksync_breakpoint last;  /* the last point written */
+  uint64_t above;                       /* points written above M, catching up with it */
+};
+/* The next point to write on the way to bp (a point of M after the last one given): 1 and *out
+ * set, then call again with the same bp; 0 when bp is done. bp itself when its offset lies at
+ * most step_ns below the last point's; else a catch-up point every 4 x step_ns of host time,
+ * step_ns below the last (on M once M is no more than that below), up to bp. No point at or
+ * below host time floor, nor at or below the last one, nor closer than 3 ns to it on either
+ * clock (those bps are left out: trace_processor needs both clocks to increase). */
+int tr_clocksync_steps_next(struct tr_clocksync_steps *st, const struct tr_clocksync *est,
+                            const struct tr_clocksync_breakpoint *bp, int64_t floor,
+                            struct tr_clocksync_breakpoint *out);
+
 /* The real exchanges to write as remote_clock_sync in the `machines` encoding: for each period
  * [host_from + k*period_ns, ...) of host time up to host_to, the minimum-RTT non-outlier
  * candidate whose midpoint falls in it, oldest first, skipping any whose pair (see below) would

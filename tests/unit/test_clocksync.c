@@ -264,6 +264,57 @@ static int64_t tp_pair_offset(const struct tr_clocksync_sync_pair *p) {
   return (o1 + o2) / 2;
 }
 
+/* Issue 41: trace_processor's offset, constant from one breakpoint to the next, steps back at
+ * each where the host's clock runs fast. The stepped export keeps every such step within
+ * step_ns (plus 1 ns of rounding) and the conversion within the tolerance; the writer's series
+ * (tr_clocksync_steps_next) keeps it so across a mapping re-planned below what was written,
+ * catching up a step at a time. Fails with tr_clocksync_export (steps up to the tolerance). */
+static void test_export_steps_back_bounded(void **state) {
+  (void)state;
+  const struct host h = {.offset = 2.0L * 3600 * SEC, .drift = 200e-6L, .t0 = 36000.0L * SEC};
+  rng_state = 7;
+  struct run_result r;
+  struct tr_clocksync *est = simulate(&h, &jittery, 60, 20, &r);
+  static struct tr_clocksync_breakpoint bp[200000], pt;
+  const int64_t step = 100, tol = 2000;
+  int64_t from = host_clock(&h, h.t0) + 10 * SEC, to = from + 5 * SEC, m;
+  int n = tr_clocksync_export_steps(est, from, to, tol, step, bp, 200000);
+  assert_true(n > 0);
+  print_message("200 ppm fast, %lld ns steps: %d breakpoints for 5 s\n", (long long)step, n);
+  for (int i = 1; i < n; i++) {
+    int64_t back = (bp[i - 1].service_ts - bp[i - 1].host_ts) - (bp[i].service_ts - bp[i].host_ts);
+    assert_true(back <= step + 1);
+  }
+  /* The writer's series from a last point 7.5 us above M: every step back within step_ns,
+   * both clocks rising by 3 ns at least, on M again after about 75 points. */
+  struct tr_clocksync_steps st = {.step_ns = step, .any = true};
+  st.last.host_ts = from - 1000;
+  assert_int_equal(tr_clocksync_map(est, st.last.host_ts, &st.last.service_ts), 0);
+  st.last.service_ts += 7500;
+  struct tr_clocksync_breakpoint prev = st.last;
+  size_t written = 0;
+  for (int i = 0; i < n; i++)
+    while (tr_clocksync_steps_next(&st, est, &bp[i], -1, &pt) > 0) {
+      int64_t back = (prev.service_ts - prev.host_ts) - (pt.service_ts - pt.host_ts);
+      assert_true(back <= step + 1);
+      assert_true(pt.host_ts - prev.host_ts >= 3 && pt.service_ts - prev.service_ts >= 3);
+      assert_true(pt.host_ts <= bp[i].host_ts);
+      prev = pt;
+      written++;
+    }
+  assert_int_equal(tr_clocksync_map(est, prev.host_ts, &m), 0);
+  assert_int_equal(prev.service_ts, m); /* caught up */
+  assert_true(st.above >= 70 && st.above <= 80);
+  assert_true(written <= (size_t)n + st.above);
+  /* No point at or below the floor. */
+  struct tr_clocksync_steps fresh = {.step_ns = step};
+  assert_int_equal(tr_clocksync_steps_next(&fresh, est, &bp[0], bp[0].host_ts, &pt), 0);
+  assert_int_equal(tr_clocksync_steps_next(&fresh, est, &bp[1], bp[0].host_ts, &pt), 1);
+  assert_int_equal(tr_clocksync_export_steps(est, from, to, tol, tol + 1, bp, 10), TR_ERR_INVAL);
+  assert_int_equal(tr_clocksync_export_steps(est, from, to, tol, 0, bp, 10), TR_ERR_INVAL);
+  tr_clocksync_free(est);
+}
+
 static void test_export_reproduces_mapping(void **state) {
   (void)state;
   const struct host h = {.offset = 3.0L * 3600 * SEC, .drift = -200e-6L, .t0 = 36000.0L * SEC};
@@ -785,6 +836,7 @@ int main(void) {
       cmocka_unit_test(test_relayed_exchange_is_valid),
       cmocka_unit_test(test_slews_never_steps),
       cmocka_unit_test(test_invalid_input),
+      cmocka_unit_test(test_export_steps_back_bounded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
