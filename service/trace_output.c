@@ -383,7 +383,10 @@ static int add_bound_samples(const tr_trace_output *o, out_host *sh, tr_packet_l
                                       tr_trace_writer_bound_track_uuid(sh->host->name),
                                       (double)b / 1000.0, &p)) != 0)
       return rc;
-    tr_packet_list_push(out, p);
+    /* Pinned: a sample is written only where the bound changes, so the journal's thinning
+     * dropping one would show the one before for longer (the first: events before the track,
+     * in a 12 s global-clocks trace whose journal was thinned). */
+    tr_packet_list_push_pinned(out, p);
     sh->bound_last_ns = b;
   }
   return 0;
