@@ -246,7 +246,8 @@ static int push_breakpoint(const tr_timeline_out *tl, tr_packet_list *out, tl_ho
       uid[ul++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
       v >>= 7;
     } while (v);
-    if ((rc = tr_packet_list_reserve(out, 1)) < 0 || (rc = push_bytes(out, pkt, (size_t)len, uid, ul)) < 0)
+    if ((rc = tr_packet_list_reserve(out, 1)) < 0 ||
+        (rc = push_bytes(out, pkt, (size_t)len, uid, ul)) < 0)
       return rc;
     th->exported = true;
     th->last_host = pt.host_ts;

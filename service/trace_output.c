@@ -519,7 +519,8 @@ static int add_clock_syncs(tr_trace_output *o, tr_packet_list *out, bool final) 
       sh->clock_steps.step_ns = TR_TIMELINE_STEP_NS;
       sh->bound_from = sh->clock_sync_from;
       sh->bound_started = true;
-      sh->clock_sync_from += 3; /* the first edge's PING there (tr_clocksync_pair_from_breakpoint) */
+      /* the first edge's PING there (tr_clocksync_pair_from_breakpoint) */
+      sh->clock_sync_from += 3;
     }
     to = to < SYNC_HOST_MAX ? to : SYNC_HOST_MAX;
     /* In slices of SYNC_MAX_PER_PASS: a session read only at its end has them all at once. */
