@@ -264,6 +264,27 @@ static int64_t tp_pair_offset(const struct tr_clocksync_sync_pair *p) {
   return (o1 + o2) / 2;
 }
 
+#define STEP_NS 100       /* the service's TR_TIMELINE_STEP_NS */
+#define TOLERANCE_NS 2000 /* and TR_TIMELINE_TOLERANCE_NS */
+
+/* Host h simulated `seconds` from `seed` on the jittery link, then *n breakpoints of its mapping
+ * exported in STEP_NS steps over `span` of host time from 10 s after its start (*from), each
+ * step back within STEP_NS (M's whole ns round within it: spaced for STEP_NS - 1). */
+static struct tr_clocksync *stepped_export(const struct host *h, uint64_t seed, int seconds,
+                                           int64_t span, struct tr_clocksync_breakpoint *bp,
+                                           int cap, int *n, int64_t *from) {
+  struct run_result r;
+  rng_state = seed;
+  struct tr_clocksync *est = simulate(h, &jittery, seconds, 20, &r);
+  *from = host_clock(h, h->t0) + 10 * SEC;
+  *n = tr_clocksync_export_steps(est, *from, *from + span, TOLERANCE_NS, STEP_NS, bp, (size_t)cap);
+  assert_true(*n > 4);
+  for (int i = 1; i < *n; i++)
+    assert_true((bp[i - 1].service_ts - bp[i - 1].host_ts) - (bp[i].service_ts - bp[i].host_ts) <=
+                STEP_NS);
+  return est;
+}
+
 /* Issue 41: trace_processor's offset, constant from one breakpoint to the next, steps back at
  * each where the host's clock runs fast. The stepped export keeps every such step within
  * step_ns and the conversion within the tolerance; the writer's series
@@ -272,19 +293,13 @@ static int64_t tp_pair_offset(const struct tr_clocksync_sync_pair *p) {
 static void test_export_steps_back_bounded(void **state) {
   (void)state;
   const struct host h = {.offset = 2.0L * 3600 * SEC, .drift = 200e-6L, .t0 = 36000.0L * SEC};
-  rng_state = 7;
-  struct run_result r;
-  struct tr_clocksync *est = simulate(&h, &jittery, 60, 20, &r);
   static struct tr_clocksync_breakpoint bp[200000], pt;
-  const int64_t step = 100, tol = 2000;
-  int64_t from = host_clock(&h, h.t0) + 10 * SEC, to = from + 5 * SEC, m;
-  int n = tr_clocksync_export_steps(est, from, to, tol, step, bp, 200000);
-  assert_true(n > 0);
+  const int64_t step = STEP_NS, tol = TOLERANCE_NS;
+  int64_t from, to, m;
+  int n;
+  struct tr_clocksync *est = stepped_export(&h, 7, 60, 5 * SEC, bp, 200000, &n, &from);
+  to = from + 5 * SEC;
   print_message("200 ppm fast, %lld ns steps: %d breakpoints for 5 s\n", (long long)step, n);
-  for (int i = 1; i < n; i++) {
-    int64_t back = (bp[i - 1].service_ts - bp[i - 1].host_ts) - (bp[i].service_ts - bp[i].host_ts);
-    assert_true(back <= step);
-  }
   /* The writer's series from a last point 7.5 us above M: every step back within step_ns,
    * both clocks rising by 3 ns at least, on M again after about 75 points. */
   struct tr_clocksync_steps st = {.step_ns = step, .any = true};
@@ -323,17 +338,11 @@ static void test_export_steps_back_bounded(void **state) {
 static void test_steps_skip_gradual_fall(void **state) {
   (void)state;
   const struct host h = {.offset = 1.0L * 3600 * SEC, .drift = 1e-6L, .t0 = 36000.0L * SEC};
-  rng_state = 11;
-  struct run_result r;
-  struct tr_clocksync *est = simulate(&h, &jittery, 30, 20, &r);
   static struct tr_clocksync_breakpoint bp[4096], pt;
-  const int64_t step = 100, tol = 2000;
-  int64_t from = host_clock(&h, h.t0) + 10 * SEC, m;
-  int n = tr_clocksync_export_steps(est, from, from + 2 * SEC, tol, step, bp, 4096);
-  assert_true(n > 4);
-  for (int i = 1; i < n; i++) /* spaced for step - 1: M's whole ns round within the step */
-    assert_true((bp[i - 1].service_ts - bp[i - 1].host_ts) - (bp[i].service_ts - bp[i].host_ts) <=
-                step);
+  const int64_t step = STEP_NS;
+  int64_t from, m;
+  int n;
+  struct tr_clocksync *est = stepped_export(&h, 11, 30, 2 * SEC, bp, 4096, &n, &from);
   struct tr_clocksync_steps st = {.step_ns = step};
   struct tr_clocksync_breakpoint prev;
   assert_int_equal(tr_clocksync_steps_next(&st, est, &bp[0], -1, &prev), 1);
