@@ -35,7 +35,7 @@
 #define EXPORT_BEFORE_START_NS 1000000000ll /* data stamped just before the session started */
 #define EXPORT_AHEAD_NS 20000000ll          /* past the host's present at a non-final pass */
 #define EXPORT_STEP_NS 1000000000ll         /* host time exported per tr_clocksync_export call */
-#define EXPORT_CAP 4096 /* breakpoints per call: 1 s up to 400 ppm at 100 ns steps, else halved */
+#define EXPORT_CAP 4096 /* breakpoints per call: 1 s up to about 390 ppm at 99 ns, else halved */
 #define HOST_MAX ((1ll << 62) - 1)
 
 typedef struct tl_host {
