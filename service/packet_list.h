@@ -2,7 +2,8 @@
  * bytes owned: a read pass's head and the session's clock journal (service/trace_output.h).
  *
  * Room is reserved before pushes, so a push cannot fail; a pinned packet (a `machines` clock
- * anchor) survives thinning, which keeps the journal bounded when a session goes unread.
+ * anchor, a bound track's sample) survives thinning, which keeps the journal bounded when a
+ * session goes unread.
  * tr_output_packet is one packet as a read pass yields it. */
 #ifndef TR_PACKET_LIST_H
 #define TR_PACKET_LIST_H

@@ -35,7 +35,7 @@
 #define EXPORT_BEFORE_START_NS 1000000000ll /* data stamped just before the session started */
 #define EXPORT_AHEAD_NS 20000000ll          /* past the host's present at a non-final pass */
 #define EXPORT_STEP_NS 1000000000ll         /* host time exported per tr_clocksync_export call */
-#define EXPORT_CAP 4096                     /* breakpoints per call: 1 s at 2 us up to 8000 ppm */
+#define EXPORT_CAP 4096 /* breakpoints per call: 1 s up to about 390 ppm at 99 ns, else halved */
 #define HOST_MAX ((1ll << 62) - 1)
 
 typedef struct tl_host {
@@ -46,6 +46,7 @@ typedef struct tl_host {
   int64_t export_from;        /* host BOOTTIME the next export starts at */
   bool exported;
   int64_t last_host, last_service; /* the last breakpoint written */
+  struct tr_clocksync_steps steps;  /* the series written, its steps back bounded */
   /* Where the last call left breakpoints out (host BOOTTIME [held_from, held_to)): the mapping
    * was re-planned below the last one written, which trace_processor applies there instead,
    * up to held_dev from the mapping. */
@@ -221,38 +222,43 @@ static void close_held(tl_host *th, const struct tr_clocksync *est, int64_t to) 
     th->held_dev = dev;
 }
 
+/* Writes the points of the series (tr_clocksync_steps_next) on the way to M's breakpoint bp.
+ * A point above M (catching up, a step at a time, with a mapping re-planned below a breakpoint
+ * already written) makes a held range: trace_processor's conversion lies above M there, by up
+ * to held_dev, which the bound track adds. */
 static int push_breakpoint(const tr_timeline_out *tl, tr_packet_list *out, tl_host *th,
                            const tr_rewrite_host *rw, const struct tr_clocksync *est,
                            const struct tr_clocksync_breakpoint *bp) {
+  struct tr_clocksync_breakpoint pt;
   uint8_t pkt[TR_REWRITE_SNAPSHOT_MAX], uid[11];
   int len, rc;
-  size_t ul = 0;
-  uint64_t v = (uint64_t)(int64_t)tl->uid; /* trusted_uid (3), sign-extended as protobuf */
-  if (th->exported && (bp->host_ts <= th->last_host || bp->service_ts <= th->last_service)) {
-    /* Left-out breakpoints include every knot, so the conversion's distance from the mapping
-     * (linear between them) peaks at one of them or at the range's end (close_held). */
-    int64_t dev = th->last_service + (bp->host_ts - th->last_host) - bp->service_ts;
-    if (!th->held_open && th->held_to <= th->held_from)
-      th->held_from = bp->host_ts;
-    th->held_open = true; /* a second run in one call merges with the first */
-    th->held_dev = dev > th->held_dev ? dev : th->held_dev;
-    return 0;
+  while (tr_clocksync_steps_next(&th->steps, est, bp, -1, &pt) > 0) {
+    size_t ul = 0;
+    uint64_t v = (uint64_t)(int64_t)tl->uid; /* trusted_uid (3), sign-extended as protobuf */
+    int64_t m;
+    if (th->held_open)
+      close_held(th, est, pt.host_ts); /* trace_processor takes this one from here on */
+    len = tr_rewrite_cross_host_snapshot(rw, pt.service_ts, pt.host_ts, pkt, sizeof pkt);
+    if (len < 0)
+      continue;
+    uid[ul++] = 0x18;
+    do {
+      uid[ul++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+      v >>= 7;
+    } while (v);
+    if ((rc = tr_packet_list_reserve(out, 1)) < 0 ||
+        (rc = push_bytes(out, pkt, (size_t)len, uid, ul)) < 0)
+      return rc;
+    th->exported = true;
+    th->last_host = pt.host_ts;
+    th->last_service = pt.service_ts;
+    if (tr_clocksync_map(est, pt.host_ts, &m) == 0 && pt.service_ts > m) {
+      if (th->held_to <= th->held_from)
+        th->held_from = pt.host_ts;
+      th->held_open = true; /* a second run in one call merges with the first */
+      th->held_dev = pt.service_ts - m > th->held_dev ? pt.service_ts - m : th->held_dev;
+    }
   }
-  if (th->held_open)
-    close_held(th, est, bp->host_ts); /* trace_processor takes this one from here on */
-  len = tr_rewrite_cross_host_snapshot(rw, bp->service_ts, bp->host_ts, pkt, sizeof pkt);
-  if (len < 0)
-    return 0;
-  uid[ul++] = 0x18;
-  do {
-    uid[ul++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-    v >>= 7;
-  } while (v);
-  if ((rc = push_bytes(out, pkt, (size_t)len, uid, ul)) < 0)
-    return rc;
-  th->exported = true;
-  th->last_host = bp->host_ts;
-  th->last_service = bp->service_ts;
   return 0;
 }
 
@@ -277,6 +283,7 @@ int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_ho
     if (th->export_from < 0)
       th->export_from = 0;
     th->started = true;
+    th->steps.step_ns = TR_TIMELINE_STEP_NS;
   }
   to = host_now + EXPORT_AHEAD_NS;
   if (final && tr_clocksync_frontier(est) > to)
@@ -288,8 +295,8 @@ int tr_timeline_output_cross_host(tr_timeline_out *tl, size_t index, const tr_ho
   th->held_from = th->held_to = th->held_dev = 0;
   for (int64_t step = EXPORT_STEP_NS; th->export_from <= to;) {
     int64_t end = th->export_from + step - 1 < to ? th->export_from + step - 1 : to;
-    int n = tr_clocksync_export(est, th->export_from, end, TR_TIMELINE_TOLERANCE_NS, tl->bp,
-                                EXPORT_CAP);
+    int n = tr_clocksync_export_steps(est, th->export_from, end, TR_TIMELINE_TOLERANCE_NS,
+                                      TR_TIMELINE_STEP_NS, tl->bp, EXPORT_CAP);
     if (n == TR_ERR_FULL && step > 1000) {
       step /= 2;
       continue;

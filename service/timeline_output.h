@@ -23,6 +23,13 @@ enum tr_timeline { TR_TIMELINE_MACHINES = 0, TR_TIMELINE_GLOBAL_CLOCKS = 1 };
  * trace_processor builds from them stays within this of the estimator's mapping. At 200 ppm of
  * drift that is one ClockSnapshot every 10 ms of host time (100/s), at 20 ppm one every 100 ms. */
 #define TR_TIMELINE_TOLERANCE_NS 2000
+/* The largest step back of trace_processor's offset from one breakpoint (global-clocks) or
+ * remote_clock_sync edge (machines) to the next (tr_clocksync_steps_next): where a host's
+ * clock runs fast the offset falls, and two events of one sequence closer than a step, on
+ * either side of it, would swap (a slice shorter than that would end before it begins: TP
+ * leaves it open, dur = -1). At 200 ppm one packet per 500 us of host time (2,000/s), at 20 ppm
+ * 200/s; a host running slow needs only the tolerance. */
+#define TR_TIMELINE_STEP_NS 100
 
 typedef struct tr_timeline_out tr_timeline_out;
 

@@ -26,8 +26,8 @@
 #include "service/trace_file.h"
 
 #define COMP "output"
-#define SYNC_PERIOD_NS 5000000ll /* the estimator's exchange period */
-#define SYNC_MAX_PER_PASS 1024 /* exchanges asked of the estimator at a time */
+#define SYNC_MAX_PER_PASS 4096 /* edges asked of the estimator at a time */
+#define SYNC_SLICE_NS 1000000000ll /* host time per ask (halved when it holds more) */
 #define SYNC_HOST_MAX ((1ll << 62) - 1)
 /* Host time between two evaluations of the error bound: an eighth of the probes' spacing,
  * within these (a host probed every 5 ms is evaluated every 2 ms, one probed once a second
@@ -52,6 +52,7 @@ typedef struct out_host {
   int64_t clock_sync_from;    /* host BOOTTIME up to which remote_clock_sync was written */
   bool clock_sync_started;    /* clock_sync_from was set to the session's start */
   struct tr_clocksync_sync_pair clock_sync_last; /* the last one written */
+  struct tr_clocksync_steps clock_steps;         /* the edges written, their steps bounded */
   bool clock_anchored; /* machines: its clock anchor is written (tr_trace_writer_clock_anchor):
                         * its ClockSnapshots and data may follow */
   /* machines: host BOOTTIME at and below which no edge may come any more: a read pass wrote
@@ -382,7 +383,10 @@ static int add_bound_samples(const tr_trace_output *o, out_host *sh, tr_packet_l
                                       tr_trace_writer_bound_track_uuid(sh->host->name),
                                       (double)b / 1000.0, &p)) != 0)
       return rc;
-    tr_packet_list_push(out, p);
+    /* Pinned: a sample is written only where the bound changes, so the journal's thinning
+     * dropping one would show the one before for longer (the first: events before the track,
+     * in a 12 s global-clocks trace whose journal was thinned). */
+    tr_packet_list_push_pinned(out, p);
     sh->bound_last_ns = b;
   }
   return 0;
@@ -441,93 +445,104 @@ static int add_bounds(tr_trace_output *o, tr_packet_list *out, bool final) {
   return 0;
 }
 
-/* machines: the estimator's mapping at host time `at` as an edge (its PING at `at`): the
- * trace's only mapping there, converted by trace_processor within the bound the track then
- * shows. */
-static int add_mapped_edge(tr_trace_output *o, out_host *sh, tr_packet_list *out, int64_t at) {
-  struct tr_clocksync_breakpoint bp = {.host_ts = at + 3};
-  struct tr_clocksync_sync_pair pair;
-  tr_trace_writer_buf p;
-  int rc;
-  if (!sh->clock_sync_started || tr_clocksync_map(sh->host->clock, bp.host_ts, &bp.service_ts) != 0 ||
-      bp.service_ts < 3)
-    return 0;
-  if ((rc = tr_packet_list_reserve(out, 1)) != 0)
-    return rc;
-  tr_clocksync_pair_from_breakpoint(&bp, &pair);
-  if ((rc = push(out, tr_trace_writer_remote_clock_sync(o->p.uid, sh->host->machine_id, &pair, &p),
-                 &p)) != 0)
-    return rc;
-  sh->clock_sync_last = pair;
-  return bound_edge_written(o, sh, out, &pair);
+/* The points of the host's edge series on the way to M's point bp (tr_clocksync_steps_next),
+ * none with its PING at or below host time floor, each as a remote_clock_sync edge. */
+static int add_edges(tr_trace_output *o, out_host *sh, tr_packet_list *out,
+                     const struct tr_clocksync_breakpoint *bp, int64_t floor) {
+  struct tr_clocksync_breakpoint pt;
+  while (tr_clocksync_steps_next(&sh->clock_steps, sh->host->clock, bp, floor + 3, &pt) > 0) {
+    struct tr_clocksync_sync_pair pair;
+    tr_trace_writer_buf p;
+    int rc;
+    if (pt.service_ts < 3)
+      continue;
+    if ((rc = tr_packet_list_reserve(out, 1)) != 0) /* bound samples go in between */
+      return rc;
+    tr_clocksync_pair_from_breakpoint(&pt, &pair);
+    if ((rc = push(out, tr_trace_writer_remote_clock_sync(o->p.uid, sh->host->machine_id, &pair,
+                                                          &p),
+                   &p)) != 0 ||
+        (rc = bound_edge_written(o, sh, out, &pair)) != 0)
+      return rc;
+    sh->clock_sync_last = pair;
+  }
+  return 0;
 }
 
-/* remote_clock_sync packets (machines timeline): the best real exchanges of each host since
- * the session started (trace_processor converts data stamped before the first one by it), one
- * packet per exchange and per SYNC_PERIOD_NS of host time, so trace_processor gets one
- * cross-machine edge per period and follows the drift piecewise. A non-final pass
- * stops at the estimator's frontier (what it will not revise); the final one takes all. */
+/* machines: the estimator's mapping at host time `at` as an edge (its PING at `at`, or the
+ * series' steps towards it): the trace's only mapping there, converted by trace_processor
+ * within the bound the track then shows. */
+static int add_mapped_edge(tr_trace_output *o, out_host *sh, tr_packet_list *out, int64_t at) {
+  struct tr_clocksync_breakpoint bp = {.host_ts = at + 3};
+  if (!sh->clock_sync_started || tr_clocksync_map(sh->host->clock, bp.host_ts, &bp.service_ts) != 0)
+    return 0;
+  return add_edges(o, sh, out, &bp, at - 1);
+}
+
+/* remote_clock_sync packets (machines timeline): each host's mapping M since the session
+ * started (trace_processor converts data stamped before the first edge by it) as edges, one
+ * per remote_clock_sync packet, placed as global-clocks places its breakpoints
+ * (tr_clocksync_export_steps, tr_clocksync_steps_next): trace_processor's constant offset
+ * from one edge to the next stays within TR_TIMELINE_TOLERANCE_NS of M and never steps back
+ * by more than TR_TIMELINE_STEP_NS. Real exchanges as edges (until issue 41) carried each
+ * one's noise and asymmetry into its offset, so the offset stepped back by microseconds at
+ * edges 5 ms apart even on a host running slow, and events of a sequence closer than that
+ * swapped. A non-final pass stops at the estimator's frontier (what it will not revise); the
+ * final one goes on to the host's present. No edge at or below host time a pass covered
+ * (read_horizon, bound_from). */
 static int add_clock_syncs(tr_trace_output *o, tr_packet_list *out, bool final) {
-  struct tr_clocksync_probe ex[SYNC_MAX_PER_PASS];
+  struct tr_clocksync_breakpoint bp[SYNC_MAX_PER_PASS];
   for (size_t h = 0; h < o->num_hosts; h++) {
     out_host *sh = &o->hosts[h];
-    int64_t to;
+    const struct tr_clocksync *clock = sh->host->clock;
+    int64_t to, floor;
     int n, rc;
     if (host_listed_before(o, h))
       continue;
-    if (!sh->host->clock) {
+    if (!clock) {
       if ((rc = add_clock_anchor(o, sh, out, true)) != 0) /* no exchange will ever come */
         return rc;
       continue;
     }
-    to = final ? SYNC_HOST_MAX : tr_clocksync_frontier(sh->host->clock);
+    to = tr_clocksync_frontier(clock);
+    if (final && to >= 0) {
+      int64_t now = (int64_t)tr_clock_boottime_ns() - tr_clocksync_offset_ns(clock);
+      to = now > to ? now : to;
+    }
     if (!sh->clock_sync_started && to >= 0) {
-      /* From the session's start on: an exchange from before it would be the edge for the
-       * first data until the first exchange of the session, and is up to a second old. */
-      sh->clock_sync_from = start_ns(o) - tr_clocksync_offset_ns(sh->host->clock);
+      /* From the session's start on: the mapping from before it would be the edge for the
+       * first data until the first edge of the session. */
+      sh->clock_sync_from = start_ns(o) - tr_clocksync_offset_ns(clock);
       if (sh->clock_sync_from < 0)
         sh->clock_sync_from = 0;
       sh->clock_sync_started = true;
+      sh->clock_steps.step_ns = TR_TIMELINE_STEP_NS;
       sh->bound_from = sh->clock_sync_from;
       sh->bound_started = true;
+      /* the first edge's PING there (tr_clocksync_pair_from_breakpoint) */
+      sh->clock_sync_from += 3;
     }
+    to = to < SYNC_HOST_MAX ? to : SYNC_HOST_MAX;
     /* In slices of SYNC_MAX_PER_PASS: a session read only at its end has them all at once. */
-    do {
-      struct tr_clocksync_sync_pair after = sh->clock_sync_last;
-      int64_t floor = sh->bound_from - 1 > sh->read_horizon ? sh->bound_from - 1 : sh->read_horizon;
-      if (to <= sh->clock_sync_from)
-        break;
-      if (after.update_remote < floor)
-        after.update_remote = floor;
-      n = tr_clocksync_best_exchanges(sh->host->clock, sh->clock_sync_from, to, SYNC_PERIOD_NS,
-                                      &after, ex, SYNC_MAX_PER_PASS);
-      if (n <= 0)
-        break;
-      sh->clock_sync_last = after;
-      for (int i = 0; i < n; i++) {
-        struct tr_clocksync_sync_pair pair;
-        tr_trace_writer_buf p;
-        sh->clock_sync_from = (ex[i].t2 + ex[i].t3) / 2 + 1;
-        if (tr_clocksync_pair_from_exchange(&ex[i], &pair) != 0)
-          continue;
-        if (tr_packet_list_reserve(out, 1) != 0) /* bound samples go in between */
-          return TR_ERR_NOMEM;
-        rc = push(out, tr_trace_writer_remote_clock_sync(o->p.uid, sh->host->machine_id, &pair,
-                                                         &p),
-                  &p);
-        rc = rc ? rc : bound_edge_written(o, sh, out, &pair);
-        if (rc != 0)
-          return rc;
+    for (int64_t step = SYNC_SLICE_NS; sh->clock_sync_started && sh->clock_sync_from <= to;) {
+      int64_t end = sh->clock_sync_from + step - 1 < to ? sh->clock_sync_from + step - 1 : to;
+      floor = sh->bound_from - 1 > sh->read_horizon ? sh->bound_from - 1 : sh->read_horizon;
+      n = tr_clocksync_export_steps(clock, sh->clock_sync_from, end, TR_TIMELINE_TOLERANCE_NS,
+                                    TR_TIMELINE_STEP_NS, bp, SYNC_MAX_PER_PASS);
+      if (n == TR_ERR_FULL && step > 1000) {
+        step /= 2;
+        continue;
       }
-    } while (n == SYNC_MAX_PER_PASS);
-    /* A host without any exchange in the session (its answers never came through, as on a
-     * starved host behind a saturated link) gets its mapping at the session's start: its data
-     * resolves (trace_processor would otherwise take the two BOOTTIMEs as aligned). And data a
-     * pass wrote past the last edge (the frontier lags the present behind a saturated link)
-     * was converted by that edge's offset: the edges below it can no longer come (the floor
-     * above), so the data after it gets the mapping there (its plan past the frontier). */
-    if (final && sh->bound_edges == 0 && (rc = add_mapped_edge(o, sh, out, sh->clock_sync_from)) != 0)
-      return rc;
+      if (n < 0)
+        break;
+      for (int i = 0; i < n; i++)
+        if ((rc = add_edges(o, sh, out, &bp[i], floor)) != 0)
+          return rc;
+      sh->clock_sync_from = end + 1;
+    }
+    /* Data a pass wrote past the last edge (the frontier lags the present behind a saturated
+     * link) was converted by that edge's offset: the edges below it can no longer come (the
+     * floor above), so the data after it gets the mapping there (its plan past the frontier). */
     if (sh->bound_edges > 0 && sh->clock_sync_last.update_remote < sh->read_horizon &&
         (rc = add_mapped_edge(o, sh, out, sh->read_horizon + 1)) != 0)
       return rc;

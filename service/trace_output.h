@@ -49,8 +49,8 @@
  * end. */
 #define TR_CLOCK_JOURNAL_MS 1000
 /* Its bound: past this many packets per host of the session (about 55 min of a host at 20
- * edges a second, 5.5 min at 200 a second, 6 MB), every other packet of its older half is
- * dropped, and logged once. */
+ * packets a second, 30 s of one running 200 ppm fast at 2,000, 6 MB), every other packet of
+ * its older half is dropped (bound samples and anchors kept), and logged once. */
 #define TR_CLOCK_JOURNAL_PER_HOST 65536u
 
 typedef struct tr_trace_output tr_trace_output;

@@ -21,18 +21,9 @@
 /* The newest exchange-period bests the fit reads before the window bests: dense samples make
  * the drift right within seconds of a start, where 2 s windows would give only a few. */
 #define EX_FIT 128
-/* A period's best that is not edge-worthy is skipped, unless this many candidates in a row
- * were: then a plausible one will do. */
-#define EDGE_MAX_SKIPPED 10
-#define CONGESTED_RTT_SLACK_NS 50000 /* beyond 2 * the best rtt: queued, not just a slow leg */
-/* An exchange whose answer waited longer than this at the host (behind queued data) is written
- * as M's point: trace_processor would apply its offset, measured at the midpoint, from t4 on. */
-#define EDGE_MAX_HOLD_NS 1000000
 /* A round trip this far below zero cannot be: one of the four stamps is wrong (seen behind a
  * saturated link: an answer's send stamp a TCP segment late). Such a probe is refused. */
 #define IMPOSSIBLE_RTT_NS 2000
-#define GAP_DRIFT_NS 1000.0 /* M's points fill gaps between edges this far apart by drift, */
-#define GAP_MAX_NS 1000000000LL /* and at least this often */
 
 struct sample { /* the best probe of one window */
   struct tr_clocksync_probe p;
@@ -40,7 +31,6 @@ struct sample { /* the best probe of one window */
   int64_t theta2; /* twice the offset: (t1-t2) + (t4-t3) */
   int64_t rtt;
   bool outlier;
-  bool edge_ok; /* within edge_rtt_slack_ns of the floor: good enough alone for an edge */
 };
 
 struct knot {
@@ -103,20 +93,6 @@ static int ring_init(struct ring *r, size_t size, uint32_t max) {
   return r->a ? 0 : TR_ERR_NOMEM;
 }
 
-/* The index of the first sample of a ring at or after host time h (r->n if none): a ring's
- * samples are in host-time order. O(log n). */
-static uint32_t ring_lower_bound(const struct ring *r, int64_t h) {
-  uint32_t lo = 0, hi = r->n;
-  while (lo < hi) {
-    uint32_t mid = lo + (hi - lo) / 2;
-    if (((const struct sample *)ring_at(r, mid))->h < h)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 /* Drops the samples of a ring older than cutoff (host time). */
 static void drop_older(struct ring *r, int64_t cutoff) {
   while (r->n > 0 && ((const struct sample *)ring_at(r, 0))->h < cutoff)
@@ -152,7 +128,6 @@ void tr_clocksync_config_default(struct tr_clocksync_config *cfg) {
   cfg->history = 4096;
   cfg->exchange_period_ns = 5000000;
   cfg->exchanges = 8192;
-  cfg->edge_rtt_slack_ns = 5000;
   cfg->retain_ns = 600000000000;
 }
 
@@ -165,7 +140,7 @@ int tr_clocksync_init(struct tr_clocksync **out, const struct tr_clocksync_confi
   if (c.window_ns <= 0 || c.fit_samples == 0 || c.fit_span_ns <= 0 || c.outlier_slack_ns < 0 ||
       c.fit_samples > MAX_FIT || c.rtt_noise_ns <= 0 || !(c.slew_max_ppm > 0 && c.slew_max_ppm < 1e5) ||
       !(c.max_drift_ppm > 0 && c.max_drift_ppm < 1e5) || c.max_knots < 2 || c.history == 0 ||
-      c.exchange_period_ns <= 0 || c.exchanges == 0 || c.edge_rtt_slack_ns < 0 ||
+      c.exchange_period_ns <= 0 || c.exchanges == 0 ||
       c.retain_ns < c.fit_span_ns)
     return TR_ERR_INVAL;
   struct tr_clocksync *est = calloc(1, sizeof(*est));
@@ -248,29 +223,6 @@ static int64_t set_rtt_min(const struct tr_clocksync *est, const uint32_t *idx, 
 
 static bool plausible(const struct tr_clocksync *est, const struct sample *s, int64_t rtt_floor) {
   return rtt_floor == INT64_MAX || s->rtt <= 2 * rtt_floor + est->cfg.outlier_slack_ns;
-}
-
-/* The stricter rule for an exchange written alone as a trace_processor edge (see
- * tr_clocksync_best_exchanges): its offset is used as it is, unsmoothed by any fit. */
-static bool edge_worthy(const struct tr_clocksync *est, const struct sample *s, int64_t rtt_floor) {
-  return rtt_floor == INT64_MAX || s->rtt <= 2 * rtt_floor + est->cfg.edge_rtt_slack_ns;
-}
-
-/* A best whose round trip waited in a queue (a saturated link): its own offset may be off by
- * up to half the wait, far more than the mapping M, which rests on the fit's best probes. */
-static bool congested(const struct tr_clocksync *est, const struct sample *s, int64_t rtt_floor) {
-  return rtt_floor != INT64_MAX && s->rtt > 2 * rtt_floor + CONGESTED_RTT_SLACK_NS &&
-         est->fit.valid;
-}
-
-/* The exchange t1 = M(h) - 1, t2 = t3 = h, t4 = M(h) + 1: as a remote_clock_sync pair it reads
- * offset h - M(h), M itself at h. False where M is not defined. */
-static bool mapped_exchange(const struct tr_clocksync *est, int64_t h, struct tr_clocksync_probe *out) {
-  int64_t s;
-  if (tr_clocksync_map(est, h, &s) != 0 || s < 1 || s >= TS_LIMIT - 1)
-    return false;
-  *out = (struct tr_clocksync_probe){.t1 = s - 1, .t2 = h, .t3 = h, .t4 = s + 1};
-  return true;
 }
 
 /* Weighted least squares of offset against host time, from `newest` back, over `extra` (the
@@ -378,7 +330,6 @@ static void close_window(struct tr_clocksync *est) {
   uint32_t n = fit_set(est, s.h, idx);
   int64_t floor = set_rtt_min(est, idx, n);
   bool ok = plausible(est, &s, floor);
-  s.edge_ok = edge_worthy(est, &s, floor);
   if (!ok && (est->rejected_in_row < MAX_REJECTS_IN_ROW || s.p.t3_late)) {
     s.outlier = true;
     if (!s.p.t3_late)
@@ -401,7 +352,6 @@ static void close_exchange(struct tr_clocksync *est) {
   struct sample s = est->ex_best;
   int64_t floor = est->fit.valid ? est->fit.rtt_min : INT64_MAX;
   s.outlier = !plausible(est, &s, floor);
-  s.edge_ok = edge_worthy(est, &s, floor);
   drop_older(&est->ex, s.h - est->cfg.retain_ns);
   *(struct sample *)ring_push(&est->ex) = s;
   est->ex_open = false;
@@ -616,19 +566,31 @@ static double segment_drift(const struct tr_clocksync *est, int64_t i) {
 
 int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64_t host_to,
                         int64_t tolerance_ns, struct tr_clocksync_breakpoint *out, size_t cap) {
+  return tr_clocksync_export_steps(est, host_from, host_to, tolerance_ns, tolerance_ns, out, cap);
+}
+
+int tr_clocksync_export_steps(const struct tr_clocksync *est, int64_t host_from,
+                              int64_t host_to, int64_t tolerance_ns, int64_t step_ns,
+                              struct tr_clocksync_breakpoint *out, size_t cap) {
   if (est->knots.n == 0)
     return TR_ERR_STATE;
-  if (host_from < 0 || host_to >= TS_LIMIT || host_to < host_from || tolerance_ns < 1)
+  if (host_from < 0 || host_to >= TS_LIMIT || host_to < host_from || tolerance_ns < 1 ||
+      step_ns < 1 || step_ns > tolerance_ns)
     return TR_ERR_INVAL;
   size_t n = 0;
   int64_t h = host_from;
   while (h <= host_to) {
     int64_t i = knot_find(est, h);
     int64_t seg_end = i + 1 < (int64_t)est->knots.n ? knot_at(est, (uint32_t)(i + 1))->h : INT64_MAX;
-    double drift = fabs(segment_drift(est, i));
+    /* A slope below 1 makes trace_processor's offset step back at the next breakpoint; M's
+     * values are whole ns, so two of them L apart differ by less than slope x L + 1: spaced
+     * for step_ns - 1, the step back stays within step_ns (tr_clocksync_steps_next takes a
+     * larger one for a re-plan and bisects to it). */
+    double slope_off = segment_drift(est, i), drift = fabs(slope_off);
+    double limit = (double)(slope_off < 0 ? step_ns - 1 : tolerance_ns);
     int64_t step = host_to - h + 1;
-    if (drift * (double)step > (double)tolerance_ns)
-      step = (int64_t)fmax(1.0, floor((double)tolerance_ns / drift));
+    if (drift * (double)step > limit)
+      step = (int64_t)fmax(1.0, floor(limit / drift));
     int64_t next = seg_end - h < step ? seg_end : h + step;
     int64_t s = map_at(est, h);
     if (n == 0 || s > out[n - 1].service_ts) {
@@ -643,20 +605,6 @@ int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64
 
 /* ---- remote_clock_sync ---- */
 
-int tr_clocksync_pair_from_exchange(const struct tr_clocksync_probe *p,
-                                    struct tr_clocksync_sync_pair *out) {
-  if (p->t1 < 0 || p->t2 < 0 || p->t3 < 0 || p->t4 < 0 || p->t1 >= TS_LIMIT ||
-      p->t2 >= TS_LIMIT || p->t3 >= TS_LIMIT || p->t4 >= TS_LIMIT || p->t4 < p->t1 ||
-      p->t3 < p->t2)
-    return TR_ERR_INVAL;
-  int64_t m = p->t2 + (p->t3 - p->t2) / 2;
-  int64_t r = p->t4 - p->t1;
-  *out = (struct tr_clocksync_sync_pair){
-      .ping_remote = m - r, .ping_service = p->t1, .update_remote = m, .update_service = p->t4};
-  return 0;
-}
-
-/* The exchange t1 = s-2, t2 = t3 = h-1, t4 = s through the formula above: m = h-1, r = 2. */
 void tr_clocksync_pair_from_breakpoint(const struct tr_clocksync_breakpoint *bp,
                                        struct tr_clocksync_sync_pair *out) {
   *out = (struct tr_clocksync_sync_pair){.ping_remote = bp->host_ts - 3,
@@ -665,118 +613,63 @@ void tr_clocksync_pair_from_breakpoint(const struct tr_clocksync_breakpoint *bp,
                                          .update_service = bp->service_ts};
 }
 
-/* Appends M's own points (mapped_exchange) every `spacing` of host time after *last's host time
- * (when that is an edge at or right before `from`)
- * while `to` is more than `spacing` ahead, no further than the frontier (so no gap between edges
- * exceeds 2 x spacing): where probes are sparse (a saturated link holds each
- * answer behind its queue), trace_processor's constant offset from one edge to the next would
- * otherwise collect drift x the gap. */
-static size_t fill_gap(const struct tr_clocksync *est, int64_t from, int64_t to, int64_t spacing,
-                       struct tr_clocksync_sync_pair *last, struct tr_clocksync_probe *out,
-                       size_t *n, size_t cap) {
-  size_t added = 0;
-  if (est->knots.n == 0 || last->update_remote < from - 1)
-    return 0; /* only after an edge of this range (or the one the range begins right after) */
-  int64_t frontier = knot_at(est, est->knots.n - 1)->h;
-  if (to > frontier)
-    to = frontier;
-  for (int64_t h = last->update_remote + 1 + spacing; h + spacing <= to && *n < cap;
-       h += spacing) {
-    struct tr_clocksync_probe edge;
-    struct tr_clocksync_sync_pair pair;
-    if (!mapped_exchange(est, h, &edge) || tr_clocksync_pair_from_exchange(&edge, &pair) != 0)
-      break;
-    if (pair.ping_remote > last->update_remote && pair.ping_service > last->update_service) {
-      out[(*n)++] = edge;
-      *last = pair;
-      added++;
-    }
+/* Catch-up points come every CATCH_UP_SPACING x step_ns of host time, each step_ns below the
+ * last: over any stretch of host time L the offset falls by at most step_ns x (L / that + 1),
+ * so two events more than 4/3 step_ns apart keep their order, and a deficit D is made up within
+ * D / step_ns points. */
+#define CATCH_UP_SPACING 4
+
+/* The last host time in [lo, hi) where M's offset is still at least `least`, given that it is
+ * at lo and is not at hi: M's own point there (its offset need not be monotonic, but the ends
+ * bracket a crossing). */
+static int64_t last_at_least(const struct tr_clocksync *est, int64_t lo, int64_t hi,
+                             int64_t least) {
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (map_at(est, mid) - mid >= least)
+      lo = mid;
+    else
+      hi = mid;
   }
-  return added;
+  return lo;
 }
 
-int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_from,
-                                int64_t host_to, int64_t period_ns,
-                                struct tr_clocksync_sync_pair *after,
-                                struct tr_clocksync_probe *out, size_t cap) {
-  if (host_to < host_from || period_ns < 1)
-    return TR_ERR_INVAL;
-  size_t n = 0;
-  struct tr_clocksync_sync_pair last = {.update_remote = -1, .update_service = -1};
-  if (after)
-    last = *after;
-  const struct sample *best = NULL;
-  int64_t best_bucket = -1;
-  /* Candidates skipped since host_from, or since the last edge written (the next pass begins
-   * there), and the host times of the last few, to recount after a gap was filled. */
-  uint32_t skipped = 0;
-  int64_t skipped_h[EDGE_MAX_SKIPPED];
-  int64_t floor = est->fit.valid ? est->fit.rtt_min : INT64_MAX;
-  /* Candidates, oldest first: the window bests older than the exchange ring, the ring, then
-   * the open exchange period's best (judged now, as it will be when its period closes). */
-  int64_t cut = est->ex.n ? ex_at(est, 0)->h : est->ex_open ? est->ex_best.h : INT64_MAX;
-  uint32_t n_old = ring_lower_bound(&est->hist, cut);
-  uint32_t total = n_old + est->ex.n + (est->ex_open ? 1 : 0);
-  /* Those before host_from would be skipped one by one: a long session keeps thousands. */
-  uint32_t first = ring_lower_bound(&est->hist, host_from);
-  if (first >= n_old)
-    first = n_old + ring_lower_bound(&est->ex, host_from);
-  struct sample open = est->ex_best;
-  if (est->ex_open) {
-    open.outlier = !plausible(est, &open, floor);
-    open.edge_ok = edge_worthy(est, &open, floor);
-  }
-  double drift = est->fit.valid ? fabs(est->fit.drift) : 0.0;
-  int64_t spacing = drift * (double)GAP_MAX_NS > GAP_DRIFT_NS ? (int64_t)(GAP_DRIFT_NS / drift)
-                                                               : GAP_MAX_NS;
-  if (spacing < period_ns)
-    spacing = period_ns;
-  for (uint32_t i = first; i <= total && n < cap; i++) {
-    const struct sample *s = i == total ? NULL
-                             : i < n_old ? hist_at(est, i)
-                             : i < n_old + est->ex.n
-                                 ? ex_at(est, i - n_old)
-                                 : &open;
-    if (s && (s->h < host_from || s->h > host_to))
-      continue; /* outliers stay candidates: a period of nothing else gets M's point */
-    int64_t bucket = s ? (s->h - host_from) / period_ns : -2;
-    if (best && bucket != best_bucket) {
-      struct tr_clocksync_sync_pair pair = {0};
-      struct tr_clocksync_probe edge = best->p;
-      bool held = best->p.t3 - best->p.t2 > EDGE_MAX_HOLD_NS;
-      /* M's point instead of a queued exchange */
-      bool mapped = (best->outlier || held || (!best->edge_ok && congested(est, best, floor))) &&
-                    mapped_exchange(est, best->h, &edge);
-      if (fill_gap(est, host_from, edge.t2 - (edge.t4 - edge.t1), spacing, &last, out, &n, cap) > 0) {
-        uint32_t kept = skipped < EDGE_MAX_SKIPPED ? skipped : EDGE_MAX_SKIPPED;
-        skipped = 0;
-        for (uint32_t k = 0; k < kept; k++)
-          skipped += skipped_h[k] > last.update_remote;
+int tr_clocksync_steps_next(struct tr_clocksync_steps *st, const struct tr_clocksync *est,
+                            const struct tr_clocksync_breakpoint *bp, int64_t floor,
+                            struct tr_clocksync_breakpoint *out) {
+  int64_t step = st->step_ns > 0 ? st->step_ns : 1;
+  if (est->knots.n == 0 || bp->host_ts <= floor || (st->any && bp->host_ts <= st->last.host_ts))
+    return 0;
+  struct tr_clocksync_breakpoint pt = *bp;
+  if (st->any) {
+    int64_t from = st->last.service_ts - st->last.host_ts, least = from - step;
+    if (bp->service_ts - bp->host_ts < least) { /* more than a step below the last point */
+      int64_t h = st->last.host_ts + CATCH_UP_SPACING * step, m;
+      h = h > floor ? h : floor + 1;
+      if (h >= bp->host_ts) {
+        pt = (struct tr_clocksync_breakpoint){bp->host_ts, bp->host_ts + least};
+      } else if ((m = map_at(est, h)) - h < least) {
+        pt = (struct tr_clocksync_breakpoint){h, h + least}; /* M lies further below: catch up */
+      } else {
+        /* M is within a step here and falls to bp further on (bp left a point out: a pass's
+         * floor, a rounding, a re-plan): M's own point where it is last within the step.
+         * Walking M every CATCH_UP_SPACING steps instead wrote 2,500 points a second for a
+         * host drifting 1 ppm. */
+        h = last_at_least(est, h, bp->host_ts, least);
+        pt = (struct tr_clocksync_breakpoint){h, map_at(est, h)};
       }
-      bool take = mapped || (!best->outlier && (best->edge_ok || skipped >= EDGE_MAX_SKIPPED));
-      tr_clocksync_pair_from_exchange(&edge, &pair);
-      /* Not after `after`: at or below where the caller can no longer have one, as skipped. */
-      take = take && pair.ping_remote > last.update_remote &&
-             pair.ping_service > last.update_service;
-      if (!take) {
-        if (!best->outlier)
-          skipped_h[skipped++ % EDGE_MAX_SKIPPED] = best->h;
-      } else if (n < cap) {
-        out[n++] = edge;
-        last = pair;
-        skipped = 0;
-      }
-      best = NULL;
+      if (pt.service_ts > map_at(est, pt.host_ts))
+        st->above++;
     }
-    if (s && (!best || s->rtt < best->rtt)) {
-      best = s;
-      best_bucket = bucket;
-    }
+    /* 3 ns apart on both clocks: a remote_clock_sync pair (tr_clocksync_pair_from_breakpoint)
+     * must come strictly after the previous one. */
+    if (pt.host_ts - st->last.host_ts < 3 || pt.service_ts - st->last.service_ts < 3)
+      return 0; /* only bp itself can be that close (catch-up points are 3 x step apart) */
   }
-  fill_gap(est, host_from, host_to, spacing, &last, out, &n, cap);
-  if (after)
-    *after = last;
-  return (int)n;
+  st->any = true;
+  st->last = pt;
+  *out = pt;
+  return 1;
 }
 
 int tr_clocksync_relay_exchange(const struct tr_clocksync *via, const struct tr_clocksync_probe *in,

@@ -70,10 +70,9 @@ struct tr_clocksync_config {
   double slew_max_ppm;      /* slew rate bound on top of the drift (default 500 ppm) */
   double max_drift_ppm;     /* drift clamp (default 1000 ppm) */
   uint32_t max_knots;       /* mapping knots kept, one per probe (default 65536) */
-  uint32_t history;         /* window bests kept for tr_clocksync_best_exchanges (default 4096) */
+  uint32_t history;         /* window bests kept for the fit (default 4096) */
   int64_t exchange_period_ns; /* best-of period of the exchange ring (default 5 ms) */
   uint32_t exchanges;       /* exchange-period bests kept (default 8192) */
-  int64_t edge_rtt_slack_ns; /* an exchange written alone has rtt <= 2 * floor + this (5 us) */
   /* Knots, window and exchange bests older than this (host time, before the newest) are
    * dropped, at least fit_span_ns (default 10 min): the service's sessions journal their clock
    * packets every second, so memory follows the probe rate, not the uptime. */
@@ -167,63 +166,50 @@ void tr_clocksync_get_stats(const struct tr_clocksync *est, struct tr_clocksync_
 int tr_clocksync_export(const struct tr_clocksync *est, int64_t host_from, int64_t host_to,
                         int64_t tolerance_ns, struct tr_clocksync_breakpoint *out, size_t cap);
 
-/* The real exchanges to write as remote_clock_sync in the `machines` encoding: for each period
- * [host_from + k*period_ns, ...) of host time up to host_to, the minimum-RTT non-outlier
- * candidate whose midpoint falls in it, oldest first, skipping any whose pair (see below) would
- * not come strictly after the previous one on both clocks: TP makes a remote clock that goes
- * backwards target-only, so one such pair would cut the host off the timeline. `after` (may be
- * NULL) is the last pair written before, by an earlier call, and is updated to the last one of
- * this call; a caller may raise its update_remote above that pair's (a host time below which
- * no edge may come any more, as the service's writer does once data or bound samples there are
- * out): then no pair's PING is at or below it, and a candidate that would have been written
- * there counts as skipped. The candidates are the bests of each
- * exchange_period_ns (the last `exchanges` of them, plus the open period's) and, before those,
- * the window bests; a best is an outlier by the window rule against the fit's smallest rtt at
- * the time its period closed. Each one becomes an edge on its own, its offset unsmoothed, so a
- * period's best is also skipped when its rtt exceeds 2 * that smallest rtt +
- * edge_rtt_slack_ns (one queued leg would put its offset off by up to half the excess), unless
- * the 10 candidates before it since host_from were skipped too (counted in candidates, not
- * periods: probes may be many periods apart). A period whose best is an outlier, or queued
- * (rtt beyond 2 * that smallest rtt + 50 us: a saturated link), gets instead the exchange
- * t1 = M(h) - 1, t2 = t3 = h, t4 = M(h) + 1 at its midpoint h: the mapping's own point, which
- * rests on the fit's best probes, where a real exchange would put the queue's asymmetry into
- * the edge (without it a congested link left the trace with no edge for seconds). So does a
- * best whose answer was held at the host more than 1 ms (t3 - t2: behind a saturated link's
- * queue; its offset is right at its midpoint, but trace_processor would apply it from t4 on).
- * And where consecutive edges would lie more than twice the fill spacing apart (probes held
- * behind a queue come a second or more apart), M's points fill the gap, every 1 us / |fitted
- * drift| of host time (at least period_ns, at most 1 s), up to the frontier, once this range
- * has an edge; skipped candidates before a filled point no longer count. Called in passes,
- * each from just after the last
- * exchange written, the count comes out as in one call. So a period_ns of exchange_period_ns
- * gives about one exchange per exchange period while the ring covers the range, one per window
- * before. Returns the count (<= cap), TR_ERR_INVAL for an empty range or period < 1. */
-int tr_clocksync_best_exchanges(const struct tr_clocksync *est, int64_t host_from,
-                                int64_t host_to, int64_t period_ns,
-                                struct tr_clocksync_sync_pair *after,
-                                struct tr_clocksync_probe *out, size_t cap);
+/* tr_clocksync_export, but with breakpoints every step_ns / |k - 1| of host time within a
+ * segment of slope k < 1 (tolerance_ns / |k - 1| where k > 1): trace_processor's offset, which is
+ * constant from one breakpoint to the next, then steps back by at most step_ns (plus 1 ns of
+ * rounding) at each, where M runs slower than the host's clock (a host clock running fast), and
+ * two events of one sequence further apart than that cannot swap; a forward step opens a gap
+ * between events, it cannot swap them, so it only needs the tolerance. TR_ERR_INVAL also for
+ * step_ns outside [1, tolerance_ns]. */
+int tr_clocksync_export_steps(const struct tr_clocksync *est, int64_t host_from,
+                              int64_t host_to, int64_t tolerance_ns, int64_t step_ns,
+                              struct tr_clocksync_breakpoint *out, size_t cap);
 
-/* One NTP exchange as a remote_clock_sync PING/UPDATE pair that trace_processor reads back as
- * its offset. TP takes a pair as client PING (t1c), host (t1h), client UPDATE (t2c), host (t2h)
- * and averages o1 = (t1c+t2c)/2 - t1h and o2 = t2c - (t1h+t2h)/2 (client minus host). With
- * m = (t2+t3)/2 the host's midpoint and r = t4-t1, we write
- *     PING {remote m - r, service t1}, UPDATE {remote m, service t4}
- * i.e. the host-initiated round trip t1 -> m -> t4 that o2 reads exactly (o2 = m - (t1+t4)/2, the
- * NTP offset with the agent's turnaround taken out), and a PING placed one round trip before m so
- * that o1 reads the same value: o1 = (2m - r)/2 - t1 = m - (t1+t4)/2. Both are the NTP offset
- * (remote minus service, TP's sign) to within 1 ns of integer rounding. Service values are real; the
- * remote ones are derived. Write ONE exchange per remote_clock_sync packet: TP also pairs
- * an UPDATE with the next exchange's PING when they are < 30 s apart, and that cross pair would
- * read half the gap between exchanges as offset. TP then makes one edge per packet at the
- * service's last reading (t4). TR_ERR_INVAL for an invalid probe. */
-int tr_clocksync_pair_from_exchange(const struct tr_clocksync_probe *p,
-                                    struct tr_clocksync_sync_pair *out);
-/* A breakpoint (h, s) as the exchange t1 = s-2, t2 = t3 = h-1, t4 = s:
+/* A writer's series of breakpoints with no backward offset step larger than step_ns between
+ * two consecutive ones: tr_clocksync_export_steps's points keep to it while M is followed, but
+ * the plan past the frontier is re-planned by later probes, and a range whose breakpoints come
+ * from a re-planned M can start microseconds below the last breakpoint written (an earlier
+ * plan), as can M's point after a stretch where the writer could not write any. Zero it, set
+ * step_ns, and pass every breakpoint of the mapping in order through tr_clocksync_steps_next. */
+struct tr_clocksync_steps {
+  int64_t step_ns;
+  bool any;                             /* last is set */
+  struct tr_clocksync_breakpoint last;  /* the last point written */
+  uint64_t above;                       /* points written above M, catching up with it */
+};
+/* The next point to write on the way to bp (a point of M after the last one given): 1 and *out
+ * set, then call again with the same bp; 0 when bp is done. bp itself when its offset lies at
+ * most step_ns below the last point's; else, while M lies further below, a catch-up point every
+ * 4 x step_ns of host time, step_ns below the last, and where M is within a step of the last
+ * point, M's own point where it is last so (found by bisection), up to bp. No point at or
+ * below host time floor, nor at or below the last one, nor closer than 3 ns to it on either
+ * clock (those bps are left out: trace_processor needs both clocks to increase). */
+int tr_clocksync_steps_next(struct tr_clocksync_steps *st, const struct tr_clocksync *est,
+                            const struct tr_clocksync_breakpoint *bp, int64_t floor,
+                            struct tr_clocksync_breakpoint *out);
+
+/* A breakpoint (h, s) as a remote_clock_sync PING/UPDATE pair for the `machines` encoding:
  *     PING {remote h-3, service s-2}, UPDATE {remote h-1, service s}
- * TP reads offset h - s exactly and places its edge at service s <-> remote h. For breakpoints at
- * least 3 ns apart on both clocks (tr_clocksync_export's are, but for 1-2 ns pieces at the very
- * end of a range) the values written only increase on both clocks, as TP needs: a remote clock
- * going backwards would become target-only, the trace clock going backwards is rejected. */
+ * trace_processor takes a pair as client PING (t1c), host (t1h), client UPDATE (t2c), host
+ * (t2h) and averages o1 = (t1c+t2c)/2 - t1h and o2 = t2c - (t1h+t2h)/2 (client minus host):
+ * here o1 = (2h-4)/2 - (s-2) and o2 = (h-1) - (2s-2)/2, both exactly h - s, and it makes one
+ * edge per packet at service s <-> remote h. Write ONE pair per packet: TP averages the pairs
+ * of a packet into one edge, and pairs an UPDATE with the next PING when they are < 30 s apart.
+ * For breakpoints at least 3 ns apart on both clocks (tr_clocksync_steps_next's are) the
+ * values written only increase on both clocks, as TP needs: a remote clock going backwards
+ * would become target-only, the trace clock going backwards is rejected. */
 void tr_clocksync_pair_from_breakpoint(const struct tr_clocksync_breakpoint *bp,
                                        struct tr_clocksync_sync_pair *out);
 

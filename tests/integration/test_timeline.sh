@@ -47,11 +47,10 @@
 #     ASan under ctest -j).
 # Order: trace_processor converts by a constant offset from one edge (machines) or breakpoint
 # (global-clocks) to the next, so where a host's clock runs fast the offset steps back at each
-# one, by about 1 us (machines, by the probe pacing) or up to 2 us (the breakpoints' tolerance).
-# Two events of a sequence closer than that, on either side of a step, swap on that timeline
-# (loadgen sequences have a few such pairs; about one swap in five 60 s runs). The estimator's
-# own mapping never swaps (test_clocksync); here swaps are counted and printed
-# (--allow-inversions), and the bound covers how far.
+# one. The service places them so that no step back exceeds TR_TIMELINE_STEP_NS (100 ns,
+# service/timeline_output.h; issue 41): two events of a sequence further apart than that keep
+# their order, and the checker fails on any inversion (it used to allow them, about one swap
+# in five 60 s runs, with steps of 1-4 us).
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=$(cd "$1" && pwd)
@@ -232,7 +231,7 @@ for enc in ${TR_TIMELINE_ENCODINGS:-machines global-clocks}; do
   # The probes' round trips as the service measured them, for the bench's summary.
   "$TR_BIN/tracerelay" status --socket "$CONSUMER_SOCK" --json >"$WORK/status.json" 2>/dev/null || true
   BOUND_US=${BOUND_GLOBAL_US:-1000}
-  args=(--allow-inversions --check-own-bound)
+  args=(--check-own-bound)
   # A saturated link loses data (counted). On a starved machine the service may send no
   # ClearIncrementalState for seconds, so a host's loadgen can write no new incremental state
   # after its losses and trace_processor skips all its packets: the checker says so for such a

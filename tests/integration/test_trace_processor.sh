@@ -4,7 +4,8 @@
 # simulated clocks and keeps it with tracerelay-timeline-check's verdict on every loadgen event
 # (where our resolver puts it on the trace timeline, and its true instant); trace_processor then
 # loads the same trace, and every loadgen event must land at exactly the same trace time there
-# (slice begins and ends, counter values): so the accuracy that test and bench/bench_timeline.sh
+# (slice begins and ends, counter values), and no loadgen slice is left open (dur < 0: its end
+# placed before its begin, issue 41): so the accuracy that test and bench/bench_timeline.sh
 # measure with our resolver is the accuracy trace_processor and the UI show. Also checked: in
 # `machines` each host is its own machine (three remote machines, named by their SystemInfo).
 # With TR_PERFETTO naming Perfetto's CLI too, the same again with traces the CLI read in passes
@@ -28,6 +29,7 @@ SELECT 'ts', s.ts + s.dur FROM slice s WHERE s.category = 'loadgen' AND s.dur >=
 UNION ALL
 SELECT 'ts', c.ts FROM counter c JOIN counter_track t ON c.track_id = t.id
   WHERE t.name GLOB 'loadgen.counter.*';
+SELECT 'open', COUNT(*) FROM slice s WHERE s.category = 'loadgen' AND s.dur < 0;
 SELECT 'machine', raw_id, IFNULL(name, '') FROM machine WHERE id != 0;
 SELECT 'bound', t.name, COUNT(*), MAX(c.value) FROM counter c
   JOIN counter_track t ON c.track_id = t.id
@@ -48,11 +50,13 @@ compare() {
 import json, sys
 label, enc, dump, tp, inspect = sys.argv[1:]
 ours = sorted(int(t) + int(e) for _, t, e in (l.split() for l in open(dump) if l.strip()))
-theirs, machines, bounds = [], [], {}
+theirs, machines, bounds, open_slices = [], [], {}, 0
 for line in open(tp):
     cells = [c.strip().strip('"') for c in line.strip().split(',')]
     if cells[0] == 'ts':
         theirs.append(int(cells[1]))
+    elif cells[0] == 'open':
+        open_slices = int(cells[1])
     elif cells[0] == 'machine':
         machines.append(cells[2])
     elif cells[0] == 'bound':
@@ -61,6 +65,10 @@ theirs.sort()
 print(f"{label}: our resolver placed {len(ours)} loadgen events, trace_processor {len(theirs)}; "
       f"remote machines: {machines or 'none'}")
 bad = []
+# A slice whose end trace_processor put before its begin stays open (dur = -1), its end
+# dropped, and nothing in its stats says so (issue 41: a clock step back between the two).
+if open_slices:
+    bad.append(f"{open_slices} loadgen slices with dur < 0 (an end placed before its begin)")
 if len(ours) != len(theirs) or not ours:
     bad.append("not the same events")
 else:

@@ -264,6 +264,106 @@ static int64_t tp_pair_offset(const struct tr_clocksync_sync_pair *p) {
   return (o1 + o2) / 2;
 }
 
+#define STEP_NS 100       /* the service's TR_TIMELINE_STEP_NS */
+#define TOLERANCE_NS 2000 /* and TR_TIMELINE_TOLERANCE_NS */
+
+/* Host h simulated `seconds` from `seed` on the jittery link, then *n breakpoints of its mapping
+ * exported in STEP_NS steps over `span` of host time from 10 s after its start (*from), each
+ * step back within STEP_NS (M's whole ns round within it: spaced for STEP_NS - 1). */
+static struct tr_clocksync *stepped_export(const struct host *h, uint64_t seed, int seconds,
+                                           int64_t span, struct tr_clocksync_breakpoint *bp,
+                                           int cap, int *n, int64_t *from) {
+  struct run_result r;
+  rng_state = seed;
+  struct tr_clocksync *est = simulate(h, &jittery, seconds, 20, &r);
+  *from = host_clock(h, h->t0) + 10 * SEC;
+  *n = tr_clocksync_export_steps(est, *from, *from + span, TOLERANCE_NS, STEP_NS, bp, (size_t)cap);
+  assert_true(*n > 4);
+  for (int i = 1; i < *n; i++)
+    assert_true((bp[i - 1].service_ts - bp[i - 1].host_ts) - (bp[i].service_ts - bp[i].host_ts) <=
+                STEP_NS);
+  return est;
+}
+
+/* Issue 41: trace_processor's offset, constant from one breakpoint to the next, steps back at
+ * each where the host's clock runs fast. The stepped export keeps every such step within
+ * step_ns and the conversion within the tolerance; the writer's series
+ * (tr_clocksync_steps_next) keeps it so across a mapping re-planned below what was written,
+ * catching up a step at a time. Fails with tr_clocksync_export (steps up to the tolerance). */
+static void test_export_steps_back_bounded(void **state) {
+  (void)state;
+  const struct host h = {.offset = 2.0L * 3600 * SEC, .drift = 200e-6L, .t0 = 36000.0L * SEC};
+  static struct tr_clocksync_breakpoint bp[200000], pt;
+  const int64_t step = STEP_NS, tol = TOLERANCE_NS;
+  int64_t from, to, m;
+  int n;
+  struct tr_clocksync *est = stepped_export(&h, 7, 60, 5 * SEC, bp, 200000, &n, &from);
+  to = from + 5 * SEC;
+  print_message("200 ppm fast, %lld ns steps: %d breakpoints for 5 s\n", (long long)step, n);
+  /* The writer's series from a last point 7.5 us above M: every step back within step_ns,
+   * both clocks rising by 3 ns at least, on M again after about 75 points. */
+  struct tr_clocksync_steps st = {.step_ns = step, .any = true};
+  st.last.host_ts = from - 1000;
+  assert_int_equal(tr_clocksync_map(est, st.last.host_ts, &st.last.service_ts), 0);
+  st.last.service_ts += 7500;
+  struct tr_clocksync_breakpoint prev = st.last;
+  size_t written = 0;
+  for (int i = 0; i < n; i++)
+    while (tr_clocksync_steps_next(&st, est, &bp[i], -1, &pt) > 0) {
+      int64_t back = (prev.service_ts - prev.host_ts) - (pt.service_ts - pt.host_ts);
+      assert_true(back <= step);
+      assert_true(pt.host_ts - prev.host_ts >= 3 && pt.service_ts - prev.service_ts >= 3);
+      assert_true(pt.host_ts <= bp[i].host_ts);
+      prev = pt;
+      written++;
+    }
+  assert_int_equal(tr_clocksync_map(est, prev.host_ts, &m), 0);
+  assert_int_equal(prev.service_ts, m); /* caught up */
+  assert_true(st.above >= 70 && st.above <= 80);
+  assert_true(written <= (size_t)n + st.above);
+  /* No point at or below the floor. */
+  struct tr_clocksync_steps fresh = {.step_ns = step};
+  assert_int_equal(tr_clocksync_steps_next(&fresh, est, &bp[0], bp[0].host_ts, &pt), 0);
+  assert_int_equal(tr_clocksync_steps_next(&fresh, est, &bp[1], bp[0].host_ts, &pt), 1);
+  assert_int_equal(tr_clocksync_export_steps(est, from, to, tol, tol + 1, bp, 10), TR_ERR_INVAL);
+  assert_int_equal(tr_clocksync_export_steps(est, from, to, tol, 0, bp, 10), TR_ERR_INVAL);
+  tr_clocksync_free(est);
+}
+
+/* A breakpoint more than a step below the last point, M falling to it gradually (a pass's
+ * floor or a rounding left the points between out; the host drifts about 1 ppm, so M's points
+ * are 75 ms apart): the series takes M's own points, a step apart, not one every 4 steps of
+ * host time along M (the old catch-up wrote one per 400 ns there: 213,595 points for a 0.8 ppm
+ * host in a 12 s global-clocks trace). */
+static void test_steps_skip_gradual_fall(void **state) {
+  (void)state;
+  const struct host h = {.offset = 1.0L * 3600 * SEC, .drift = 1e-6L, .t0 = 36000.0L * SEC};
+  static struct tr_clocksync_breakpoint bp[4096], pt;
+  const int64_t step = STEP_NS;
+  int64_t from, m;
+  int n;
+  struct tr_clocksync *est = stepped_export(&h, 11, 30, 2 * SEC, bp, 4096, &n, &from);
+  struct tr_clocksync_steps st = {.step_ns = step};
+  struct tr_clocksync_breakpoint prev;
+  assert_int_equal(tr_clocksync_steps_next(&st, est, &bp[0], -1, &prev), 1);
+  /* bp[1] and bp[2] left out: bp[3] lies about two steps below bp[0] */
+  assert_true((bp[0].service_ts - bp[0].host_ts) - (bp[3].service_ts - bp[3].host_ts) > step);
+  size_t written = 0;
+  for (int i = 3; i < n; i++)
+    while (tr_clocksync_steps_next(&st, est, &bp[i], -1, &pt) > 0) {
+      int64_t back = (prev.service_ts - prev.host_ts) - (pt.service_ts - pt.host_ts);
+      assert_true(back <= step);
+      assert_int_equal(tr_clocksync_map(est, pt.host_ts, &m), 0);
+      assert_int_equal(pt.service_ts, m); /* M's own points: nothing to catch up */
+      prev = pt;
+      written++;
+    }
+  assert_int_equal(st.above, 0);
+  print_message("1 ppm, bp[1], bp[2] left out: %zu points for %d breakpoints\n", written, n - 3);
+  assert_true(written <= (size_t)n);
+  tr_clocksync_free(est);
+}
+
 static void test_export_reproduces_mapping(void **state) {
   (void)state;
   const struct host h = {.offset = 3.0L * 3600 * SEC, .drift = -200e-6L, .t0 = 36000.0L * SEC};
@@ -316,200 +416,6 @@ static void test_export_reproduces_mapping(void **state) {
   assert_int_equal(tr_clocksync_export(est, from, to, 1000, bp, 3), TR_ERR_FULL);
   assert_int_equal(tr_clocksync_export(est, to, from, 1000, bp, 10), TR_ERR_INVAL);
   assert_int_equal(tr_clocksync_export(est, from, to, 0, bp, 10), TR_ERR_INVAL);
-  tr_clocksync_free(est);
-}
-
-static void test_best_exchanges_as_remote_clock_sync(void **state) {
-  (void)state;
-  const struct host h = {.offset = -1.5L * 3600 * SEC, .drift = 120e-6L, .t0 = 36000.0L * SEC};
-  rng_state = 7;
-  struct run_result r;
-  struct tr_clocksync *est = simulate(&h, &jittery, 300, 20, &r);
-  struct tr_clocksync_probe ex[64];
-  int64_t from = host_clock(&h, h.t0), to = tr_clocksync_frontier(est);
-  int n = tr_clocksync_best_exchanges(est, from, to, 10 * SEC, NULL, ex, 64);
-  assert_true(n >= 25 && n <= 31);
-  struct tr_clocksync_sync_pair prev = {0};
-  for (int i = 0; i < n; i++) {
-    struct tr_clocksync_sync_pair pair;
-    assert_int_equal(tr_clocksync_pair_from_exchange(&ex[i], &pair), 0);
-    /* TP reads the NTP offset (remote minus service) to within integer rounding */
-    int64_t m = ex[i].t2 + (ex[i].t3 - ex[i].t2) / 2;
-    long double ntp = (long double)m - ((long double)ex[i].t1 + ex[i].t4) / 2;
-    int64_t got = tp_pair_offset(&pair);
-    assert_true(fabsl((long double)got - ntp) <= 1.5L);
-    /* and it is as right as the exchange allows: within rtt/2 of the truth at its midpoint */
-    int64_t rtt = (ex[i].t4 - ex[i].t1) - (ex[i].t3 - ex[i].t2);
-    long double true_off = (long double)m - truth(&h, m);
-    assert_true(fabsl((long double)got - true_off) <= rtt / 2.0L + 2);
-    assert_true(rtt < 200 * US); /* the best of 10 s, never an outlier */
-    if (i) {
-      assert_true(pair.ping_remote > prev.update_remote);
-      assert_true(pair.ping_service > prev.update_service);
-    }
-    prev = pair;
-  }
-  assert_int_equal(tr_clocksync_best_exchanges(est, from, to, 10 * SEC, NULL, ex, 3), 3);
-  assert_int_equal(tr_clocksync_best_exchanges(est, from, to, 0, NULL, ex, 3), TR_ERR_INVAL);
-  struct tr_clocksync_probe bad = {.t1 = 10, .t2 = 5, .t3 = 4, .t4 = 20};
-  struct tr_clocksync_sync_pair pair;
-  assert_int_equal(tr_clocksync_pair_from_exchange(&bad, &pair), TR_ERR_INVAL);
-  tr_clocksync_free(est);
-}
-
-/* Field by field: memcmp would compare the padding after t3_late, which a copy need not keep
- * (at -O3 it does not), so a real exchange would pass for a mapped point. */
-static bool same_probe(const struct tr_clocksync_probe *a, const struct tr_clocksync_probe *b) {
-  return a->t1 == b->t1 && a->t2 == b->t2 && a->t3 == b->t3 && a->t4 == b->t4 &&
-         a->t3_late == b->t3_late;
-}
-
-static bool is_one_of(const struct tr_clocksync_probe *p, const struct tr_clocksync_probe *all,
-                      int n) {
-  for (int j = 0; j < n; j++)
-    if (same_probe(p, &all[j]))
-      return true;
-  return false;
-}
-
-/* Probes every 5 ms: one real exchange per 10 ms exchange period, the best of its period;
- * before the exchange ring (made small here) the window bests stand in, 2 s apart, and M's own
- * points fill the gaps between them (at 200 ppm, 2 s of one constant offset would be 400 us). */
-static void test_dense_exchanges(void **state) {
-  (void)state;
-  enum { PROBES = 6000 }; /* 30 s */
-  const struct host h = {.offset = 2.0L * 3600 * SEC, .drift = 200e-6L, .t0 = 5000.0L * SEC};
-  struct link l = {.base_ns = 30 * US, .jitter_mean_ns = 20 * US, .turnaround_ns = 20 * US};
-  struct tr_clocksync_config cfg;
-  tr_clocksync_config_default(&cfg);
-  assert_int_equal(cfg.exchange_period_ns, 5 * MS);
-  cfg.exchange_period_ns = 10 * MS; /* two probes per period: the best of each is kept */
-  cfg.exchanges = 1000;             /* the last 10 s */
-  struct tr_clocksync *est;
-  assert_int_equal(tr_clocksync_init(&est, &cfg), 0);
-  rng_state = 11;
-  static struct tr_clocksync_probe all[PROBES], ex[8192];
-  for (int i = 0; i < PROBES; i++) {
-    all[i] = probe_at(&h, &l, (int64_t)h.t0 + (int64_t)i * 5 * MS);
-    assert_int_equal(tr_clocksync_add_probe(est, &all[i]), 0);
-  }
-  int64_t from = host_clock(&h, h.t0), to = tr_clocksync_frontier(est);
-  int n = tr_clocksync_best_exchanges(est, from, to, 10 * MS, NULL, ex, 8192);
-  int dense = 0, measured = 0, sparse_gap_max = 0;
-  for (int i = 0; i < n; i++) {
-    bool real = is_one_of(&ex[i], all, PROBES);
-    measured += real;
-    if (!real) { /* a mapped point: M itself (t2 = t3, a 2 ns round trip) */
-      int64_t m;
-      assert_int_equal(ex[i].t2, ex[i].t3);
-      assert_int_equal(tr_clocksync_map(est, ex[i].t2, &m), 0);
-      assert_int_equal(ex[i].t1, m - 1);
-      assert_int_equal(ex[i].t4, m + 1);
-    }
-    if (i > 0) {
-      int64_t gap = ex[i].t2 - ex[i - 1].t2;
-      assert_true(gap > 0);
-      /* no gap longer than twice the fill spacing (1 us of drift, 5 ms at 200 ppm, at least the
-       * 10 ms period) beside an edge's round trip */
-      assert_true(gap <= 21 * MS);
-      if (ex[i].t2 > to - 9 * SEC) {
-        assert_true(real || gap <= 21 * MS);
-        dense++;
-      } else if (gap > sparse_gap_max) {
-        sparse_gap_max = (int)(gap / US);
-      }
-    }
-  }
-  /* 10 s at up to one real exchange per 10 ms (about 1000, less the periods whose best was
-   * not edge-worthy), and about 10 window bests before */
-  assert_true(measured >= 700 && measured <= 1015);
-  assert_true(dense >= 600);
-  assert_true(n > measured + 1000); /* the 20 s before the ring, filled */
-  tr_clocksync_free(est);
-}
-
-/* A period whose only probe had one slow leg is skipped (its offset would be off by half the
- * delay); a run of them leaves a gap that M's own points fill. */
-static void test_exchanges_skip_slow_legs(void **state) {
-  (void)state;
-  enum { PROBES = 600 }; /* 7.2 s, 12 ms apart: each probe in a 10 ms period of its own */
-  const struct host h = {.offset = -3.0L * SEC, .drift = 50e-6L, .t0 = 800.0L * SEC};
-  struct link clean = {.base_ns = 30 * US, .turnaround_ns = 10 * US};
-  struct tr_clocksync *est;
-  assert_int_equal(tr_clocksync_init(&est, NULL), 0);
-  rng_state = 5;
-  static struct tr_clocksync_probe all[PROBES], ex[PROBES];
-  bool slow[PROBES] = {false};
-  slow[300] = true;
-  for (int i = 450; i < 462; i++)
-    slow[i] = true;
-  for (int i = 0; i < PROBES; i++) {
-    all[i] = probe_at(&h, &clean, (int64_t)h.t0 + (int64_t)i * 12 * MS);
-    if (slow[i])
-      all[i].t4 += 100 * US; /* rtt 160 us against 60: plausible, not edge-worthy */
-    assert_int_equal(tr_clocksync_add_probe(est, &all[i]), 0);
-  }
-  struct tr_clocksync_stats st;
-  tr_clocksync_get_stats(est, &st);
-  assert_int_equal(st.outliers, 0);
-  int64_t period_start = all[200].t2 - 5 * MS;
-  int n = tr_clocksync_best_exchanges(est, period_start, tr_clocksync_frontier(est), 10 * MS,
-                                      NULL, ex, PROBES);
-  int slow_taken = 0;
-  for (int i = 0; i < n; i++)
-    for (int j = 200; j < PROBES; j++)
-      if (same_probe(&ex[i], &all[j]) && slow[j])
-        slow_taken++;
-  /* probe 300 is skipped, and so is the whole run 450..461: M's points fill the gap it leaves
-   * every 20 ms (1 us of drift at 50 ppm) before ten skipped candidates would force a slow one */
-  assert_int_equal(slow_taken, 0);
-  int measured = 0;
-  for (int i = 0; i < n; i++)
-    measured += is_one_of(&ex[i], all, PROBES);
-  assert_int_equal(measured, PROBES - 200 - 13);
-  assert_true(n >= measured + 4 && n <= measured + 8);
-  /* The same in passes, as the service writes them (each from just after the last exchange
-   * written, `after` carried): the same exchanges, also where a pass begins right before a
-   * slow probe (300) or in the middle of a slow run. */
-  static struct tr_clocksync_probe part[PROBES];
-  struct tr_clocksync_sync_pair last = {.update_remote = -1, .update_service = -1};
-  int64_t from = period_start, ends[] = {all[299].t3 + MS, all[455].t3, tr_clocksync_frontier(est)};
-  int total = 0;
-  for (int k = 0; k < 3; k++) {
-    int m = tr_clocksync_best_exchanges(est, from, ends[k], 10 * MS, &last, part, PROBES);
-    assert_true(m > 0);
-    for (int i = 0; i < m; i++)
-      assert_memory_equal(&part[i], &ex[total + i], sizeof part[i]);
-    total += m;
-    from = (part[m - 1].t2 + part[m - 1].t3) / 2 + 1;
-  }
-  assert_int_equal(total, n);
-  tr_clocksync_free(est);
-}
-
-/* Probes far apart (a host with little drift is probed every 50 ms, ten 5 ms exchange periods):
- * a slow one is still skipped, since the rule counts skipped candidates, not periods. */
-static void test_exchanges_skip_slow_legs_sparse(void **state) {
-  (void)state;
-  enum { PROBES = 200 };
-  const struct host h = {.offset = 5.0L * SEC, .drift = 1e-6L, .t0 = 900.0L * SEC};
-  struct link clean = {.base_ns = 30 * US, .turnaround_ns = 10 * US};
-  struct tr_clocksync *est;
-  assert_int_equal(tr_clocksync_init(&est, NULL), 0);
-  rng_state = 9;
-  static struct tr_clocksync_probe all[PROBES], ex[PROBES];
-  for (int i = 0; i < PROBES; i++) {
-    all[i] = probe_at(&h, &clean, (int64_t)h.t0 + (int64_t)i * 50 * MS);
-    if (i == 150)
-      all[i].t4 += 100 * US;
-    assert_int_equal(tr_clocksync_add_probe(est, &all[i]), 0);
-  }
-  int64_t from = all[100].t2 - MS;
-  int n = tr_clocksync_best_exchanges(est, from, tr_clocksync_frontier(est), 5 * MS, NULL, ex,
-                                      PROBES);
-  assert_int_equal(n, PROBES - 100 - 1);
-  for (int i = 0; i < n; i++)
-    assert_memory_not_equal(&ex[i], &all[150], sizeof ex[i]);
   tr_clocksync_free(est);
 }
 
@@ -775,16 +681,14 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_accuracy),
       cmocka_unit_test(test_export_reproduces_mapping),
-      cmocka_unit_test(test_best_exchanges_as_remote_clock_sync),
-      cmocka_unit_test(test_dense_exchanges),
-      cmocka_unit_test(test_exchanges_skip_slow_legs),
-      cmocka_unit_test(test_exchanges_skip_slow_legs_sparse),
       cmocka_unit_test(test_memory_follows_retention),
       cmocka_unit_test(test_outliers_and_path_change),
       cmocka_unit_test(test_late_probes_are_not_a_new_path),
       cmocka_unit_test(test_relayed_exchange_is_valid),
       cmocka_unit_test(test_slews_never_steps),
       cmocka_unit_test(test_invalid_input),
+      cmocka_unit_test(test_export_steps_back_bounded),
+      cmocka_unit_test(test_steps_skip_gradual_fall),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,7 @@
  * TraceStats. Checks the order of a pass (head, then buffer-major and host-major host data,
  * then the read-complete event and TraceStats), that a `machines` host without a clock anchor
  * waits for one in a non-final pass and gets the session's start in the final one, that
- * the clock journal's thinning keeps it bounded and keeps the anchor, that in
+ * the clock journal's thinning keeps it bounded and keeps the anchor and the bound samples, that in
  * `global-clocks` a host's clock error bound track covers the mapping as far as it was
  * exported, past the estimator's frontier, and still covers what was exported after a probe
  * re-planned it, and that in `machines` no edge is written below data a pass already wrote.
@@ -637,6 +637,45 @@ static void test_journal_thinning_keeps_anchor(void **state) {
   free(got);
 }
 
+/* global-clocks, 10 s into a session whose host-0 was probed until 3 s ago: the clock journal
+ * once, then (thin) host-1's snapshots past its bound, so its older half is thinned; returns
+ * how many of host-0's bound samples up to the first journal's time the next pass holds. */
+static size_t bound_samples_journaled(bool thin) {
+  static struct clock_out c;
+  struct fixture f;
+  uint64_t now = 0, journaled = 0;
+  size_t n = 0;
+  setup(&f, TR_TIMELINE_GLOBAL_CLOCKS);
+  assert_int_equal(tr_clocksync_init(&f.hosts[0].clock, NULL), 0);
+  assert_int_equal(tr_clock_set_fake(10000000000LL, 0), 0);
+  tr_clock_read(TR_CLOCK_BOOTTIME, &now);
+  add_probes(f.hosts[0].clock, (int64_t)now - 12000000000LL, (int64_t)now - 3000000000LL);
+  assert_int_equal(tr_trace_output_journal_clocks(f.out), 0);
+  tr_clock_read(TR_CLOCK_BOOTTIME, &journaled);
+  for (size_t r = 0; thin && r < TR_CLOCK_JOURNAL_PER_HOST * 2 / TR_HOST_CLOCK_SNAPSHOTS + 2; r++) {
+    add_host_snapshots(&f.hosts[1]);
+    assert_int_equal(tr_trace_output_journal_clocks(f.out), 0);
+  }
+  c = (struct clock_out){.bound_uuid = tr_trace_writer_bound_track_uuid("host-0")};
+  read_pass_decoded(&f, note_clock_out, &c);
+  for (size_t i = 0; i < c.n_bound; i++)
+    n += c.bound_ts[i] <= (int64_t)journaled;
+  tr_clock_clear_fake();
+  teardown(&f);
+  return n;
+}
+
+/* A bound track's sample is written only where the bound changes: the journal's thinning must
+ * keep them all (it dropped every other one of its older half, and with the first one a host's
+ * first events had no bound: 6,644 events of a 12 s global-clocks run under load). */
+static void test_journal_thinning_keeps_bound_samples(void **state) {
+  (void)state;
+  size_t whole = bound_samples_journaled(false), thinned = bound_samples_journaled(true);
+  print_message("bound samples journaled: %zu, after thinning %zu\n", whole, thinned);
+  assert_true(whole >= 8);
+  assert_true(thinned + 1 >= whole); /* a sample may fall either side of the time read */
+}
+
 /* One pass into a file, and what the loop did meanwhile. */
 struct file_run {
   int done_rc;
@@ -921,6 +960,7 @@ int main(void) {
       cmocka_unit_test(test_machines_bound_reaches_final_data),
       cmocka_unit_test(test_global_clocks_bound_reaches_final_data),
       cmocka_unit_test(test_journal_thinning_keeps_anchor),
+      cmocka_unit_test(test_journal_thinning_keeps_bound_samples),
       cmocka_unit_test(test_file_pass_in_steps),
       cmocka_unit_test(test_file_blocked_write_keeps_loop_running),
       cmocka_unit_test(test_file_full_ends_the_pass),
