@@ -995,6 +995,14 @@ bool tr_session_has_host(const tr_session *s, const tr_host *host) {
 
 /* A session still recording: one that stopped, its trace waiting to be read (a 10,000-host
  * trace took minutes), needs no clock probes at the session rate (10,000 fits a second then). */
+bool tr_session_holds_host(const tr_service *svc, const tr_host *host) {
+  /* O(sessions + stops waiting): asked only of gone hosts, as a new one is made. */
+  for (const tr_session *s = svc->sessions; s; s = s->next)
+    if (tr_session_has_host(s, host))
+      return true;
+  return tr_session_unstopped_holds(svc, host);
+}
+
 bool tr_session_any(const tr_service *svc) {
   for (const tr_session *s = svc->sessions; s; s = s->next)
     if (s->state != TR_SESSION_STOPPED)
@@ -1246,4 +1254,5 @@ const struct tr_link_events tr_session_link_events = {
     .trigger = tr_session_on_trigger,
     .host_clock_snapshot = tr_session_on_host_clock_snapshot,
     .any_session = tr_session_any,
+    .holds_host = tr_session_holds_host,
 };

@@ -164,6 +164,7 @@ void tr_session_on_trigger(tr_service *svc, tr_host *host, const Tracerelay__Tri
 int tr_session_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *snap);
 bool tr_session_any(const tr_service *svc);
+bool tr_session_holds_host(const tr_service *svc, const tr_host *host);
 
 /* Service state: loop, own uid and SystemInfo, the host table (made with this svc and
  * tr_session_link_events, or a test's events) and the link's downward calls (link_calls.h:

@@ -232,5 +232,7 @@ void tr_session_unstopped_add(tr_service *svc, tr_host *host, uint64_t agent_ins
                               uint32_t producer_id, uint64_t instance_id);
 void tr_session_unstopped_reconnected(tr_service *svc, tr_host *host);
 void tr_session_unstopped_free(tr_service *svc);
+/* Whether a stop waits for host (the host table keeps it). */
+bool tr_session_unstopped_holds(const tr_service *svc, const tr_host *host);
 
 #endif
