@@ -3,8 +3,8 @@
  * Each host is a private record whose first member is the public tr_host, so a tr_host
  * pointer from anywhere in the service leads back to its record. A record is freed before the
  * table only when it is retired: a host gone (its link down, or never up) and held by no
- * session (tr_link_events.holds_host) once more than max_gone hosts are gone, the longest gone
- * first, its guests with it. That is checked when a new entry is made, so the table holds at
+ * session (tr_link_events.holds_host) while max_gone hosts are gone, the longest gone first,
+ * its guests with it. That is checked when a new entry is made, so the table holds at
  * most the connected hosts, the hosts the sessions hold, and max_gone others (a regional
  * allowed `eu-*` can mint names without end, an autoscaled fleet renames its hosts). Whoever
  * keeps a tr_host pointer past the loop's turn must be a session (and so hold it), or look the
@@ -907,17 +907,18 @@ static bool held(tr_hosts *hs, host_rec *r) {
   return false;
 }
 
-/* While more than max_gone hosts are gone, retires the longest gone the sessions do not hold.
- * O(gone hosts the sessions hold) to find each, times the sessions' check. */
+/* Room on the gone list for a new entry (gone until its link is up): while max_gone hosts or
+ * more are gone, retires the longest gone the sessions do not hold. O(gone hosts the sessions
+ * hold) to find each, times the sessions' check. */
 static void retire_gone(tr_hosts *hs) {
   host_rec *r = hs->gone_head;
-  while (hs->num_gone > hs->max_gone && r != NULL) {
+  while (hs->num_gone > 0 && hs->num_gone >= hs->max_gone && r != NULL) {
     host_rec *next = r->gone_next;
     if (!held(hs, r)) {
       gone_remove(hs, r);
       hs->retired++;
-      TR_INFO("hosts", "retired host %s: disconnected, in no session, the longest gone of more "
-              "than %zu (%llu retired so far); it is a new entry if it comes back",
+      TR_INFO("hosts", "retired host %s: disconnected, in no session, the longest gone of the "
+              "%zu kept (%llu retired so far); it is a new entry if it comes back",
               r->host.name, hs->max_gone, (unsigned long long)hs->retired);
       for (size_t i = 0; i < r->n_guests; i++)
         unmake(hs, rec_of(r->guests[i]));
