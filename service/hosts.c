@@ -897,7 +897,7 @@ static void unmake(tr_hosts *hs, host_rec *r) {
 }
 
 static bool held(tr_hosts *hs, host_rec *r) {
-  if (hs->ev->holds_host == NULL)
+  if (hs->ev == NULL || hs->ev->holds_host == NULL)
     return false;
   if (hs->ev->holds_host(hs->svc, &r->host))
     return true;
