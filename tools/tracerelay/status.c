@@ -398,7 +398,7 @@ static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) 
     fprintf(out, " on %s", ext->tracerelay_service_machine); /* as its traces name machine 0 */
   fprintf(out, ": %zu host%s (%zu connected", ext->n_tracerelay_hosts,
           ext->n_tracerelay_hosts == 1 ? "" : "s", connected);
-  if (ext->has_tracerelay_hosts_retired)
+  if (ext->tracerelay_hosts_retired > 0) /* gone, in no session, past those kept */
     fprintf(out, ", %" PRIu64 " retired", ext->tracerelay_hosts_retired);
   fprintf(out, "), %zu producer%s, %d session%s (%d started)\n", st->n_producers,
           st->n_producers == 1 ? "" : "s", st->num_sessions, st->num_sessions == 1 ? "" : "s",
