@@ -10,7 +10,9 @@
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$TR_SRC/tools/cluster-lib.sh"
+source "$TR_SRC/tests/integration/common.sh"
 fail() { echo "FAIL: $*"; exit 1; }
+log() { echo "FAIL: $*"; }
 
 cluster_init "$1"
 cluster_hosts web-1 web-2 web-3 web-4
@@ -22,22 +24,10 @@ grep -q "at most 3.5 MiB (--max-buffer-memory)" "$WORK/service.log" ||
 for h in web-1 web-2 web-3; do cluster_start_agent "$h"; done
 cluster_wait_hosts 60 web-1 web-2 web-3
 
-# refused NAME EXPECTED [record args...]: record must fail, printing EXPECTED, with no trace.
-refused() {
-  local name=$1 expected=$2 rc=0
-  shift 2
-  "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" "$@" -o "$WORK/$name.pftrace" \
-    2>"$WORK/$name.log" || rc=$?
-  [ "$rc" != 0 ] || fail "$name: record exited 0"
-  grep -qF "$expected" "$WORK/$name.log" ||
-    fail "$name: record did not print '$expected': $(cat "$WORK/$name.log")"
-  [ ! -s "$WORK/$name.pftrace" ] || fail "$name: a trace was written"
-  echo "$name refused: $(grep -F "$expected" "$WORK/$name.log")"
-}
 
 printf '%s\n' 'buffers { size_kb: 1024 }' 'buffers { size_kb: 1024 }' 'duration_ms: 500' \
   'data_sources { config { name: "track_event" } }' >"$WORK/two.pbtxt"
-refused two "buffers of 2 x 1 MiB on each of 3 hosts = 6 MiB, over --max-buffer-memory 3.5 MiB" \
+record_refused two "buffers of 2 x 1 MiB on each of 3 hosts = 6 MiB, over --max-buffer-memory 3.5 MiB" \
   -c "$WORK/two.pbtxt"
 
 # One 1 MiB buffer on three hosts fits; it runs until the checks are done.
@@ -58,7 +48,7 @@ for _ in $(seq 240); do
 done
 [ "$ok" = 1 ] || fail "the session that fits did not start on the three hosts"
 
-refused second "buffers of 1 x 1 MiB on each of 3 hosts = 3 MiB, over --max-buffer-memory 3.5 MiB with the 3 MiB running sessions reserve" \
+record_refused second "buffers of 1 x 1 MiB on each of 3 hosts = 3 MiB, over --max-buffer-memory 3.5 MiB with the 3 MiB running sessions reserve" \
   --data-source track_event -b 1mb -t 500ms
 
 cluster_start_agent web-4

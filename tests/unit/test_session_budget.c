@@ -31,20 +31,6 @@ static int try_enable(struct fx_config *c, tr_session **s, char *err, size_t len
   return tr_session_enable(&fx_svc, 0, &c->cfg, -1, &fx_observer, NULL, s, err, len);
 }
 
-/* A chunk of one packet from host i's producer 1 into buffer global_id. */
-static void send_chunk(size_t i, uint32_t global_id) {
-  uint8_t payload[] = {2, 0x40, 7};
-  Tracerelay__Chunk ch = TRACERELAY__CHUNK__INIT;
-  ch.producer_id = 1;
-  ch.writer_id = 1;
-  ch.chunk_id = 1;
-  ch.packet_count = 1;
-  ch.target_buffer = global_id;
-  ch.payload.data = payload;
-  ch.payload.len = sizeof payload;
-  tr_session_link_events.chunk(&fx_svc, fx_hosts[i], &ch);
-}
-
 static void test_enable_refused_with_the_product(void **state) {
   struct fx_config cfg;
   char err[256];
@@ -134,8 +120,8 @@ static void test_host_joining_past_the_budget(void **state) {
   assert_true(tr_session_has_host(s, fx_hosts[2]));
   for (size_t i = 0; i < 3; i++) {
     fx_answer(i, START);
-    send_chunk(i, buffer);
-    send_chunk(i, buffer);
+    fx_send_chunk(i, buffer);
+    fx_send_chunk(i, buffer);
   }
   fx_stats(s, &st);
   assert_int_equal(st.ext->n_tracerelay_hosts, 3);
