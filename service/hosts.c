@@ -1,8 +1,15 @@
 /* hosts.c: the host table behind hosts.h.
  *
  * Each host is a private record whose first member is the public tr_host, so a tr_host
- * pointer from anywhere in the service leads back to its record. Records are never freed
- * before the table: session.c may hold host pointers for as long as the service runs.
+ * pointer from anywhere in the service leads back to its record. A record is freed before the
+ * table only when it is retired: a host gone (its link down, or never up) and held by no
+ * session (tr_link_events.holds_host) while max_gone hosts are gone, the longest gone first,
+ * its guests with it. That is checked when a new entry is made, so the table holds at
+ * most the connected hosts, the hosts the sessions hold, and max_gone others (a regional
+ * allowed `eu-*` can mint names without end, an autoscaled fleet renames its hosts). Whoever
+ * keeps a tr_host pointer past the loop's turn must be a session (and so hold it), or look the
+ * name up again (link_server.c's regionals do). A retired host that comes back is a new entry:
+ * its counters start again, its machine id is claimed again.
  * Protobuf messages kept from the link (system info, data source descriptors) are deep
  * copies made by re-encoding, so unknown fields survive and nothing points into a frame. */
 #include "service/hosts.h"
@@ -53,6 +60,11 @@ typedef struct host_rec {
   uint32_t *stale; /* during a resync: producer ids not re-announced yet */
   size_t n_stale;
   size_t ordinal; /* 0, 1, 2... in the order the table made them */
+  tr_host *prev;  /* in the table's list */
+  struct tr_hosts *table;
+  /* On the gone list (hosts only, not guests): link down or never up, oldest first. */
+  bool gone;
+  struct host_rec *gone_prev, *gone_next;
   struct host_rec *same_bucket; /* the next record in its bucket of the name index */
 } host_rec;
 
@@ -61,6 +73,11 @@ struct tr_hosts {
   const struct tr_link_events *ev; /* called with svc */
   tr_host *head, *tail;
   size_t made; /* entries made so far: the next ordinal */
+  size_t live; /* entries in the table now */
+  host_rec *gone_head, *gone_tail;
+  size_t num_gone;
+  size_t max_gone;  /* TR_HOSTS_MAX_GONE unless a test sets it */
+  uint64_t retired; /* hosts retired so far (their guests not counted) */
   /* By name: FNV-1a of it, chained in a power-of-two number of buckets, at most one record a
    * bucket on average (a reconnect storm of 10,000 agents looked each Hello's name up among
    * 10,000 records: a fifth of a starved root's samples). */
@@ -70,6 +87,9 @@ struct tr_hosts {
 };
 
 static host_rec *rec_of(tr_host *h) { return (host_rec *)h; }
+
+static void gone_add(tr_hosts *hs, host_rec *r);
+static void gone_remove(tr_hosts *hs, host_rec *r);
 
 /* ---- protobuf copies ---- */
 
@@ -481,12 +501,14 @@ void tr_hosts_count_flush_missed(tr_host *h) { h->stats.flushes_missed++; }
 /* ---- the link's state and counters ---- */
 
 void tr_hosts_link_up(tr_host *h, tr_link_peer *link, uint64_t now_ns, const char *relayed_by) {
+  gone_remove(rec_of(h)->table, rec_of(h));
   h->link = link;
   h->connected_since_ns = now_ns;
   snprintf(h->relayed_by, sizeof h->relayed_by, "%s", relayed_by ? relayed_by : "");
 }
 
 void tr_hosts_link_down(tr_host *h) {
+  gone_add(rec_of(h)->table, rec_of(h));
   h->link = NULL;
   h->stats.disconnects++;
 }
@@ -702,6 +724,7 @@ int tr_hosts_new(tr_service *svc, const struct tr_link_events *ev, tr_hosts **ou
     return TR_ERR_NOMEM;
   hs->svc = svc;
   hs->ev = ev;
+  hs->max_gone = TR_HOSTS_MAX_GONE;
   *out = hs;
   return 0;
 }
@@ -746,12 +769,7 @@ const struct tr_link_events *tr_hosts_events(const tr_hosts *hs) { return hs->ev
 
 tr_host *tr_hosts_first(const tr_hosts *hs) { return hs->head; }
 
-size_t tr_hosts_count(const tr_hosts *hs) {
-  size_t n = 0;
-  for (const tr_host *h = hs->head; h != NULL; h = h->next)
-    n++;
-  return n;
-}
+size_t tr_hosts_count(const tr_hosts *hs) { return hs->live; }
 
 static host_rec **bucket_of(const tr_hosts *hs, const char *name) {
   return &hs->buckets[tr_fnv1a64(name, strlen(name)) & (hs->num_buckets - 1)];
@@ -769,7 +787,7 @@ tr_host *tr_hosts_find(const tr_hosts *hs, const char *name) {
 /* Room in the name index for one more record: the buckets doubled (and every record placed
  * again) when there would be more records than buckets. 0 or TR_ERR_NOMEM. */
 static int index_room(tr_hosts *hs) {
-  if (hs->made < hs->num_buckets)
+  if (hs->live < hs->num_buckets)
     return 0;
   size_t n = hs->num_buckets ? 2 * hs->num_buckets : 64;
   host_rec **grown = calloc(n, sizeof *grown);
@@ -812,9 +830,12 @@ static int make(tr_hosts *hs, const char *name, tr_host **out) {
     TR_WARN("hosts", "the ids the trace would give %s collide with those of %s: its trace "
             "names it %s (machine_id %u)", name, collided, h->trace_name, h->machine_id);
   r->ordinal = hs->made++;
+  r->table = hs;
+  hs->live++;
   host_rec **b = bucket_of(hs, h->name);
   r->same_bucket = *b;
   *b = r;
+  r->prev = hs->tail;
   if (hs->tail != NULL)
     hs->tail->next = h;
   else
@@ -824,6 +845,93 @@ static int make(tr_hosts *hs, const char *name, tr_host **out) {
   return 0;
 }
 
+/* ---- gone hosts, and their retirement ---- */
+
+static void gone_add(tr_hosts *hs, host_rec *r) {
+  if (r->gone || r->host.guest_of != NULL)
+    return;
+  r->gone = true;
+  r->gone_prev = hs->gone_tail;
+  r->gone_next = NULL;
+  if (hs->gone_tail != NULL)
+    hs->gone_tail->gone_next = r;
+  else
+    hs->gone_head = r;
+  hs->gone_tail = r;
+  hs->num_gone++;
+}
+
+static void gone_remove(tr_hosts *hs, host_rec *r) {
+  if (!r->gone)
+    return;
+  if (r->gone_prev != NULL)
+    r->gone_prev->gone_next = r->gone_next;
+  else
+    hs->gone_head = r->gone_next;
+  if (r->gone_next != NULL)
+    r->gone_next->gone_prev = r->gone_prev;
+  else
+    hs->gone_tail = r->gone_prev;
+  r->gone = false;
+  hs->num_gone--;
+}
+
+/* Takes one entry out of the table (list, name index, machine ids) and frees it. */
+static void unmake(tr_hosts *hs, host_rec *r) {
+  tr_host *h = &r->host;
+  host_rec **b = bucket_of(hs, h->name);
+  while (*b != r)
+    b = &(*b)->same_bucket;
+  *b = r->same_bucket;
+  if (r->prev != NULL)
+    r->prev->next = h->next;
+  else
+    hs->head = h->next;
+  if (h->next != NULL)
+    rec_of(h->next)->prev = r->prev;
+  else
+    hs->tail = r->prev;
+  tr_machine_ids_release(&hs->ids, h->trace_name);
+  hs->live--;
+  host_free(r);
+}
+
+static bool held(tr_hosts *hs, host_rec *r) {
+  if (hs->ev == NULL || hs->ev->holds_host == NULL)
+    return false;
+  if (hs->ev->holds_host(hs->svc, &r->host))
+    return true;
+  for (size_t i = 0; i < r->n_guests; i++)
+    if (hs->ev->holds_host(hs->svc, r->guests[i]))
+      return true;
+  return false;
+}
+
+/* Room on the gone list for a new entry (gone until its link is up): while max_gone hosts or
+ * more are gone, retires the longest gone the sessions do not hold. O(gone hosts the sessions
+ * hold) to find each, times the sessions' check. */
+static void retire_gone(tr_hosts *hs) {
+  host_rec *r = hs->gone_head;
+  while (hs->num_gone > 0 && hs->num_gone >= hs->max_gone && r != NULL) {
+    host_rec *next = r->gone_next;
+    if (!held(hs, r)) {
+      gone_remove(hs, r);
+      hs->retired++;
+      TR_INFO("hosts", "retired host %s: disconnected, in no session, the longest gone of the "
+              "%zu kept (%llu retired so far); it is a new entry if it comes back",
+              r->host.name, hs->max_gone, (unsigned long long)hs->retired);
+      for (size_t i = 0; i < r->n_guests; i++)
+        unmake(hs, rec_of(r->guests[i]));
+      unmake(hs, r);
+    }
+    r = next;
+  }
+}
+
+void tr_hosts_set_max_gone(tr_hosts *hs, size_t max_gone) { hs->max_gone = max_gone; }
+
+uint64_t tr_hosts_retired(const tr_hosts *hs) { return hs->retired; }
+
 int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
   tr_host *h = tr_hosts_find(hs, name);
   if (h != NULL) {
@@ -832,7 +940,11 @@ int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out) {
   }
   if (!tr_tls_valid_machine_name(name, strlen(name)))
     return TR_ERR_INVAL;
-  return make(hs, name, out);
+  retire_gone(hs);
+  int rc = make(hs, name, out);
+  if (rc == 0)
+    gone_add(hs, rec_of(*out)); /* until its link is up: a Hello refused later leaves it gone */
+  return rc;
 }
 
 /* ---- guest machines ---- */

@@ -1,5 +1,8 @@
-/* hosts.h: the service's host table: one tr_host per machine name, kept for the service's
- * whole life so that a host's stats, producers and clock estimate survive reconnects.
+/* hosts.h: the service's host table: one tr_host per machine name, kept while it is
+ * connected or a session holds it, and for a while after it is gone, so that a host's stats,
+ * producers and clock estimate survive reconnects: when more than TR_HOSTS_MAX_GONE hosts are
+ * gone and held by no session, the longest gone is retired (freed, logged, counted in
+ * tr_hosts_retired) as the next new entry is made; hosts.c says who may keep a pointer.
  *
  * The fields of the public tr_host (host.h) are written here only and read elsewhere (the
  * link server reports its connection and batches through the tr_hosts_link_* and
@@ -49,6 +52,9 @@
 /* Buffers a host's agent may report drops for; beyond them a buffer's drops count in the
  * host-wide counters only. */
 #define TR_HOSTS_MAX_BUFFER_DROPS 1024
+/* Hosts gone (disconnected) and in no session that the table keeps, in case they come back;
+ * beyond them the longest gone is retired. */
+#define TR_HOSTS_MAX_GONE 1024
 
 typedef struct tr_hosts tr_hosts;
 
@@ -65,15 +71,22 @@ const struct tr_link_events *tr_hosts_events(const tr_hosts *hs);
 /* Every host that ever said Hello, in that order:
  * for (tr_host *h = tr_hosts_first(hs); h; h = h->next). NULL if none. */
 tr_host *tr_hosts_first(const tr_hosts *hs);
-/* How many there are (O(hosts)). */
+/* How many there are now (O(1)). */
 size_t tr_hosts_count(const tr_hosts *hs);
-/* The entry's number in its table: 0, 1, 2... in the order they were made, never reused (an
- * index for arrays by host, e.g. a session's host entries). */
+/* Hosts retired so far (gone, held by no session, past the gone hosts the table keeps), and
+ * how many it keeps (TR_HOSTS_MAX_GONE; a test sets fewer). */
+uint64_t tr_hosts_retired(const tr_hosts *hs);
+void tr_hosts_set_max_gone(tr_hosts *hs, size_t max_gone);
+/* The entry's number in its table: 0, 1, 2... in the order they were made, never reused, not
+ * even by a retired host that comes back (an index for arrays by host, e.g. a session's host
+ * entries). */
 size_t tr_hosts_ordinal(const tr_host *h);
 /* The host called name, or NULL. */
 tr_host *tr_hosts_find(const tr_hosts *hs, const char *name);
-/* The host called name, created (with its clock estimator) if new. name must be a valid
- * machine name (tr_tls_valid_machine_name). TR_ERR_INVAL or TR_ERR_NOMEM. */
+/* The host called name, created (with its clock estimator) if new, gone until its link is up;
+ * making it may retire other hosts first (any tr_host pointer not held by a session may be
+ * freed by this call). name must be a valid machine name (tr_tls_valid_machine_name).
+ * TR_ERR_INVAL or TR_ERR_NOMEM. */
 int tr_hosts_get(tr_hosts *hs, const char *name, tr_host **out);
 
 /* Whether host's producer i can be reached now: connected to its agent, and the agent's link

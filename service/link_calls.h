@@ -41,6 +41,10 @@ struct tr_link_events {
   /* Whether any tracing session records (has not stopped; the link probes clocks densely
    * then). */
   bool (*any_session)(const tr_service *svc);
+  /* Whether the sessions hold the host (or one of its guests): a session has an entry for it,
+   * or a stop waits for it. hosts.c retires only hosts that are gone and not held. NULL (a
+   * test or fuzzer without sessions): none is held. */
+  bool (*holds_host)(const tr_service *svc, const tr_host *host);
 };
 
 /* Downward calls: what the sessions ask of a host's agent. link_server.c implements them

@@ -64,7 +64,6 @@ struct tr_link_peer {
   /* A carried link: the TR_RELAY_FEATURES_CARRIED its carrier's Welcome accepted, those its
    * regional passes on; 0 on any other link (a regional's link without a carrier is older). */
   uint64_t carried_features;
-  tr_host *via; /* the regional's own host entry, once known (entries live as long as we do) */
   /* A carrier: the regional's drift last told (UpstreamSessions), and whether any was. */
   bool drift_told;
   double drift_told_ppm;
@@ -241,18 +240,24 @@ static const char *hello_name(tr_link_peer *p, const Tracerelay__Hello *hello) {
 
 static const struct tr_relay_link_events link_events, carried_events;
 
+/* The regional's own host entry (its embedded agent, under the regional's certificate name),
+ * looked up each time (O(1), the table's name index) rather than kept: the table may retire
+ * it while its embedded agent is away (hosts.c). NULL while unknown. */
+static const tr_host *regional_host(tr_link_peer *p) {
+  return tr_hosts_find(p->ls->hosts, tr_tls_uv_peer_name(tr_relay_link_conn(p->link)));
+}
+
 /* Our estimate of a carrier's regional's clock drift, once its own host (its embedded agent,
  * under the same certificate) has been measured. */
 static bool regional_drift(tr_link_peer *p, double *ppm) {
-  if (p->via == NULL)
-    p->via = tr_hosts_find(p->ls->hosts, tr_tls_uv_peer_name(tr_relay_link_conn(p->link)));
+  const tr_host *via = regional_host(p);
   struct tr_clocksync_stats cs;
-  if (p->via == NULL || p->via->clock == NULL)
+  if (via == NULL || via->clock == NULL)
     return false;
-  tr_clocksync_get_stats(p->via->clock, &cs);
+  tr_clocksync_get_stats(via->clock, &cs);
   if (cs.probes == 0)
     return false;
-  *ppm = tr_clocksync_drift_ppm(p->via->clock);
+  *ppm = tr_clocksync_drift_ppm(via->clock);
   return true;
 }
 
@@ -529,10 +534,8 @@ static void on_probe_follow_up(tr_link_peer *p, const Tracerelay__ClockFollowUp 
  * regional's first probes come 50 ms apart from its Welcome, the host's 10 as well). */
 static void on_relayed_exchange(tr_link_peer *p, const Tracerelay__RelayedClockExchange *x) {
   const char *regional = tr_tls_uv_peer_name(tr_relay_link_conn(p->link));
-  if (p->via == NULL) /* looked up once, not per exchange: the table is a list */
-    p->via = tr_hosts_find(p->ls->hosts, regional);
   struct tr_clocksync_probe ex;
-  int rc = tr_link_server_relayed_exchange(p->host, p->via, x, &ex);
+  int rc = tr_link_server_relayed_exchange(p->host, regional_host(p), x, &ex);
   if (rc == TR_ERR_PROTO) {
     tr_relay_link_protocol_error(p->link, "relayed clock exchange with times missing or out of order");
     return;

@@ -9,6 +9,7 @@
 
 #include "relay/clock/clock.h"
 #include "relay/daemon/config_file.h"
+#include "relay/base/byte_size.h"
 #include "relay/base/hostport.h"
 #include "relay/daemon/daemon_util.h"
 #include "relay/base/log.h"
@@ -73,6 +74,15 @@ static const char kHelp[] =
     "                         with a message naming this limit. The open-file limit must\n"
     "                         allow N + 256 descriptors: the service raises its soft limit up\n"
     "                         to the hard one, else refuses to start saying so.\n"
+    "  --max-buffer-memory SIZE\n"
+    "                         central buffer memory of all sessions together (default: half\n"
+    "                         of this machine's memory): each session's buffers count once for\n"
+    "                         every host in it. EnableTracing is refused, naming the product\n"
+    "                         (buffers x hosts), when a session's buffers on every connected\n"
+    "                         host would pass it with what running sessions reserve; a host\n"
+    "                         that joins a running session past it gets no buffers there, its\n"
+    "                         chunks refused, counted and logged. SIZE: bytes, or with K, M,\n"
+    "                         G or T (binary: 12G = 12 GiB). Read at start only.\n"
     "  --metrics-listen IPADDR:PORT\n"
     "                         serve Prometheus metrics at /metrics and Kubernetes probes at\n"
     "                         /healthz and /readyz over plain HTTP on this address (default:\n"
@@ -152,7 +162,8 @@ enum { OPT_LISTEN = 256, OPT_CONSUMER_SOCKET, OPT_CONSUMER_MODE, OPT_CA, OPT_CER
        OPT_TIMELINE, OPT_ALLOW_UID, OPT_ALLOW_GID,
        OPT_HANDSHAKE_TIMEOUT, OPT_METRICS_LISTEN, OPT_MAX_AGENTS, OPT_RELAY_ALLOW, OPT_UPSTREAM,
        OPT_UPSTREAM_NAME, OPT_UPSTREAM_CA, OPT_UPSTREAM_CERT, OPT_UPSTREAM_KEY,
-       OPT_PRODUCER_SOCKET, OPT_FAKE_CLOCK, OPT_CIPHER, OPT_CRL, OPT_DENY };
+       OPT_PRODUCER_SOCKET, OPT_FAKE_CLOCK, OPT_CIPHER, OPT_CRL, OPT_DENY,
+       OPT_MAX_BUFFER_MEMORY };
 
 /* A decimal id or count in [0, max]; -1 if s is not one. */
 static long long parse_num(const char *s, unsigned long long max) {
@@ -225,6 +236,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"handshake-timeout-ms", required_argument, NULL, OPT_HANDSHAKE_TIMEOUT},
       {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
       {"max-agents", required_argument, NULL, OPT_MAX_AGENTS},
+      {"max-buffer-memory", required_argument, NULL, OPT_MAX_BUFFER_MEMORY},
       {"relay-allow", required_argument, NULL, OPT_RELAY_ALLOW},
       {"upstream", required_argument, NULL, OPT_UPSTREAM},
       {"upstream-name", required_argument, NULL, OPT_UPSTREAM_NAME},
@@ -246,6 +258,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
   o->handshake_timeout_ms = 0;
   o->metrics_listen = NULL;
   o->max_agents = 0;
+  o->max_buffer_memory = 0;
   memset(&o->relay_allow, 0, sizeof o->relay_allow);
   o->upstream = o->upstream_name = NULL;
   o->upstream_ca_path = o->upstream_cert_path = o->upstream_key_path = NULL;
@@ -301,6 +314,10 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       o->max_agents = (unsigned)v;
       break;
     }
+    case OPT_MAX_BUFFER_MEMORY:
+      if (tr_byte_size_parse(optarg, &o->max_buffer_memory) != 0)
+        return bad("--max-buffer-memory", optarg, "give a size such as 12G, 512M or 1073741824");
+      break;
     case OPT_HANDSHAKE_TIMEOUT: {
       long long v = parse_num(optarg, 600000);
       if (v < 100)

@@ -266,7 +266,17 @@ void tr_metrics_write(const tr_service *svc, bool host_series, tr_prom_text *t) 
   service_gauge(t, "tracerelay_service_hosts_connected", "gauge", "agents connected now",
                 (double)up);
   service_gauge(t, "tracerelay_service_hosts_known", "gauge",
-                "hosts seen since the service started", (double)num_hosts);
+                "hosts in the host table: connected, held by a session, or gone and kept",
+                (double)num_hosts);
+  service_gauge(t, "tracerelay_service_hosts_retired_total", "counter",
+                "hosts retired from the host table: gone, in no session, past the gone hosts "
+                "it keeps",
+                (double)tr_hosts_retired(svc->hosts));
+  service_gauge(t, "tracerelay_service_buffer_memory_reserved_bytes", "gauge",
+                "central buffer memory the sessions reserve: each one's buffers once per host",
+                (double)svc->buffer_memory_reserved);
+  service_gauge(t, "tracerelay_service_buffer_memory_budget_bytes", "gauge",
+                "--max-buffer-memory (0: no budget)", (double)svc->max_buffer_memory);
   service_gauge(t, "tracerelay_service_sessions", "gauge", "tracing sessions now",
                 (double)svc->num_sessions);
   service_gauge(t, "tracerelay_service_chunks_unknown_buffer_total", "counter",

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "relay/base/byte_size.h"
 #include "relay/base/log.h"
 #include "relay/link/tls.h"
 #include "relay/base/tr_error.h"
@@ -85,6 +86,39 @@ static void presize_fd_table(rlim_t need) {
       close(top);
   }
   close(base);
+}
+
+/* This machine's memory (MemTotal of /proc/meminfo) in bytes; 0 if it cannot be read. */
+static uint64_t machine_memory(void) {
+  char line[256];
+  unsigned long long kb = 0;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f)
+    return 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+      break;
+  fclose(f);
+  return kb > UINT64_MAX / 1024 ? 0 : (uint64_t)kb * 1024;
+}
+
+/* --max-buffer-memory, or half of this machine's memory: the central buffers share the
+ * machine with the service's own queues, the consumers' reads and whatever else runs there. */
+static void set_buffer_budget(tr_service *svc, uint64_t max) {
+  char text[TR_BYTE_SIZE_TEXT];
+  const char *why = "--max-buffer-memory";
+  if (max == 0) {
+    max = machine_memory() / 2;
+    why = "half of this machine's memory; --max-buffer-memory sets it";
+  }
+  if (max == 0) {
+    TR_WARN(COMP, "cannot read MemTotal in /proc/meminfo: no budget of central buffer memory; "
+            "give --max-buffer-memory");
+    return;
+  }
+  tr_byte_size_format(max, text);
+  TR_INFO(COMP, "central buffers of every session on every host: at most %s (%s)", text, why);
+  tr_session_service_set_max_buffer_memory(svc, max);
 }
 
 /* Every agent holds a socket: the descriptors for max_agents of them must be there before the
@@ -383,6 +417,8 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
     return rc;
   }
   d->svc_ready = true;
+  if (o->upstream == NULL) /* a regional runs no sessions */
+    set_buffer_budget(&d->svc, o->max_buffer_memory);
   if ((rc = check_fd_limit(o->max_agents ? o->max_agents : TR_LINK_DEFAULT_MAX_AGENTS)) != 0)
     goto fail;
   if ((rc = load_server_tls(o, &d->tls, err, sizeof err)) != 0) {

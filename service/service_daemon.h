@@ -36,6 +36,9 @@ struct tr_service_daemon_opts {
   enum tr_timeline timeline;
   const char *metrics_listen; /* IPADDR:PORT of /metrics, /healthz, /readyz; NULL: none */
   unsigned max_agents;        /* 0: TR_LINK_DEFAULT_MAX_AGENTS */
+  /* --max-buffer-memory: the sessions' central buffers, over every host, at most this many
+   * bytes (session.h); 0: half of this machine's memory (MemTotal). */
+  uint64_t max_buffer_memory;
   tr_relay_allow relay_allow; /* --relay-allow: who may relay whom to this service */
   /* Tiers: with upstream set the service is a regional (service/regional.h): it forwards its
    * agents to upstream and runs no consumer socket, sessions or metrics of its own; an agent

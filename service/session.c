@@ -52,6 +52,10 @@ void tr_session_service_set_tls_expiry(tr_service *svc, int64_t cert, int64_t ca
   svc->ca_expiry = ca;
 }
 
+void tr_session_service_set_max_buffer_memory(tr_service *svc, uint64_t bytes) {
+  svc->max_buffer_memory = bytes;
+}
+
 void tr_session_service_free(tr_service *svc) {
   while (svc->sessions) {
     tr_session *s = svc->sessions;
@@ -393,6 +397,18 @@ static int entry_room(tr_session *s, const tr_host *host) {
   return 0;
 }
 
+/* The entry's central buffers counted in the service's budget, or, past it, marked
+ * over_budget: none will be made. A clone's entries are not counted (session_clone.c makes
+ * them, not this). */
+static void reserve(tr_session *s, tr_session_host *n) {
+  if (!tr_session_admit_host_fits(s, n->host)) {
+    n->over_budget = true;
+    return;
+  }
+  s->reserved += s->bytes_per_host;
+  s->svc->buffer_memory_reserved += s->bytes_per_host;
+}
+
 static int add_host(tr_session *s, tr_host *host, size_t *index) {
   if (entry_room(s, host) != 0)
     return TR_ERR_NOMEM;
@@ -420,6 +436,7 @@ static int add_host(tr_session *s, tr_host *host, size_t *index) {
   n->agent_instance_id = host->agent_instance_id;
   n->gone = host->link == NULL;
   n->older_entry = s->entry_of[tr_hosts_ordinal(host)];
+  reserve(s, n);
   *index = s->num_hosts++;
   s->entry_of[tr_hosts_ordinal(host)] = s->num_hosts; /* the newest entry is the live one */
   return 0;
@@ -676,6 +693,7 @@ static int session_alloc(tr_service *svc, uid_t consumer_uid,
   for (size_t i = 0; i < s->num_buffers; i++) {
     s->buffers[i].global_id = svc->next_buffer_id++;
     s->buffers[i].size = (size_t)cfg->buffers[i]->size_kb * 1024u;
+    s->bytes_per_host += s->buffers[i].size;
     s->buffers[i].policy = cfg->buffers[i]->fill_policy ==
                                    PERFETTO__PROTOS__TRACE_CONFIG__BUFFER_CONFIG__FILL_POLICY__DISCARD
                                ? TR_TBUF_DISCARD
@@ -728,7 +746,8 @@ int tr_session_enable(tr_service *svc, uid_t consumer_uid,
 
   *out = NULL;
   if ((rc = tr_session_validate_config(cfg, err, err_len)) != 0 ||
-      (rc = tr_session_admit_check(svc, consumer_uid, cfg, err, err_len)) != 0)
+      (rc = tr_session_admit_check(svc, consumer_uid, cfg, err, err_len)) != 0 ||
+      (rc = tr_session_admit_budget(svc, cfg, err, err_len)) != 0)
     goto fail_fd;
   if (cfg->unique_session_name && cfg->unique_session_name[0] &&
       tr_session_named(svc, cfg->unique_session_name)) {
@@ -910,6 +929,7 @@ void tr_session_free(tr_session *s) {
       break;
     }
   svc->num_sessions--;
+  svc->buffer_memory_reserved -= s->reserved;
   for (size_t h = 0; h < s->num_hosts; h++) {
     for (size_t b = 0; b < s->num_buffers; b++)
       tr_tbuf_free(s->hosts[h].tbufs[b]);
@@ -975,6 +995,14 @@ bool tr_session_has_host(const tr_session *s, const tr_host *host) {
 
 /* A session still recording: one that stopped, its trace waiting to be read (a 10,000-host
  * trace took minutes), needs no clock probes at the session rate (10,000 fits a second then). */
+bool tr_session_holds_host(const tr_service *svc, const tr_host *host) {
+  /* O(sessions + stops waiting): asked only of gone hosts, as a new one is made. */
+  for (const tr_session *s = svc->sessions; s; s = s->next)
+    if (tr_session_has_host(s, host))
+      return true;
+  return tr_session_unstopped_holds(svc, host);
+}
+
 bool tr_session_any(const tr_service *svc) {
   for (const tr_session *s = svc->sessions; s; s = s->next)
     if (s->state != TR_SESSION_STOPPED)
@@ -1106,7 +1134,7 @@ static tr_tbuf *host_buffer(tr_service *svc, tr_host *host, uint32_t target_buff
   }
   *session = s;
   sh = tr_session_find_host(s, host, &hi);
-  if (!sh || sh->retired) {
+  if (!sh || sh->retired || sh->over_budget) {
     if (sh)
       sh->chunks_refused++;
     return NULL;
@@ -1226,4 +1254,5 @@ const struct tr_link_events tr_session_link_events = {
     .trigger = tr_session_on_trigger,
     .host_clock_snapshot = tr_session_on_host_clock_snapshot,
     .any_session = tr_session_any,
+    .holds_host = tr_session_holds_host,
 };

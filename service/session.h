@@ -79,6 +79,11 @@ struct tr_service {
   /* When this service's certificate and its CA expire (Unix seconds; 0 unknown), for status:
    * the daemon tells them at start and on SIGHUP (tr_session_service_set_tls_expiry). */
   int64_t cert_expiry, ca_expiry;
+  /* The central buffer memory sessions may reserve (--max-buffer-memory; 0: no budget), and
+   * what they reserve now: each session's buffers once for every host entry it made them
+   * for (session_admit.c decides, session.c counts; clones are not counted). */
+  uint64_t max_buffer_memory;
+  uint64_t buffer_memory_reserved;
 };
 
 enum tr_session_state {
@@ -159,6 +164,7 @@ void tr_session_on_trigger(tr_service *svc, tr_host *host, const Tracerelay__Tri
 int tr_session_on_host_clock_snapshot(tr_service *svc, tr_host *host,
                                       const Tracerelay__HostClockSnapshot *snap);
 bool tr_session_any(const tr_service *svc);
+bool tr_session_holds_host(const tr_service *svc, const tr_host *host);
 
 /* Service state: loop, own uid and SystemInfo, the host table (made with this svc and
  * tr_session_link_events, or a test's events) and the link's downward calls (link_calls.h:
@@ -169,6 +175,10 @@ int tr_session_service_init(tr_service *svc, uv_loop_t *loop, enum tr_timeline t
 void tr_session_service_free(tr_service *svc);
 /* The service's certificate's and CA's expiry (Unix seconds), as status shows them. */
 void tr_session_service_set_tls_expiry(tr_service *svc, int64_t cert, int64_t ca);
+/* The service-wide budget of central buffer memory (--max-buffer-memory; 0: none): a session
+ * whose buffers on every connected host would pass it, with what running sessions reserve,
+ * is refused; a host that joins a running session past it gets no central buffers there. */
+void tr_session_service_set_max_buffer_memory(tr_service *svc, uint64_t bytes);
 
 /* A trigger raised somewhere in the cluster: by a producer on a host (the link's Trigger
  * frame) or on the service's own host (`tracerelay trigger`, consumer_port.c). */

@@ -1,11 +1,17 @@
 /* session_admit.c: whether a new session may join the others, as traced's EnableTracing
  * decides (session_priv.h): exclusive_prio, session_semaphores and the per-uid limit, with
- * traced's texts; and an exclusive session ending the ones it outranks. O(sessions) each. */
+ * traced's texts; and an exclusive session ending the ones it outranks. O(sessions) each.
+ * Also the service's own rule, the buffer budget (--max-buffer-memory): every session
+ * reserves its buffers' sizes once for each host entry it has (each host gets central
+ * buffers of its own), and neither a new session nor a host joining a running one may take
+ * the sum past the budget. A session's reservation is counted by session.c as its entries
+ * are made and released when it is freed. */
 #include "service/session_priv.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "relay/base/byte_size.h"
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
 #include "service/config_check.h"
@@ -97,4 +103,73 @@ void tr_session_admit_preempt(tr_service *svc, const Perfetto__Protos__TraceConf
     tr_session_disable(s);
     tr_session_end(s, reason);
   }
+}
+
+/* "2 x 512 MiB" when every buffer has one size, else "1.5 GiB in 3 buffers". */
+static void describe_buffers(const Perfetto__Protos__TraceConfig *cfg, uint64_t per_host,
+                             char *out, size_t len) {
+  char size[TR_BYTE_SIZE_TEXT];
+  bool same = true;
+  for (size_t i = 1; i < cfg->n_buffers; i++)
+    same = same && cfg->buffers[i]->size_kb == cfg->buffers[0]->size_kb;
+  if (same) {
+    tr_byte_size_format((uint64_t)cfg->buffers[0]->size_kb * 1024u, size);
+    snprintf(out, len, "%zu x %s", cfg->n_buffers, size);
+  } else {
+    tr_byte_size_format(per_host, size);
+    snprintf(out, len, "%s in %zu buffers", size, cfg->n_buffers);
+  }
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+int tr_session_admit_budget(const tr_service *svc, const Perfetto__Protos__TraceConfig *cfg,
+                            char *err, size_t err_len) {
+  char bufs[64], total_text[TR_BYTE_SIZE_TEXT], max_text[TR_BYTE_SIZE_TEXT],
+      reserved_text[TR_BYTE_SIZE_TEXT];
+  uint64_t per_host = 0, hosts = 0, total;
+  if (svc->max_buffer_memory == 0)
+    return 0;
+  for (size_t i = 0; i < cfg->n_buffers; i++)
+    per_host += (uint64_t)cfg->buffers[i]->size_kb * 1024u; /* 128 x 4 GiB at most */
+  for (const tr_host *h = tr_hosts_first(svc->hosts); h; h = h->next)
+    hosts += h->link != NULL;
+  /* With no host connected yet, one host is what the first to join will need. */
+  total = per_host > UINT64_MAX / (hosts ? hosts : 1) ? UINT64_MAX : per_host * (hosts ? hosts : 1);
+  if (sat_add(total, svc->buffer_memory_reserved) <= svc->max_buffer_memory)
+    return 0;
+  describe_buffers(cfg, per_host, bufs, sizeof bufs);
+  tr_byte_size_format(total, total_text);
+  tr_byte_size_format(svc->max_buffer_memory, max_text);
+  tr_byte_size_format(svc->buffer_memory_reserved, reserved_text);
+  if (hosts == 0)
+    return tr_config_check_refuse(err, err_len,
+                                  "buffers of %s = %s for each host, over --max-buffer-memory %s "
+                                  "(%s reserved by running sessions): no host could join; ask "
+                                  "for smaller buffers, or raise --max-buffer-memory",
+                                  bufs, total_text, max_text, reserved_text);
+  return tr_config_check_refuse(err, err_len,
+                                "buffers of %s on each of %llu hosts = %s, over "
+                                "--max-buffer-memory %s with the %s running sessions reserve: "
+                                "ask for smaller buffers, stop a session, or raise "
+                                "--max-buffer-memory",
+                                bufs, (unsigned long long)hosts, total_text, max_text,
+                                reserved_text);
+}
+
+bool tr_session_admit_host_fits(const tr_session *s, const tr_host *host) {
+  const tr_service *svc = s->svc;
+  char per_text[TR_BYTE_SIZE_TEXT], max_text[TR_BYTE_SIZE_TEXT], reserved_text[TR_BYTE_SIZE_TEXT];
+  if (svc->max_buffer_memory == 0 ||
+      sat_add(svc->buffer_memory_reserved, s->bytes_per_host) <= svc->max_buffer_memory)
+    return true;
+  tr_byte_size_format(s->bytes_per_host, per_text);
+  tr_byte_size_format(svc->max_buffer_memory, max_text);
+  tr_byte_size_format(svc->buffer_memory_reserved, reserved_text);
+  TR_WARN(COMP,
+          "session %llu: host %s joined past the buffer budget: its %s of central buffers with "
+          "the %s the sessions reserve would pass --max-buffer-memory %s; none are made and its "
+          "chunks for this session are refused and counted (chunks refused)",
+          (unsigned long long)s->id, host->name, per_text, reserved_text, max_text);
+  return false;
 }

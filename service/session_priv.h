@@ -1,7 +1,7 @@
 /* session_priv.h: the inside of a tracing session (session.h), for the session module's own
  * files only: session.c, which alone writes these fields (but for a clone's host entries,
  * instances and the central buffers it copies or moves, which session_clone.c writes), and
- * session_flush.c, session_stats.c and session_unmatched.c, which read them. Any other file
+ * session_admit.c, session_flush.c, session_stats.c and session_unmatched.c, which read them. Any other file
  * goes through session.h's functions. */
 #ifndef TR_SESSION_PRIV_H
 #define TR_SESSION_PRIV_H
@@ -37,6 +37,9 @@ typedef struct tr_session_host {
   uint64_t agent_instance_id; /* the agent instance our instances live on */
   bool gone;                  /* link down */
   bool retired;               /* its agent restarted: a newer entry took over */
+  /* It joined past the service's buffer budget (tr_session_admit_host_fits): no central
+   * buffer is made for it, its chunks are refused and counted in chunks_refused. */
+  bool over_budget;
   tr_tbuf **tbufs;            /* [num_buffers], made on the first chunk */
   uint64_t chunks_refused;
   uint64_t smb_full_at_start; /* the host's agent_smb_full when it joined the session */
@@ -91,6 +94,8 @@ struct tr_session {
   enum tr_session_state state;
   tr_session_buffer *buffers;
   size_t num_buffers;
+  uint64_t bytes_per_host; /* the sum of its buffers' sizes: one host's central buffers */
+  uint64_t reserved;       /* its part of svc->buffer_memory_reserved */
   tr_session_host *hosts;
   size_t num_hosts;
   /* By host (tr_hosts_ordinal): 1 + the index of its newest entry in hosts, 0 for none. */
@@ -185,6 +190,14 @@ int tr_session_admit_check(const tr_service *svc, uid_t uid,
  * consumer "Aborted due to user requested higher-priority (N) exclusive session." (traced
  * frees them; here what they recorded stays readable until their consumers free them). */
 void tr_session_admit_preempt(tr_service *svc, const Perfetto__Protos__TraceConfig *cfg);
+/* The buffer budget (svc->max_buffer_memory; none when 0). _budget: whether cfg's buffers on
+ * every connected host, with what the sessions reserve already, stay within it: 0, or
+ * TR_ERR_CONFIG with the product in err ("buffers of 2 x 512 MiB on each of 40 hosts = 40
+ * GiB ..."). _host_fits: whether one more host entry of session s does; if not, says so in
+ * the log (once: the caller marks the entry over_budget). O(buffers) and O(hosts). */
+int tr_session_admit_budget(const tr_service *svc, const Perfetto__Protos__TraceConfig *cfg,
+                            char *err, size_t err_len);
+bool tr_session_admit_host_fits(const tr_session *s, const tr_host *host);
 
 /* session_flush.c's side. The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM),
  * grown with each host entry (likewise), and freed with it, after every flush still pending
@@ -219,5 +232,7 @@ void tr_session_unstopped_add(tr_service *svc, tr_host *host, uint64_t agent_ins
                               uint32_t producer_id, uint64_t instance_id);
 void tr_session_unstopped_reconnected(tr_service *svc, tr_host *host);
 void tr_session_unstopped_free(tr_service *svc);
+/* Whether a stop waits for host (the host table keeps it). */
+bool tr_session_unstopped_holds(const tr_service *svc, const tr_host *host);
 
 #endif

@@ -81,3 +81,10 @@ void tr_session_unstopped_free(tr_service *svc) {
   svc->unstopped = NULL;
   svc->num_unstopped = 0;
 }
+
+bool tr_session_unstopped_holds(const tr_service *svc, const tr_host *host) {
+  for (size_t i = 0; i < svc->num_unstopped; i++)
+    if (svc->unstopped[i].host == host)
+      return true;
+  return false;
+}

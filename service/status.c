@@ -162,6 +162,11 @@ int tr_status_service(const tr_service *svc, uint8_t **out, size_t *out_len) {
   Tracerelay__TracingServiceStateExtension x = TRACERELAY__TRACING_SERVICE_STATE_EXTENSION__INIT;
   Tracerelay__TlsExpiry tls = TRACERELAY__TLS_EXPIRY__INIT;
   x.tracerelay_service_machine = svc->system_info->machine_name;
+  x.has_tracerelay_hosts_retired = x.has_tracerelay_max_buffer_memory = 1;
+  x.has_tracerelay_buffer_memory_reserved = 1;
+  x.tracerelay_hosts_retired = tr_hosts_retired(svc->hosts);
+  x.tracerelay_max_buffer_memory = svc->max_buffer_memory;
+  x.tracerelay_buffer_memory_reserved = svc->buffer_memory_reserved;
   if (svc->cert_expiry != 0) {
     tls.has_cert_not_after_unix = tls.has_ca_not_after_unix = 1;
     tls.cert_not_after_unix = svc->cert_expiry;

@@ -10,6 +10,10 @@
 #   wait_producer AGENT_LOG NAME PID
 #                                  waits until the agent logged the loadgen NAME (PID) connected
 #   record_trace SOCKET TRACE      `tracerelay record` of 3 s of track_event through SOCKET
+#   record_refused NAME EXPECTED [ARGS...]
+#                                  `tracerelay record ARGS` through CONSUMER_SOCK must fail,
+#                                  printing EXPECTED, and write no trace (WORK/NAME.*); also
+#                                  for tests of refusals (test_config_refused.sh)
 #   wait_loadgen PID LOG JSON      waits for the loadgen to end with the session; sets WRITTEN
 #                                  to the packets it wrote (from its --stats-json JSON)
 #   machine_id NAME                machine_id of a remote host's packets
@@ -70,6 +74,18 @@ record_trace() {
   timeout 60 "$TR_BIN/tracerelay" record --socket "$sock" -t 3s --data-source track_event \
     -o "$trace" >"$rlog" 2>&1 || { log "tracerelay record failed: $(cat "$rlog")"; exit 1; }
   [ -s "$trace" ] || { log "tracerelay record wrote an empty trace"; exit 1; }
+}
+
+record_refused() {
+  local name=$1 expected=$2 rc=0
+  shift 2
+  "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" "$@" -o "$WORK/$name.pftrace" \
+    2>"$WORK/$name.log" || rc=$?
+  [ "$rc" != 0 ] || { log "$name: record exited 0"; exit 1; }
+  grep -qF "$expected" "$WORK/$name.log" ||
+    { log "$name: record did not print '$expected': $(cat "$WORK/$name.log")"; exit 1; }
+  [ ! -s "$WORK/$name.pftrace" ] || { log "$name: a trace was written"; exit 1; }
+  echo "$name refused: $(grep -F "$expected" "$WORK/$name.log")"
 }
 
 # The loadgen exits once the service has stopped its data source.

@@ -9,41 +9,31 @@
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$TR_SRC/tools/cluster-lib.sh"
+source "$TR_SRC/tests/integration/common.sh"
 export TR_NO_NETNS=1
 fail() { echo "FAIL: $*"; exit 1; }
+log() { echo "FAIL: $*"; }
 
 cluster_init "$1"
 cluster_hosts web-1
 cluster_start_service
 
-# refused NAME EXPECTED [record args...]: record must fail, printing EXPECTED, with no trace.
-refused() {
-  local name=$1 expected=$2 rc=0
-  shift 2
-  "$TR_BIN/tracerelay" record --socket "$CONSUMER_SOCK" "$@" -o "$WORK/$name.pftrace" \
-    2>"$WORK/$name.log" || rc=$?
-  [ "$rc" != 0 ] || fail "$name: record exited 0"
-  grep -qF "$expected" "$WORK/$name.log" ||
-    fail "$name: record did not print '$expected': $(cat "$WORK/$name.log")"
-  [ ! -s "$WORK/$name.pftrace" ] || fail "$name: a trace was written"
-  echo "$name refused: $(grep -F "$expected" "$WORK/$name.log")"
-}
 
 printf '%s\n' 'buffers { size_kb: 1024 }' 'duration_ms: 500' \
   'data_sources { config { name: "track_event" } }' \
   'producers { producer_name: "app" shm_size_kb: 8192 }' >"$WORK/producers.pbtxt"
-refused producers "trace_config.producers is not supported by tracerelay: the agents size" \
+record_refused producers "trace_config.producers is not supported by tracerelay: the agents size" \
   -c "$WORK/producers.pbtxt"
 
 printf '%s\n' 'buffers { size_kb: 1024 }' 'duration_ms: 500' \
   'data_sources { config { name: "track_event" } }' \
   'builtin_data_sources { primary_trace_clock: BUILTIN_CLOCK_MONOTONIC }' >"$WORK/clock.pbtxt"
-refused clock "trace_config.builtin_data_sources.primary_trace_clock is not supported by tracerelay" \
+record_refused clock "trace_config.builtin_data_sources.primary_trace_clock is not supported by tracerelay" \
   -c "$WORK/clock.pbtxt"
 
 # buffers { size_kb: 1024 } data_sources { config { name: "track_event" } }, then field 49 = 1.
 printf '\x0a\x03\x08\x80\x08\x12\x0f\x0a\x0d\x0a\x0btrack_event\x88\x03\x01' >"$WORK/unknown.pb"
-refused unknown "trace_config holds field 49, which Perfetto v58.2 does not define" \
+record_refused unknown "trace_config holds field 49, which Perfetto v58.2 does not define" \
   -c "$WORK/unknown.pb" -t 500ms
 
 printf '%s\n' 'buffers { size_kb: 1024 }' 'duration_ms: 500' \

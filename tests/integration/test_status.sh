@@ -96,6 +96,8 @@ PY
 $ST >"$WORK/status.txt"
 cat "$WORK/status.txt"
 grep -q '^service .*: 2 hosts (2 connected)' "$WORK/status.txt" || { echo "FAIL: summary line"; exit 1; }
+grep -q '^buffer memory: 64 MiB reserved of .* (--max-buffer-memory)$' "$WORK/status.txt" ||
+  { echo "FAIL: buffer memory line (32 MiB on each of 2 hosts)"; exit 1; }
 grep -q '^HOST ' "$WORK/status.txt" || { echo "FAIL: header"; exit 1; }
 for h in "${HOSTS[@]}"; do
   grep -Eq "^$h +[0-9-]+ [0-9:]+ \([0-9hms]+\) +1 +[0-9]+ +#[0-9]+ STARTED 1/1 .*ppm.* (none|smb=[0-9]+)$" \

@@ -165,6 +165,20 @@ void fx_disconnect(size_t i) {
   tr_session_link_events.host_disconnected(&fx_svc, fx_hosts[i], "test");
 }
 
+void fx_send_chunk(size_t i, uint32_t global_id) {
+  uint8_t payload[] = {2, 0x40, 7}; /* one fragment: timestamp = 7 */
+  Tracerelay__Chunk ch = TRACERELAY__CHUNK__INIT;
+  ch.producer_id = 1;
+  ch.writer_id = 1;
+  ch.chunk_id = 1;
+  ch.packet_count = 1;
+  ch.target_buffer = global_id;
+  ch.trusted_uid = 1000;
+  ch.payload.data = payload;
+  ch.payload.len = sizeof payload;
+  tr_session_link_events.chunk(&fx_svc, fx_hosts[i], &ch);
+}
+
 void fx_add_producer(size_t i, const char *const data_sources[3]) {
   tr_host *h = fx_hosts[i];
   assert_true(h->num_producers < FX_MAX_PRODUCERS);

@@ -70,6 +70,9 @@ void fx_make_host(size_t i, const char *name, size_t num_producers,
 void fx_link_up(size_t i);
 void fx_connect(size_t i);
 void fx_disconnect(size_t i);
+/* Host i's producer 1 sends one chunk of one complete packet (timestamp 7) into the session
+ * buffer global_id, through the link's chunk event. */
+void fx_send_chunk(size_t i, uint32_t global_id);
 /* Adds producer (id = the next one) to host i and tells the sessions. */
 void fx_add_producer(size_t i, const char *const data_sources[3]);
 

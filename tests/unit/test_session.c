@@ -115,21 +115,6 @@ static void test_fan_out_to_every_host(void **state) {
   fx_teardown();
 }
 
-/* One chunk of one complete packet for producer 1, into the session buffer global_id. */
-static void send_chunk(size_t i, uint32_t global_id) {
-  uint8_t payload[] = {2, 0x40, 7}; /* one fragment: timestamp = 7 */
-  Tracerelay__Chunk ch = TRACERELAY__CHUNK__INIT;
-  ch.producer_id = 1;
-  ch.writer_id = 1;
-  ch.chunk_id = 1;
-  ch.packet_count = 1;
-  ch.target_buffer = global_id;
-  ch.trusted_uid = 1000;
-  ch.payload.data = payload;
-  ch.payload.len = sizeof payload;
-  tr_session_link_events.chunk(&fx_svc, fx_hosts[i], &ch);
-}
-
 static void test_host_joining_late(void **state) {
   /* The config names host-b, which is not connected yet when the session starts. */
   const char *const names[] = {"track_event", "other@host-b", NULL};
@@ -171,7 +156,7 @@ static void test_host_joining_late(void **state) {
   assert_int_equal(fx_observed.instances_started, 3);
 
   /* Its data lands in a central buffer of its own: one buffer_stats entry, host-b's. */
-  send_chunk(1, buffer);
+  fx_send_chunk(1, buffer);
   fx_stats(s, &st);
   assert_int_equal(st.stats->n_buffer_stats, 1);
   assert_int_equal(st.stats->buffer_stats[0]->chunks_written, 1);
@@ -207,7 +192,7 @@ static void test_stats_before_any_data(void **state) {
   assert_int_equal(st.ext->tracerelay_hosts[0]->n_buffer_stats_index, 0);
   fx_stats_free(&st);
 
-  send_chunk(0, fx_sent[0].target_buffer);
+  fx_send_chunk(0, fx_sent[0].target_buffer);
   fx_stats(s, &st);
   assert_int_equal(st.stats->n_buffer_stats, 1);
   assert_int_equal(st.stats->buffer_stats[0]->chunks_written, 1);

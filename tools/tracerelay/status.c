@@ -17,6 +17,7 @@
 #include "perfetto/ipc/consumer_port.pb-c.h"
 #include "relay/producer/ipc_client.h"
 #include "relay/producer/ipc_frame.h"
+#include "relay/base/byte_size.h"
 #include "relay/base/tr_error.h"
 #include "relay/base/varint.h"
 #include "tools/tracerelay/commands.h"
@@ -374,6 +375,16 @@ static void print_cert_days(FILE *out, const StatusExt *ext) {
   fputc('\n', out);
 }
 
+/* buffer memory: what the sessions reserve of --max-buffer-memory. */
+static void print_buffer_memory(FILE *out, const StatusExt *ext) {
+  char reserved[TR_BYTE_SIZE_TEXT], max[TR_BYTE_SIZE_TEXT];
+  if (!ext->has_tracerelay_max_buffer_memory || ext->tracerelay_max_buffer_memory == 0)
+    return;
+  tr_byte_size_format(ext->tracerelay_buffer_memory_reserved, reserved);
+  tr_byte_size_format(ext->tracerelay_max_buffer_memory, max);
+  fprintf(out, "buffer memory: %s reserved of %s (--max-buffer-memory)\n", reserved, max);
+}
+
 static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) {
   if (ext->tracerelay_regional) {
     print_regional(out, st, ext);
@@ -385,11 +396,15 @@ static void print_text(FILE *out, const ServiceState *st, const StatusExt *ext) 
   fprintf(out, "service %s", st->tracing_service_version ? st->tracing_service_version : "?");
   if (ext->tracerelay_service_machine && no_control_chars(ext->tracerelay_service_machine))
     fprintf(out, " on %s", ext->tracerelay_service_machine); /* as its traces name machine 0 */
-  fprintf(out, ": %zu host%s (%zu connected), %zu producer%s, %d session%s (%d started)\n",
-          ext->n_tracerelay_hosts, ext->n_tracerelay_hosts == 1 ? "" : "s", connected,
-          st->n_producers, st->n_producers == 1 ? "" : "s", st->num_sessions,
-          st->num_sessions == 1 ? "" : "s", st->num_sessions_started);
+  fprintf(out, ": %zu host%s (%zu connected", ext->n_tracerelay_hosts,
+          ext->n_tracerelay_hosts == 1 ? "" : "s", connected);
+  if (ext->tracerelay_hosts_retired > 0) /* gone, in no session, past those kept */
+    fprintf(out, ", %" PRIu64 " retired", ext->tracerelay_hosts_retired);
+  fprintf(out, "), %zu producer%s, %d session%s (%d started)\n", st->n_producers,
+          st->n_producers == 1 ? "" : "s", st->num_sessions, st->num_sessions == 1 ? "" : "s",
+          st->num_sessions_started);
   print_cert_days(out, ext);
+  print_buffer_memory(out, ext);
   if (ext->n_tracerelay_hosts == 0) {
     /* traced, or a service with no agent yet: list the producers Perfetto's state has. */
     for (size_t i = 0; i < st->n_producers; i++)
@@ -464,6 +479,11 @@ static void print_json(FILE *out, const ServiceState *st, const StatusExt *ext) 
   if (ext->tracerelay_tls)
     fprintf(out, ",\"cert_not_after_unix\":%" PRId64 ",\"ca_not_after_unix\":%" PRId64,
             ext->tracerelay_tls->cert_not_after_unix, ext->tracerelay_tls->ca_not_after_unix);
+  if (ext->has_tracerelay_hosts_retired)
+    fprintf(out, ",\"hosts_retired\":%" PRIu64 ",\"max_buffer_memory\":%" PRIu64
+            ",\"buffer_memory_reserved\":%" PRIu64,
+            ext->tracerelay_hosts_retired, ext->tracerelay_max_buffer_memory,
+            ext->tracerelay_buffer_memory_reserved);
   fputs("},", out);
   if (ext->tracerelay_regional) {
     const Tracerelay__RegionalStatus *r = ext->tracerelay_regional;
