@@ -18,7 +18,7 @@ static const struct command commands[] = {
      cmd_inspect_usage},
     {"status", "one line per host of a running service: links, sessions, losses, clocks",
      cmd_status, cmd_status_usage},
-    {"trigger", "activate triggers from the service's host: start or stop sessions",
+    {"trigger", "activate triggers from the service's host: start, stop or snapshot sessions",
      cmd_trigger, cmd_trigger_usage},
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
