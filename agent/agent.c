@@ -587,7 +587,7 @@ static void render_metrics(void *data, const struct tr_metrics_request *req, tr_
   tr_agent *a = data;
   (void)req; /* an agent has no per-host series */
   size_t outbox = a->port ? tr_port_thread_outbox_bytes(a->port) : 0;
-  tr_agent_metrics_write(t, a->link, &a->queue, outbox, a->n_producers, a->tls);
+  tr_agent_metrics_write(t, a->link, &a->queue, outbox, a->n_producers, &a->triggers, a->tls);
   if (a->opts.metrics_more != NULL)
     a->opts.metrics_more(a->opts.metrics_more_data, t);
 }

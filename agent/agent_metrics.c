@@ -1,7 +1,7 @@
 /* agent_metrics.c: the agent's Prometheus metrics: the link's state and how often it came up, the
  * producers connected, how full the chunk queue and the spill queue are, and the agent's loss
- * counters (the same figures the trace's HostStats carry for this host); and when its
- * certificate and the CA's expire. */
+ * counters (the same figures the trace's HostStats carry for this host), its producers'
+ * triggers sent and lost; and when its certificate and the CA's expire. */
 #include "agent/agent_metrics.h"
 
 #include "relay/daemon/cert_expiry.h"
@@ -13,7 +13,8 @@ static void one(tr_prom_text *t, const char *name, const char *type, const char 
 }
 
 void tr_agent_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_chunkq *queue,
-                            size_t outbox_bytes, size_t producers, const tr_tls_config *tls) {
+                            size_t outbox_bytes, size_t producers,
+                            const tr_agent_triggers *triggers, const tr_tls_config *tls) {
   struct tr_link_client_totals tot;
   tr_link_client_totals(lc, &tot);
   const tr_relay_agent *spill = tr_link_client_spill(lc);
@@ -51,6 +52,12 @@ void tr_agent_metrics_write(tr_prom_text *t, const tr_link_client *lc, const tr_
       (double)tot.smb_full_ns / 1e9);
   one(t, "tracerelay_agent_abi_violations_total", "counter",
       "commits and chunks refused at the producer port", (double)tot.abi_violations);
+  one(t, "tracerelay_agent_triggers_sent_total", "counter",
+      "producers' triggers (ActivateTriggers) sent to the service", (double)triggers->sent);
+  one(t, "tracerelay_agent_triggers_lost_total", "counter",
+      "producers' triggers never sent: more than 16 while the link was down, a service (or "
+      "regional) that takes none, a name over 256 bytes (the log says which)",
+      (double)triggers->dropped);
   /* Last: a regional's metrics_more goes on with this family (agent.h). */
   tr_cert_expiry_metric_family(t);
   tr_cert_expiry_metric(t, "agent", tr_tls_config_cert_expiry(tls));

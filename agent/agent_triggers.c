@@ -84,6 +84,7 @@ void tr_agent_triggers_raise(tr_agent_triggers *t, tr_link_client *lc, uint32_t 
     hold(t, &h); /* takes h */
     return;
   }
+  t->sent += rc == 0;
   t->dropped += rc < 0;
   free_one(&h);
 }
@@ -94,6 +95,7 @@ void tr_agent_triggers_welcome(tr_agent_triggers *t, tr_link_client *lc) {
     int rc = send_one(lc, h);
     if (rc == 1)
       return; /* the link went down again */
+    t->sent += rc == 0;
     t->dropped += rc < 0;
     free_one(h);
     t->first = (t->first + 1) % TR_AGENT_TRIGGERS_HELD;

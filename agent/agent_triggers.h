@@ -22,6 +22,7 @@ struct tr_agent_trigger {
 typedef struct tr_agent_triggers {
   struct tr_agent_trigger held[TR_AGENT_TRIGGERS_HELD];
   size_t first, n;   /* a ring: the oldest at first */
+  uint64_t sent;     /* Trigger frames sent to the service */
   uint64_t dropped;  /* held ones pushed out, or the service could not take */
 } tr_agent_triggers;
 

@@ -24,7 +24,15 @@ cluster_init "$1"
 HOSTS=(web-1 web-2 web-3)
 cluster_hosts "${HOSTS[@]}"
 cluster_start_service
-for h in "${HOSTS[@]}"; do cluster_start_agent "$h"; done
+# web-3's agent serves its metrics (its triggers sent and lost), in its own namespace.
+AGENT3_METRICS=$(python3 -c '
+import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for h in web-1 web-2; do cluster_start_agent "$h"; done
+cluster_start_agent web-3 --metrics-listen "127.0.0.1:$AGENT3_METRICS"
+agent3_metric() { # agent3_metric NAME: its value at web-3's agent
+  $(ns_prefix "$(host_ns 3)") curl -s "http://127.0.0.1:$AGENT3_METRICS/metrics" |
+    awk -v n="$1" '$1 == n { print $2 }'
+}
 
 # record_with MODE TRIGGER_BLOCK OUT: records a ring-buffer session of config TRIGGER_BLOCK;
 # the elapsed seconds in ELAPSED.
@@ -85,6 +93,9 @@ read -r trig_ts trig_name trig_producer trig_uid trig_delay <"$WORK/stop.trigger
   [ "$trig_uid" = "$(id -u)" ] || fail "the trigger packet is '$(cat "$WORK/stop.triggers")'"
 grep -q 'trigger "boom" from producer app-web-3 on web-3: STOP_TRACING, stopping in 500 ms' \
   "$WORK/service.log" || fail "the service did not log the trigger"
+[ "$(agent3_metric tracerelay_agent_triggers_sent_total)" = 1 ] &&
+  [ "$(agent3_metric tracerelay_agent_triggers_lost_total)" = 0 ] ||
+  fail "web-3's agent counts $(agent3_metric tracerelay_agent_triggers_sent_total) triggers sent, $(agent3_metric tracerelay_agent_triggers_lost_total) lost, not 1 and 0"
 for h in "${HOSTS[@]}"; do
   read -r first last n < <(host_span "$WORK/stop.pftrace" "$h")
   [ "$n" -gt 500 ] || fail "$h has $n packets in the trace"
