@@ -22,7 +22,6 @@ source "$TR_SRC/tests/integration/common.sh"
 cluster_init "$1"
 fail() { echo "FAIL: $*"; for f in "$WORK"/*.log; do echo "== $f"; tail -25 "$f"; done; exit 1; }
 MC="$TR_SRC/certs/make-certs.sh"
-SVC_M=$(free_port); A1_M=$(free_port)
 
 cluster_hosts web-1 web-2
 "$MC" "$WORK/pki" --service-name "$SERVICE_NAME" --force --days 20 >/dev/null
@@ -31,8 +30,18 @@ not_after() { date -u -d "$(openssl x509 -in "$1" -noout -enddate | cut -d= -f2)
 SVC_T=$(not_after "$WORK/pki/service.crt"); CA_T=$(not_after "$WORK/pki/ca.crt")
 W1_T=$(not_after "$WORK/pki/agent-web-1.crt")
 
-cluster_start_service --metrics-listen "127.0.0.1:$SVC_M"
-cluster_start_agent web-1 --metrics-listen "127.0.0.1:$A1_M"
+# A free port may be taken by a test running beside this one before the daemon binds it: the
+# daemon then refuses to start, and is started again on another.
+for _ in 1 2 3 4 5; do
+  SVC_M=$(free_port)
+  cluster_start_service --metrics-listen "127.0.0.1:$SVC_M" && break
+done
+[ -S "$CONSUMER_SOCK" ] || fail "the service did not start"
+for _ in 1 2 3 4 5; do
+  A1_M=$(free_port)
+  cluster_start_agent web-1 --metrics-listen "127.0.0.1:$A1_M" && break
+done
+[ -S "$WORK/web-1/producer.sock" ] || fail "web-1's agent did not start"
 cluster_start_agent web-2
 cluster_wait_hosts 30 web-1 web-2 || fail "the agents did not connect"
 
