@@ -7,7 +7,8 @@
 # service; producer-emulated.to-service.bin (a producer behind traced_relay) must be told
 # use_shmem_emulation and appear as that guest's producer, never as web-1's; when both
 # connections close the guest is gone.
-# Usage: test_relay_endpoint.sh BIN_DIR
+# With `regional`, web-1 sits behind a regional (regional-a), which must carry the guest up.
+# Usage: test_relay_endpoint.sh BIN_DIR [regional]
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
 VEC=$TR_SRC/tests/vectors/ipc
@@ -15,8 +16,14 @@ source "$TR_SRC/tools/cluster-lib.sh"
 export TR_NO_NETNS=1
 fail() { echo "FAIL: $*"; exit 1; }
 cluster_init "$1"
-cluster_hosts web-1
-cluster_start_service
+if [ "${2:-}" = regional ]; then # web-1 behind a regional: the guest's frames cross it
+  cluster_tree regional-a=web-1
+  cluster_start_service --relay-allow 'regional-a=web-*'
+  cluster_start_regional regional-a
+else
+  cluster_hosts web-1
+  cluster_start_service
+fi
 RPORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cluster_start_agent web-1 --relay-listen "127.0.0.1:$RPORT"
 cluster_wait_hosts 30 web-1 || fail "the agent did not connect"
