@@ -28,7 +28,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from pbwire import all_of, fb, fields, first, fv, varint  # noqa: E402
+from pbwire import all_of, fb, fields, first, fv, read_varint, varint  # noqa: E402
 
 TIMEOUT_S = 30
 SERVICE_ADDED_FIELDS = {3, 10, 42, 79, 98}
@@ -413,7 +413,22 @@ def trace_packets(path):
 
 
 def without_service_fields(packet):
-    return encode([(f, wt, v) for f, wt, v in fields(packet) if f not in SERVICE_ADDED_FIELDS])
+    """The packet's own bytes, less the fields a service appends (kept byte for byte: the SDK
+    writes some lengths as padded varints, which re-encoding would change)."""
+    out, i = b"", 0
+    while i < len(packet):
+        start = i
+        key, i = read_varint(packet, i)
+        if key & 7 == 0:
+            _, i = read_varint(packet, i)
+        elif key & 7 == 2:
+            n, i = read_varint(packet, i)
+            i += n
+        else:
+            i += 8 if key & 7 == 1 else 4
+        if key >> 3 not in SERVICE_ADDED_FIELDS:
+            out += packet[start:i]
+    return out
 
 
 def producer_packets(packets):

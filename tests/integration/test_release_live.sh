@@ -5,7 +5,8 @@
 # releases/README.md), built outside the repository as docs/compat.md says; skipped (77)
 # without it. Per release: the SDK app on two hosts' agents, the release's CLI records
 # tests/vectors/releases' config through the service's consumer socket; the CLI must exit 0
-# and its trace hold, for each host, every burst whole (release_trace_check.py).
+# and its trace hold, for each host, every burst whole (release_trace_check.py), every packet
+# placed on the timeline (tracerelay inspect: unresolved 0).
 # Usage: test_release_live.sh BIN_DIR
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,7 +48,12 @@ for dir in "$RELEASES"/*/; do
   if PERFETTO_CONSUMER_SOCK_NAME=$CONSUMER_SOCK "$dir/perfetto" --txt -c "$cfg" \
       -o "$WORK/$release.pftrace" >"$WORK/cli-$release.log" 2>&1 &&
       python3 "$TR_SRC/tests/integration/release_trace_check.py" "$WORK/$release.pftrace" 2 \
-        >"$WORK/check-$release.txt"; then
+        >"$WORK/check-$release.txt" &&
+      "$TR_BIN/tracerelay" inspect --json "$WORK/$release.pftrace" | python3 -c '
+import json, sys
+bad = [h["name"] for h in json.load(sys.stdin)["hosts"] if h["unresolved"]]
+print("packets off the timeline on %s" % bad if bad else "every packet on the timeline")
+sys.exit(1 if bad else 0)' >>"$WORK/check-$release.txt"; then
     echo "$release: OK ($(tr '\n' ';' <"$WORK/check-$release.txt"))"
   else
     echo "$release: FAILED: $(tail -3 "$WORK/cli-$release.log" | tr '\n' ' ') $(cat "$WORK/check-$release.txt" 2>/dev/null)"
