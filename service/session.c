@@ -398,8 +398,8 @@ static int entry_room(tr_session *s, const tr_host *host) {
 }
 
 /* The entry's central buffers counted in the service's budget, or, past it, marked
- * over_budget: none will be made. A clone's entries are not counted (session_clone.c makes
- * them, not this). */
+ * over_budget: none will be made. A clone's entries are not made here: session_clone.c
+ * counts a clone's buffers as a whole. */
 static void reserve(tr_session *s, tr_session_host *n) {
   if (!tr_session_admit_host_fits(s, n->host)) {
     n->over_budget = true;

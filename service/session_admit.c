@@ -173,3 +173,20 @@ bool tr_session_admit_host_fits(const tr_session *s, const tr_host *host) {
           (unsigned long long)s->id, host->name, per_text, reserved_text, max_text);
   return false;
 }
+
+int tr_session_admit_clone(const tr_service *svc, uint64_t bytes, char *err, size_t err_len) {
+  char bytes_text[TR_BYTE_SIZE_TEXT], max_text[TR_BYTE_SIZE_TEXT],
+      reserved_text[TR_BYTE_SIZE_TEXT];
+  if (svc->max_buffer_memory == 0 ||
+      sat_add(svc->buffer_memory_reserved, bytes) <= svc->max_buffer_memory)
+    return 0;
+  tr_byte_size_format(bytes, bytes_text);
+  tr_byte_size_format(svc->max_buffer_memory, max_text);
+  tr_byte_size_format(svc->buffer_memory_reserved, reserved_text);
+  return tr_config_check_refuse(err, err_len,
+                                "the clone's copy of the session's central buffers (%s) with the "
+                                "%s the sessions and clones reserve would pass "
+                                "--max-buffer-memory %s: free a session or a clone, or raise "
+                                "--max-buffer-memory",
+                                bytes_text, reserved_text, max_text);
+}

@@ -35,6 +35,7 @@ typedef struct clone_op {
   uint64_t started_ns;
   tr_session_clone_cb cb;
   void *ud;
+  char error[320]; /* why make_clone refused, when it says */
 } clone_op;
 
 static void op_free(clone_op *op) {
@@ -196,15 +197,31 @@ static int clone_trigger_packet(tr_session *c, const struct tr_session_clone_tri
   return rc;
 }
 
-/* The clone of op->src as it is now; flush_ok: how its flush went. */
+/* The central buffer memory a clone of src holds: each buffer copied or moved is whole. */
+static uint64_t clone_bytes(const tr_session *src) {
+  uint64_t bytes = 0;
+  for (size_t h = 0; h < src->num_hosts; h++)
+    for (size_t b = 0; b < src->num_buffers; b++)
+      if (src->hosts[h].tbufs[b])
+        bytes += src->buffers[b].size;
+  return bytes;
+}
+
+/* The clone of op->src as it is now; flush_ok: how its flush went. Its buffers count in the
+ * service's budget (--max-buffer-memory) until it is freed: past it, no clone (op->error). */
 static int make_clone(clone_op *op, bool flush_ok, tr_session **out) {
   tr_session *src = op->src, *c = NULL;
   Perfetto__Protos__TraceConfig cfg = *src->cfg; /* shallow: only for the copy below */
+  uint64_t bytes = clone_bytes(src);
   int rc;
   if (op->a.skip_trace_filter)
     cfg.trace_filter = NULL;
+  if ((rc = tr_session_admit_clone(src->svc, bytes, op->error, sizeof op->error)) != 0)
+    return rc;
   if ((rc = tr_session_new_read_only(src, op->a.consumer_uid, &cfg, &c)) != 0)
     return rc;
+  c->reserved = bytes; /* given back by tr_session_free, whatever fails below */
+  c->svc->buffer_memory_reserved += bytes;
   uint64_t now = tr_session_now();
   if ((rc = clone_hosts(src, c)) != 0 || (rc = clone_instances(src, c)) != 0 ||
       (rc = tr_session_flush_clone(src, c, flush_ok)) != 0 ||
@@ -231,8 +248,9 @@ static void on_flushed(void *ud, bool ok) {
   if (op->src->freeing) {
     error = "the session ended and was freed before its clone was taken";
   } else if ((rc = make_clone(op, ok, &clone)) != 0) {
-    error = rc == TR_ERR_FULL ? "too many tracing sessions for the clone: free one first"
-                              : "Buffer allocation failed";
+    error = op->error[0]        ? op->error
+            : rc == TR_ERR_FULL ? "too many tracing sessions for the clone: free one first"
+                                : "Buffer allocation failed";
     TR_WARN(COMP, "session %llu: clone failed: %s", (unsigned long long)op->src->id, error);
   }
   op->cb(op->ud, clone, error);

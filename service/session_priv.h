@@ -198,6 +198,9 @@ void tr_session_admit_preempt(tr_service *svc, const Perfetto__Protos__TraceConf
 int tr_session_admit_budget(const tr_service *svc, const Perfetto__Protos__TraceConfig *cfg,
                             char *err, size_t err_len);
 bool tr_session_admit_host_fits(const tr_session *s, const tr_host *host);
+/* Whether a clone whose central buffers take `bytes` fits the budget with what the sessions
+ * (clones among them) reserve: 0, or TR_ERR_CONFIG with why in err. */
+int tr_session_admit_clone(const tr_service *svc, uint64_t bytes, char *err, size_t err_len);
 
 /* session_flush.c's side. The session's flush bookkeeping: made with it (0 or TR_ERR_NOMEM),
  * grown with each host entry (likewise), and freed with it, after every flush still pending

@@ -4,8 +4,9 @@
  * own packets still there, later ones not in the clone); that transfer_on_clone moves the
  * buffers, leaving the source's empty, and clear_before_clone drops what came before the
  * clone's flush; that a source freed during the flush fails the clone cleanly; the lookup's
- * refusals (name, uid, clones skipped by name) and unique_session_name's refusal; and the
- * CLONE_SNAPSHOT notification to the consumer. */
+ * refusals (name, uid, clones skipped by name) and unique_session_name's refusal; that a clone
+ * reserves its buffers in --max-buffer-memory's budget until freed and is refused past it; and
+ * the CLONE_SNAPSHOT notification to the consumer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,7 +32,7 @@ static const char *const kTrackEvent[][3] = {{"track_event", NULL}};
 static struct {
   int calls;
   tr_session *clone;
-  char error[128];
+  char error[320];
 } cloned;
 
 static void on_cloned(void *ud, tr_session *clone, const char *error) {
@@ -239,6 +240,46 @@ static void test_lookup_and_unique_name(void **state) {
   fx_teardown();
 }
 
+/* A clone reserves the buffers it copies in the service's budget until it is freed; one that
+ * would pass the budget is refused, saying so. */
+static void test_clone_within_the_budget(void **state) {
+  struct fx_config cfg;
+  char err[128];
+  (void)state;
+  tr_session *s = started(&cfg, false, false); /* one 1 MiB buffer on each of 3 hosts */
+  for (size_t i = 0; i < NUM_HOSTS; i++)
+    put_packet(i, 0, 100 + i);
+  assert_int_equal(fx_svc.buffer_memory_reserved, 3u << 20);
+  tr_session_service_set_max_buffer_memory(&fx_svc, 7u << 20);
+  struct tr_session_clone_args a = args();
+  assert_int_equal(tr_session_clone_start(s, &a, on_cloned, NULL, err, sizeof err), 0);
+  for (size_t i = 0; i < NUM_HOSTS; i++)
+    fx_answer(i, FLUSH);
+  tr_session *first = cloned.clone;
+  assert_non_null(first);
+  assert_int_equal(fx_svc.buffer_memory_reserved, 6u << 20);
+
+  assert_int_equal(tr_session_clone_start(s, &a, on_cloned, NULL, err, sizeof err), 0);
+  for (size_t i = 0; i < NUM_HOSTS; i++)
+    fx_answer(i, FLUSH);
+  assert_null(cloned.clone);
+  assert_string_equal(cloned.error,
+                      "the clone's copy of the session's central buffers (3 MiB) with the 6 MiB "
+                      "the sessions and clones reserve would pass --max-buffer-memory 7 MiB: "
+                      "free a session or a clone, or raise --max-buffer-memory");
+  assert_int_equal(fx_svc.buffer_memory_reserved, 6u << 20);
+
+  tr_session_free(first); /* gives its 3 MiB back: a clone fits again */
+  assert_int_equal(fx_svc.buffer_memory_reserved, 3u << 20);
+  assert_int_equal(tr_session_clone_start(s, &a, on_cloned, NULL, err, sizeof err), 0);
+  for (size_t i = 0; i < NUM_HOSTS; i++)
+    fx_answer(i, FLUSH);
+  assert_non_null(cloned.clone);
+  tr_session_free(cloned.clone);
+  assert_int_equal(fx_svc.buffer_memory_reserved, 3u << 20);
+  fx_teardown();
+}
+
 static void test_clone_trigger_hit(void **state) {
   struct fx_config cfg;
   (void)state;
@@ -257,6 +298,7 @@ int main(void) {
       cmocka_unit_test(test_transfer_and_clear),
       cmocka_unit_test(test_source_freed_during_flush),
       cmocka_unit_test(test_lookup_and_unique_name),
+      cmocka_unit_test(test_clone_within_the_budget),
       cmocka_unit_test(test_clone_trigger_hit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
