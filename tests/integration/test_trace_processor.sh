@@ -4,8 +4,9 @@
 # simulated clocks and keeps it with tracerelay-timeline-check's verdict on every loadgen event
 # (where our resolver puts it on the trace timeline, and its true instant); trace_processor then
 # loads the same trace, and every loadgen event must land at exactly the same trace time there
-# (slice begins and ends, counter values), and no loadgen slice is left open (dur < 0: its end
-# placed before its begin, issue 41): so the accuracy that test and bench/bench_timeline.sh
+# (slice begins and ends, counter values), and no loadgen slice is left open before later
+# slices of its track (dur < 0: its end placed before its begin, issue 41; the slice a writer
+# had begun when the session stopped has no end in the trace and is only counted): so the accuracy that test and bench/bench_timeline.sh
 # measure with our resolver is the accuracy trace_processor and the UI show. Also checked: in
 # `machines` each host is its own machine (three remote machines, named by their SystemInfo).
 # With TR_PERFETTO naming Perfetto's CLI too, the same again with traces the CLI read in passes
@@ -29,7 +30,10 @@ SELECT 'ts', s.ts + s.dur FROM slice s WHERE s.category = 'loadgen' AND s.dur >=
 UNION ALL
 SELECT 'ts', c.ts FROM counter c JOIN counter_track t ON c.track_id = t.id
   WHERE t.name GLOB 'loadgen.counter.*';
-SELECT 'open', COUNT(*) FROM slice s WHERE s.category = 'loadgen' AND s.dur < 0;
+SELECT 'open', COUNT(*) FROM slice s WHERE s.category = 'loadgen' AND s.dur < 0
+  AND EXISTS (SELECT 1 FROM slice x WHERE x.track_id = s.track_id AND x.ts > s.ts);
+SELECT 'open_at_end', COUNT(*) FROM slice s WHERE s.category = 'loadgen' AND s.dur < 0
+  AND NOT EXISTS (SELECT 1 FROM slice x WHERE x.track_id = s.track_id AND x.ts > s.ts);
 SELECT 'machine', raw_id, IFNULL(name, '') FROM machine WHERE id != 0;
 SELECT 'bound', t.name, COUNT(*), MAX(c.value) FROM counter c
   JOIN counter_track t ON c.track_id = t.id
@@ -50,13 +54,15 @@ compare() {
 import json, sys
 label, enc, dump, tp, inspect = sys.argv[1:]
 ours = sorted(int(t) + int(e) for _, t, e in (l.split() for l in open(dump) if l.strip()))
-theirs, machines, bounds, open_slices = [], [], {}, 0
+theirs, machines, bounds, open_slices, open_at_end = [], [], {}, 0, 0
 for line in open(tp):
     cells = [c.strip().strip('"') for c in line.strip().split(',')]
     if cells[0] == 'ts':
         theirs.append(int(cells[1]))
     elif cells[0] == 'open':
         open_slices = int(cells[1])
+    elif cells[0] == 'open_at_end':
+        open_at_end = int(cells[1])
     elif cells[0] == 'machine':
         machines.append(cells[2])
     elif cells[0] == 'bound':
@@ -66,9 +72,15 @@ print(f"{label}: our resolver placed {len(ours)} loadgen events, trace_processor
       f"remote machines: {machines or 'none'}")
 bad = []
 # A slice whose end trace_processor put before its begin stays open (dur = -1), its end
-# dropped, and nothing in its stats says so (issue 41: a clock step back between the two).
+# dropped, and nothing in its stats says so (issue 41: a clock step back between the two); its
+# track goes on after it. A slice open with nothing after it on its track is the one a writer
+# had begun when the session stopped: its end is not in the trace, which the event comparison
+# below confirms (an end there that trace_processor dropped would be missing from its count).
 if open_slices:
-    bad.append(f"{open_slices} loadgen slices with dur < 0 (an end placed before its begin)")
+    bad.append(f"{open_slices} loadgen slices with dur < 0 before later slices of their track "
+               "(an end placed before its begin)")
+print(f"{label}: {open_at_end} loadgen slices open at the end of their track (begun when the "
+      "session stopped)")
 if len(ours) != len(theirs) or not ours:
     bad.append("not the same events")
 else:
