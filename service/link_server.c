@@ -1040,7 +1040,10 @@ int tr_link_server_start(uv_loop_t *loop, tr_hosts *hosts, const struct tr_link_
     goto fail_codec;
   }
   struct tr_relay_link_opts link_opts = {
-      .tls = {.max_queued = TR_LINK_MAX_QUEUED, .handshake_timeout_ms = ls->hello_timeout_ms},
+      .tls = {.max_queued = TR_LINK_MAX_QUEUED,
+              .handshake_timeout_ms = ls->hello_timeout_ms,
+              .max_handshakes_per_source = opts->max_handshakes_per_source,
+              .max_waiting_per_source = opts->max_waiting_per_source},
       .heartbeat_interval_ms = opts->heartbeat_interval_ms,
       .heartbeat_timeout_ms = opts->heartbeat_timeout_ms,
       .pause_read_above = TR_LINK_MAX_QUEUED / 2,

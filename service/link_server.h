@@ -64,6 +64,10 @@ struct tr_link_server_opts {
    * arrive within it after the handshake; else the connection is closed with a log line
    * naming the peer address. 0 = TR_TLS_UV_HANDSHAKE_TIMEOUT_MS. */
   unsigned handshake_timeout_ms;
+  /* What one source address may hold before it is authenticated: TLS handshakes at once, and
+   * connections waiting for one (tls_uv.h); 0 = TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE,
+   * TR_TLS_UV_MAX_WAITING_PER_SOURCE. */
+  unsigned max_handshakes_per_source, max_waiting_per_source;
   /* At most this many agents connected at once; Hello from one more is refused with a Goodbye
    * (REASON_OVERLOADED) naming the limit. 0 = TR_LINK_DEFAULT_MAX_AGENTS. */
   unsigned max_agents;

@@ -15,9 +15,14 @@
 #include "relay/base/log.h"
 #include "relay/base/tr_error.h"
 #include "relay/link/tls.h"
+#include "relay/link/tls_uv.h"
 #include "service/service_daemon.h"
 
 #define PROG "tracerelay-service"
+#define STRINGIFY_VALUE(x) STRINGIFY(x)
+#define STRINGIFY(x) #x
+#define MAX_HANDSHAKES STRINGIFY_VALUE(TR_TLS_UV_MAX_HANDSHAKES)
+#define MAX_WAITING STRINGIFY_VALUE(TR_TLS_UV_MAX_WAITING)
 
 static const char kHelp[] =
     "Usage: tracerelay-service --ca FILE --cert FILE --key FILE [options]\n"
@@ -70,6 +75,25 @@ static const char kHelp[] =
     "                         ends; one that waits 30 s for that is refused as busy), then send\n"
     "                         Hello within MS; else it is closed and logged with its address\n"
     "                         (default 10000).\n"
+    "  --max-handshakes-per-source N\n"
+    "                         TLS handshakes one source address may run at once, before any\n"
+    "                         of its agents is authenticated (default "
+    STRINGIFY_VALUE(TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE) "; at most " MAX_HANDSHAKES ", every\n"
+    "                         handshake slot); its further connections wait while other\n"
+    "                         addresses' go first, so that one address cannot take every\n"
+    "                         slot. Raise it when many agents share one address (behind one\n"
+    "                         NAT or SNAT address, or a load test on loopback): they are let\n"
+    "                         in N at a time. Read at start only.\n"
+    "  --max-waiting-per-source N\n"
+    "                         connections one source address may have waiting for a handshake\n"
+    "                         besides those (default "
+    STRINGIFY_VALUE(TR_TLS_UV_MAX_WAITING_PER_SOURCE) "; at most " MAX_WAITING
+    ", all that may wait);\n"
+    "                         one more is refused at once, counted (refused_source) and logged\n"
+    "                         once per address, and its agent comes back 5-20 s later. Raise\n"
+    "                         it to the number of agents behind one NAT address so that they\n"
+    "                         are not refused when they all connect at once (1,000 on one\n"
+    "                         address: 868 refused at the default). Read at start only.\n"
     "  --max-agents N         agents connected at once (default 4096); one more is refused\n"
     "                         with a message naming this limit. The open-file limit must\n"
     "                         allow N + 256 descriptors: the service raises its soft limit up\n"
@@ -164,7 +188,7 @@ enum { OPT_LISTEN = 256, OPT_CONSUMER_SOCKET, OPT_CONSUMER_MODE, OPT_CA, OPT_CER
        OPT_HANDSHAKE_TIMEOUT, OPT_METRICS_LISTEN, OPT_MAX_AGENTS, OPT_RELAY_ALLOW, OPT_UPSTREAM,
        OPT_UPSTREAM_NAME, OPT_UPSTREAM_CA, OPT_UPSTREAM_CERT, OPT_UPSTREAM_KEY,
        OPT_PRODUCER_SOCKET, OPT_FAKE_CLOCK, OPT_CIPHER, OPT_CRL, OPT_DENY,
-       OPT_MAX_BUFFER_MEMORY };
+       OPT_MAX_BUFFER_MEMORY, OPT_MAX_HANDSHAKES_PER_SOURCE, OPT_MAX_WAITING_PER_SOURCE };
 
 /* A decimal id or count in [0, max]; -1 if s is not one. */
 static long long parse_num(const char *s, unsigned long long max) {
@@ -237,6 +261,8 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       {"handshake-timeout-ms", required_argument, NULL, OPT_HANDSHAKE_TIMEOUT},
       {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
       {"max-agents", required_argument, NULL, OPT_MAX_AGENTS},
+      {"max-handshakes-per-source", required_argument, NULL, OPT_MAX_HANDSHAKES_PER_SOURCE},
+      {"max-waiting-per-source", required_argument, NULL, OPT_MAX_WAITING_PER_SOURCE},
       {"max-buffer-memory", required_argument, NULL, OPT_MAX_BUFFER_MEMORY},
       {"relay-allow", required_argument, NULL, OPT_RELAY_ALLOW},
       {"upstream", required_argument, NULL, OPT_UPSTREAM},
@@ -257,6 +283,7 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
   o->timeline = TR_TIMELINE_MACHINES;
   memset(&o->consumer_access, 0, sizeof o->consumer_access);
   o->handshake_timeout_ms = 0;
+  o->max_handshakes_per_source = o->max_waiting_per_source = 0;
   o->metrics_listen = NULL;
   o->max_agents = 0;
   o->max_buffer_memory = 0;
@@ -324,6 +351,24 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       if (v < 100)
         return bad("--handshake-timeout-ms", optarg, "give milliseconds from 100 to 600000");
       o->handshake_timeout_ms = (unsigned)v;
+      break;
+    }
+    case OPT_MAX_HANDSHAKES_PER_SOURCE: {
+      long long v = parse_num(optarg, TR_TLS_UV_MAX_HANDSHAKES);
+      if (v < 1)
+        return bad("--max-handshakes-per-source", optarg,
+                   "give a number of handshakes from 1 to " MAX_HANDSHAKES
+                   " (the service runs " MAX_HANDSHAKES " at once in all)");
+      o->max_handshakes_per_source = (unsigned)v;
+      break;
+    }
+    case OPT_MAX_WAITING_PER_SOURCE: {
+      long long v = parse_num(optarg, TR_TLS_UV_MAX_WAITING);
+      if (v < 1)
+        return bad("--max-waiting-per-source", optarg,
+                   "give a number of connections from 1 to " MAX_WAITING
+                   " (at most " MAX_WAITING " wait in all)");
+      o->max_waiting_per_source = (unsigned)v;
       break;
     }
     case OPT_RELAY_ALLOW: {

@@ -679,7 +679,10 @@ int tr_regional_start(uv_loop_t *loop, const struct tr_regional_opts *opts, tr_r
       opts->handshake_timeout_ms ? opts->handshake_timeout_ms : TR_TLS_UV_HANDSHAKE_TIMEOUT_MS;
   r->max_agents = opts->max_agents ? opts->max_agents : TR_LINK_DEFAULT_MAX_AGENTS;
   r->down_opts = (struct tr_relay_link_opts){
-      .tls = {.max_queued = TR_LINK_MAX_QUEUED, .handshake_timeout_ms = r->hello_timeout_ms},
+      .tls = {.max_queued = TR_LINK_MAX_QUEUED,
+              .handshake_timeout_ms = r->hello_timeout_ms,
+              .max_handshakes_per_source = opts->max_handshakes_per_source,
+              .max_waiting_per_source = opts->max_waiting_per_source},
       .pause_read_above = TR_LINK_MAX_QUEUED / 2,
       .peer_role = "agent"};
   const char *upstream_name = opts->upstream_name ? opts->upstream_name : up.host;

@@ -55,6 +55,9 @@ struct tr_regional_opts {
   const char *upstream_name;   /* the name its certificate must carry; NULL: HOST */
   tr_tls_config *upstream_tls; /* client role: the regional's certificate; referenced */
   unsigned handshake_timeout_ms; /* 0: TR_TLS_UV_HANDSHAKE_TIMEOUT_MS */
+  /* What one agent's source address may hold before it is authenticated (tls_uv.h); 0: the
+   * defaults. */
+  unsigned max_handshakes_per_source, max_waiting_per_source;
   unsigned max_agents;           /* 0: TR_LINK_DEFAULT_MAX_AGENTS */
 };
 

@@ -371,6 +371,8 @@ static int start_regional(tr_service_daemon *d, const struct tr_service_daemon_o
                                 .upstream_name = o->upstream_name,
                                 .upstream_tls = d->upstream_tls,
                                 .handshake_timeout_ms = o->handshake_timeout_ms,
+                                .max_handshakes_per_source = o->max_handshakes_per_source,
+                                .max_waiting_per_source = o->max_waiting_per_source,
                                 .max_agents = o->max_agents};
   if ((rc = tr_regional_start(d->loop, &ro, &d->regional)) != 0)
     return rc;
@@ -470,6 +472,8 @@ int tr_service_daemon_start(uv_loop_t *loop, const struct tr_service_daemon_opts
   link_opts.listen = o->listen;
   link_opts.tls = d->tls;
   link_opts.handshake_timeout_ms = o->handshake_timeout_ms;
+  link_opts.max_handshakes_per_source = o->max_handshakes_per_source;
+  link_opts.max_waiting_per_source = o->max_waiting_per_source;
   link_opts.max_agents = o->max_agents;
   link_opts.relay_allow = &o->relay_allow;
   if ((rc = tr_link_server_start(loop, d->hosts, &link_opts, &d->link)) != 0)

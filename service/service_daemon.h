@@ -26,6 +26,10 @@ struct tr_service_daemon_opts {
   mode_t consumer_mode;
   tr_consumer_access consumer_access; /* --consumer-allow-uid/-gid; empty: file mode only */
   unsigned handshake_timeout_ms;      /* TLS handshake, then Hello; 0: the default */
+  /* --max-handshakes-per-source, --max-waiting-per-source: what one source address may hold
+   * on the agents' TLS port before it is authenticated (tls_uv.h), root or regional; 0: the
+   * defaults. */
+  unsigned max_handshakes_per_source, max_waiting_per_source;
   const char *ca_path, *cert_path, *key_path;
   const char *ciphers; /* --cipher (relay/link/tls_ciphers.h), on every link, upstream too; NULL: all */
   /* --crl and --deny (relay/link/tls.h): peers refused at the handshake, and on SIGHUP the

@@ -166,6 +166,8 @@ static void apply_defaults(struct tr_tls_uv_options *o, const struct tr_tls_uv_o
     o->max_handshakes = TR_TLS_UV_MAX_HANDSHAKES;
   if (o->max_handshakes_per_source == 0)
     o->max_handshakes_per_source = TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE;
+  if (o->max_waiting_per_source == 0)
+    o->max_waiting_per_source = TR_TLS_UV_MAX_WAITING_PER_SOURCE;
   if (o->start_timeout_ms == 0)
     o->start_timeout_ms = TR_TLS_UV_START_TIMEOUT_MS;
   if (o->admission_wait_ms == 0)
@@ -1110,7 +1112,7 @@ static void admit(tr_tls_uv_server *srv, tr_tls_uv_conn *c) {
  * whose address already runs max_handshakes_per_source (so one address cannot take every slot:
  * the others' connections go first); says once when a storm that refused connections is over.
  * The walk passes at most the waiting connections of addresses at their limit
- * (TR_TLS_UV_MAX_WAITING_PER_SOURCE each). */
+ * (max_waiting_per_source each). */
 static void admit_waiting(tr_tls_uv_server *srv) {
   tr_tls_uv_conn *next;
   for (tr_tls_uv_conn *c = srv->waiting;
@@ -1139,16 +1141,19 @@ static void refuse_busy(tr_tls_uv_conn *c) {
   close_conn(c, TR_ERR_BUSY, "no TLS handshake slot within %u ms", srv->opts.admission_wait_ms);
 }
 
-/* Closes c, whose address already holds TR_TLS_UV_MAX_WAITING_PER_SOURCE connections waiting
+/* Closes c, whose address already holds max_waiting_per_source connections waiting
  * besides its handshakes, before anything was sent: its client reports TR_ERR_BUSY. Logged once
- * per address while it holds connections here. */
+ * per address while it holds connections here, with the flags to raise when it is agents
+ * behind one NAT address rather than a hog (the counts leave c out: it is not kept). */
 static void refuse_source(tr_tls_uv_server *srv, tr_tls_uv_conn *c) {
   srv->stats.refused_source++;
   if (!c->source->warned) {
     c->source->warned = true;
     TR_WARN("tls", "%s holds %u TLS handshakes and %u connections waiting, the most one address "
-            "may: refusing its further connections until they end (counted as refused_source)",
-            c->peer_addr, c->source->active, c->source->waiting);
+            "may: refusing its further connections until they end (counted as refused_source; "
+            "if many agents share this address, raise --max-waiting-per-source and "
+            "--max-handshakes-per-source)",
+            c->peer_addr, c->source->active, c->source->waiting - 1);
   }
   close_conn(c, TR_ERR_BUSY, "%u connections from this address already wait for a TLS handshake",
              c->source->waiting - 1);
@@ -1198,7 +1203,7 @@ static void accept_one(tr_tls_uv_server *srv) {
   admit_waiting(srv);
   if (!c->waiting)
     return;
-  if (c->source->waiting > TR_TLS_UV_MAX_WAITING_PER_SOURCE)
+  if (c->source->waiting > srv->opts.max_waiting_per_source)
     refuse_source(srv, c);
   else if (srv->n_waiting > TR_TLS_UV_MAX_WAITING)
     refuse_busy(c);

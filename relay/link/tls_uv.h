@@ -34,8 +34,8 @@
  *   answered in time (at ten regionals on 2 CPUs their own queues took longer than 10 s).
  * - One source address cannot starve the others before anybody is authenticated: it runs at
  *   most max_handshakes_per_source handshakes at once (its further connections wait, passed
- *   over while others' are admitted) and has at most TR_TLS_UV_MAX_WAITING_PER_SOURCE waiting
- *   (beyond, refused at once as busy, counted as refused_source, logged once per address).
+ *   over while others' are admitted) and has at most max_waiting_per_source waiting (beyond,
+ *   refused at once as busy, counted as refused_source, logged once per address).
  *   Addresses are counted whole (an IPv6 peer's /64 is many sources).
  * - Memory per connection is bounded: about 200 KiB of buffers plus the write queue, which the
  *   caller bounds by honouring TR_ERR_FULL / on_drain.
@@ -80,7 +80,9 @@
  * needs one (its hosts share its carrier link); agents behind one NAT still pass 4 at a time. */
 #define TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE 4
 /* Server: connections one source address may have waiting for a slot; beyond, refused at once
- * (TR_ERR_BUSY, counted as refused_source), so one address cannot fill the waiting list. */
+ * (TR_ERR_BUSY, counted as refused_source), so one address cannot fill the waiting list.
+ * Agents behind one NAT address need more in a storm (tracerelay-service
+ * --max-waiting-per-source): 1,000 of them at once on one address saw 868 refused. */
 #define TR_TLS_UV_MAX_WAITING_PER_SOURCE 128
 /* How long a closing connection may take to send what is queued and its close_notify. */
 #define TR_TLS_UV_CLOSE_LINGER_MS 2000
@@ -111,6 +113,10 @@ struct tr_tls_uv_options {
   unsigned max_handshakes;    /* server: handshakes in progress at once, more wait; 0: default */
   /* server: ... of them from one source address; 0: TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE */
   unsigned max_handshakes_per_source;
+  /* server: connections one source address may have waiting for a slot, besides its
+   * handshakes; one more is refused (refused_source). 0: TR_TLS_UV_MAX_WAITING_PER_SOURCE;
+   * more than max_waiting changes nothing (that bound comes first). */
+  unsigned max_waiting_per_source;
   /* Tests only: each handshake step sleeps this long on its worker first, as on a machine
    * too busy to run it (test_tls_uv's storm). 0 in every daemon. */
   unsigned test_step_delay_ms;
@@ -132,7 +138,7 @@ void tr_tls_uv_server_set_config(tr_tls_uv_server *srv, tr_tls_config *cfg);
 struct tr_tls_uv_server_stats {
   uint64_t refused;          /* connections dropped before their handshake finished */
   uint64_t refused_busy;     /* ... of them: no handshake slot within admission_wait_ms */
-  uint64_t refused_source;   /* ... of them: its address had TR_TLS_UV_MAX_WAITING_PER_SOURCE waiting */
+  uint64_t refused_source;   /* ... of them: its address had max_waiting_per_source waiting */
   uint64_t abandoned;        /* handshakes begun here that the peer left or let time out */
   uint64_t steps_on_loop;    /* handshake steps (mbedTLS handshake calls) run on the loop's thread */
   uint64_t steps_on_workers; /* ... run on worker threads */

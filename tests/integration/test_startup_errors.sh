@@ -6,8 +6,9 @@
 # (exit 2, as any bad flag); a warning for an agent certificate that is not valid yet; an
 # open-file limit too low for --max-agents (issue 14), and the descriptor table sized for it at
 # start; an agent past --max-agents refused
-# with a Goodbye that names the limit; a producer past the agent's --max-producers refused
-# with a log line that names it; and a regional's flags misused (tiers).
+# with a Goodbye that names the limit; --max-handshakes-per-source and --max-waiting-per-source
+# out of range refused, and honoured by a root and a regional; a producer past the agent's
+# --max-producers refused with a log line that names it; and a regional's flags misused (tiers).
 # Usage: test_startup_errors.sh BIN_DIR
 set -euo pipefail
 TR_SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -115,6 +116,48 @@ grep -q "already serves 1 agents, its --max-agents; host web-2 refused" "$W/agen
 grep -q "host web-2 refused: 1 agents are connected" "$W/svc.log" ||
   fail "the service did not log the refusal: $(cat "$W/svc.log")"
 echo "ok: --max-agents 1 refuses the second agent by name"
+# --max-handshakes-per-source and --max-waiting-per-source: out of range refused with the range
+# (the service runs 32 handshakes and keeps 4096 waiting in all), from a config file by line.
+expect 2 "invalid value '0' for --max-handshakes-per-source: give a number of handshakes from 1 to 32" \
+  "$BIN/tracerelay-service" --max-handshakes-per-source 0 "${svc[@]}" --cert "$P/service.crt" \
+  --key "$P/service.key"
+expect 2 "invalid value '33' for --max-handshakes-per-source" "$BIN/tracerelay-service" \
+  --max-handshakes-per-source 33 "${svc[@]}" --cert "$P/service.crt" --key "$P/service.key"
+expect 2 "invalid value '4097' for --max-waiting-per-source: give a number of connections from 1 to 4096" \
+  "$BIN/tracerelay-service" --max-waiting-per-source 4097 "${svc[@]}" --cert "$P/service.crt" \
+  --key "$P/service.key"
+printf 'max-handshakes-per-source = 2\nmax-waiting-per-source = many\n' >"$W/bad-source.conf"
+expect 2 "for --max-waiting-per-source.* in config file $W/bad-source.conf, line 2" \
+  "$BIN/tracerelay-service" --config "$W/bad-source.conf" "${svc[@]}" --cert "$P/service.crt" \
+  --key "$P/service.key"
+# Both limits at 1, from a config file: a root, and a regional for its agents, run one
+# handshake and keep one connection waiting from one address, and refuse its third connection
+# at once, saying so (at the defaults it would be the 133rd). The three say nothing, so the
+# first holds its handshake (60 s deadline) and the second waits.
+printf 'max-handshakes-per-source = 1\nmax-waiting-per-source = 1\n' >"$W/source.conf"
+third_refused() { # third_refused NAME FLAGS...
+  local name=$1 port; shift
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$BIN/tracerelay-service" --listen "127.0.0.1:$port" --config "$W/source.conf" \
+    --handshake-timeout-ms 60000 "$@" >"$W/$name.log" 2>&1 &
+  local pid=$!
+  CLUSTER_PIDS+=("$pid")
+  wait_line "listening for agents on 127.0.0.1:$port" "$W/$name.log" ||
+    fail "the $name did not start: $(cat "$W/$name.log")"
+  bash -c "exec 3<>/dev/tcp/127.0.0.1/$port 4<>/dev/tcp/127.0.0.1/$port \
+    5<>/dev/tcp/127.0.0.1/$port; exec sleep 60" &
+  local holder=$!
+  CLUSTER_PIDS+=("$holder")
+  wait_line "127.0.0.1:[0-9]* holds 1 TLS handshakes and 1 connections waiting, the most one address may" \
+    "$W/$name.log" || fail "the $name did not refuse the third connection: $(cat "$W/$name.log")"
+  kill "$holder" "$pid"
+  wait "$holder" "$pid" 2>/dev/null || true
+  echo "ok: the $name refuses one address's third connection with both limits at 1"
+}
+third_refused root "${svc[@]}" --cert "$P/service.crt" --key "$P/service.key"
+third_refused regional "${svc[@]}" --cert "$P/service.crt" --key "$P/service.key" \
+  --upstream 127.0.0.1:9 --upstream-cert "$P/agent-web-1.crt" --upstream-key "$P/agent-web-1.key" \
+  --producer-socket "$W/regional-producer.sock"
 # --max-producers 1: the agent refuses a second producer and its log names the flag (no
 # service needed: producers connect to the agent whether its link is up or not).
 "$BIN/tracerelay-agent" --service "127.0.0.1:9" --service-name svc --ca "$P/ca.crt" \

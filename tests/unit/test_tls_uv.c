@@ -691,24 +691,40 @@ static bool raws_connected(const struct raw *r, int n) {
   return true;
 }
 
-#define HOG (TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE + TR_TLS_UV_MAX_WAITING_PER_SOURCE + 1)
+/* The per-source limits test_one_address_cannot_hold_every_slot runs with: the defaults (0),
+ * and limits raised past them as tracerelay-service's --max-handshakes-per-source and
+ * --max-waiting-per-source raise them for agents behind one NAT address. */
+struct source_limits {
+  unsigned handshakes, waiting; /* as given to the server; 0: the default */
+};
+static struct source_limits default_limits = {0, 0};
+static struct source_limits raised_limits = {8, 200};
+#define HOG_MAX (8 + 200 + 1)
 
 /* Issue 39 item 5: one address opens more connections than the server has handshake slots
  * (32) and says nothing on any of them. Its handshakes could hold every slot until their
- * deadline (60 s here), so an agent from another address waited out admission_wait_ms (3 s)
- * and was refused as busy. Now that address runs at most TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE
- * handshakes, the agent is admitted at once and connects, and the hog's connection beyond
- * TR_TLS_UV_MAX_WAITING_PER_SOURCE waiting is refused on arrival (refused_source). */
+ * deadline (60 s here), so an agent from another address waited out admission_wait_ms and was
+ * refused as busy. Now that address runs at most max_handshakes_per_source handshakes, the
+ * agent is admitted at once and connects, and of the hog's connections beyond those, the
+ * max_waiting_per_source-th still waits and the next one is refused on arrival: exactly one
+ * refused_source (with raised limits, one the default 128 would have refused waits). */
 static void test_one_address_cannot_hold_every_slot(void **state) {
-  (void)state;
+  const struct source_limits *lim = *state;
+  unsigned handshakes = lim->handshakes ? lim->handshakes : TR_TLS_UV_MAX_HANDSHAKES_PER_SOURCE;
+  unsigned waiting = lim->waiting ? lim->waiting : TR_TLS_UV_MAX_WAITING_PER_SOURCE;
+  int hogs = (int)(handshakes + waiting + 1);
+  assert_true(hogs <= HOG_MAX);
   struct fixture f;
-  struct tr_tls_uv_options sopts = {.handshake_timeout_ms = 60000, .admission_wait_ms = 3000};
+  struct tr_tls_uv_options sopts = {.handshake_timeout_ms = 60000,
+                                    .admission_wait_ms = 10000,
+                                    .max_handshakes_per_source = lim->handshakes,
+                                    .max_waiting_per_source = lim->waiting};
   fixture_start(&f, &sopts);
-  static struct raw hog[HOG];
-  for (int i = 0; i < HOG; i++)
+  static struct raw hog[HOG_MAX];
+  for (int i = 0; i < hogs; i++)
     raw_connect_from(&f, &hog[i], "127.0.0.2");
   /* All in the listen queue (the kernel completed them), so the server takes them first. */
-  RUN_UNTIL(&f.loop, raws_connected(hog, HOG), 20000);
+  RUN_UNTIL(&f.loop, raws_connected(hog, hogs), 20000);
   struct side client = {0};
   tr_tls_uv_conn *conn;
   assert_int_equal(tr_tls_uv_connect(&f.loop, f.ccfg, "relay.test", (struct sockaddr *)&f.addr,
@@ -718,10 +734,11 @@ static void test_one_address_cannot_hold_every_slot(void **state) {
     fail_msg("the agent was refused while one address held the slots: %s", client.close_why);
   RUN_UNTIL(&f.loop, f.n_accepted == 1, 5000);
   assert_string_equal(f.accepted[0].peer_name, "web-1");
-  RUN_UNTIL(&f.loop, server_refused_source(f.server) == 1, 5000);
+  /* The server took every hog before the agent, which came after them in the listen queue. */
+  assert_int_equal(server_refused_source(f.server), 1);
   tr_tls_uv_close(conn);
   RUN_UNTIL(&f.loop, client.closed && f.accepted[0].closed, 5000);
-  for (int i = 0; i < HOG; i++)
+  for (int i = 0; i < hogs; i++)
     if (!hog[i].eof)
       uv_close((uv_handle_t *)&hog[i].tcp, NULL);
   fixture_finish(&f);
@@ -761,7 +778,10 @@ int main(void) {
       cmocka_unit_test(test_slow_storm_converges),
       cmocka_unit_test(test_no_slot_in_time_refused_busy),
       cmocka_unit_test(test_deadline_counts_the_peer_only),
-      cmocka_unit_test(test_one_address_cannot_hold_every_slot),
+      {"test_one_address_cannot_hold_every_slot (default limits)",
+       test_one_address_cannot_hold_every_slot, NULL, NULL, &default_limits},
+      {"test_one_address_cannot_hold_every_slot (raised limits)",
+       test_one_address_cannot_hold_every_slot, NULL, NULL, &raised_limits},
       cmocka_unit_test(test_connect_refused_reports_on_close),
   };
   return cmocka_run_group_tests(tests, make_certs, remove_certs);
