@@ -203,14 +203,23 @@ static int bad(const char *flag, const char *value, const char *why) {
   return tr_daemon_bad_value(PROG, flag, value, why);
 }
 
-/* --max-handshakes-per-source, --max-waiting-per-source (optarg): 1 to max, the server's bound
- * for every address together, past which a per-source limit would change nothing (and nothing
- * is accepted and ignored). 0, or the exit status 2. */
-static int per_source_flag(const char *flag, unsigned max, const char *why, unsigned *out) {
-  long long v = parse_num(optarg, max);
+/* --max-handshakes-per-source or --max-waiting-per-source (opt) = value: 1 up to the server's
+ * bound for every address together, past which a per-source limit would change nothing (and
+ * nothing is accepted and ignored). 0, or the exit status 2. */
+static int per_source_flag(int opt, const char *value, struct tr_service_daemon_opts *o) {
+  bool handshakes = opt == OPT_MAX_HANDSHAKES_PER_SOURCE;
+  long long v = parse_num(value, handshakes ? TR_TLS_UV_MAX_HANDSHAKES : TR_TLS_UV_MAX_WAITING);
   if (v < 1)
-    return bad(flag, optarg, why);
-  *out = (unsigned)v;
+    return handshakes ? bad("--max-handshakes-per-source", value,
+                            "give a number of handshakes from 1 to " MAX_HANDSHAKES
+                            " (the service runs " MAX_HANDSHAKES " at once in all)")
+                      : bad("--max-waiting-per-source", value,
+                            "give a number of connections from 1 to " MAX_WAITING
+                            " (at most " MAX_WAITING " wait in all)");
+  if (handshakes)
+    o->max_handshakes_per_source = (unsigned)v;
+  else
+    o->max_waiting_per_source = (unsigned)v;
   return 0;
 }
 
@@ -365,17 +374,8 @@ static int parse_flags(int argc, char **argv, struct tr_service_daemon_opts *o) 
       break;
     }
     case OPT_MAX_HANDSHAKES_PER_SOURCE:
-      if ((rc = per_source_flag("--max-handshakes-per-source", TR_TLS_UV_MAX_HANDSHAKES,
-                                "give a number of handshakes from 1 to " MAX_HANDSHAKES
-                                " (the service runs " MAX_HANDSHAKES " at once in all)",
-                                &o->max_handshakes_per_source)) != 0)
-        return rc;
-      break;
     case OPT_MAX_WAITING_PER_SOURCE:
-      if ((rc = per_source_flag("--max-waiting-per-source", TR_TLS_UV_MAX_WAITING,
-                                "give a number of connections from 1 to " MAX_WAITING
-                                " (at most " MAX_WAITING " wait in all)",
-                                &o->max_waiting_per_source)) != 0)
+      if ((rc = per_source_flag(opt, optarg, o)) != 0)
         return rc;
       break;
     case OPT_RELAY_ALLOW: {
