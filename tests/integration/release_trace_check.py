@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """release_trace_check.py TRACE HOSTS: checks a trace of the compat producer (tests/vectors/
-releases/README.md) on HOSTS hosts: per machine_id, the custom packets' seq_values are
-consecutive from their first, with 20 TrackEvent slice begins and ends and one counter per
-custom packet (the burst a stop cut may be short). Prints one line per host; exits 1 if a host is
+releases/README.md) on HOSTS hosts. A burst is 20 TrackEvent slices, a counter, then a custom
+packet (its own data source, stopped apart from track_event). Per machine_id, with K bursts
+begun (slice begins / 20, rounded up): as many slice ends as begins, K or K - 1 counters and
+custom packets (the stop may cut the last burst after any of its parts, not an earlier one),
+the custom packets' seq_values consecutive. Prints one line per host; exits 1 if a host is
 missing or incomplete."""
 import collections
 import os
@@ -27,13 +29,14 @@ for f, _, packet in fields(open(trace, "rb").read()):
         bursts[machine].add(first(test, 2, 0))
 ok = len(bursts) == hosts
 for machine, seen in sorted(bursts.items()):
-    k, c = len(seen), count[machine]
-    whole = (seen == set(range(min(seen), min(seen) + k)) and k >= 5 and c["counter"] == k and
-             SLICES_PER_BURST * (k - 1) < c["begin"] <= SLICES_PER_BURST * k and
-             c["end"] == c["begin"])
+    c = count[machine]
+    k = -(-c["begin"] // SLICES_PER_BURST)
+    whole = (k >= 5 and c["end"] == c["begin"] and k - 1 <= c["counter"] <= k and
+             k - 1 <= len(seen) <= k and seen == set(range(min(seen), min(seen) + len(seen))))
     ok &= whole
-    print("machine %#x: %d bursts, %d slice begins, %d ends, %d counters: %s" %
-          (machine, k, c["begin"], c["end"], c["counter"], "whole" if whole else "INCOMPLETE"))
+    print("machine %#x: %d bursts begun, %d slice begins, %d ends, %d counters, %d custom "
+          "packets: %s" % (machine, k, c["begin"], c["end"], c["counter"], len(seen),
+                           "whole" if whole else "INCOMPLETE"))
 if len(bursts) != hosts:
     print("%d hosts' bursts in the trace, %d expected" % (len(bursts), hosts))
 sys.exit(0 if ok else 1)

@@ -3,7 +3,8 @@
 # (issue 40 item 1), when TR_PERFETTO_RELEASES names a folder with one subfolder per release
 # holding that release's `perfetto` CLI and `compat_producer` (the SDK app of tests/vectors/
 # releases/README.md), built outside the repository as docs/compat.md says; skipped (77)
-# without it. Per release: the SDK app on two hosts' agents, the release's CLI records
+# without it. Per release: the SDK app on two hosts' agents; the release's `perfetto --query`
+# must list its producer and data sources; the release's CLI records
 # tests/vectors/releases' config through the service's consumer socket; the CLI must exit 0
 # and its trace hold, for each host, every burst whole (release_trace_check.py), every packet
 # placed on the timeline (tracerelay inspect: unresolved 0).
@@ -45,6 +46,16 @@ for dir in "$RELEASES"/*/; do
     pids+=($!)
   done
   cluster_wait_hosts 30 web-1:1 web-2:1 || fail "$release: the SDK apps did not connect"
+  # The release's `perfetto --query` (QueryServiceState, decoded by that release's classes)
+  # lists the app's producer and both its data sources.
+  PERFETTO_CONSUMER_SOCK_NAME=$CONSUMER_SOCK "$dir/perfetto" --query >"$WORK/query-$release.txt" 2>&1 ||
+    true
+  if ! grep -q "compat_producer" "$WORK/query-$release.txt" ||
+      ! grep -q "tracerelay.compat" "$WORK/query-$release.txt" ||
+      ! grep -q "track_event" "$WORK/query-$release.txt"; then
+    echo "$release: FAILED: --query does not list the app: $(head -c 300 "$WORK/query-$release.txt")"
+    failed=1
+  fi
   if PERFETTO_CONSUMER_SOCK_NAME=$CONSUMER_SOCK "$dir/perfetto" --txt -c "$cfg" \
       -o "$WORK/$release.pftrace" >"$WORK/cli-$release.log" 2>&1 &&
       python3 "$TR_SRC/tests/integration/release_trace_check.py" "$WORK/$release.pftrace" 2 \
