@@ -17,7 +17,7 @@ Checked, failing with a message: every method both clients call is bound; every 
 recorded traced answered with success gets success; every whole packet in the committed chunks
 is in traced's trace (the vector is sound) and in ours, and every producer packet of traced's
 trace is in ours (fields the services add, 3 10 42 79 98, left out of the comparison). Prints one
-summary line."""
+summary line. TR_REPLAY_DEBUG=1 prints each wait to stderr."""
 import collections
 import mmap
 import os
@@ -230,14 +230,16 @@ class ProducerReplay:
         return pages
 
     def on_reply(self, request_id, proto, fds):
-        if request_id != self.async_request:
-            return
-        setup = first(proto, 3)
+        setup = first(proto, 3) if request_id == self.async_request else None
         if setup is not None:
             if first(setup, 1, 0):
                 self.page_size = first(setup, 1) * 1024
             if fds:
                 self.smb = mmap.mmap(fds[0], os.fstat(fds[0]).st_size)
+        for fd in fds:
+            os.close(fd)  # the mapping stays
+        if request_id != self.async_request:
+            return
         for cmd_field in (6, 1):
             cmd = first(proto, cmd_field)
             if cmd is not None:
