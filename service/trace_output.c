@@ -75,6 +75,7 @@ typedef struct out_host {
    * lower (at its own trace time), below events converted by the earlier breakpoints: samples
    * keyed below cover_ts show at least cover_ns. */
   int64_t cover_ts, cover_ns;
+  bool unplaced_warned; /* a guest with data and no clock exchange: said once */
 } out_host;
 
 typedef struct out_event {
@@ -479,6 +480,26 @@ static int add_mapped_edge(tr_trace_output *o, out_host *sh, tr_packet_list *out
   return add_edges(o, sh, out, &bp, at - 1);
 }
 
+/* A guest machine whose traced_relay made no clock exchange (SyncClock: Perfetto's relay has
+ * RelayPort only from v48) has no mapping: its data stays in the trace, unplaced (inspect counts
+ * it unresolved). Said once per session, at the final pass, if the guest sent data. */
+static void warn_unplaced_guest(tr_trace_output *o, out_host *sh) {
+  bool data = false;
+  if (!sh->host->guest_of || sh->unplaced_warned)
+    return;
+  for (size_t b = 0; b < o->num_buffers && !data; b++)
+    data = sh->tbufs[b] != NULL;
+  if (!data)
+    return;
+  sh->unplaced_warned = true;
+  TR_WARN(COMP,
+          "session %llu: guest machine %s sent data but its traced_relay made no clock exchange "
+          "(SyncClock; Perfetto's traced_relay has it from v48): its timestamps have no place on "
+          "the timeline and stay as the guest wrote them (tracerelay inspect counts them "
+          "unresolved); upgrade that traced_relay",
+          (unsigned long long)o->p.session_id, sh->host->name);
+}
+
 /* remote_clock_sync packets (machines timeline): each host's mapping M since the session
  * started (trace_processor converts data stamped before the first edge by it) as edges, one
  * per remote_clock_sync packet, placed as global-clocks places its breakpoints
@@ -500,11 +521,15 @@ static int add_clock_syncs(tr_trace_output *o, tr_packet_list *out, bool final) 
     if (host_listed_before(o, h))
       continue;
     if (!clock) {
+      if (final)
+        warn_unplaced_guest(o, sh);
       if ((rc = add_clock_anchor(o, sh, out, true)) != 0) /* no exchange will ever come */
         return rc;
       continue;
     }
     to = tr_clocksync_frontier(clock);
+    if (final && to < 0)
+      warn_unplaced_guest(o, sh);
     if (final && to >= 0) {
       int64_t now = (int64_t)tr_clock_boottime_ns() - tr_clocksync_offset_ns(clock);
       to = now > to ? now : to;
