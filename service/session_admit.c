@@ -123,6 +123,12 @@ static void describe_buffers(const Perfetto__Protos__TraceConfig *cfg, uint64_t 
 
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
+/* Whether `bytes` more, with what the sessions reserve, stay within the budget (none: yes). */
+static bool within_budget(const tr_service *svc, uint64_t bytes) {
+  return svc->max_buffer_memory == 0 ||
+         sat_add(bytes, svc->buffer_memory_reserved) <= svc->max_buffer_memory;
+}
+
 int tr_session_admit_budget(const tr_service *svc, const Perfetto__Protos__TraceConfig *cfg,
                             char *err, size_t err_len) {
   char bufs[64], total_text[TR_BYTE_SIZE_TEXT], max_text[TR_BYTE_SIZE_TEXT],
@@ -136,7 +142,7 @@ int tr_session_admit_budget(const tr_service *svc, const Perfetto__Protos__Trace
     hosts += h->link != NULL;
   /* With no host connected yet, one host is what the first to join will need. */
   total = per_host > UINT64_MAX / (hosts ? hosts : 1) ? UINT64_MAX : per_host * (hosts ? hosts : 1);
-  if (sat_add(total, svc->buffer_memory_reserved) <= svc->max_buffer_memory)
+  if (within_budget(svc, total))
     return 0;
   describe_buffers(cfg, per_host, bufs, sizeof bufs);
   tr_byte_size_format(total, total_text);
@@ -160,8 +166,7 @@ int tr_session_admit_budget(const tr_service *svc, const Perfetto__Protos__Trace
 bool tr_session_admit_host_fits(const tr_session *s, const tr_host *host) {
   const tr_service *svc = s->svc;
   char per_text[TR_BYTE_SIZE_TEXT], max_text[TR_BYTE_SIZE_TEXT], reserved_text[TR_BYTE_SIZE_TEXT];
-  if (svc->max_buffer_memory == 0 ||
-      sat_add(svc->buffer_memory_reserved, s->bytes_per_host) <= svc->max_buffer_memory)
+  if (within_budget(svc, s->bytes_per_host))
     return true;
   tr_byte_size_format(s->bytes_per_host, per_text);
   tr_byte_size_format(svc->max_buffer_memory, max_text);
@@ -177,8 +182,7 @@ bool tr_session_admit_host_fits(const tr_session *s, const tr_host *host) {
 int tr_session_admit_clone(const tr_service *svc, uint64_t bytes, char *err, size_t err_len) {
   char bytes_text[TR_BYTE_SIZE_TEXT], max_text[TR_BYTE_SIZE_TEXT],
       reserved_text[TR_BYTE_SIZE_TEXT];
-  if (svc->max_buffer_memory == 0 ||
-      sat_add(svc->buffer_memory_reserved, bytes) <= svc->max_buffer_memory)
+  if (within_budget(svc, bytes))
     return 0;
   tr_byte_size_format(bytes, bytes_text);
   tr_byte_size_format(svc->max_buffer_memory, max_text);

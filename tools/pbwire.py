@@ -1,6 +1,7 @@
 """pbwire.py: a minimal protobuf wire-format codec for the project's Python scripts (fuzz seed
-generation, trace checks in tests): varints, a message's fields, field builders. No schema: the
-callers name field numbers themselves."""
+generation, trace checks in tests): varints, a message's fields, field builders, and Perfetto's
+IPC framing (uint32 LE length + IPCFrame). No schema: the callers name field numbers
+themselves."""
 import struct
 
 
@@ -66,3 +67,14 @@ def ff64(f, v):     # fixed64 field
 
 def ff32(f, v):     # fixed32 field
     return varint(f << 3 | 5) + struct.pack("<I", v)
+
+def split_frames(buf):
+    """(the whole IPC frames' payloads at the start of buf, the bytes after them)."""
+    frames, i = [], 0
+    while len(buf) - i >= 4:
+        n = struct.unpack_from("<I", buf, i)[0]
+        if len(buf) - i - 4 < n:
+            break
+        frames.append(bytes(buf[i + 4:i + 4 + n]))
+        i += 4 + n
+    return frames, buf[i:]

@@ -28,7 +28,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from pbwire import all_of, fb, fields, first, fv, read_varint, varint  # noqa: E402
+from pbwire import all_of, fb, fields, first, fv, read_varint, split_frames, varint  # noqa: E402
 
 TIMEOUT_S = 30
 SERVICE_ADDED_FIELDS = {3, 10, 42, 79, 98}
@@ -40,13 +40,7 @@ class ReplayError(Exception):
 
 
 def read_frames(path):
-    data = open(path, "rb").read()
-    frames, i = [], 0
-    while i < len(data):
-        (n,) = struct.unpack_from("<I", data, i)
-        frames.append(data[i + 4:i + 4 + n])
-        i += 4 + n
-    return frames
+    return split_frames(open(path, "rb").read())[0]
 
 
 def frame(payload):
@@ -111,12 +105,10 @@ class Connection:
                 data, fds, _, _ = socket.recv_fds(self.sock, 131072, 4)
                 if not data:
                     break
-                buf += data
-                while len(buf) >= 4 and len(buf) >= 4 + struct.unpack_from("<I", buf)[0]:
-                    n = struct.unpack_from("<I", buf)[0]
-                    self.dispatch(buf[4:4 + n], fds)
+                frames, buf = split_frames(buf + data)
+                for payload in frames:
+                    self.dispatch(payload, fds)
                     fds = []
-                    buf = buf[4 + n:]
         except OSError:
             pass
         with self.cond:

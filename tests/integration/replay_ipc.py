@@ -7,7 +7,6 @@ one line per reply frame ("REQUEST_ID bind_reply ok|refused" or "REQUEST_ID repl
 60 s), so a test can look at what the connection made while it lasts."""
 import os
 import socket
-import struct
 import sys
 import time
 
@@ -34,11 +33,8 @@ while len(frames) < replies and time.monotonic() < deadline:
         continue
     if not data:
         break
-    buf += data
-    while len(buf) >= 4 and len(buf) >= 4 + struct.unpack("<I", buf[:4])[0]:
-        n = struct.unpack("<I", buf[:4])[0]
-        frames.append(buf[4:4 + n])
-        buf = buf[4 + n:]
+    more, buf = pbwire.split_frames(buf + data)
+    frames += more
 
 
 def describe(frame):
